@@ -1,0 +1,71 @@
+// Package taskio reads and writes canonical task objects: one GET to load,
+// one conditional PUT to write. It is the only place that turns task bytes
+// into requests; state changes themselves are the task package's.
+package taskio
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/s3queue/s3queue/s3store"
+	"github.com/s3queue/s3queue/task"
+)
+
+// Versioned is a task with the ETag it was read or written with.
+type Versioned struct {
+	Task *task.Task
+	ETag string
+}
+
+// Load reads the task at key. A corrupt object is an error wrapping
+// task.ErrCorrupt (or task.ErrUnsupportedFormat); a missing one wraps
+// s3store.ErrNotFound.
+func Load(ctx context.Context, st s3store.Store, key string) (Versioned, error) {
+	obj, err := st.Get(ctx, key)
+	if err != nil {
+		return Versioned{}, fmt.Errorf("load task %s: %w", key, err)
+	}
+	t, err := task.Decode(obj.Body)
+	if err != nil {
+		return Versioned{ETag: obj.ETag}, fmt.Errorf("load task %s: %w", key, err)
+	}
+	if want := t.Key(); want != key {
+		return Versioned{ETag: obj.ETag}, fmt.Errorf("load task %s: %w: object says it is %s", key, task.ErrCorrupt, want)
+	}
+	return Versioned{Task: t, ETag: obj.ETag}, nil
+}
+
+// LoadID reads task id in a queue of n shards.
+func LoadID(ctx context.Context, st s3store.Store, id string, n int) (Versioned, error) {
+	if !task.ValidID(id) {
+		return Versioned{}, fmt.Errorf("load task %q: %w", id, ErrBadID)
+	}
+	return Load(ctx, st, task.Key(task.ShardFor(id, n), id))
+}
+
+// ErrBadID reports a string that is not a task id.
+var ErrBadID = fmt.Errorf("not a task id")
+
+// Create writes a new task; it fails with s3store.ErrPreconditionFailed if
+// the key already exists.
+func Create(ctx context.Context, st s3store.Store, t *task.Task) (Versioned, error) {
+	return put(ctx, st, t, s3store.PutOptions{IfNoneMatch: true})
+}
+
+// Update writes t over the version read with etag (invariant 1: never
+// blindly). A lost race is s3store.ErrPreconditionFailed or ErrConflict.
+func Update(ctx context.Context, st s3store.Store, t *task.Task, etag string) (Versioned, error) {
+	return put(ctx, st, t, s3store.PutOptions{IfMatch: etag})
+}
+
+func put(ctx context.Context, st s3store.Store, t *task.Task, opts s3store.PutOptions) (Versioned, error) {
+	body, err := task.Marshal(t)
+	if err != nil {
+		return Versioned{}, fmt.Errorf("write task %s: %w", t.ID, err)
+	}
+	etag, err := st.Put(ctx, t.Key(), body, opts)
+	if err != nil {
+		return Versioned{}, fmt.Errorf("write task %s: %w", t.ID, err)
+	}
+	return Versioned{Task: t, ETag: etag}, nil
+}

@@ -1,0 +1,342 @@
+// Package monitor keeps the queue healthy: it re-dispatches running tasks
+// whose lease expired by S3 time (or dead-letters them when no attempts are
+// left), repairs pending tasks that lost their way to a worker, reports
+// corrupt objects, and deletes finished tasks after their retention.
+//
+// It works shard by shard in bounded pages with cursors, so one tick costs
+// at most a known number of requests. Several monitors may run at once:
+// every change is a CAS on the task it read, so the second one to act on a
+// task finds it already changed and does nothing.
+package monitor
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/s3queue/s3queue/clock"
+	"github.com/s3queue/s3queue/internal/taskio"
+	"github.com/s3queue/s3queue/s3store"
+	"github.com/s3queue/s3queue/shards"
+	"github.com/s3queue/s3queue/task"
+)
+
+// Config configures a Monitor. Zero fields take the defaults.
+type Config struct {
+	// Shards must match the queue's manifest; 0 accepts the queue's count.
+	Shards int
+	// Interval between ticks in Run (default 5s).
+	Interval time.Duration
+	// PageSize is how many keys one tick lists per shard (default 1000).
+	PageSize int
+	// ShardsPerTick is how many shards one tick visits (default all).
+	ShardsPerTick int
+	// LeaseMargin: a lease is taken over only once S3 time is certainly
+	// past its expiry plus this margin (default 2s).
+	LeaseMargin time.Duration
+	// RepairAfter: a pending task due this long without being claimed is
+	// announced in the ready index again (default 1m).
+	RepairAfter time.Duration
+	// Retention: finished tasks (succeeded, dead, canceled) are deleted
+	// this long after their last change (default 7 days; 0 keeps them).
+	Retention   time.Duration
+	KeepForever bool
+	Logger      *slog.Logger
+	Clock       *clock.Authoritative
+}
+
+// TickStats counts what one tick (or a monitor's life) did.
+type TickStats struct {
+	Listed, Loaded, Redispatched, DeadLettered, Repaired, Deleted, Corrupt int
+	SweepsCompleted                                                        int
+}
+
+func (s *TickStats) add(o TickStats) {
+	s.Listed += o.Listed
+	s.Loaded += o.Loaded
+	s.Redispatched += o.Redispatched
+	s.DeadLettered += o.DeadLettered
+	s.Repaired += o.Repaired
+	s.Deleted += o.Deleted
+	s.Corrupt += o.Corrupt
+	s.SweepsCompleted += o.SweepsCompleted
+}
+
+// Monitor sweeps the queue.
+type Monitor struct {
+	st       s3store.Store
+	cfg      Config
+	clock    *clock.Authoritative
+	manifest shards.Manifest
+	log      *slog.Logger
+
+	mu     sync.Mutex
+	next   int              // next shard to visit
+	cursor map[int]string   // shard -> last key swept
+	known  map[string]known // key -> what the last GET said, by ETag
+	total  TickStats
+}
+
+// known caches what a task object said at one ETag, so an unchanged object
+// is never read twice.
+type known struct {
+	etag      string
+	status    task.Status
+	expires   time.Time // running: claim expiry
+	updated   time.Time
+	available time.Time
+	announced bool // pending: a ready entry was written at this ETag
+	corrupt   bool
+}
+
+// New opens the queue in st for a monitor.
+func New(ctx context.Context, st s3store.Store, cfg Config) (*Monitor, error) {
+	if cfg.Interval <= 0 {
+		cfg.Interval = 5 * time.Second
+	}
+	if cfg.PageSize <= 0 {
+		cfg.PageSize = 1000
+	}
+	if cfg.LeaseMargin <= 0 {
+		cfg.LeaseMargin = 2 * time.Second
+	}
+	if cfg.RepairAfter <= 0 {
+		cfg.RepairAfter = time.Minute
+	}
+	if cfg.Retention == 0 && !cfg.KeepForever {
+		cfg.Retention = 7 * 24 * time.Hour
+	}
+	if cfg.Retention < 0 {
+		return nil, fmt.Errorf("monitor: retention %v must not be negative", cfg.Retention)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	m, err := shards.Open(ctx, st, cfg.Shards)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.ShardsPerTick <= 0 || cfg.ShardsPerTick > m.Shards {
+		cfg.ShardsPerTick = m.Shards
+	}
+	c := cfg.Clock
+	if c == nil {
+		c = clock.New(st, clock.Config{})
+	}
+	return &Monitor{st: st, cfg: cfg, clock: c, manifest: m, log: cfg.Logger.WithGroup("monitor"),
+		cursor: make(map[int]string), known: make(map[string]known)}, nil
+}
+
+// Run ticks every Interval until ctx ends.
+func (m *Monitor) Run(ctx context.Context) error {
+	t := time.NewTicker(m.cfg.Interval)
+	defer t.Stop()
+	for {
+		if _, err := m.Tick(ctx); err != nil && ctx.Err() == nil {
+			m.log.Warn("tick", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// Stats returns what the monitor has done so far.
+func (m *Monitor) Stats() TickStats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.total
+}
+
+// Tick sweeps one page of each of the next ShardsPerTick shards. A sweep of
+// a shard ends when its listing does; the next one starts over.
+func (m *Monitor) Tick(ctx context.Context) (TickStats, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var st TickStats
+	var errs error
+	for i := 0; i < m.cfg.ShardsPerTick; i++ {
+		shard := m.next
+		m.next = (m.next + 1) % m.manifest.Shards
+		s, err := m.sweepPage(ctx, shard)
+		st.add(s)
+		if err != nil {
+			errs = errors.Join(errs, err)
+			if ctx.Err() != nil {
+				break
+			}
+		}
+	}
+	m.total.add(st)
+	return st, errs
+}
+
+func (m *Monitor) sweepPage(ctx context.Context, shard int) (TickStats, error) {
+	var st TickStats
+	page, err := m.st.List(ctx, shards.TasksPrefix(shard), s3store.ListOptions{StartAfter: m.cursor[shard], MaxKeys: m.cfg.PageSize})
+	if err != nil {
+		return st, fmt.Errorf("sweep shard %d: %w", shard, err)
+	}
+	iv, err := m.clock.Now(ctx)
+	if err != nil {
+		return st, err
+	}
+	for _, o := range page.Objects {
+		st.Listed++
+		if err := m.inspect(ctx, o, iv, &st); err != nil {
+			if ctx.Err() != nil {
+				return st, err
+			}
+			m.log.Warn("inspect task", "key", o.Key, "err", err)
+		}
+	}
+	if page.Truncated && len(page.Objects) > 0 {
+		m.cursor[shard] = page.Objects[len(page.Objects)-1].Key
+	} else {
+		delete(m.cursor, shard)
+		st.SweepsCompleted++
+	}
+	return st, nil
+}
+
+// inspect decides what, if anything, one task object needs.
+func (m *Monitor) inspect(ctx context.Context, o s3store.ObjectInfo, iv clock.Interval, st *TickStats) error {
+	k, ok := m.known[o.Key]
+	if !ok || k.etag != o.ETag {
+		v, err := taskio.Load(ctx, m.st, o.Key)
+		st.Loaded++
+		switch {
+		case errors.Is(err, s3store.ErrNotFound):
+			delete(m.known, o.Key)
+			return nil
+		case errors.Is(err, task.ErrCorrupt), errors.Is(err, task.ErrUnsupportedFormat):
+			st.Corrupt++
+			m.log.Error("corrupt task object; skipped", "key", o.Key, "err", err)
+			m.known[o.Key] = known{etag: o.ETag, corrupt: true}
+			return nil
+		case err != nil:
+			return err
+		}
+		k = remember(v)
+		m.known[o.Key] = k
+	}
+	if k.corrupt {
+		return nil
+	}
+	switch {
+	case k.status == task.Running && iv.After(k.expires.Add(m.cfg.LeaseMargin)):
+		return m.redispatch(ctx, o.Key, iv, st)
+	case k.status == task.Pending && !k.announced && iv.After(k.available.Add(m.cfg.RepairAfter)):
+		// Due for a while and still pending: perhaps its producer crashed
+		// before announcing it, or every scan passed it by. Announce it.
+		v, err := taskio.Load(ctx, m.st, o.Key)
+		st.Loaded++
+		if err != nil {
+			return err
+		}
+		if v.ETag != k.etag || v.Task.Status != task.Pending {
+			m.known[o.Key] = remember(v)
+			return nil
+		}
+		if err := shards.Announce(ctx, m.st, v.Task); err != nil {
+			return err
+		}
+		k.announced = true
+		m.known[o.Key] = k
+		st.Repaired++
+	case k.status.Terminal() && m.cfg.Retention > 0 && iv.After(k.updated.Add(m.cfg.Retention)):
+		return m.expireRetention(ctx, o.Key, st)
+	}
+	return nil
+}
+
+func remember(v taskio.Versioned) known {
+	t := v.Task
+	k := known{etag: v.ETag, status: t.Status, updated: t.UpdatedAt, available: t.AvailableAt}
+	if t.Claim != nil {
+		k.expires = t.Claim.ExpiresAt
+	}
+	return k
+}
+
+// redispatch re-reads the task and, if its lease is still expired, moves it
+// back to pending (or dead) by CAS and announces it. The decision is made on
+// the object, never on a cached or index view.
+func (m *Monitor) redispatch(ctx context.Context, key string, iv clock.Interval, st *TickStats) error {
+	v, err := taskio.Load(ctx, m.st, key)
+	st.Loaded++
+	if err != nil {
+		return err
+	}
+	t := v.Task
+	if t.Status != task.Running || t.Claim == nil || !iv.After(t.Claim.ExpiresAt.Add(m.cfg.LeaseMargin)) {
+		m.known[key] = remember(v)
+		return nil
+	}
+	worker := t.Claim.Worker
+	if err := t.Expire(iv.Mid(), randFloat); err != nil {
+		return err
+	}
+	nv, err := taskio.Update(ctx, m.st, t, v.ETag)
+	if errors.Is(err, s3store.ErrPreconditionFailed) || errors.Is(err, s3store.ErrConflict) {
+		// Renewed, finished or handled by another monitor meanwhile.
+		delete(m.known, key)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	m.known[key] = remember(nv)
+	if t.Status == task.Dead {
+		st.DeadLettered++
+		m.log.Info("lease expired with no attempts left; dead-lettered", "task_id", t.ID, "worker", worker)
+		return nil
+	}
+	st.Redispatched++
+	m.log.Info("lease expired; re-dispatched", "task_id", t.ID, "worker", worker, "attempt", t.Attempt)
+	if err := shards.Announce(ctx, m.st, t); err != nil {
+		return err
+	}
+	k := m.known[key]
+	k.announced = true
+	m.known[key] = k
+	return nil
+}
+
+// expireRetention deletes a finished task and its idempotency record. The
+// task is re-read first, and deleting is free.
+func (m *Monitor) expireRetention(ctx context.Context, key string, st *TickStats) error {
+	v, err := taskio.Load(ctx, m.st, key)
+	st.Loaded++
+	if err != nil {
+		return err
+	}
+	if !v.Task.Status.Terminal() {
+		m.known[key] = remember(v)
+		return nil
+	}
+	if v.Task.IdempotencyKey != "" {
+		if err := m.st.Delete(ctx, shards.IdempotencyKey(v.Task.IdempotencyKey), s3store.DeleteOptions{}); err != nil {
+			return err
+		}
+	}
+	if err := m.st.Delete(ctx, key, s3store.DeleteOptions{IfMatch: v.ETag}); err != nil {
+		return err
+	}
+	delete(m.known, key)
+	st.Deleted++
+	return nil
+}
+
+func randFloat() float64 {
+	var b [8]byte
+	rand.Read(b[:])
+	return float64(binary.BigEndian.Uint64(b[:])>>11) / (1 << 53)
+}

@@ -1,0 +1,382 @@
+// Package producer is the Go API for submitting and managing tasks: Submit,
+// SubmitBatch, Get, History, Cancel and Requeue. Every call is a few
+// requests against the bucket; the producer holds no state beyond the queue
+// manifest and its clock.
+package producer
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/big"
+	"sync"
+	"time"
+
+	"github.com/s3queue/s3queue/clock"
+	"github.com/s3queue/s3queue/internal/taskio"
+	"github.com/s3queue/s3queue/s3store"
+	"github.com/s3queue/s3queue/shards"
+	"github.com/s3queue/s3queue/task"
+)
+
+// ErrNotFound reports an unknown task id.
+var ErrNotFound = errors.New("task not found")
+
+// Config configures a Producer.
+type Config struct {
+	// Shards must match the queue's manifest; 0 accepts the queue's count.
+	Shards int
+	// LateAfter: a task whose PUT completes this long after its id's time
+	// is also announced in the ready index, since shard scans may have
+	// passed it (default 2s, half the workers' default scan lag).
+	LateAfter time.Duration
+	// BatchParallelism bounds SubmitBatch (default 8).
+	BatchParallelism int
+	Logger           *slog.Logger
+	// Clock, if set, is shared with other components of this process.
+	Clock *clock.Authoritative
+}
+
+// Producer submits and manages tasks.
+type Producer struct {
+	st       s3store.Store
+	cfg      Config
+	clock    *clock.Authoritative
+	manifest shards.Manifest
+	log      *slog.Logger
+}
+
+// New opens the queue in st (creating its manifest if the queue is new).
+func New(ctx context.Context, st s3store.Store, cfg Config) (*Producer, error) {
+	if cfg.LateAfter <= 0 {
+		cfg.LateAfter = 2 * time.Second
+	}
+	if cfg.BatchParallelism <= 0 {
+		cfg.BatchParallelism = 8
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	m, err := shards.Open(ctx, st, cfg.Shards)
+	if err != nil {
+		return nil, err
+	}
+	c := cfg.Clock
+	if c == nil {
+		c = clock.New(st, clock.Config{})
+	}
+	return &Producer{st: st, cfg: cfg, clock: c, manifest: m, log: cfg.Logger.WithGroup("producer")}, nil
+}
+
+// Manifest returns the queue's layout.
+func (p *Producer) Manifest() shards.Manifest { return p.manifest }
+
+// Options are the per-task settings of Submit.
+type Options struct {
+	// Delay makes the task available this long after submit.
+	Delay time.Duration
+	// RunAt makes the task available at this time (S3 time); it wins over
+	// Delay when both are set.
+	RunAt time.Time
+	// MaxAttempts before the task is dead (default 3).
+	MaxAttempts int
+	// Retry is the backoff between attempts (default task.DefaultRetryPolicy).
+	Retry *task.RetryPolicy
+	// Timeout is the lease of one attempt (default 30s); workers renew it
+	// while the handler runs.
+	Timeout time.Duration
+	// IdempotencyKey: a second Submit with the same key returns the first
+	// task's id instead of creating another, even when the two race.
+	IdempotencyKey string
+	// ShardKey places tasks with the same key in the same shard.
+	ShardKey string
+}
+
+// Submit creates a task of type typ with input (any JSON-encodable value;
+// json.RawMessage and []byte are taken as JSON text) and returns its id.
+//
+// Requests: one PUT; with an idempotency key one more PUT (or, for a
+// duplicate, a failed PUT, a GET and a failed PUT).
+func (p *Producer) Submit(ctx context.Context, typ string, input any, opts Options) (string, error) {
+	raw, err := encodeInput(input)
+	if err != nil {
+		return "", err
+	}
+	now, err := p.clock.Now(ctx)
+	if err != nil {
+		return "", fmt.Errorf("submit: %w", err)
+	}
+	at := now.Mid()
+	switch {
+	case !opts.RunAt.IsZero():
+		if opts.RunAt.After(at) {
+			at = opts.RunAt
+		}
+	case opts.Delay > 0:
+		at = at.Add(opts.Delay)
+	}
+	// The id carries the availability time at millisecond resolution and
+	// shard scans trust it, so the task must say exactly the same.
+	at = at.Truncate(time.Millisecond)
+	spec := task.Spec{Type: typ, Input: raw, MaxAttempts: opts.MaxAttempts, Retry: opts.Retry, Timeout: opts.Timeout,
+		AvailableAt: at, IdempotencyKey: opts.IdempotencyKey, ShardKey: opts.ShardKey}
+	shard := -1
+	if opts.ShardKey != "" {
+		shard = task.ShardFor(opts.ShardKey, p.manifest.Shards)
+	}
+	id, err := p.newID(at, shard)
+	if err != nil {
+		return "", fmt.Errorf("submit: %w", err)
+	}
+	t, err := task.New(id, task.ShardFor(id, p.manifest.Shards), spec, now.Mid())
+	if err != nil {
+		return "", fmt.Errorf("submit: %w", err)
+	}
+	if opts.IdempotencyKey != "" {
+		return p.submitOnce(ctx, t, spec, now.Mid())
+	}
+	if _, err := taskio.Create(ctx, p.st, t); err != nil {
+		return "", fmt.Errorf("submit: %w", err)
+	}
+	p.announceIfLate(ctx, t)
+	return t.ID, nil
+}
+
+// idempotencyRecord points an idempotency key at the task it created.
+type idempotencyRecord struct {
+	ID string `json:"id"`
+}
+
+// submitOnce claims the idempotency key first and then creates the task the
+// record names. A racing producer that loses the key creates the same task
+// id with create-if-absent: whichever of them writes the task first, the
+// record and the task agree, and a record whose task is not written yet
+// (its producer is slow or crashed) is completed rather than replaced.
+func (p *Producer) submitOnce(ctx context.Context, t *task.Task, spec task.Spec, now time.Time) (string, error) {
+	recKey := shards.IdempotencyKey(spec.IdempotencyKey)
+	body, _ := json.Marshal(idempotencyRecord{ID: t.ID})
+	_, err := p.st.Put(ctx, recKey, body, s3store.PutOptions{IfNoneMatch: true})
+	switch {
+	case err == nil:
+	case errors.Is(err, s3store.ErrPreconditionFailed), errors.Is(err, s3store.ErrConflict):
+		obj, gerr := p.st.Get(ctx, recKey)
+		if gerr != nil {
+			return "", fmt.Errorf("submit: read idempotency record: %w", gerr)
+		}
+		var rec idempotencyRecord
+		if json.Unmarshal(obj.Body, &rec) != nil || !task.ValidID(rec.ID) {
+			return "", fmt.Errorf("submit: idempotency record %s is corrupt (%q)", recKey, obj.Body)
+		}
+		if rec.ID != t.ID {
+			spec.AvailableAt, _ = task.IDTime(rec.ID)
+			nt, nerr := task.New(rec.ID, task.ShardFor(rec.ID, p.manifest.Shards), spec, now)
+			if nerr != nil {
+				return "", fmt.Errorf("submit: %w", nerr)
+			}
+			t = nt
+		}
+	default:
+		return "", fmt.Errorf("submit: write idempotency record: %w", err)
+	}
+	_, err = taskio.Create(ctx, p.st, t)
+	switch {
+	case err == nil:
+		p.announceIfLate(ctx, t)
+	case errors.Is(err, s3store.ErrPreconditionFailed), errors.Is(err, s3store.ErrConflict):
+		// The other producer wrote it: the same id, the same intent.
+	default:
+		return "", fmt.Errorf("submit: %w", err)
+	}
+	return t.ID, nil
+}
+
+// announceIfLate puts a task in the ready index when its PUT completed so
+// long after its id's time that shard scans may already be past it.
+func (p *Producer) announceIfLate(ctx context.Context, t *task.Task) {
+	now, err := p.clock.Now(ctx)
+	if err == nil && now.Earliest.Sub(t.AvailableAt) < p.cfg.LateAfter {
+		return
+	}
+	if !t.AvailableAt.Before(now.Earliest) {
+		return
+	}
+	if err := shards.Announce(ctx, p.st, t); err != nil {
+		// The monitor's repair will announce it; nothing is lost.
+		p.log.Warn("announce late task", "task_id", t.ID, "err", err)
+	}
+}
+
+// newID returns an id of time at that belongs to shard (any shard when
+// shard < 0). Ids map to shards by hash, so a shard key is honoured by
+// drawing ids until one lands in its shard; every id then names its shard
+// and Get needs no lookup.
+func (p *Producer) newID(at time.Time, shard int) (string, error) {
+	for i := 0; i < 100*p.manifest.Shards+100; i++ {
+		id, err := task.NewID(at, rand.Reader)
+		if err != nil {
+			return "", err
+		}
+		if shard < 0 || task.ShardFor(id, p.manifest.Shards) == shard {
+			return id, nil
+		}
+	}
+	return "", fmt.Errorf("no id found for shard %d", shard)
+}
+
+func encodeInput(input any) (json.RawMessage, error) {
+	var raw []byte
+	switch v := input.(type) {
+	case nil:
+		return nil, nil
+	case json.RawMessage:
+		raw = v
+	case []byte:
+		raw = v
+	default:
+		b, err := json.Marshal(v)
+		if err != nil {
+			return nil, fmt.Errorf("submit: encode input: %w", err)
+		}
+		raw = b
+	}
+	if len(raw) > task.MaxInputBytes {
+		return nil, fmt.Errorf("submit: input is %d bytes, over the limit of %d", len(raw), task.MaxInputBytes)
+	}
+	if len(raw) > 0 && !json.Valid(raw) {
+		return nil, fmt.Errorf("submit: input is not valid JSON")
+	}
+	return raw, nil
+}
+
+// Request is one task of a SubmitBatch.
+type Request struct {
+	Type    string
+	Input   any
+	Options Options
+}
+
+// Result is the outcome of one Request.
+type Result struct {
+	ID  string
+	Err error
+}
+
+// SubmitBatch submits reqs with at most Config.BatchParallelism requests in
+// flight and returns one Result per request, in order.
+func (p *Producer) SubmitBatch(ctx context.Context, reqs []Request) []Result {
+	out := make([]Result, len(reqs))
+	sem := make(chan struct{}, p.cfg.BatchParallelism)
+	var wg sync.WaitGroup
+	for i, r := range reqs {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			out[i].Err = ctx.Err()
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			out[i].ID, out[i].Err = p.Submit(ctx, r.Type, r.Input, r.Options)
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+// Get returns the task with id (one GET), or an error wrapping ErrNotFound.
+func (p *Producer) Get(ctx context.Context, id string) (*task.Task, error) {
+	v, err := p.load(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return v.Task, nil
+}
+
+// History returns the task's transitions, oldest first (one GET).
+func (p *Producer) History(ctx context.Context, id string) ([]task.Transition, error) {
+	t, err := p.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return t.History, nil
+}
+
+func (p *Producer) load(ctx context.Context, id string) (taskio.Versioned, error) {
+	v, err := taskio.LoadID(ctx, p.st, id, p.manifest.Shards)
+	if errors.Is(err, s3store.ErrNotFound) || errors.Is(err, taskio.ErrBadID) {
+		return v, fmt.Errorf("task %s: %w", id, ErrNotFound)
+	}
+	return v, err
+}
+
+// Cancel cancels task id. A pending task is canceled at once; a running one
+// is asked to stop, and its handler's context is canceled no later than the
+// worker's next lease renewal. It reports whether the task was running.
+func (p *Producer) Cancel(ctx context.Context, id string) (requested bool, err error) {
+	err = p.modify(ctx, id, func(t *task.Task, now time.Time) error {
+		requested, err = t.Cancel(now)
+		return err
+	})
+	if errors.Is(err, task.ErrCancelAlreadyRequested) {
+		return true, nil
+	}
+	return requested, err
+}
+
+// Requeue takes a dead (or canceled) task back to pending with a fresh
+// budget of attempts, and announces it in the ready index.
+func (p *Producer) Requeue(ctx context.Context, id string) error {
+	var t *task.Task
+	err := p.modify(ctx, id, func(cur *task.Task, now time.Time) error {
+		t = cur
+		return cur.Requeue(now)
+	})
+	if err != nil {
+		return err
+	}
+	return shards.Announce(ctx, p.st, t)
+}
+
+// modify applies change to task id by read-modify-write, re-reading on a
+// lost race.
+func (p *Producer) modify(ctx context.Context, id string, change func(*task.Task, time.Time) error) error {
+	for attempt := 0; ; attempt++ {
+		v, err := p.load(ctx, id)
+		if err != nil {
+			return err
+		}
+		now, err := p.clock.Now(ctx)
+		if err != nil {
+			return err
+		}
+		if err := change(v.Task, now.Mid()); err != nil {
+			return fmt.Errorf("task %s: %w", id, err)
+		}
+		_, err = taskio.Update(ctx, p.st, v.Task, v.ETag)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, s3store.ErrPreconditionFailed) && !errors.Is(err, s3store.ErrConflict) || attempt >= 20 {
+			return err
+		}
+		if err := sleepJitter(ctx, attempt); err != nil {
+			return err
+		}
+	}
+}
+
+func sleepJitter(ctx context.Context, attempt int) error {
+	n, _ := rand.Int(rand.Reader, big.NewInt(int64(10*(attempt+1))+1))
+	t := time.NewTimer(time.Duration(n.Int64()) * time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

@@ -1,0 +1,130 @@
+package shards
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/s3queue/s3queue/s3store"
+	"github.com/s3queue/s3queue/task"
+)
+
+// TasksPrefix is the prefix of shard's canonical task objects.
+func TasksPrefix(shard int) string { return "tasks/" + task.ShardName(shard) + "/" }
+
+// Scan finds new work in one shard by listing its task objects in key
+// order. Task ids sort by the time a task first becomes available, so the
+// listing is a schedule: everything before "now" is due, and a cursor that
+// trails the newest id seen finds every task submitted since, without a GET
+// per task and without an index entry per task.
+//
+// A producer's PUT can land after later ids are already visible (clock
+// uncertainty, a slow request), so each scan starts Lag before the cursor
+// and skips keys whose ETag it has already seen. A task that lands even
+// later is announced in the ready index by its producer, and the monitor's
+// repair catches whatever else slips by (invariant 6).
+type Scan struct {
+	Shard int
+	// Lag is how far before the cursor each scan starts.
+	Lag time.Duration
+	// PageSize bounds one LIST.
+	PageSize int
+
+	cursor time.Time         // ids up to here have been handed out
+	seen   map[string]string // key -> ETag last handed out or skipped
+}
+
+// NewScan starts a scan of shard at from (ids older than from are left to
+// the ready index and the monitor).
+func NewScan(shard int, from time.Time, lag time.Duration) *Scan {
+	return &Scan{Shard: shard, Lag: lag, PageSize: s3store.DefaultMaxKeys, cursor: from, seen: make(map[string]string)}
+}
+
+// Candidate is a task object that may hold claimable work.
+type Candidate struct {
+	Key   string
+	ID    string
+	ETag  string
+	Avail time.Time // from the id
+}
+
+// Next lists the shard and returns up to max objects due by now that it has
+// not handed out at their current ETag. Callers must report each one with
+// Seen (or Skip) so the cursor can move past it.
+func (s *Scan) Next(ctx context.Context, st s3store.Store, now time.Time, max int) ([]Candidate, error) {
+	start := s.cursor.Add(-s.Lag)
+	after := TasksPrefix(s.Shard) + lowID(start)
+	var out []Candidate
+	for pages := 0; pages < 8 && len(out) < max; pages++ {
+		page, err := st.List(ctx, TasksPrefix(s.Shard), s3store.ListOptions{StartAfter: after, MaxKeys: s.PageSize})
+		if err != nil {
+			return out, fmt.Errorf("scan shard %d: %w", s.Shard, err)
+		}
+		for _, o := range page.Objects {
+			_, id, err := task.ParseKey(o.Key)
+			if err != nil {
+				continue // foreign object; the monitor reports it
+			}
+			at, _ := task.IDTime(id)
+			if at.After(now) {
+				return out, nil
+			}
+			if s.seen[o.Key] == o.ETag {
+				s.advance(at)
+				continue
+			}
+			out = append(out, Candidate{Key: o.Key, ID: id, ETag: o.ETag, Avail: at})
+			if len(out) >= max {
+				return out, nil
+			}
+		}
+		if !page.Truncated || len(page.Objects) == 0 {
+			break
+		}
+		after = page.Objects[len(page.Objects)-1].Key
+	}
+	return out, nil
+}
+
+// Seen records that key was handled at etag (claimed, found running or
+// finished, or not ours to run) and moves the cursor past it.
+func (s *Scan) Seen(c Candidate, etag string) {
+	s.seen[c.Key] = etag
+	s.advance(c.Avail)
+}
+
+func (s *Scan) advance(at time.Time) {
+	if !at.After(s.cursor) {
+		return
+	}
+	s.cursor = at
+	// Forget keys the next scan will not list again.
+	horizon := s.cursor.Add(-s.Lag - time.Second)
+	if len(s.seen) > 1024 {
+		for k := range s.seen {
+			_, id, _ := task.ParseKey(k)
+			if t, err := task.IDTime(id); err == nil && t.Before(horizon) {
+				delete(s.seen, k)
+			}
+		}
+	}
+}
+
+// Cursor reports how far the scan has got.
+func (s *Scan) Cursor() time.Time { return s.cursor }
+
+// lowID returns a string that sorts before every id of time t or later.
+func lowID(t time.Time) string {
+	if t.UnixMilli() <= 0 {
+		return ""
+	}
+	id, _ := task.NewID(t, zeroReader{})
+	return id
+}
+
+type zeroReader struct{}
+
+func (zeroReader) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
+}

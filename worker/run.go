@@ -1,0 +1,245 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"time"
+
+	"github.com/s3queue/s3queue/internal/taskio"
+	"github.com/s3queue/s3queue/s3store"
+	"github.com/s3queue/s3queue/shards"
+	"github.com/s3queue/s3queue/task"
+)
+
+// run is one claimed attempt: the handler, its lease renewals and the
+// fenced commit of its outcome.
+type run struct {
+	w       *Worker
+	v       taskio.Versioned // the task as last written by us, with its ETag
+	claimID string
+	handler Handler
+	cancel  context.CancelCauseFunc
+}
+
+type outcome struct {
+	result json.RawMessage
+	err    error
+}
+
+func (r *run) execute() {
+	w := r.w
+	defer func() {
+		<-w.slots
+		select {
+		case w.freed <- struct{}{}:
+		default:
+		}
+		w.running.Delete(r.claimID)
+		w.inflight.Done()
+	}()
+	// Handlers outlive the poll that claimed them; their context ends only
+	// by lease loss, cancellation or shutdown.
+	hctx, cancel := context.WithCancelCause(context.Background())
+	r.cancel = cancel
+	defer cancel(nil)
+	w.running.Store(r.claimID, r)
+
+	done := make(chan outcome, 1)
+	go func() {
+		defer func() {
+			if p := recover(); p != nil {
+				w.stats.panics.Add(1)
+				done <- outcome{err: fmt.Errorf("handler panicked: %v\n%s", p, debug.Stack())}
+			}
+		}()
+		res, err := r.handler(hctx, r.v.Task.Clone())
+		done <- outcome{res, err}
+	}()
+
+	renewEvery := r.v.Task.Timeout.D() / 3
+	renew := time.NewTimer(renewEvery)
+	defer renew.Stop()
+	deadline := time.NewTimer(r.untilLeaseLost())
+	defer deadline.Stop()
+	for {
+		select {
+		case o := <-done:
+			r.commit(o, context.Cause(hctx))
+			return
+		case <-renew.C:
+			switch err := r.renew(); {
+			case errors.Is(err, ErrLeaseLost):
+				r.lost(cancel)
+				// The slot stays busy until the handler returns; its
+				// outcome is still offered, and the fence rejects it if the
+				// task moved on.
+				r.commit(<-done, ErrLeaseLost)
+				return
+			case errors.Is(err, ErrCanceled):
+				cancel(ErrCanceled)
+			case err != nil:
+				w.log.Warn("renew lease", "task_id", r.v.Task.ID, "err", err)
+			default:
+				deadline.Reset(r.untilLeaseLost())
+			}
+			renew.Reset(renewEvery)
+		case <-deadline.C:
+			// No renewal got through in time: by S3 time another worker may
+			// take the task over soon, so this one stops first.
+			r.lost(cancel)
+			r.commit(<-done, ErrLeaseLost)
+			return
+		}
+	}
+}
+
+// untilLeaseLost is how long, by the local monotonic clock, the lease is
+// certainly still ours: until its expiry less the margin, judged by the
+// latest the S3 clock can be.
+func (r *run) untilLeaseLost() time.Duration {
+	iv, err := r.w.clock.Now(context.Background())
+	if err != nil {
+		return r.v.Task.Timeout.D() / 3
+	}
+	d := r.v.Task.Claim.ExpiresAt.Add(-r.w.cfg.LeaseMargin).Sub(iv.Latest)
+	if d < 0 {
+		d = 0
+	}
+	return d
+}
+
+func (r *run) lost(cancel context.CancelCauseFunc) {
+	w := r.w
+	cancel(ErrLeaseLost)
+	w.stats.leaseLost.Add(1)
+	w.log.Warn("lease lost; handler canceled", "task_id", r.v.Task.ID, "attempt", r.v.Task.Attempt)
+	w.emit(Event{Kind: "lease_lost", TaskID: r.v.Task.ID, Type: r.v.Task.Type, Attempt: r.v.Task.Attempt, Err: ErrLeaseLost})
+}
+
+// renew extends the lease. It returns ErrLeaseLost when the task is no longer
+// running under this claim and ErrCanceled when cancellation was requested
+// (the lease is still extended while the handler winds down).
+func (r *run) renew() error {
+	ctx, cancel := context.WithTimeout(context.Background(), r.v.Task.Timeout.D()/3)
+	defer cancel()
+	canceled := false
+	err := r.update(ctx, func(t *task.Task, now time.Time) error {
+		canceled = t.CancelRequested
+		return t.Renew(r.claimID, now)
+	})
+	if err == nil && canceled {
+		return ErrCanceled
+	}
+	return err
+}
+
+// update applies change to the task under this claim with If-Match,
+// re-reading after a lost race. A task no longer running under this claim is
+// ErrLeaseLost: the change is dropped (invariant 3).
+func (r *run) update(ctx context.Context, change func(*task.Task, time.Time) error) error {
+	w := r.w
+	cur := r.v
+	for attempt := 0; attempt < 10; attempt++ {
+		iv, err := w.clock.Now(ctx)
+		if err != nil {
+			return err
+		}
+		t := cur.Task.Clone()
+		if err := change(t, iv.Mid()); err != nil {
+			if errors.Is(err, task.ErrClaimMismatch) || errors.Is(err, task.ErrNotRunning) {
+				return ErrLeaseLost
+			}
+			return err
+		}
+		nv, err := taskio.Update(ctx, w.st, t, cur.ETag)
+		if err == nil {
+			r.v = nv
+			return nil
+		}
+		if !errors.Is(err, s3store.ErrPreconditionFailed) && !errors.Is(err, s3store.ErrConflict) {
+			return err
+		}
+		// Someone else wrote the task (a cancel request, the monitor):
+		// read it and decide again on what is there now.
+		cur, err = taskio.Load(ctx, w.st, r.v.Task.Key())
+		if errors.Is(err, s3store.ErrNotFound) {
+			return ErrLeaseLost
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return fmt.Errorf("update task %s: too many concurrent writers", r.v.Task.ID)
+}
+
+// commit records the handler's outcome, fenced on the claim.
+func (r *run) commit(o outcome, cause error) {
+	w := r.w
+	t0 := r.v.Task
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var kind string
+	err := r.update(ctx, func(t *task.Task, now time.Time) error {
+		switch {
+		case errors.Is(cause, ErrShutdown) && o.err != nil:
+			kind = "released"
+			return t.Snooze(r.claimID, 0, "worker shut down", now)
+		case o.err == nil:
+			kind = "succeeded"
+			return t.Succeed(r.claimID, o.result, now)
+		}
+		var ra retryAfterError
+		if errors.As(o.err, &ra) {
+			kind = "snoozed"
+			return t.Snooze(r.claimID, ra.delay, o.err.Error(), now)
+		}
+		if err := t.Fail(r.claimID, o.err.Error(), IsPermanent(o.err), now, randFloat); err != nil {
+			return err
+		}
+		switch t.Status {
+		case task.Dead:
+			kind = "dead"
+		case task.Canceled:
+			kind = "canceled"
+		default:
+			kind = "failed"
+		}
+		return nil
+	})
+	if errors.Is(err, ErrLeaseLost) {
+		w.stats.rejected.Add(1)
+		w.log.Warn("outcome rejected: the task was re-dispatched while this attempt ran", "task_id", t0.ID, "attempt", t0.Attempt)
+		w.emit(Event{Kind: "rejected", TaskID: t0.ID, Type: t0.Type, Attempt: t0.Attempt, Err: ErrLeaseLost})
+		return
+	}
+	if err != nil {
+		// The lease will expire and the monitor re-dispatches the task.
+		w.log.Error("commit outcome", "task_id", t0.ID, "err", err)
+		return
+	}
+	switch kind {
+	case "succeeded":
+		w.stats.succeeded.Add(1)
+	case "failed":
+		w.stats.failed.Add(1)
+	case "dead":
+		w.stats.dead.Add(1)
+	case "snoozed":
+		w.stats.snoozed.Add(1)
+	case "canceled":
+		w.stats.canceled.Add(1)
+	case "released":
+		w.stats.released.Add(1)
+	}
+	w.emit(Event{Kind: kind, TaskID: t0.ID, Type: t0.Type, Attempt: t0.Attempt, Err: o.err})
+	if r.v.Task.Status == task.Pending {
+		// Back behind the scan cursors: announce it.
+		if err := shards.Announce(ctx, w.st, r.v.Task); err != nil {
+			w.log.Warn("announce retry", "task_id", t0.ID, "err", err)
+		}
+	}
+}
+
