@@ -48,6 +48,7 @@ func (r *run) execute() {
 	w.running.Store(r.claimID, r)
 
 	done := make(chan outcome, 1)
+	own := r.v.Task.Clone()
 	go func() {
 		defer func() {
 			if p := recover(); p != nil {
@@ -55,7 +56,7 @@ func (r *run) execute() {
 				done <- outcome{err: fmt.Errorf("handler panicked: %v\n%s", p, debug.Stack())}
 			}
 		}()
-		res, err := r.handler(hctx, r.v.Task.Clone())
+		res, err := r.handler(hctx, own)
 		done <- outcome{res, err}
 	}()
 
@@ -148,7 +149,10 @@ func (r *run) update(ctx context.Context, change func(*task.Task, time.Time) err
 			return err
 		}
 		t := cur.Task.Clone()
-		if err := change(t, iv.Mid()); err != nil {
+		// Stamp with the latest the S3 clock can be: a lease then runs
+		// its full length by everyone's reckoning, however uncertain the
+		// clock (see untilLeaseLost and the monitor's takeover rule).
+		if err := change(t, iv.Latest); err != nil {
 			if errors.Is(err, task.ErrClaimMismatch) || errors.Is(err, task.ErrNotRunning) {
 				return ErrLeaseLost
 			}

@@ -91,6 +91,8 @@ type Worker struct {
 	manifest shards.Manifest
 	log      *slog.Logger
 
+	pollMu sync.Mutex // one discovery pass at a time (Run and Poll)
+
 	mu       sync.Mutex
 	handlers map[string]Handler
 	scans    map[int]*shards.Scan
@@ -313,6 +315,8 @@ func (w *Worker) shardList() []int {
 // poll returns how many tasks it claimed and whether it stopped because
 // every slot was busy.
 func (w *Worker) poll(ctx context.Context) (claimed int, full bool, err error) {
+	w.pollMu.Lock()
+	defer w.pollMu.Unlock()
 	if w.stopping.Load() {
 		return 0, false, nil
 	}
@@ -484,7 +488,7 @@ func (w *Worker) tryClaim(ctx context.Context, v taskio.Versioned, iv clock.Inte
 	var b [12]byte
 	rand.Read(b[:])
 	claimID := hex.EncodeToString(b[:])
-	if err := t.ClaimBy(w.cfg.ID, claimID, iv.Mid()); err != nil {
+	if err := t.ClaimBy(w.cfg.ID, claimID, iv.Latest); err != nil {
 		<-w.slots
 		return false, ""
 	}

@@ -1,0 +1,383 @@
+package config
+
+import (
+	"bytes"
+	"encoding/json"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/s3queue/s3queue/monitor"
+	"github.com/s3queue/s3queue/producer"
+	"github.com/s3queue/s3queue/task"
+	"github.com/s3queue/s3queue/worker"
+)
+
+// write stores text as queue.toml in a fresh directory and returns its path.
+func write(t *testing.T, text string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "queue.toml")
+	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func envMap(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func TestDefaultsMatchTheServices(t *testing.T) {
+	c, err := Load("", envMap(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantWorker := worker.Config{
+		Concurrency: 4, PollMin: 100 * time.Millisecond, PollMax: 5 * time.Second, PollMultiplier: 2,
+		ScanLag: 5 * time.Second, ScanLookback: time.Hour, LeaseMargin: 2 * time.Second, ShutdownGrace: 30 * time.Second,
+	}
+	if got := c.Worker(); !reflect.DeepEqual(got, wantWorker) {
+		t.Errorf("Worker() = %+v\nwant %+v", got, wantWorker)
+	}
+	wantMonitor := monitor.Config{Interval: 5 * time.Second, PageSize: 1000, LeaseMargin: 2 * time.Second,
+		RepairAfter: time.Minute, Retention: 168 * time.Hour}
+	if got := c.Monitor(); !reflect.DeepEqual(got, wantMonitor) {
+		t.Errorf("Monitor() = %+v\nwant %+v", got, wantMonitor)
+	}
+	def := task.DefaultRetryPolicy()
+	wantSubmit := producer.Options{MaxAttempts: 3, Timeout: 30 * time.Second, Retry: &def}
+	if got := c.SubmitOptions(); !reflect.DeepEqual(got, wantSubmit) {
+		t.Errorf("SubmitOptions() = %+v\nwant %+v", got, wantSubmit)
+	}
+	if c.LogSection.Level != slog.LevelInfo || c.LogSection.Format != "text" || c.Store != "" || c.Shards != 0 || len(c.Handlers) != 0 {
+		t.Errorf("unexpected defaults: %+v", c)
+	}
+}
+
+// keyCase sets one key to a non-default value, in the file and through the
+// environment, and checks that the value reaches the service config.
+type keyCase struct {
+	key   string
+	toml  string // the value as written in queue.toml
+	env   string // the same value as an environment variable
+	check func(c Config) bool
+}
+
+var keyCases = []keyCase{
+	{"store", `"file:///var/lib/q"`, "file:///var/lib/q", func(c Config) bool { return c.Store == "file:///var/lib/q" }},
+	{"shards", `8`, "8", func(c Config) bool {
+		return c.Shards == 8 && c.Worker().Shards == 8 && c.Monitor().Shards == 8 && c.Producer().Shards == 8
+	}},
+	{"worker.id", `"w-7"`, "w-7", func(c Config) bool { return c.Worker().ID == "w-7" }},
+	{"worker.concurrency", `7`, "7", func(c Config) bool { return c.Worker().Concurrency == 7 }},
+	{"worker.poll_min", `"250ms"`, "250ms", func(c Config) bool { return c.Worker().PollMin == 250*time.Millisecond }},
+	{"worker.poll_max", `"9s"`, "9s", func(c Config) bool { return c.Worker().PollMax == 9*time.Second }},
+	{"worker.poll_multiplier", `1.5`, "1.5", func(c Config) bool { return c.Worker().PollMultiplier == 1.5 }},
+	{"worker.scan_lag", `"3s"`, "3s", func(c Config) bool { return c.Worker().ScanLag == 3*time.Second }},
+	{"worker.scan_lookback", `"2h"`, "2h", func(c Config) bool { return c.Worker().ScanLookback == 2*time.Hour }},
+	{"worker.lease_margin", `"750ms"`, "750ms", func(c Config) bool { return c.Worker().LeaseMargin == 750*time.Millisecond }},
+	{"worker.shutdown_grace", `"1m"`, "1m", func(c Config) bool { return c.Worker().ShutdownGrace == time.Minute }},
+	{"worker.own_shards", `[1, 3]`, "1,3", func(c Config) bool { return reflect.DeepEqual(c.Worker().OwnShards, []int{1, 3}) }},
+	{"monitor.interval", `"750ms"`, "750ms", func(c Config) bool { return c.Monitor().Interval == 750*time.Millisecond }},
+	{"monitor.page_size", `100`, "100", func(c Config) bool { return c.Monitor().PageSize == 100 }},
+	{"monitor.shards_per_tick", `2`, "2", func(c Config) bool { return c.Monitor().ShardsPerTick == 2 }},
+	{"monitor.lease_margin", `"3s"`, "3s", func(c Config) bool { return c.Monitor().LeaseMargin == 3*time.Second }},
+	{"monitor.repair_after", `"30s"`, "30s", func(c Config) bool { return c.Monitor().RepairAfter == 30*time.Second }},
+	{"monitor.retention", `"0"`, "0", func(c Config) bool {
+		m := c.Monitor()
+		return m.Retention == 0 && m.KeepForever
+	}},
+	{"submit.max_attempts", `5`, "5", func(c Config) bool { return c.SubmitOptions().MaxAttempts == 5 }},
+	{"submit.timeout", `"2m"`, "2m", func(c Config) bool { return c.SubmitOptions().Timeout == 2*time.Minute }},
+	{"submit.retry_initial", `"200ms"`, "200ms", func(c Config) bool { return c.SubmitOptions().Retry.InitialDelay.D() == 200*time.Millisecond }},
+	{"submit.retry_max", `"1m"`, "1m", func(c Config) bool { return c.SubmitOptions().Retry.MaxDelay.D() == time.Minute }},
+	{"submit.retry_multiplier", `3`, "3", func(c Config) bool { return c.SubmitOptions().Retry.Multiplier == 3 }},
+	{"submit.retry_jitter", `0.0`, "0", func(c Config) bool { return c.SubmitOptions().Retry.Jitter == 0 }},
+	{"log.level", `"debug"`, "debug", func(c Config) bool { return c.LogSection.Level == slog.LevelDebug }},
+	{"log.format", `"json"`, "json", func(c Config) bool { return c.LogSection.Format == "json" }},
+}
+
+// snippet renders key = value as a queue.toml fragment.
+func snippet(key, value string) string {
+	section, name, ok := strings.Cut(key, ".")
+	if !ok {
+		return key + " = " + value + "\n"
+	}
+	return "[" + section + "]\n" + name + " = " + value + "\n"
+}
+
+func TestEveryKeyReachesTheServiceConfig(t *testing.T) {
+	covered := make(map[string]bool)
+	for _, tc := range keyCases {
+		covered[tc.key] = true
+		if tc.check(Default()) {
+			t.Errorf("%s: the test value equals the default, so the test cannot fail", tc.key)
+		}
+		t.Run(tc.key+"/file", func(t *testing.T) {
+			c, err := Load(write(t, snippet(tc.key, tc.toml)), envMap(nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tc.check(c) {
+				t.Errorf("%s = %s did not reach the service config: %+v", tc.key, tc.toml, c)
+			}
+		})
+		t.Run(tc.key+"/env", func(t *testing.T) {
+			c, err := Load("", envMap(map[string]string{EnvName(tc.key): tc.env}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tc.check(c) {
+				t.Errorf("%s=%s did not reach the service config: %+v", EnvName(tc.key), tc.env, c)
+			}
+		})
+	}
+	for _, k := range Keys() {
+		if !covered[k] {
+			t.Errorf("key %s has no test proving it reaches the service config", k)
+		}
+	}
+}
+
+func TestEnvOverridesFile(t *testing.T) {
+	path := write(t, "store = \"file:///from/file\"\n[worker]\nconcurrency = 7\npoll_max = \"9s\"\n[monitor]\ninterval = \"1s\"\n")
+	c, err := Load(path, envMap(map[string]string{
+		"S3QUEUE_STORE":              "file:///from/env",
+		"S3QUEUE_WORKER_CONCURRENCY": "9",
+		"S3QUEUE_MONITOR_INTERVAL":   "2s",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Store != "file:///from/env" || c.Worker().Concurrency != 9 || c.Monitor().Interval != 2*time.Second {
+		t.Errorf("env did not override the file: %+v", c)
+	}
+	if c.Worker().PollMax != 9*time.Second {
+		t.Errorf("a key without an env override lost its file value: %v", c.Worker().PollMax)
+	}
+	if c.Source != path {
+		t.Errorf("Source = %q, want %q", c.Source, path)
+	}
+}
+
+func TestEnvNames(t *testing.T) {
+	for key, want := range map[string]string{
+		"store":                  "S3QUEUE_STORE",
+		"worker.concurrency":     "S3QUEUE_WORKER_CONCURRENCY",
+		"monitor.interval":       "S3QUEUE_MONITOR_INTERVAL",
+		"submit.retry_jitter":    "S3QUEUE_SUBMIT_RETRY_JITTER",
+		"worker.poll_multiplier": "S3QUEUE_WORKER_POLL_MULTIPLIER",
+	} {
+		if got := EnvName(key); got != want {
+			t.Errorf("EnvName(%q) = %q, want %q", key, got, want)
+		}
+	}
+	if EnvStore != EnvName("store") {
+		t.Errorf("EnvStore = %q", EnvStore)
+	}
+}
+
+func TestUnknownKeysAreErrorsNamingTheKey(t *testing.T) {
+	for _, tc := range []struct {
+		name, text string
+		want       []string
+	}{
+		{"misspelled", "[worker]\npol_min = \"1s\"\n", []string{"queue.toml: unknown key worker.pol_min", "did you mean worker.poll_min?"}},
+		{"top level", "stor = \"mem://\"\n", []string{"unknown key stor", "did you mean store?"}},
+		{"unknown section", "[wroker.extra]\na = 1\nb = 2\n", []string{"unknown key wroker"}},
+		{"key in wrong section", "[monitor]\nconcurrency = 3\n", []string{"unknown key monitor.concurrency"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Load(write(t, tc.text), envMap(nil))
+			if err == nil {
+				t.Fatal("unknown key accepted")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not contain %q", err, w)
+				}
+			}
+			if strings.Count(err.Error(), "unknown key") != 1 {
+				t.Errorf("error %q should report the unknown key once", err)
+			}
+		})
+	}
+}
+
+func TestInvalidValuesAreErrorsNamingTheKey(t *testing.T) {
+	for _, tc := range []struct {
+		text, want string
+	}{
+		{"[worker]\npoll_min = \"fast\"\n", `queue.toml: worker.poll_min: invalid duration "fast"`},
+		{"[worker]\npoll_min = 5\n", `queue.toml: worker.poll_min: invalid duration integer 5`},
+		{"[worker]\nconcurrency = -1\n", `queue.toml: worker.concurrency: -1 must not be negative`},
+		{"[worker]\nconcurrency = 0\n", `queue.toml: worker.concurrency: 0 out of range 1..10000`},
+		{"[worker]\nconcurrency = \"4\"\n", `queue.toml: worker.concurrency: want an integer, got string "4"`},
+		{"[worker]\npoll_min = \"10s\"\n", `queue.toml: worker.poll_min: worker.poll_min (10s) is more than worker.poll_max (5s)`},
+		{"[worker]\npoll_max = \"50ms\"\n", `queue.toml: worker.poll_max: worker.poll_min (100ms) is more than worker.poll_max (50ms)`},
+		{"[worker]\npoll_multiplier = 0.5\n", `queue.toml: worker.poll_multiplier: 0.5 out of range 1..100`},
+		{"[worker]\nlease_margin = \"0s\"\n", `queue.toml: worker.lease_margin: duration 0s must be positive`},
+		{"[worker]\nshutdown_grace = \"-1s\"\n", `queue.toml: worker.shutdown_grace: duration -1s must be positive`},
+		{"[worker]\nown_shards = [1, -2]\n", `queue.toml: worker.own_shards: shard -2 out of range`},
+		{"[worker]\nown_shards = [1, 1]\n", `queue.toml: worker.own_shards: shard 1 listed twice`},
+		{"[worker]\nown_shards = \"1\"\n", `queue.toml: worker.own_shards: want an array of integers`},
+		{"shards = 4\n[worker]\nown_shards = [4]\n", `queue.toml: worker.own_shards: shard 4 out of range 0..3`},
+		{"[worker]\nid = \"has space\"\n", `queue.toml: worker.id: worker id "has space" must be printable ASCII`},
+		{"shards = -1\n", `queue.toml: shards: -1 must not be negative`},
+		{"shards = 5000\n", `queue.toml: shards: 5000 out of range 0..1000`},
+		{"[monitor]\npage_size = 0\n", `queue.toml: monitor.page_size: 0 out of range 1..1000`},
+		{"[monitor]\nshards_per_tick = -3\n", `queue.toml: monitor.shards_per_tick: -3 must not be negative`},
+		{"[monitor]\nretention = \"-1h\"\n", `queue.toml: monitor.retention: duration -1h0m0s must not be negative`},
+		{"[monitor]\ninterval = \"0\"\n", `queue.toml: monitor.interval: duration 0s must be positive`},
+		{"[submit]\nmax_attempts = 0\n", `queue.toml: submit.max_attempts: 0 out of range 1..1000`},
+		{"[submit]\ntimeout = \"500ms\"\n", `queue.toml: submit.timeout: duration 500ms out of range 1s..24h0m0s`},
+		{"[submit]\nretry_jitter = 1.5\n", `queue.toml: submit.retry_jitter: 1.5 out of range 0..1`},
+		{"[submit]\nretry_multiplier = 0.5\n", `queue.toml: submit.retry_multiplier: 0.5 must be at least 1`},
+		{"[submit]\nretry_initial = \"10m\"\n", `queue.toml: submit.retry_initial: submit.retry_initial (10m0s) is more than submit.retry_max (5m0s)`},
+		{"[log]\nlevel = \"loud\"\n", `queue.toml: log.level: invalid level "loud"`},
+		{"[log]\nformat = \"xml\"\n", `queue.toml: log.format: invalid format "xml"`},
+		{"[handlers]\n\"bad type!\" = \"cat\"\n", `queue.toml: handlers."bad type!": `},
+		{"[handlers]\nresize = 3\n", `queue.toml: handlers.resize: want a quoted command line, got integer 3`},
+		{"[handlers]\nresize = \"  \"\n", `queue.toml: handlers.resize: empty command`},
+		{"[worker\n", `queue.toml: line 2: expected '.' or ']' to end table name`},
+		{"worker = 3\n", `queue.toml: worker: want a table [worker], got integer 3`},
+	} {
+		t.Run(tc.want, func(t *testing.T) {
+			path := write(t, tc.text)
+			_, err := Load(path, envMap(nil))
+			if err == nil {
+				t.Fatalf("%q accepted", tc.text)
+			}
+			got := strings.ReplaceAll(err.Error(), filepath.Dir(path)+string(filepath.Separator), "")
+			if !strings.HasPrefix(got, tc.want) {
+				t.Errorf("error\n  %s\nwant prefix\n  %s", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestInvalidEnvValuesNameTheVariable(t *testing.T) {
+	for _, tc := range []struct {
+		name, value, want string
+	}{
+		{"S3QUEUE_WORKER_POLL_MIN", "fast", `S3QUEUE_WORKER_POLL_MIN: invalid duration "fast"`},
+		{"S3QUEUE_WORKER_CONCURRENCY", "many", `S3QUEUE_WORKER_CONCURRENCY: invalid integer "many"`},
+		{"S3QUEUE_WORKER_CONCURRENCY", "-2", `S3QUEUE_WORKER_CONCURRENCY: -2 must not be negative`},
+		{"S3QUEUE_WORKER_OWN_SHARDS", "1,x", `S3QUEUE_WORKER_OWN_SHARDS: invalid integer list "1,x"`},
+		{"S3QUEUE_SUBMIT_RETRY_JITTER", "NaN", `S3QUEUE_SUBMIT_RETRY_JITTER: invalid number "NaN"`},
+		{"S3QUEUE_LOG_LEVEL", "loud", `S3QUEUE_LOG_LEVEL: invalid level "loud"`},
+		{"S3QUEUE_WORKER_POLL_MIN", "1m", `S3QUEUE_WORKER_POLL_MIN: worker.poll_min (1m0s) is more than worker.poll_max (5s)`},
+	} {
+		t.Run(tc.name+"="+tc.value, func(t *testing.T) {
+			_, err := Load("", envMap(map[string]string{tc.name: tc.value}))
+			if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+				t.Errorf("error %v, want prefix %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestHandlers(t *testing.T) {
+	c, err := Load(write(t, "[handlers]\nresize = \"convert - -resize 50% -\"\n\"mail.send\" = \"./send-mail\"\n"), envMap(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"resize": "convert - -resize 50% -", "mail.send": "./send-mail"}
+	if !reflect.DeepEqual(c.Handlers, want) {
+		t.Errorf("Handlers = %v, want %v", c.Handlers, want)
+	}
+}
+
+func TestMissingFileIsAnError(t *testing.T) {
+	_, err := Load(filepath.Join(t.TempDir(), "nope.toml"), envMap(nil))
+	if err == nil || !strings.Contains(err.Error(), "nope.toml") {
+		t.Errorf("error %v should name the missing file", err)
+	}
+}
+
+func TestNewLoggerHonoursLevelAndFormat(t *testing.T) {
+	c, err := Load(write(t, "[log]\nlevel = \"debug\"\nformat = \"json\"\n"), envMap(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	c.NewLogger(&buf).Debug("hello", "k", 1)
+	var rec map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &rec); err != nil || rec["msg"] != "hello" {
+		t.Errorf("debug JSON log line expected, got %q (%v)", buf.String(), err)
+	}
+
+	buf.Reset()
+	Default().NewLogger(&buf).Debug("hidden")
+	Default().NewLogger(&buf).Info("shown")
+	if strings.Contains(buf.String(), "hidden") || !strings.Contains(buf.String(), "msg=shown") {
+		t.Errorf("default logger should be text at info, got %q", buf.String())
+	}
+
+	warn, _ := Load("", envMap(map[string]string{"S3QUEUE_LOG_LEVEL": "warn"}))
+	buf.Reset()
+	warn.NewLogger(&buf).Info("hidden")
+	if buf.Len() != 0 {
+		t.Errorf("warn level let an info line through: %q", buf.String())
+	}
+}
+
+// The example file documents every key with its default value, so loading
+// it must give exactly the defaults.
+func TestExampleFileDocumentsEveryKeyWithItsDefault(t *testing.T) {
+	path := filepath.Join("..", "..", "queue.toml.example")
+	c, err := Load(path, envMap(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Source = ""
+	if !reflect.DeepEqual(c, Default()) {
+		t.Errorf("queue.toml.example is not the defaults:\n got %+v\nwant %+v", c, Default())
+	}
+	text, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range Keys() {
+		name := k[strings.LastIndex(k, ".")+1:]
+		section := ""
+		if i := strings.LastIndex(k, "."); i >= 0 {
+			section = k[:i]
+		}
+		re := regexp.MustCompile(`(?m)^#? ?` + regexp.QuoteMeta(name) + ` = `)
+		if !re.Match(sectionText(string(text), section)) {
+			t.Errorf("queue.toml.example does not show key %s", k)
+		}
+		if !regexp.MustCompile(`(?m)^# .*\n` + `#? ?` + regexp.QuoteMeta(name) + ` = `).Match(sectionText(string(text), section)) {
+			t.Errorf("queue.toml.example has no comment line above key %s", k)
+		}
+	}
+}
+
+// sectionText returns the part of a TOML text in [section] ("" for the top
+// level, before the first table).
+func sectionText(text, section string) []byte {
+	re := regexp.MustCompile(`(?m)^#? ?\[([a-z]+)\]\s*$`)
+	locs := re.FindAllStringSubmatchIndex(text, -1)
+	if section == "" {
+		if len(locs) == 0 {
+			return []byte(text)
+		}
+		return []byte(text[:locs[0][0]])
+	}
+	for i, l := range locs {
+		if text[l[2]:l[3]] == section {
+			end := len(text)
+			if i+1 < len(locs) {
+				end = locs[i+1][0]
+			}
+			return []byte(text[l[1]:end])
+		}
+	}
+	return nil
+}

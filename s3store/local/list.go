@@ -1,0 +1,120 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/s3queue/s3queue/s3store"
+)
+
+// List implements s3store.List: one page of the keys that start with
+// prefix, after opts.StartAfter, in byte order. MaxKeys 0 (or less) means
+// s3store.DefaultMaxKeys.
+//
+// Only the directory the prefix names and the subtrees that can hold keys
+// after StartAfter are read, and the walk stops once the page is full, so a
+// page costs about its own size plus the sort of the directories it passes
+// through.
+func (s *Store) List(ctx context.Context, prefix string, opts s3store.ListOptions) (s3store.ListPage, error) {
+	if err := ctx.Err(); err != nil {
+		return s3store.ListPage{}, err
+	}
+	defer s.publishNow()
+	l := &lister{startAfter: opts.StartAfter, limit: opts.MaxKeys}
+	if l.limit <= 0 {
+		l.limit = s3store.DefaultMaxKeys
+	}
+	dir, partial := splitKey(prefix)
+	if !validDir(dir) {
+		return s3store.ListPage{}, nil // no key can start with prefix
+	}
+	if err := l.visit(s.dirPath(dir), dir, partial); err != nil {
+		return s3store.ListPage{}, opError("list", prefix, err)
+	}
+	return l.page, nil
+}
+
+type lister struct {
+	startAfter string
+	limit      int
+	page       s3store.ListPage
+	done       bool
+}
+
+// entry is one directory entry, named by the smallest string its keys can
+// start with: the key itself for an object, "<key>/" for a directory.
+type entry struct {
+	name  string // on disk
+	key   string
+	isDir bool
+}
+
+// visit lists the keys in dir, all of which start with base, whose next
+// segment starts with partial.
+//
+// Directory order is not key order ("a-c" sorts before "a/b", but a.dir
+// before a-c.obj), so each directory's entries are sorted by key. The keys
+// under a directory entry "<x>/" form one contiguous run in key order, since
+// no other entry's key starts with "<x>/"; a depth-first walk in that order
+// therefore yields keys in order.
+func (l *lister) visit(dir, base, partial string) error {
+	des, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil // never created, or pruned by a concurrent delete
+	}
+	if err != nil {
+		return err
+	}
+	entries := make([]entry, 0, len(des))
+	for _, de := range des {
+		seg, isDir, ok := decodeName(de)
+		if !ok || !strings.HasPrefix(seg, partial) || (seg == "" && base == "") {
+			continue
+		}
+		e := entry{name: de.Name(), key: base + seg, isDir: isDir}
+		if isDir {
+			e.key += "/"
+		}
+		entries = append(entries, e)
+	}
+	slices.SortFunc(entries, func(a, b entry) int { return strings.Compare(a.key, b.key) })
+	for _, e := range entries {
+		if l.done {
+			return nil
+		}
+		path := filepath.Join(dir, e.name)
+		if e.isDir {
+			// Every key below starts with e.key: when StartAfter sorts
+			// after e.key without starting with it, so do all of them.
+			if e.key < l.startAfter && !strings.HasPrefix(l.startAfter, e.key) {
+				continue
+			}
+			if err := l.visit(path, e.key, ""); err != nil {
+				return err
+			}
+			continue
+		}
+		if e.key <= l.startAfter {
+			continue
+		}
+		h, size, err := readInfo(path)
+		if errors.Is(err, errNoObject) {
+			continue // deleted since ReadDir
+		}
+		if err != nil {
+			return fmt.Errorf("read %q: %w", e.key, err)
+		}
+		if len(l.page.Objects) == l.limit {
+			l.page.Truncated, l.done = true, true
+			return nil
+		}
+		l.page.Objects = append(l.page.Objects, s3store.ObjectInfo{Key: e.key, ETag: h.etag, Size: size, LastModified: h.modified})
+	}
+	return nil
+}
