@@ -1,0 +1,239 @@
+package task
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"time"
+	"unicode/utf8"
+)
+
+const (
+	// FormatVersion is the task object format this package reads and writes.
+	FormatVersion = 1
+	// MaxInputBytes limits a task's input (compacted JSON), keeping every
+	// task object small enough for one cheap GET.
+	MaxInputBytes = 256 << 10
+	// MaxResultBytes limits the result a handler may store on the task.
+	MaxResultBytes = 256 << 10
+	// MaxHistory bounds Task.History.
+	MaxHistory = 32
+	// MaxErrorBytes bounds Task.LastError.
+	MaxErrorBytes = 4 << 10
+	// MaxReasonBytes bounds Transition.Reason, so a full history stays small.
+	MaxReasonBytes = 256
+	// MaxTypeLen bounds Spec.Type.
+	MaxTypeLen = 128
+	// MaxKeyBytes bounds Spec.IdempotencyKey and Spec.ShardKey.
+	MaxKeyBytes = 1024
+	// MaxAttemptsLimit is the largest accepted Spec.MaxAttempts.
+	MaxAttemptsLimit = 1000
+
+	// DefaultMaxAttempts applies when Spec.MaxAttempts is 0.
+	DefaultMaxAttempts = 3
+	// DefaultTimeout applies when Spec.Timeout is 0.
+	DefaultTimeout = 30 * time.Second
+	// MinTimeout and MaxTimeout bound Spec.Timeout. A lease shorter than a
+	// second cannot be told apart by S3's 1-second Date header.
+	MinTimeout = time.Second
+	MaxTimeout = 24 * time.Hour
+)
+
+// Claim is a worker's hold on a running task.
+type Claim struct {
+	Worker string `json:"worker"`
+	// ID is unique per claim; it fences outcomes (invariant 3).
+	ID string `json:"id"`
+	// ExpiresAt is the lease expiry in S3 time.
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// Transition is one entry of a task's history.
+type Transition struct {
+	At      time.Time `json:"at"`
+	From    Status    `json:"from,omitempty"`
+	To      Status    `json:"to"`
+	Worker  string    `json:"worker,omitempty"`
+	Reason  string    `json:"reason,omitempty"`
+	Attempt int       `json:"attempt,omitempty"`
+}
+
+// Task is the canonical task object stored at Key(Shard, ID). Change it only
+// through its transition methods, which keep Version, UpdatedAt and History
+// consistent.
+type Task struct {
+	Format int             `json:"format"`
+	ID     string          `json:"id"`
+	Type   string          `json:"type"`
+	Input  json.RawMessage `json:"input,omitempty"`
+	Shard  int             `json:"shard"`
+	Status Status          `json:"status"`
+	// Attempt counts attempts started (claims made) so far; a snooze gives
+	// its attempt back.
+	Attempt     int         `json:"attempt"`
+	MaxAttempts int         `json:"max_attempts"`
+	Retry       RetryPolicy `json:"retry"`
+	// Timeout is the lease duration of one attempt.
+	Timeout        Duration  `json:"timeout"`
+	IdempotencyKey string    `json:"idempotency_key,omitempty"`
+	ShardKey       string    `json:"shard_key,omitempty"`
+	AvailableAt    time.Time `json:"available_at"`
+	CreatedAt      time.Time `json:"created_at"`
+	UpdatedAt      time.Time `json:"updated_at"`
+	// Claim is set exactly while the task is running.
+	Claim           *Claim          `json:"claim,omitempty"`
+	CancelRequested bool            `json:"cancel_requested,omitempty"`
+	Result          json.RawMessage `json:"result,omitempty"`
+	LastError       string          `json:"last_error,omitempty"`
+	// Version grows by one on every write, so every write changes the
+	// bytes and the ETag (invariant 2).
+	Version int64        `json:"version"`
+	History []Transition `json:"history"`
+	// HistoryDropped counts transitions dropped to keep History within
+	// MaxHistory. The first (submit) entry is always kept.
+	HistoryDropped int `json:"history_dropped,omitempty"`
+}
+
+// Spec is what a producer asks for.
+type Spec struct {
+	// Type selects the handler: 1..128 characters of [A-Za-z0-9._:-].
+	Type string
+	// Input is the handler's input, any JSON value up to MaxInputBytes.
+	// Empty means no input.
+	Input json.RawMessage
+	// MaxAttempts is 1..1000; 0 means DefaultMaxAttempts.
+	MaxAttempts int
+	// Retry nil means DefaultRetryPolicy. Zero InitialDelay, MaxDelay and
+	// Multiplier take their defaults; Jitter is used as given.
+	Retry *RetryPolicy
+	// Timeout is the lease of one attempt, 1s..24h; 0 means DefaultTimeout.
+	Timeout time.Duration
+	// AvailableAt delays the first attempt; zero means now.
+	AvailableAt    time.Time
+	IdempotencyKey string
+	ShardKey       string
+}
+
+// New validates spec and returns a pending task with Version 1 and a single
+// "submitted" history entry. id must be a valid task id (see NewID), shard
+// >= 0, and now is S3 time.
+func New(id string, shard int, spec Spec, now time.Time) (*Task, error) {
+	if !ValidID(id) {
+		return nil, fmt.Errorf("new task: %w: id %q is not a task id", ErrInvalid, id)
+	}
+	if shard < 0 {
+		return nil, fmt.Errorf("new task %s: %w: negative shard %d", id, ErrInvalid, shard)
+	}
+	if err := ValidType(spec.Type); err != nil {
+		return nil, fmt.Errorf("new task %s: %w", id, err)
+	}
+	input, err := normaliseJSON(spec.Input, MaxInputBytes)
+	if err != nil {
+		return nil, fmt.Errorf("new task %s: %w: input %v", id, ErrInvalid, err)
+	}
+	maxAttempts := spec.MaxAttempts
+	if maxAttempts == 0 {
+		maxAttempts = DefaultMaxAttempts
+	}
+	if maxAttempts < 1 || maxAttempts > MaxAttemptsLimit {
+		return nil, fmt.Errorf("new task %s: %w: max attempts %d outside 1..%d", id, ErrInvalid, spec.MaxAttempts, MaxAttemptsLimit)
+	}
+	retry := DefaultRetryPolicy()
+	if spec.Retry != nil {
+		retry = spec.Retry.withDefaults()
+	}
+	if err := retry.Validate(); err != nil {
+		return nil, fmt.Errorf("new task %s: %w: %w", id, ErrInvalid, err)
+	}
+	timeout := spec.Timeout
+	if timeout == 0 {
+		timeout = DefaultTimeout
+	}
+	if timeout < MinTimeout || timeout > MaxTimeout {
+		return nil, fmt.Errorf("new task %s: %w: timeout %s outside %s..%s", id, ErrInvalid, spec.Timeout, MinTimeout, MaxTimeout)
+	}
+	for _, k := range []struct{ name, v string }{{"idempotency key", spec.IdempotencyKey}, {"shard key", spec.ShardKey}} {
+		if len(k.v) > MaxKeyBytes || !utf8.ValidString(k.v) {
+			return nil, fmt.Errorf("new task %s: %w: %s must be valid UTF-8 of at most %d bytes", id, ErrInvalid, k.name, MaxKeyBytes)
+		}
+	}
+	now = now.UTC()
+	avail := now
+	if !spec.AvailableAt.IsZero() {
+		avail = spec.AvailableAt.UTC()
+	}
+	return &Task{
+		Format:         FormatVersion,
+		ID:             id,
+		Type:           spec.Type,
+		Input:          input,
+		Shard:          shard,
+		Status:         Pending,
+		MaxAttempts:    maxAttempts,
+		Retry:          retry,
+		Timeout:        Duration(timeout),
+		IdempotencyKey: spec.IdempotencyKey,
+		ShardKey:       spec.ShardKey,
+		AvailableAt:    avail,
+		CreatedAt:      now,
+		UpdatedAt:      now,
+		Version:        1,
+		History:        []Transition{{At: now, To: Pending, Reason: "submitted"}},
+	}, nil
+}
+
+// ValidType checks a task type name.
+func ValidType(typ string) error {
+	if typ == "" || len(typ) > MaxTypeLen {
+		return fmt.Errorf("%w: type must be 1..%d characters, got %d", ErrInvalid, MaxTypeLen, len(typ))
+	}
+	for i := 0; i < len(typ); i++ {
+		c := typ[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == ':' || c == '-') {
+			return fmt.Errorf("%w: type %q may only contain A-Z a-z 0-9 . _ : -", ErrInvalid, typ)
+		}
+	}
+	return nil
+}
+
+// normaliseJSON validates raw, compacts it into a fresh buffer (so the task
+// never aliases the caller's slice) and enforces limit. Empty or blank
+// input means absent.
+func normaliseJSON(raw json.RawMessage, limit int) (json.RawMessage, error) {
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return nil, nil
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, raw); err != nil {
+		return nil, fmt.Errorf("is not valid JSON: %v", err)
+	}
+	if buf.Len() > limit {
+		return nil, fmt.Errorf("is %d bytes, over the %d byte limit", buf.Len(), limit)
+	}
+	return json.RawMessage(buf.Bytes()), nil
+}
+
+// Key returns the task's canonical object key, derived from its shard and id.
+func (t *Task) Key() string { return Key(t.Shard, t.ID) }
+
+// Clone returns a deep copy of t.
+func (t *Task) Clone() *Task {
+	c := *t
+	c.Input = cloneBytes(t.Input)
+	c.Result = cloneBytes(t.Result)
+	if t.Claim != nil {
+		cl := *t.Claim
+		c.Claim = &cl
+	}
+	if t.History != nil {
+		c.History = append([]Transition(nil), t.History...)
+	}
+	return &c
+}
+
+func cloneBytes(b []byte) []byte {
+	if b == nil {
+		return nil
+	}
+	return append([]byte(nil), b...)
+}

@@ -1,0 +1,315 @@
+package task
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+	"unicode/utf8"
+)
+
+// Transitions. Each method mutates the receiver only on success; on error the
+// task is unchanged and the caller must not write it. Every success bumps
+// Version and sets UpdatedAt, and all but Renew append to History. Callers
+// pass now from S3 time and write the result back with If-Match on the ETag
+// they read.
+
+// Due reports whether the task is pending and available at now.
+func (t *Task) Due(now time.Time) bool {
+	return t.Status == Pending && !t.AvailableAt.After(now)
+}
+
+// ClaimExpired reports whether the task is running and now is past its
+// claim's expiry. The caller applies clock margins (invariant 4) by shifting
+// now. A running task without a claim counts as expired so it can be
+// recovered.
+func (t *Task) ClaimExpired(now time.Time) bool {
+	if t.Status != Running {
+		return false
+	}
+	return t.Claim == nil || now.After(t.Claim.ExpiresAt)
+}
+
+// ClaimBy starts an attempt: pending → running under a new claim that expires
+// Timeout after now. claimID must be unique per claim; it fences every
+// later outcome. Errors: ErrNotPending (also ErrTerminal for a finished
+// task), ErrNotDue, ErrInvalid for an empty worker or claim id.
+//
+// (The method is not called Claim because Task has a field of that name.)
+func (t *Task) ClaimBy(worker, claimID string, now time.Time) error {
+	if t.Status != Pending {
+		return t.statusErr("claim", ErrNotPending)
+	}
+	if !t.Due(now) {
+		return fmt.Errorf("claim task %s: %w: available at %s, now %s", t.ID, ErrNotDue,
+			t.AvailableAt.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
+	}
+	if worker == "" || claimID == "" {
+		return fmt.Errorf("claim task %s: %w: worker and claim id must be set", t.ID, ErrInvalid)
+	}
+	now = now.UTC()
+	t.Attempt++
+	t.Claim = &Claim{Worker: worker, ID: claimID, ExpiresAt: now.Add(t.Timeout.D())}
+	t.CancelRequested = false // a pending task never carries one; keep the state canonical
+	t.Status = Running
+	t.commit(now, &Transition{From: Pending, To: Running, Worker: worker, Reason: "claimed", Attempt: t.Attempt})
+	return nil
+}
+
+// Renew extends the lease of the claim claimID to now+Timeout. It appends no
+// history (renewals would flood it) but still bumps Version. A claim that is
+// past ExpiresAt may still renew as long as nobody has expired it: the
+// task object, not the clock, decides who holds it.
+func (t *Task) Renew(claimID string, now time.Time) error {
+	if err := t.fence("renew", claimID); err != nil {
+		return err
+	}
+	now = now.UTC()
+	t.Claim.ExpiresAt = now.Add(t.Timeout.D())
+	t.commit(now, nil)
+	return nil
+}
+
+// Succeed records the outcome of the attempt under claimID: → succeeded
+// with result (any JSON up to MaxResultBytes; empty means none). A cancel
+// requested meanwhile does not change the outcome: the work was done.
+func (t *Task) Succeed(claimID string, result json.RawMessage, now time.Time) error {
+	if err := t.fence("complete", claimID); err != nil {
+		return err
+	}
+	res, err := normaliseJSON(result, MaxResultBytes)
+	if err != nil {
+		return fmt.Errorf("complete task %s: %w: result %v", t.ID, ErrInvalid, err)
+	}
+	worker := t.Claim.Worker
+	t.Status = Succeeded
+	t.Result = res
+	t.Claim = nil
+	t.CancelRequested = false
+	t.commit(now, &Transition{From: Running, To: Succeeded, Worker: worker, Reason: "succeeded", Attempt: t.Attempt})
+	return nil
+}
+
+// Fail records a failed attempt under claimID. The task goes
+//   - to canceled if a cancel was requested,
+//   - to dead if permanent or the attempts are used up,
+//   - else back to pending, available after Retry.Delay(Attempt) (jittered
+//     with rnd, values in [0,1); nil means no jitter).
+//
+// LastError is errMsg truncated to MaxErrorBytes.
+func (t *Task) Fail(claimID, errMsg string, permanent bool, now time.Time, rnd func() float64) error {
+	if err := t.fence("fail", claimID); err != nil {
+		return err
+	}
+	t.settleFailure(errMsg, permanent, now, rnd)
+	return nil
+}
+
+// Snooze hands the attempt under claimID back without counting it (a handler
+// asked to retry later, exit code 75): → pending at now+delay, Attempt
+// decremented. If a cancel was requested the task goes to canceled instead.
+// delay must not be negative.
+func (t *Task) Snooze(claimID string, delay time.Duration, reason string, now time.Time) error {
+	if err := t.fence("snooze", claimID); err != nil {
+		return err
+	}
+	if delay < 0 {
+		return fmt.Errorf("snooze task %s: %w: negative delay %s", t.ID, ErrInvalid, delay)
+	}
+	now = now.UTC()
+	worker := t.Claim.Worker
+	attempt := t.Attempt
+	t.Claim = nil
+	t.Attempt = max(t.Attempt-1, 0)
+	r := "snoozed"
+	if reason != "" {
+		r += ": " + reason
+	}
+	if t.CancelRequested {
+		t.CancelRequested = false
+		t.Status = Canceled
+		t.commit(now, &Transition{From: Running, To: Canceled, Worker: worker, Reason: "canceled instead of " + r, Attempt: attempt})
+		return nil
+	}
+	t.Status = Pending
+	t.AvailableAt = now.Add(delay)
+	t.commit(now, &Transition{From: Running, To: Pending, Worker: worker, Reason: r, Attempt: attempt})
+	return nil
+}
+
+// Expire takes the task back from a claim whose lease ran out (the monitor or
+// another worker found now past Claim.ExpiresAt; the caller applied the
+// clock margin by shifting now). It counts as a failed, non-permanent
+// attempt with the error "lease expired", so it obeys Fail's rules.
+// Errors: ErrNotRunning (also ErrTerminal for a finished task),
+// ErrNotExpired.
+func (t *Task) Expire(now time.Time, rnd func() float64) error {
+	if t.Status != Running {
+		return t.statusErr("expire", ErrNotRunning)
+	}
+	if !t.ClaimExpired(now) {
+		return fmt.Errorf("expire task %s: %w: lease of claim %s expires at %s, now %s", t.ID, ErrNotExpired,
+			t.Claim.ID, t.Claim.ExpiresAt.UTC().Format(time.RFC3339Nano), now.UTC().Format(time.RFC3339Nano))
+	}
+	t.settleFailure("lease expired", false, now, rnd)
+	return nil
+}
+
+// Cancel asks for the task to be canceled.
+//   - pending: → canceled at once; requested is false.
+//   - running: CancelRequested is set and the task stays running until its
+//     worker acknowledges (CancelRunning) or finishes; requested is true.
+//     The change is a write (Version bump, a "cancel requested" history
+//     entry from running to running).
+//   - running with the cancel already requested: (true,
+//     ErrCancelAlreadyRequested) and nothing changes; treat it as success
+//     but do not write.
+//   - terminal: ErrTerminal.
+func (t *Task) Cancel(now time.Time) (requested bool, err error) {
+	switch {
+	case t.Status == Pending:
+		t.Status = Canceled
+		t.commit(now, &Transition{From: Pending, To: Canceled, Reason: "canceled", Attempt: t.Attempt})
+		return false, nil
+	case t.Status == Running && t.CancelRequested:
+		return true, fmt.Errorf("cancel task %s: %w", t.ID, ErrCancelAlreadyRequested)
+	case t.Status == Running:
+		t.CancelRequested = true
+		worker := ""
+		if t.Claim != nil {
+			worker = t.Claim.Worker
+		}
+		t.commit(now, &Transition{From: Running, To: Running, Worker: worker, Reason: "cancel requested", Attempt: t.Attempt})
+		return true, nil
+	default:
+		return false, t.statusErr("cancel", ErrTerminal)
+	}
+}
+
+// CancelRunning is the worker's acknowledgement of a requested cancel: the
+// handler stopped, so the task under claimID goes to canceled. Errors:
+// ErrClaimMismatch, ErrCancelNotRequested.
+func (t *Task) CancelRunning(claimID string, now time.Time) error {
+	if err := t.fence("cancel", claimID); err != nil {
+		return err
+	}
+	if !t.CancelRequested {
+		return fmt.Errorf("cancel task %s: %w", t.ID, ErrCancelNotRequested)
+	}
+	worker := t.Claim.Worker
+	t.Status = Canceled
+	t.Claim = nil
+	t.CancelRequested = false
+	t.commit(now, &Transition{From: Running, To: Canceled, Worker: worker, Reason: "canceled by worker", Attempt: t.Attempt})
+	return nil
+}
+
+// Requeue gives a dead or canceled task a fresh start: → pending now with
+// Attempt 0. LastError is kept for the record. Error: ErrNotRequeueable.
+func (t *Task) Requeue(now time.Time) error {
+	if t.Status != Dead && t.Status != Canceled {
+		return fmt.Errorf("requeue task %s: %w (status %s)", t.ID, ErrNotRequeueable, t.Status)
+	}
+	from := t.Status
+	now = now.UTC()
+	t.Status = Pending
+	t.Attempt = 0
+	t.AvailableAt = now
+	t.Claim = nil
+	t.CancelRequested = false
+	t.Result = nil
+	t.commit(now, &Transition{From: from, To: Pending, Reason: "requeued"})
+	return nil
+}
+
+// settleFailure ends a running attempt that failed (Fail, Expire).
+func (t *Task) settleFailure(errMsg string, permanent bool, now time.Time, rnd func() float64) {
+	now = now.UTC()
+	worker := ""
+	if t.Claim != nil {
+		worker = t.Claim.Worker
+	}
+	tr := Transition{From: Running, Worker: worker, Attempt: t.Attempt}
+	t.Claim = nil
+	t.LastError = truncateUTF8(errMsg, MaxErrorBytes)
+	switch {
+	case t.CancelRequested:
+		t.CancelRequested = false
+		t.Status = Canceled
+		tr.Reason = "canceled after failure: " + errMsg
+	case permanent:
+		t.Status = Dead
+		tr.Reason = "permanent failure: " + errMsg
+	case t.Attempt >= t.MaxAttempts:
+		t.Status = Dead
+		tr.Reason = "attempts exhausted: " + errMsg
+	default:
+		t.Status = Pending
+		t.AvailableAt = now.Add(t.Retry.Delay(t.Attempt, rnd))
+		tr.Reason = "failed: " + errMsg
+	}
+	tr.To = t.Status
+	t.commit(now, &tr)
+}
+
+// fence enforces invariant 3: only the current claim may act on a running
+// task, whatever the status looks like.
+func (t *Task) fence(op, claimID string) error {
+	if t.Status != Running {
+		if t.Status.Terminal() {
+			return fmt.Errorf("%s task %s: %w: status %s: %w: %w", op, t.ID, ErrClaimMismatch, t.Status, ErrNotRunning, ErrTerminal)
+		}
+		return fmt.Errorf("%s task %s: %w: status %s: %w", op, t.ID, ErrClaimMismatch, t.Status, ErrNotRunning)
+	}
+	if claimID == "" || t.Claim == nil || t.Claim.ID != claimID {
+		held := "none"
+		if t.Claim != nil {
+			held = t.Claim.ID
+		}
+		return fmt.Errorf("%s task %s: %w: claim %q, task is held by claim %q", op, t.ID, ErrClaimMismatch, claimID, held)
+	}
+	return nil
+}
+
+// statusErr reports a transition refused because of the task's status,
+// adding ErrTerminal when the task is finished.
+func (t *Task) statusErr(op string, sentinel error) error {
+	if t.Status.Terminal() && sentinel != ErrTerminal {
+		return fmt.Errorf("%s task %s: %w: status %s: %w", op, t.ID, sentinel, t.Status, ErrTerminal)
+	}
+	return fmt.Errorf("%s task %s: %w: status %s", op, t.ID, sentinel, t.Status)
+}
+
+// commit records a successful transition. History is rebuilt into a fresh
+// slice, so shallow copies of the task never share a backing array that a
+// later transition writes into.
+func (t *Task) commit(now time.Time, tr *Transition) {
+	now = now.UTC()
+	t.Version++
+	t.UpdatedAt = now
+	if tr == nil {
+		return
+	}
+	tr.At = now
+	tr.Reason = truncateUTF8(tr.Reason, MaxReasonBytes)
+	h := make([]Transition, 0, min(len(t.History)+1, MaxHistory))
+	if excess := len(t.History) + 1 - MaxHistory; excess > 0 && len(t.History) > 0 {
+		// Keep the first (submit) entry; drop the oldest after it.
+		h = append(h, t.History[0])
+		h = append(h, t.History[1+excess:]...)
+		t.HistoryDropped += excess
+	} else {
+		h = append(h, t.History...)
+	}
+	t.History = append(h, *tr)
+}
+
+// truncateUTF8 cuts s to at most n bytes without splitting a rune.
+func truncateUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
