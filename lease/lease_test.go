@@ -1,0 +1,136 @@
+package lease_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/s3queue/s3queue/clock"
+	"github.com/s3queue/s3queue/lease"
+	"github.com/s3queue/s3queue/s3store"
+	"github.com/s3queue/s3queue/s3store/mem"
+)
+
+// setup returns a store whose server time the test moves, and a function
+// making a lease handle for a holder whose local wall clock is skewed.
+func setup(t *testing.T) (*mem.Store, *time.Time, func(holder string, skew time.Duration) *lease.Lease) {
+	st := mem.New()
+	server := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+	st.SetNow(func() time.Time { return server })
+	mk := func(holder string, skew time.Duration) *lease.Lease {
+		c := clock.New(st, clock.Config{Local: func() time.Time { return time.Now().Add(skew) }})
+		return lease.New(st, c, "shard-leases/000.json", holder, lease.Config{TTL: 30 * time.Second, Margin: 2 * time.Second})
+	}
+	return st, &server, mk
+}
+
+func TestTakeoverOnlyAfterExpiryByS3Time(t *testing.T) {
+	ctx := context.Background()
+	for _, skew := range []time.Duration{0, -10 * time.Minute, 10 * time.Minute} {
+		t.Run(skew.String(), func(t *testing.T) {
+			_, server, mk := setup(t)
+			a, b := mk("a", 0), mk("b", skew)
+			if err := a.Acquire(ctx, json.RawMessage(`{"cursor":1}`)); err != nil {
+				t.Fatal(err)
+			}
+			if a.Epoch() != 1 {
+				t.Fatalf("epoch %d, want 1", a.Epoch())
+			}
+			for _, at := range []time.Duration{0, 29 * time.Second, 31 * time.Second, 32 * time.Second} {
+				*server = server.Add(at - elapsed(server))
+				if err := b.Acquire(ctx, nil); !errors.Is(err, lease.ErrHeld) {
+					t.Fatalf("%v after acquire: b took the lease (%v); takeover only after expiry+margin", at, err)
+				}
+			}
+			*server = server.Add(35*time.Second - elapsed(server))
+			if a.Valid(ctx) {
+				t.Fatal("holder still thinks it holds an expired lease")
+			}
+			if err := b.Acquire(ctx, nil); err != nil {
+				t.Fatalf("takeover after expiry+margin: %v", err)
+			}
+			if b.Epoch() != 2 || string(b.Record().Data) != `{"cursor":1}` {
+				t.Fatalf("takeover: epoch %d data %s, want 2 and the old checkpoint", b.Epoch(), b.Record().Data)
+			}
+			if err := a.Renew(ctx, nil); !errors.Is(err, lease.ErrLost) {
+				t.Fatalf("old holder renewed a lease taken over: %v", err)
+			}
+		})
+	}
+}
+
+var start = time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+
+func elapsed(server *time.Time) time.Duration { return server.Sub(start) }
+
+func TestRenewKeepsTheLeaseAndReleaseFreesIt(t *testing.T) {
+	ctx := context.Background()
+	st, server, mk := setup(t)
+	counter := s3store.NewCounter(st)
+	_ = counter
+	a, b := mk("a", 0), mk("b", 0)
+	if err := a.Acquire(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 5; i++ {
+		*server = server.Add(20 * time.Second)
+		if err := a.Renew(ctx, nil); err != nil {
+			t.Fatalf("renew %d: %v", i, err)
+		}
+		if err := b.Acquire(ctx, nil); !errors.Is(err, lease.ErrHeld) {
+			t.Fatalf("renewed lease taken over: %v", err)
+		}
+	}
+	if !a.Valid(ctx) || a.Remaining(ctx) <= 0 {
+		t.Fatal("renewed lease not valid")
+	}
+	if err := a.Release(ctx, json.RawMessage(`{"cursor":9}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Acquire(ctx, nil); err != nil {
+		t.Fatalf("acquire after release: %v", err)
+	}
+	if string(b.Record().Data) != `{"cursor":9}` || b.Epoch() != 2 {
+		t.Fatalf("after release: %+v", b.Record())
+	}
+	// A released-then-taken lease cannot be released by its old holder.
+	if err := a.Release(ctx, nil); err != nil {
+		t.Fatalf("release when not held must be a no-op: %v", err)
+	}
+	if r, _, _ := lease.Read(ctx, st, "shard-leases/000.json"); r.Holder != "b" || r.Released {
+		t.Fatalf("old holder's release touched the new holding: %+v", r)
+	}
+}
+
+func TestRacingAcquirersOneWins(t *testing.T) {
+	ctx := context.Background()
+	_, _, mk := setup(t)
+	errs := make(chan error, 8)
+	for i := 0; i < 8; i++ {
+		l := mk(string(rune('a'+i)), 0)
+		go func() { errs <- l.Acquire(ctx, nil) }()
+	}
+	wins := 0
+	for i := 0; i < 8; i++ {
+		if err := <-errs; err == nil {
+			wins++
+		} else if !errors.Is(err, lease.ErrHeld) {
+			t.Fatalf("unexpected error %v", err)
+		}
+	}
+	if wins != 1 {
+		t.Fatalf("%d acquirers won, want 1", wins)
+	}
+}
+
+func TestCorruptLeaseIsTakenOver(t *testing.T) {
+	ctx := context.Background()
+	st, _, mk := setup(t)
+	st.Put(ctx, "shard-leases/000.json", []byte("not json"), s3store.PutOptions{})
+	a := mk("a", 0)
+	if err := a.Acquire(ctx, nil); err != nil {
+		t.Fatalf("corrupt lease: %v", err)
+	}
+}
