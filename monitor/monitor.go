@@ -117,16 +117,17 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Monitor, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	// The clock exists before the first request, so every response syncs it.
+	c := cfg.Clock
+	if c == nil {
+		c = clock.New(st, clock.Config{})
+	}
 	m, err := shards.Open(ctx, st, cfg.Shards)
 	if err != nil {
 		return nil, err
 	}
 	if cfg.ShardsPerTick <= 0 || cfg.ShardsPerTick > m.Shards {
 		cfg.ShardsPerTick = m.Shards
-	}
-	c := cfg.Clock
-	if c == nil {
-		c = clock.New(st, clock.Config{})
 	}
 	return &Monitor{st: st, cfg: cfg, clock: c, manifest: m, log: cfg.Logger.WithGroup("monitor"),
 		cursor: make(map[int]string), known: make(map[string]known)}, nil

@@ -60,13 +60,14 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Producer, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	m, err := shards.Open(ctx, st, cfg.Shards)
-	if err != nil {
-		return nil, err
-	}
+	// The clock exists before the first request, so every response syncs it.
 	c := cfg.Clock
 	if c == nil {
 		c = clock.New(st, clock.Config{})
+	}
+	m, err := shards.Open(ctx, st, cfg.Shards)
+	if err != nil {
+		return nil, err
 	}
 	return &Producer{st: st, cfg: cfg, clock: c, manifest: m, log: cfg.Logger.WithGroup("producer")}, nil
 }

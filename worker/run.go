@@ -246,4 +246,3 @@ func (r *run) commit(o outcome, cause error) {
 		}
 	}
 }
-

@@ -115,6 +115,11 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Worker, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
+	// The clock exists before the first request, so every response syncs it.
+	c := cfg.Clock
+	if c == nil {
+		c = clock.New(st, clock.Config{})
+	}
 	m, err := shards.Open(ctx, st, cfg.Shards)
 	if err != nil {
 		return nil, err
@@ -123,10 +128,6 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Worker, error) {
 		if s < 0 || s >= m.Shards {
 			return nil, fmt.Errorf("worker: shard %d out of range 0..%d", s, m.Shards-1)
 		}
-	}
-	c := cfg.Clock
-	if c == nil {
-		c = clock.New(st, clock.Config{})
 	}
 	w := &Worker{
 		st: st, cfg: cfg, clock: c, manifest: m,

@@ -1,0 +1,158 @@
+package producer_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/s3queue/s3queue/producer"
+	"github.com/s3queue/s3queue/s3store"
+	"github.com/s3queue/s3queue/s3store/mem"
+	"github.com/s3queue/s3queue/task"
+)
+
+func setup(t *testing.T) (*producer.Producer, *s3store.Counter) {
+	t.Helper()
+	st := s3store.NewCounter(mem.New())
+	p, err := producer.New(context.Background(), st, producer.Config{Shards: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, st
+}
+
+func TestBadInputWritesNothing(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name  string
+		typ   string
+		input any
+		opts  producer.Options
+		want  string
+	}{
+		{"input that is not JSON", "t", []byte("{nope"), producer.Options{}, "not valid JSON"},
+		{"input over the size limit", "t", []byte(`"` + strings.Repeat("x", task.MaxInputBytes) + `"`), producer.Options{}, "over the limit"},
+		{"an empty type", "", nil, producer.Options{}, "type"},
+		{"a timeout under a second", "t", nil, producer.Options{Timeout: time.Millisecond}, "timeout"},
+		{"zero attempts allowed", "t", nil, producer.Options{MaxAttempts: -1}, "attempts"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, st := setup(t)
+			before := st.Counts().Of(s3store.OpPut)
+			_, err := p.Submit(ctx, tc.typ, tc.input, tc.opts)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("submit: %v, want an error mentioning %q", err, tc.want)
+			}
+			if puts := st.Counts().Of(s3store.OpPut) - before; puts != 0 {
+				t.Fatalf("a refused submit wrote %d objects", puts)
+			}
+		})
+	}
+}
+
+func TestSubmitCostsOnePut(t *testing.T) {
+	ctx := context.Background()
+	p, st := setup(t)
+	before := st.Counts()
+	if _, err := p.Submit(ctx, "t", map[string]int{"a": 1}, producer.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	d := st.Counts().Sub(before)
+	if d.Of(s3store.OpPut) != 1 || d.Total() != 1 {
+		t.Fatalf("submit made %s, want exactly one PUT", d)
+	}
+}
+
+func TestShardKeyPlacesTasksTogether(t *testing.T) {
+	ctx := context.Background()
+	p, _ := setup(t)
+	want := task.ShardFor("customer-7", 4)
+	for i := 0; i < 10; i++ {
+		id, err := p.Submit(ctx, "t", nil, producer.Options{ShardKey: "customer-7"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := task.ShardFor(id, 4); got != want {
+			t.Fatalf("task %s in shard %d, want %d", id, got, want)
+		}
+		tk, err := p.Get(ctx, id)
+		if err != nil || tk.Shard != want {
+			t.Fatalf("get: %+v %v", tk, err)
+		}
+	}
+}
+
+func TestDelayAndRunAt(t *testing.T) {
+	ctx := context.Background()
+	p, _ := setup(t)
+	id, _ := p.Submit(ctx, "t", nil, producer.Options{Delay: time.Hour})
+	tk, _ := p.Get(ctx, id)
+	if d := tk.AvailableAt.Sub(tk.CreatedAt); d < time.Hour-time.Second || d > time.Hour+time.Second {
+		t.Fatalf("delay 1h gave available_at - created_at = %v", d)
+	}
+	if idTime, _ := task.IDTime(id); !idTime.Equal(tk.AvailableAt) {
+		t.Fatalf("id time %v differs from available_at %v: scans would misjudge it", idTime, tk.AvailableAt)
+	}
+	at := time.Now().Add(48 * time.Hour).Truncate(time.Second).UTC()
+	id, _ = p.Submit(ctx, "t", nil, producer.Options{RunAt: at, Delay: time.Minute})
+	if tk, _ := p.Get(ctx, id); !tk.AvailableAt.Equal(at) {
+		t.Fatalf("run-at gave %v, want %v", tk.AvailableAt, at)
+	}
+}
+
+func TestUnknownIDIsNotFound(t *testing.T) {
+	ctx := context.Background()
+	p, _ := setup(t)
+	for _, id := range []string{"01JDXYZ0000000000000000000", "not-an-id"} {
+		if _, err := p.Get(ctx, id); !errors.Is(err, producer.ErrNotFound) {
+			t.Fatalf("get %q: %v, want ErrNotFound", id, err)
+		}
+		if _, err := p.Cancel(ctx, id); !errors.Is(err, producer.ErrNotFound) {
+			t.Fatalf("cancel %q: %v, want ErrNotFound", id, err)
+		}
+	}
+}
+
+// slowStore delays PUTs and records how many ran at once.
+type slowStore struct {
+	s3store.Store
+	mu        sync.Mutex
+	cur, peak int
+}
+
+func (s *slowStore) Put(ctx context.Context, key string, body []byte, opts s3store.PutOptions) (string, error) {
+	s.mu.Lock()
+	s.cur++
+	s.peak = max(s.peak, s.cur)
+	s.mu.Unlock()
+	time.Sleep(10 * time.Millisecond) // a slow request, not a wait for background work
+	defer func() { s.mu.Lock(); s.cur--; s.mu.Unlock() }()
+	return s.Store.Put(ctx, key, body, opts)
+}
+
+func TestSubmitBatchBoundsParallelism(t *testing.T) {
+	ctx := context.Background()
+	st := &slowStore{Store: mem.New()}
+	p, err := producer.New(ctx, st, producer.Config{Shards: 4, BatchParallelism: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs := make([]producer.Request, 12)
+	for i := range reqs {
+		reqs[i] = producer.Request{Type: "t", Input: map[string]int{"i": i}}
+	}
+	res := p.SubmitBatch(ctx, reqs)
+	seen := map[string]bool{}
+	for i, r := range res {
+		if r.Err != nil || r.ID == "" || seen[r.ID] {
+			t.Fatalf("request %d: %+v", i, r)
+		}
+		seen[r.ID] = true
+	}
+	if st.peak != 3 {
+		t.Fatalf("peak parallel PUTs %d, want 3", st.peak)
+	}
+}
