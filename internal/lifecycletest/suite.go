@@ -140,6 +140,34 @@ var cases = []struct {
 			t.Fatalf("executions = %d, want 2 (one duplicate, counted)", n)
 		}
 	}},
+	{"a retried task whose ready entry was lost is found again by the monitor's repair", func(t *testing.T, e *env) {
+		faulty := s3store.NewFaults(e.st)
+		// Every ready entry this worker writes is lost.
+		faulty.Inject(s3store.Fault{Op: s3store.OpPut, KeyPrefix: "ready/", Err: s3store.ErrInjected503})
+		var mu sync.Mutex
+		tries := map[string]int{}
+		cfg := e.workerConfig("w1")
+		cfg.ScanLag = time.Millisecond // scans forget a task as soon as a later one is seen
+		e.startWorker(cfg, faulty, map[string]worker.Handler{"echo": echo, "flaky": func(_ context.Context, tk *task.Task) (json.RawMessage, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			tries[tk.ID]++
+			if tries[tk.ID] == 1 {
+				return nil, errors.New("first attempt fails")
+			}
+			return nil, nil
+		}})
+		retry := task.RetryPolicy{InitialDelay: task.Duration(time.Second), MaxDelay: task.Duration(time.Second), Multiplier: 1}
+		id := e.submit("flaky", nil, producer.Options{Retry: &retry, ShardKey: "one"})
+		e.waitFor("the first attempt to fail", 30*time.Second, nil, func() bool { return e.get(id).Attempt == 1 && e.get(id).Status == task.Pending })
+		// A later task moves the scan cursor past the retried one.
+		e.waitStatus(e.submit("echo", nil, producer.Options{ShardKey: "one"}), task.Succeeded, 30*time.Second, nil)
+		mon := e.monitor(monitor.Config{RepairAfter: 500 * time.Millisecond})
+		got := e.waitStatus(id, task.Succeeded, 30*time.Second, func() { mon.Tick(e.ctx) })
+		if got.Attempt != 2 || mon.Stats().Repaired < 1 {
+			t.Fatalf("attempt %d, repaired %d: want the monitor to have announced the retry", got.Attempt, mon.Stats().Repaired)
+		}
+	}},
 	{"a long task's lease is renewed and it is never re-dispatched", func(t *testing.T, e *env) {
 		mon := e.monitor(monitor.Config{})
 		w := e.startWorker(e.workerConfig("w1"), nil, map[string]worker.Handler{"long": func(ctx context.Context, tk *task.Task) (json.RawMessage, error) {

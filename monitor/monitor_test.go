@@ -1,0 +1,142 @@
+package monitor_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/s3queue/s3queue/internal/taskio"
+	"github.com/s3queue/s3queue/monitor"
+	"github.com/s3queue/s3queue/producer"
+	"github.com/s3queue/s3queue/s3store"
+	"github.com/s3queue/s3queue/s3store/mem"
+	"github.com/s3queue/s3queue/shards"
+	"github.com/s3queue/s3queue/task"
+)
+
+func TestSweepIsPagedAndReachesTheEnd(t *testing.T) {
+	ctx := context.Background()
+	st := s3store.NewCounter(mem.New())
+	p, err := producer.New(ctx, st, producer.Config{Shards: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 35; i++ {
+		if _, err := p.Submit(ctx, "t", nil, producer.Options{ShardKey: "one"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m, err := monitor.New(ctx, st, monitor.Config{Shards: 2, PageSize: 10, ShardsPerTick: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := 0
+	for tick := 1; tick <= 4; tick++ {
+		before := st.Counts()
+		s, err := m.Tick(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := st.Counts().Sub(before)
+		if d.Of(s3store.OpList) != 2 {
+			t.Fatalf("tick %d made %d LISTs, want one page per shard (2)", tick, d.Of(s3store.OpList))
+		}
+		listed += s.Listed
+		if s.Listed > 10 {
+			t.Fatalf("tick %d looked at %d keys of one shard, more than a page", tick, s.Listed)
+		}
+	}
+	if listed != 35 {
+		t.Fatalf("4 ticks listed %d keys, want all 35", listed)
+	}
+	if got := m.Stats().SweepsCompleted; got < 2 {
+		t.Fatalf("sweeps completed = %d; the cursor must reach the end of both shards", got)
+	}
+	// A second pass reads nothing it has already seen.
+	before := st.Counts()
+	for i := 0; i < 4; i++ {
+		m.Tick(ctx)
+	}
+	if gets := st.Counts().Sub(before).Of(s3store.OpGet); gets != 0 {
+		t.Fatalf("second sweep made %d GETs of unchanged objects", gets)
+	}
+}
+
+func TestRepairAnnouncesAPendingTaskThatLostItsWay(t *testing.T) {
+	ctx := context.Background()
+	st := mem.New()
+	server := time.Now()
+	st.SetNow(func() time.Time { return server })
+	p, _ := producer.New(ctx, st, producer.Config{Shards: 1})
+	id, _ := p.Submit(ctx, "t", nil, producer.Options{})
+	m, _ := monitor.New(ctx, st, monitor.Config{Shards: 1, RepairAfter: time.Minute})
+	m.Tick(ctx)
+	if s := m.Stats(); s.Repaired != 0 {
+		t.Fatalf("repaired a task due for less than repair_after")
+	}
+	server = server.Add(2 * time.Minute)
+	m.Tick(ctx)
+	m.Tick(ctx)
+	if s := m.Stats(); s.Repaired != 1 {
+		t.Fatalf("repaired %d, want 1 (and once only)", s.Repaired)
+	}
+	due, _, err := shards.ListReady(ctx, st, 0, server, 10)
+	if err != nil || len(due) != 1 || due[0].ID != id {
+		t.Fatalf("ready entries = %+v %v, want the stuck task", due, err)
+	}
+}
+
+func TestRetentionDeletesFinishedTasksAndTheirIdempotencyRecords(t *testing.T) {
+	ctx := context.Background()
+	st := mem.New()
+	server := time.Now()
+	st.SetNow(func() time.Time { return server })
+	p, _ := producer.New(ctx, st, producer.Config{Shards: 1})
+	done, _ := p.Submit(ctx, "t", nil, producer.Options{IdempotencyKey: "k1"})
+	live, _ := p.Submit(ctx, "t", nil, producer.Options{})
+	if _, err := p.Cancel(ctx, done); err != nil {
+		t.Fatal(err)
+	}
+	m, _ := monitor.New(ctx, st, monitor.Config{Shards: 1, Retention: time.Hour, RepairAfter: 100 * time.Hour})
+	m.Tick(ctx)
+	server = server.Add(2 * time.Hour)
+	m.Tick(ctx)
+	if _, err := p.Get(ctx, done); err == nil {
+		t.Fatal("finished task outlived its retention")
+	}
+	if _, err := st.Get(ctx, shards.IdempotencyKey("k1")); err == nil {
+		t.Fatal("idempotency record outlived its task")
+	}
+	if _, err := p.Get(ctx, live); err != nil {
+		t.Fatalf("retention deleted a pending task: %v", err)
+	}
+}
+
+func TestExpiredLeaseIsRedispatchedOnlyAfterTheMargin(t *testing.T) {
+	ctx := context.Background()
+	st := mem.New()
+	server := time.Now()
+	st.SetNow(func() time.Time { return server })
+	p, _ := producer.New(ctx, st, producer.Config{Shards: 1})
+	id, _ := p.Submit(ctx, "t", nil, producer.Options{Timeout: 10 * time.Second})
+	v, _ := taskio.LoadID(ctx, st, id, 1)
+	server = server.Add(2 * time.Second)
+	if err := v.Task.ClaimBy("w", "claim-1", server); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := taskio.Update(ctx, st, v.Task, v.ETag); err != nil {
+		t.Fatal(err)
+	}
+	m, _ := monitor.New(ctx, st, monitor.Config{Shards: 1, LeaseMargin: 2 * time.Second})
+	for _, step := range []struct {
+		at   time.Duration
+		want task.Status
+	}{{5 * time.Second, task.Running}, {11 * time.Second, task.Running}, {14 * time.Second, task.Pending}} {
+		server = v.Task.Claim.ExpiresAt.Add(step.at - 10*time.Second)
+		m.Tick(ctx)
+		got, _ := p.Get(ctx, id)
+		if got.Status != step.want {
+			t.Fatalf("%v after claim: %s, want %s", step.at, got.Status, step.want)
+		}
+	}
+}
