@@ -75,8 +75,10 @@ var cases = []struct {
 	}},
 	{"attempts exhausted or a permanent error dead-letter the task", func(t *testing.T, e *env) {
 		e.startWorker(e.workerConfig("w1"), nil, map[string]worker.Handler{
-			"broken":    func(context.Context, *task.Task) (json.RawMessage, error) { return nil, errors.New("always") },
-			"hopeless":  func(context.Context, *task.Task) (json.RawMessage, error) { return nil, worker.Permanent(errors.New("bad input")) },
+			"broken": func(context.Context, *task.Task) (json.RawMessage, error) { return nil, errors.New("always") },
+			"hopeless": func(context.Context, *task.Task) (json.RawMessage, error) {
+				return nil, worker.Permanent(errors.New("bad input"))
+			},
 			"panicking": func(context.Context, *task.Task) (json.RawMessage, error) { panic("boom") },
 		})
 		retry := task.RetryPolicy{InitialDelay: task.Duration(50 * time.Millisecond), MaxDelay: task.Duration(100 * time.Millisecond), Multiplier: 2}
