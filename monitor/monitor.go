@@ -209,6 +209,9 @@ func (m *Monitor) sweepPage(ctx context.Context, shard int) (TickStats, error) {
 
 // inspect decides what, if anything, one task object needs.
 func (m *Monitor) inspect(ctx context.Context, o s3store.ObjectInfo, iv clock.Interval, st *TickStats) error {
+	if shards.IsPointer(o.Key) {
+		return m.inspectPointer(ctx, o, iv, st)
+	}
 	k, ok := m.known[o.Key]
 	if !ok || k.etag != o.ETag {
 		v, err := taskio.Load(ctx, m.st, o.Key)
@@ -246,7 +249,7 @@ func (m *Monitor) inspect(ctx context.Context, o s3store.ObjectInfo, iv clock.In
 			m.known[o.Key] = remember(v)
 			return nil
 		}
-		if err := shards.Announce(ctx, m.st, v.Task); err != nil {
+		if err := shards.Announce(ctx, m.st, v.Task, iv.Latest); err != nil {
 			return err
 		}
 		k.announced = true
@@ -256,6 +259,38 @@ func (m *Monitor) inspect(ctx context.Context, o s3store.ObjectInfo, iv clock.In
 		return m.expireRetention(ctx, o.Key, st)
 	}
 	return nil
+}
+
+// inspectPointer deletes a ready pointer whose task is no longer pending
+// (workers delete the ones they use; this catches the rest).
+func (m *Monitor) inspectPointer(ctx context.Context, o s3store.ObjectInfo, iv clock.Interval, st *TickStats) error {
+	p, err := shards.ParsePointerKey(o.Key)
+	if err != nil {
+		st.Corrupt++
+		m.log.Error("malformed ready pointer; skipped", "key", o.Key, "err", err)
+		return nil
+	}
+	if !iv.After(p.At.Add(m.cfg.RepairAfter)) {
+		return nil // workers have not had their chance yet
+	}
+	key := task.Key(task.ShardFor(p.ID, m.manifest.Shards), p.ID)
+	k, ok := m.known[key]
+	if !ok {
+		v, err := taskio.Load(ctx, m.st, key)
+		st.Loaded++
+		switch {
+		case errors.Is(err, s3store.ErrNotFound), errors.Is(err, task.ErrCorrupt):
+			return m.st.Delete(ctx, o.Key, s3store.DeleteOptions{})
+		case err != nil:
+			return err
+		}
+		k = remember(v)
+		m.known[key] = k
+	}
+	if k.status == task.Pending {
+		return nil
+	}
+	return m.st.Delete(ctx, o.Key, s3store.DeleteOptions{})
 }
 
 func remember(v taskio.Versioned) known {
@@ -302,7 +337,7 @@ func (m *Monitor) redispatch(ctx context.Context, key string, iv clock.Interval,
 	}
 	st.Redispatched++
 	m.log.Info("lease expired; re-dispatched", "task_id", t.ID, "worker", worker, "attempt", t.Attempt)
-	if err := shards.Announce(ctx, m.st, t); err != nil {
+	if err := shards.Announce(ctx, m.st, t, iv.Latest); err != nil {
 		return err
 	}
 	k := m.known[key]

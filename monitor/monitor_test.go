@@ -80,9 +80,18 @@ func TestRepairAnnouncesAPendingTaskThatLostItsWay(t *testing.T) {
 	if s := m.Stats(); s.Repaired != 1 {
 		t.Fatalf("repaired %d, want 1 (and once only)", s.Repaired)
 	}
-	due, _, err := shards.ListReady(ctx, st, 0, server, 10)
-	if err != nil || len(due) != 1 || due[0].ID != id {
-		t.Fatalf("ready entries = %+v %v, want the stuck task", due, err)
+	page, err := st.List(ctx, shards.TasksPrefix(0), s3store.ListOptions{})
+	var pointers []string
+	for _, o := range page.Objects {
+		if shards.IsPointer(o.Key) {
+			pointers = append(pointers, o.Key)
+		}
+	}
+	if err != nil || len(pointers) != 1 {
+		t.Fatalf("ready pointers = %v %v, want one to the stuck task", pointers, err)
+	}
+	if p, err := shards.ParsePointerKey(pointers[0]); err != nil || p.ID != id || p.At.Before(server.Add(-time.Second)) {
+		t.Fatalf("pointer %+v %v: want task %s, due no earlier than the repair", p, err, id)
 	}
 }
 

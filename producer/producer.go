@@ -204,7 +204,7 @@ func (p *Producer) announceIfLate(ctx context.Context, t *task.Task) {
 	if !t.AvailableAt.Before(now.Earliest) {
 		return
 	}
-	if err := shards.Announce(ctx, p.st, t); err != nil {
+	if err := shards.Announce(ctx, p.st, t, now.Latest); err != nil {
 		// The monitor's repair will announce it; nothing is lost.
 		p.log.Warn("announce late task", "task_id", t.ID, "err", err)
 	}
@@ -339,7 +339,11 @@ func (p *Producer) Requeue(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	return shards.Announce(ctx, p.st, t)
+	now, err := p.clock.Now(ctx)
+	if err != nil {
+		return err
+	}
+	return shards.Announce(ctx, p.st, t, now.Latest)
 }
 
 // modify applies change to task id by read-modify-write, re-reading on a

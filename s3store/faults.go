@@ -19,11 +19,12 @@ var (
 	ErrInjected503 = fmt.Errorf("%w: 503 slow down", ErrInjected)
 )
 
-// Fault is one rule of a fault injector. A request matches when its type
-// and key prefix match; the first matching rule with Times left applies.
+// Fault is one rule of a fault injector. A request matches when its type,
+// key prefix and key suffix match; the first matching rule with Times left applies.
 type Fault struct {
 	Op        Op
 	KeyPrefix string
+	KeySuffix string
 	// Err is returned instead of the result: ErrPreconditionFailed,
 	// ErrConflict, ErrInjected500, ErrInjected503, or any error.
 	Err error
@@ -69,7 +70,7 @@ func (f *Faults) match(op Op, key string) *Fault {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for i, r := range f.rules {
-		if r.Op != op || !strings.HasPrefix(key, r.KeyPrefix) {
+		if r.Op != op || !strings.HasPrefix(key, r.KeyPrefix) || !strings.HasSuffix(key, r.KeySuffix) {
 			continue
 		}
 		fired := *r

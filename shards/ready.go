@@ -10,88 +10,70 @@ import (
 	"github.com/s3queue/s3queue/task"
 )
 
-// The ready index announces tasks that went back to pending after their
-// first dispatch (retries, expired leases, requeues, repairs) and so sit
-// behind the shard scan's cursor. Entries are empty objects at
+// Ready pointers announce tasks that went back to pending after their first
+// dispatch (retries, expired leases, requeues, repairs): their canonical keys
+// sit behind every scan cursor, so a pointer is written where the scans will
+// look. A pointer is an empty object in a shard's task prefix,
 //
-//	ready/{shard}/{bucket}/{id}
+//	tasks/{shard}/{time}~{id}.ready
 //
-// where bucket is the UTC minute of the task's available_at, so a listing
-// reaches future entries only after everything due, and stops there. An
-// entry is a hint: the task object decides (invariant 6), and an entry whose
-// task is not pending is deleted when seen.
-const readyRoot = "ready/"
+// whose {time} is the first ten characters of an id — the millisecond the
+// task becomes due, or the writer's now if that is later — so the one LIST a
+// shard scan makes finds new tasks and re-dispatched ones alike, each when it
+// is due and not before. A pointer is only a hint: the task object decides
+// (invariant 6), and a pointer whose task is not pending is deleted when
+// seen (DELETE is free).
+const pointerSuffix = ".ready"
 
-const bucketLayout = "20060102T1504"
+// timeChars is how many leading characters of an id encode its time.
+const timeChars = 10
 
-// ReadyPrefix is the prefix of shard's ready entries.
-func ReadyPrefix(shard int) string { return readyRoot + task.ShardName(shard) + "/" }
-
-// ReadyKey is the entry for task id of shard, available at at.
-func ReadyKey(shard int, id string, at time.Time) string {
-	return ReadyPrefix(shard) + at.UTC().Format(bucketLayout) + "/" + id
+// PointerKey is the pointer in shard `in` to task id, due at at.
+func PointerKey(in int, id string, at time.Time) string {
+	return TasksPrefix(in) + lowID(at)[:timeChars] + "~" + id + pointerSuffix
 }
 
-// ReadyEntry is one parsed ready key.
-type ReadyEntry struct {
-	Key    string
-	Shard  int
-	ID     string
-	Bucket time.Time // start of the minute the task becomes available
+// IsPointer reports whether key is a ready pointer.
+func IsPointer(key string) bool { return strings.HasSuffix(key, pointerSuffix) }
+
+// Pointer is one parsed ready pointer.
+type Pointer struct {
+	Key string
+	In  int       // the shard it was written in
+	ID  string    // the task it points at
+	At  time.Time // when it becomes due
 }
 
-// ParseReadyKey parses an entry key.
-func ParseReadyKey(key string) (ReadyEntry, error) {
-	rest, ok := strings.CutPrefix(key, readyRoot)
-	parts := strings.Split(rest, "/")
-	if !ok || len(parts) != 3 {
-		return ReadyEntry{}, fmt.Errorf("parse ready entry %q: want ready/SHARD/BUCKET/ID", key)
+// ParsePointerKey parses a pointer key.
+func ParsePointerKey(key string) (Pointer, error) {
+	rest, ok := strings.CutPrefix(key, "tasks/")
+	shardName, name, ok2 := strings.Cut(rest, "/")
+	base, ok3 := strings.CutSuffix(name, pointerSuffix)
+	at, id, ok4 := strings.Cut(base, "~")
+	if !ok || !ok2 || !ok3 || !ok4 || len(at) != timeChars || !task.ValidID(id) {
+		return Pointer{}, fmt.Errorf("parse ready pointer %q: want tasks/SHARD/TIME~ID%s", key, pointerSuffix)
 	}
-	shard, _, err := task.ParseKey("tasks/" + parts[0] + "/" + parts[2] + ".json")
+	in, _, err := task.ParseKey("tasks/" + shardName + "/" + id + ".json")
 	if err != nil {
-		return ReadyEntry{}, fmt.Errorf("parse ready entry %q: %w", key, err)
+		return Pointer{}, fmt.Errorf("parse ready pointer %q: %w", key, err)
 	}
-	b, err := time.Parse(bucketLayout, parts[1])
+	t, err := task.IDTime(at + strings.Repeat("0", task.IDLen-timeChars))
 	if err != nil {
-		return ReadyEntry{}, fmt.Errorf("parse ready entry %q: bad time bucket: %w", key, err)
+		return Pointer{}, fmt.Errorf("parse ready pointer %q: %w", key, err)
 	}
-	return ReadyEntry{Key: key, Shard: shard, ID: parts[2], Bucket: b}, nil
+	return Pointer{Key: key, In: in, ID: id, At: t}, nil
 }
 
-// Announce writes t's ready entry. Index writes are idempotent, so a plain
-// PUT is enough.
-func Announce(ctx context.Context, st s3store.Store, t *task.Task) error {
-	if _, err := st.Put(ctx, ReadyKey(t.Shard, t.ID, t.AvailableAt), nil, s3store.PutOptions{}); err != nil {
+// Announce writes a pointer to t in its own shard, due when t is available
+// or at now (S3 time) if that is later, so it lands ahead of scan cursors.
+// Index writes are idempotent, so a plain PUT is enough.
+func Announce(ctx context.Context, st s3store.Store, t *task.Task, now time.Time) error {
+	at := t.AvailableAt
+	if now.After(at) {
+		at = now
+	}
+	if _, err := st.Put(ctx, PointerKey(t.Shard, t.ID, at), nil, s3store.PutOptions{}); err != nil {
 		return fmt.Errorf("announce task %s: %w", t.ID, err)
 	}
 	return nil
-}
-
-// ListReady returns up to max entries of shard whose bucket has begun by
-// now, oldest first. Keys under the prefix that do not parse are returned
-// in bad so the caller can report and delete them (invariant 7).
-func ListReady(ctx context.Context, st s3store.Store, shard int, now time.Time, max int) (due []ReadyEntry, bad []string, err error) {
-	after := ""
-	for len(due) < max {
-		page, err := st.List(ctx, ReadyPrefix(shard), s3store.ListOptions{StartAfter: after, MaxKeys: max})
-		if err != nil {
-			return due, bad, fmt.Errorf("list ready entries of shard %d: %w", shard, err)
-		}
-		for _, o := range page.Objects {
-			e, perr := ParseReadyKey(o.Key)
-			if perr != nil {
-				bad = append(bad, o.Key)
-				continue
-			}
-			if e.Bucket.After(now) {
-				return due, bad, nil
-			}
-			due = append(due, e)
-		}
-		if !page.Truncated || len(page.Objects) == 0 {
-			break
-		}
-		after = page.Objects[len(page.Objects)-1].Key
-	}
-	return due, bad, nil
 }

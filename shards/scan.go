@@ -40,12 +40,14 @@ func NewScan(shard int, from time.Time, lag time.Duration) *Scan {
 	return &Scan{Shard: shard, Lag: lag, PageSize: s3store.DefaultMaxKeys, cursor: from, seen: make(map[string]string)}
 }
 
-// Candidate is a task object that may hold claimable work.
+// Candidate is a task object, or a ready pointer to one, that may hold
+// claimable work.
 type Candidate struct {
-	Key   string
-	ID    string
-	ETag  string
-	Avail time.Time // from the id
+	Key     string // the listed key: a task object or a pointer
+	ID      string // the task's id
+	ETag    string
+	Avail   time.Time // from the key
+	Pointer bool      // Key is a ready pointer to task ID
 }
 
 // Next lists the shard and returns up to max objects due by now that it has
@@ -61,19 +63,18 @@ func (s *Scan) Next(ctx context.Context, st s3store.Store, now time.Time, max in
 			return out, fmt.Errorf("scan shard %d: %w", s.Shard, err)
 		}
 		for _, o := range page.Objects {
-			_, id, err := task.ParseKey(o.Key)
-			if err != nil {
+			c, ok := parseCandidate(o)
+			if !ok {
 				continue // foreign object; the monitor reports it
 			}
-			at, _ := task.IDTime(id)
-			if at.After(now) {
+			if c.Avail.After(now) {
 				return out, nil
 			}
 			if s.seen[o.Key] == o.ETag {
-				s.advance(at)
+				s.advance(c.Avail)
 				continue
 			}
-			out = append(out, Candidate{Key: o.Key, ID: id, ETag: o.ETag, Avail: at})
+			out = append(out, c)
 			if len(out) >= max {
 				return out, nil
 			}
@@ -84,6 +85,22 @@ func (s *Scan) Next(ctx context.Context, st s3store.Store, now time.Time, max in
 		after = page.Objects[len(page.Objects)-1].Key
 	}
 	return out, nil
+}
+
+func parseCandidate(o s3store.ObjectInfo) (Candidate, bool) {
+	if IsPointer(o.Key) {
+		p, err := ParsePointerKey(o.Key)
+		if err != nil {
+			return Candidate{}, false
+		}
+		return Candidate{Key: o.Key, ID: p.ID, ETag: o.ETag, Avail: p.At, Pointer: true}, true
+	}
+	_, id, err := task.ParseKey(o.Key)
+	if err != nil {
+		return Candidate{}, false
+	}
+	at, _ := task.IDTime(id)
+	return Candidate{Key: o.Key, ID: id, ETag: o.ETag, Avail: at}, true
 }
 
 // Seen records that key was handled at etag (claimed, found running or
@@ -102,8 +119,8 @@ func (s *Scan) advance(at time.Time) {
 	horizon := s.cursor.Add(-s.Lag - time.Second)
 	if len(s.seen) > 1024 {
 		for k := range s.seen {
-			_, id, _ := task.ParseKey(k)
-			if t, err := task.IDTime(id); err == nil && t.Before(horizon) {
+			c, ok := parseCandidate(s3store.ObjectInfo{Key: k})
+			if !ok || c.Avail.Before(horizon) {
 				delete(s.seen, k)
 			}
 		}

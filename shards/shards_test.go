@@ -63,34 +63,35 @@ func TestManifest(t *testing.T) {
 	})
 }
 
-func TestReadyIndex(t *testing.T) {
+func TestReadyPointers(t *testing.T) {
 	ctx := context.Background()
 	st := mem.New()
-	now := time.Date(2026, 11, 25, 23, 30, 15, 0, time.UTC)
-	mk := func(at time.Time) *task.Task {
-		id, _ := task.NewID(at, strings.NewReader(strings.Repeat("r", 16)))
-		return &task.Task{ID: id, Shard: 3, AvailableAt: at}
-	}
-	past, due, future := mk(now.Add(-time.Hour)), mk(now), mk(now.Add(2*time.Minute))
-	for _, tk := range []*task.Task{future, due, past} {
-		if err := shards.Announce(ctx, st, tk); err != nil {
-			t.Fatal(err)
-		}
-	}
-	st.Put(ctx, shards.ReadyPrefix(3)+"000-not-a-bucket", nil, s3store.PutOptions{})
-	got, bad, err := shards.ListReady(ctx, st, 3, now, 10)
-	if err != nil {
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	id, _ := task.NewID(now.Add(-time.Hour), strings.NewReader(strings.Repeat("r", 16)))
+	old := &task.Task{ID: id, Shard: 0, AvailableAt: now.Add(-time.Hour)}
+	if err := shards.Announce(ctx, st, old, now); err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 2 || got[0].ID != past.ID || got[1].ID != due.ID {
-		t.Fatalf("due entries = %+v, want the past and the due one, oldest first", got)
+	later := &task.Task{ID: id, Shard: 0, AvailableAt: now.Add(time.Minute)}
+	if err := shards.Announce(ctx, st, later, now); err != nil {
+		t.Fatal(err)
 	}
-	if len(bad) != 1 {
-		t.Fatalf("malformed entries = %v, want 1", bad)
+	page, _ := st.List(ctx, shards.TasksPrefix(0), s3store.ListOptions{})
+	if len(page.Objects) != 2 {
+		t.Fatalf("want 2 pointers, got %+v", page.Objects)
 	}
-	e, err := shards.ParseReadyKey(shards.ReadyKey(3, due.ID, due.AvailableAt))
-	if err != nil || e.ID != due.ID || e.Shard != 3 {
-		t.Fatalf("round trip: %+v %v", e, err)
+	first, err := shards.ParsePointerKey(page.Objects[0].Key)
+	if err != nil || first.ID != id || !first.At.Equal(now) {
+		t.Fatalf("a pointer to an overdue task must be due now (ahead of scan cursors): %+v %v", first, err)
+	}
+	second, _ := shards.ParsePointerKey(page.Objects[1].Key)
+	if !second.At.Equal(now.Add(time.Minute)) {
+		t.Fatalf("a pointer to a delayed task must be due when the task is: %+v", second)
+	}
+	for _, bad := range []string{"tasks/000/x.ready", "tasks/000/0123456789~nope.ready", "ready/000/x"} {
+		if _, err := shards.ParsePointerKey(bad); err == nil {
+			t.Fatalf("parsed %q", bad)
+		}
 	}
 }
 
@@ -125,8 +126,17 @@ func TestScanFindsNewTasksOnceAndStopsAtTheFuture(t *testing.T) {
 	if len(c) != 1 || c[0].ID != late {
 		t.Fatalf("scan missed a task that landed within the lag: %+v", c)
 	}
-	if lists := st.Counts().Of(s3store.OpList); lists != 3 {
-		t.Fatalf("3 scans made %d LISTs, want 3 (one page each)", lists)
+	s.Seen(c[0], c[0].ETag)
+	// A retried task is found through its pointer, in the same listing.
+	if err := shards.Announce(ctx, st, &task.Task{ID: a, Shard: 0, AvailableAt: now.Add(-time.Millisecond)}, now.Add(-time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	c, _ = s.Next(ctx, st, now, 10)
+	if len(c) != 1 || !c[0].Pointer || c[0].ID != a {
+		t.Fatalf("scan did not hand out the ready pointer: %+v", c)
+	}
+	if lists := st.Counts().Of(s3store.OpList); lists != 4 {
+		t.Fatalf("4 scans made %d LISTs, want 4 (one page each)", lists)
 	}
 	if gets := st.Counts().Of(s3store.OpGet); gets != 0 {
 		t.Fatalf("scans made %d GETs; they must read only the listing", gets)

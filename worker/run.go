@@ -241,7 +241,8 @@ func (r *run) commit(o outcome, cause error) {
 	w.emit(Event{Kind: kind, TaskID: t0.ID, Type: t0.Type, Attempt: t0.Attempt, Err: o.err})
 	if r.v.Task.Status == task.Pending {
 		// Back behind the scan cursors: announce it.
-		if err := shards.Announce(ctx, w.st, r.v.Task); err != nil {
+		iv, _ := w.clock.Now(ctx)
+		if err := shards.Announce(ctx, w.st, r.v.Task, iv.Latest); err != nil {
 			w.log.Warn("announce retry", "task_id", t0.ID, "err", err)
 		}
 	}

@@ -96,7 +96,6 @@ type Worker struct {
 	mu       sync.Mutex
 	handlers map[string]Handler
 	scans    map[int]*shards.Scan
-	skipped  map[string]string // ready entry key -> task ETag it was skipped at
 	rotate   int
 
 	slots    chan struct{}
@@ -134,7 +133,6 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Worker, error) {
 		log:      cfg.Logger.WithGroup("worker").With("worker_id", cfg.ID),
 		handlers: make(map[string]Handler),
 		scans:    make(map[int]*shards.Scan),
-		skipped:  make(map[string]string),
 		slots:    make(chan struct{}, cfg.Concurrency),
 		freed:    make(chan struct{}, 1),
 	}
@@ -359,44 +357,23 @@ func (w *Worker) scan(shard int, iv clock.Interval) *shards.Scan {
 
 func (w *Worker) pollShard(ctx context.Context, shard int, iv clock.Interval) (int, error) {
 	claimed := 0
-	// Re-dispatched and retried work first: it has waited longest.
-	due, bad, err := shards.ListReady(ctx, w.st, shard, iv.Latest, 2*w.free()+8)
-	if err != nil {
-		return 0, err
-	}
-	for _, key := range bad {
-		w.log.Warn("deleting malformed ready entry", "key", key)
-		w.st.Delete(ctx, key, s3store.DeleteOptions{})
-	}
-	for _, e := range due {
-		if w.free() == 0 {
-			return claimed, nil
-		}
-		ok, drop := w.tryReady(ctx, e, iv)
-		if ok {
-			claimed++
-		}
-		if drop {
-			// Deleting is free; the task object decides, not the entry.
-			w.st.Delete(ctx, e.Key, s3store.DeleteOptions{})
-		}
-	}
-	if w.free() == 0 {
-		return claimed, nil
-	}
 	s := w.scan(shard, iv)
 	cands, err := s.Next(ctx, w.st, iv.Latest, w.free())
 	if err != nil {
-		return claimed, err
+		return 0, err
 	}
 	for _, c := range cands {
 		if w.free() == 0 {
 			break
 		}
-		v, err := taskio.Load(ctx, w.st, c.Key)
+		key := c.Key
+		if c.Pointer {
+			key = task.Key(task.ShardFor(c.ID, w.manifest.Shards), c.ID)
+		}
+		v, err := taskio.Load(ctx, w.st, key)
 		if err != nil {
-			if w.reportLoad(c.Key, err) {
-				s.Seen(c, v.ETag)
+			if w.reportLoad(key, err) {
+				w.settle(ctx, s, c, c.ETag, true)
 			}
 			continue
 		}
@@ -405,10 +382,28 @@ func (w *Worker) pollShard(ctx context.Context, shard int, iv clock.Interval) (i
 			claimed++
 		}
 		if settledAt != "" {
-			s.Seen(c, settledAt)
+			// A pointer has done its job once its task is claimed or no
+			// longer pending; one to a task we cannot run stays for a
+			// worker that can.
+			done := ok || v.Task.Status != task.Pending
+			if c.Pointer {
+				settledAt = c.ETag
+			}
+			w.settle(ctx, s, c, settledAt, done)
 		}
 	}
 	return claimed, nil
+}
+
+// settle marks a candidate handled, deleting a pointer that is done with.
+func (w *Worker) settle(ctx context.Context, s *shards.Scan, c shards.Candidate, etag string, done bool) {
+	s.Seen(c, etag)
+	if c.Pointer && done {
+		// Deleting is free, and the task object decides, not the pointer.
+		if err := w.st.Delete(ctx, c.Key, s3store.DeleteOptions{}); err != nil {
+			w.log.Warn("delete ready pointer", "key", c.Key, "err", err)
+		}
+	}
 }
 
 // reportLoad logs a failed load and reports whether the object is settled
@@ -425,35 +420,6 @@ func (w *Worker) reportLoad(key string, err error) bool {
 	}
 	w.log.Warn("load task", "key", key, "err", err)
 	return false
-}
-
-// tryReady handles one ready entry; drop reports that the entry is stale.
-func (w *Worker) tryReady(ctx context.Context, e shards.ReadyEntry, iv clock.Interval) (claimed, drop bool) {
-	v, err := taskio.Load(ctx, w.st, task.Key(e.Shard, e.ID))
-	if err != nil {
-		return false, w.reportLoad(task.Key(e.Shard, e.ID), err)
-	}
-	w.mu.Lock()
-	skippedAt, wasSkipped := w.skipped[e.Key]
-	w.mu.Unlock()
-	if wasSkipped && skippedAt == v.ETag {
-		return false, false
-	}
-	ok, settledAt := w.tryClaim(ctx, v, iv)
-	if ok {
-		return true, true
-	}
-	if settledAt != "" && v.Task.Status != task.Pending {
-		return false, true
-	}
-	if settledAt != "" {
-		// Pending but not ours to run (no handler): leave the entry for a
-		// worker that has one, and do not read it again until it changes.
-		w.mu.Lock()
-		w.skipped[e.Key] = v.ETag
-		w.mu.Unlock()
-	}
-	return false, false
 }
 
 // dueNow reports whether t may be claimed now. A task meant to run at once

@@ -144,8 +144,8 @@ var cases = []struct {
 	}},
 	{"a retried task whose ready entry was lost is found again by the monitor's repair", func(t *testing.T, e *env) {
 		faulty := s3store.NewFaults(e.st)
-		// Every ready entry this worker writes is lost.
-		faulty.Inject(s3store.Fault{Op: s3store.OpPut, KeyPrefix: "ready/", Err: s3store.ErrInjected503})
+		// Every ready pointer this worker writes is lost.
+		faulty.Inject(s3store.Fault{Op: s3store.OpPut, KeySuffix: ".ready", Err: s3store.ErrInjected503})
 		var mu sync.Mutex
 		tries := map[string]int{}
 		cfg := e.workerConfig("w1")

@@ -1,0 +1,410 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/s3queue/s3queue/s3store"
+	"github.com/s3queue/s3queue/task"
+)
+
+func TestSubmitGetHistory(t *testing.T) {
+	store, _ := newStore(t)
+	id := strings.TrimSpace(must(t, "submit", "--store", store, "--type", "resize", "--input", `{ "w": 10,  "h": 20 }`))
+	if !task.ValidID(id) {
+		t.Fatalf("submit printed %q, not a task id", id)
+	}
+
+	got := getTask(t, store, id)
+	if got.ID != id || got.Type != "resize" || got.Status != task.Pending || string(got.Input) != `{"w":10,"h":20}` {
+		t.Errorf("task = %+v", got)
+	}
+	if got.MaxAttempts != 3 || got.Timeout.D() != 30*time.Second {
+		t.Errorf("defaults not applied: max_attempts %d timeout %v", got.MaxAttempts, got.Timeout)
+	}
+
+	text := must(t, "get", id, "--store", store)
+	for _, want := range []string{"id:", id, "status:", "pending", "attempt:", "0 of 3", `{"w":10,"h":20}`} {
+		if !strings.Contains(text, want) {
+			t.Errorf("get output lacks %q:\n%s", want, text)
+		}
+	}
+
+	hist := must(t, "history", "--store", store, id)
+	if !strings.Contains(hist, "(new)→pending") || !strings.Contains(hist, "submitted") || !strings.Contains(hist, "TIME") {
+		t.Errorf("history output:\n%s", hist)
+	}
+	var transitions []task.Transition
+	if err := json.Unmarshal([]byte(must(t, "history", id, "--json", "--store", store)), &transitions); err != nil || len(transitions) != 1 || transitions[0].To != task.Pending {
+		t.Errorf("history --json: %v %+v", err, transitions)
+	}
+}
+
+func TestSubmitInputSources(t *testing.T) {
+	store, _ := newStore(t)
+	r := cli(t, "[1, 2,\n 3]\n", "submit", "--store", store, "--type", "sum", "--input-file", "-")
+	if r.code != 0 {
+		t.Fatalf("stdin input: exit %d: %s", r.code, r.stderr)
+	}
+	if got := getTask(t, store, strings.TrimSpace(r.stdout)); string(got.Input) != "[1,2,3]" {
+		t.Errorf("input from stdin = %s", got.Input)
+	}
+
+	file := filepath.Join(t.TempDir(), "in.json")
+	os.WriteFile(file, []byte(`{"from":"file"}`), 0o644)
+	id := strings.TrimSpace(must(t, "submit", "--store", store, "--type", "sum", "--input-file", file))
+	if got := getTask(t, store, id); string(got.Input) != `{"from":"file"}` {
+		t.Errorf("input from file = %s", got.Input)
+	}
+
+	id = strings.TrimSpace(must(t, "submit", "--store", store, "--type", "noinput"))
+	if got := getTask(t, store, id); len(got.Input) != 0 {
+		t.Errorf("task without input has input %s", got.Input)
+	}
+}
+
+func TestSubmitOptions(t *testing.T) {
+	store, _ := newStore(t)
+	id := strings.TrimSpace(must(t, "submit", "--store", store, "--type", "x", "--max-attempts", "5", "--timeout", "2m",
+		"--delay", "1h", "--key", "customer-7"))
+	got := getTask(t, store, id)
+	if got.MaxAttempts != 5 || got.Timeout.D() != 2*time.Minute || got.ShardKey != "customer-7" {
+		t.Errorf("options not applied: %+v", got)
+	}
+	if d := got.AvailableAt.Sub(got.CreatedAt); d < 59*time.Minute || d > 61*time.Minute {
+		t.Errorf("--delay 1h made the task available %v after creation", d)
+	}
+	other := strings.TrimSpace(must(t, "submit", "--store", store, "--type", "x", "--key", "customer-7"))
+	if getTask(t, store, other).Shard != got.Shard {
+		t.Errorf("tasks with the same --key landed in different shards")
+	}
+
+	at := time.Now().Add(48 * time.Hour).UTC().Truncate(time.Second)
+	id = strings.TrimSpace(must(t, "submit", "--store", store, "--type", "x", "--at", at.Format(time.RFC3339)))
+	if got := getTask(t, store, id); !got.AvailableAt.Equal(at) {
+		t.Errorf("--at %v gave available_at %v", at, got.AvailableAt)
+	}
+
+	first := strings.TrimSpace(must(t, "submit", "--store", store, "--type", "x", "--idempotency-key", "order-1"))
+	second := strings.TrimSpace(must(t, "submit", "--store", store, "--type", "x", "--idempotency-key", "order-1"))
+	if first != second {
+		t.Errorf("same idempotency key gave two tasks: %s %s", first, second)
+	}
+}
+
+func TestSubmitDefaultsFromConfig(t *testing.T) {
+	store, _ := newStore(t)
+	cfg := writeConfig(t, "[submit]\nmax_attempts = 7\ntimeout = \"45s\"\nretry_initial = \"3s\"\nretry_max = \"1m\"\nretry_multiplier = 3\nretry_jitter = 0.0\n")
+	id := strings.TrimSpace(must(t, "submit", "--store", store, "--config", cfg, "--type", "x"))
+	got := getTask(t, store, id)
+	want := task.RetryPolicy{InitialDelay: task.Duration(3 * time.Second), MaxDelay: task.Duration(time.Minute), Multiplier: 3, Jitter: 0}
+	if got.MaxAttempts != 7 || got.Timeout.D() != 45*time.Second || got.Retry != want {
+		t.Errorf("[submit] not applied: attempts %d timeout %v retry %+v", got.MaxAttempts, got.Timeout, got.Retry)
+	}
+	id = strings.TrimSpace(must(t, "submit", "--store", store, "--config", cfg, "--type", "x", "--max-attempts", "2", "--timeout", "5s"))
+	if got := getTask(t, store, id); got.MaxAttempts != 2 || got.Timeout.D() != 5*time.Second {
+		t.Errorf("flags did not win over [submit]: %d %v", got.MaxAttempts, got.Timeout)
+	}
+}
+
+// Bad input is rejected before the store is opened: exit 2, nothing written.
+func TestSubmitRejectsBadInputWithoutWriting(t *testing.T) {
+	big := `"` + strings.Repeat("x", task.MaxInputBytes) + `"`
+	for _, tc := range []struct {
+		name  string
+		stdin string
+		args  []string
+		want  string
+	}{
+		{"not JSON", "", []string{"--input", "{not json"}, "input is not valid JSON"},
+		{"not JSON on stdin", "hello", []string{"--input-file", "-"}, "input is not valid JSON"},
+		{"two values", "", []string{"--input", "1 2"}, "input is not valid JSON"},
+		{"oversized", "", []string{"--input", big}, "over the limit of 262144"},
+		{"oversized on stdin", strings.Repeat(" ", maxRawInput) + "1", []string{"--input-file", "-"}, "the limit is 262144 bytes"},
+		{"empty", "", []string{"--input", ""}, "input is empty"},
+		{"both inputs", "", []string{"--input", "1", "--input-file", "-"}, "exclude each other"},
+		{"missing file", "", []string{"--input-file", "/nonexistent/in.json"}, "--input-file"},
+		{"bad type", "", []string{"--type", "has space", "--input", "1"}, "type"},
+		{"timeout too short", "", []string{"--timeout", "10ms"}, "timeout"},
+		{"too many attempts", "", []string{"--max-attempts", "5000"}, "attempts"},
+		{"bad --at", "", []string{"--at", "tomorrow"}, "RFC 3339"},
+		{"--at and --delay", "", []string{"--at", "2030-01-01T00:00:00Z", "--delay", "1s"}, "exclude each other"},
+		{"negative delay", "", []string{"--delay", "-1s"}, "must not be negative"},
+		{"bad duration", "", []string{"--timeout", "soon"}, "invalid value"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			store, dir := newStore(t)
+			args := append([]string{"submit", "--store", store}, tc.args...)
+			if !strings.Contains(strings.Join(tc.args, " "), "--type") {
+				args = append(args, "--type", "x")
+			}
+			r := cli(t, tc.stdin, args...)
+			wantExit(t, r, exitUsage, tc.want)
+			if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+				t.Errorf("a rejected submit wrote to the store: %v", entries)
+			}
+		})
+	}
+}
+
+func TestSubmitWithoutType(t *testing.T) {
+	store, _ := newStore(t)
+	wantExit(t, cli(t, "", "submit", "--store", store), exitUsage, "--type is required")
+}
+
+func TestUnknownTaskIsExit3(t *testing.T) {
+	store, _ := newStore(t)
+	missing, _ := task.NewID(time.Now(), strings.NewReader(strings.Repeat("z", 64)))
+	for _, cmd := range []string{"get", "history", "cancel", "requeue"} {
+		t.Run(cmd+"/no queue yet", func(t *testing.T) {
+			wantExit(t, cli(t, "", cmd, missing, "--store", store), exitNotFound, "task "+missing+" not found")
+		})
+	}
+	must(t, "submit", "--store", store, "--type", "x")
+	for _, cmd := range []string{"get", "history", "cancel", "requeue"} {
+		t.Run(cmd, func(t *testing.T) {
+			wantExit(t, cli(t, "", cmd, missing, "--store", store), exitNotFound, "task "+missing+" not found")
+			wantExit(t, cli(t, "", cmd, "not-an-id", "--store", store), exitNotFound, "task not-an-id not found")
+		})
+	}
+	if keys := storeKeys(t, store); len(keys) != 2 { // queue.json and the task
+		t.Errorf("reads wrote to the store: %v", keys)
+	}
+}
+
+func TestReadCommandsDoNotCreateAQueue(t *testing.T) {
+	store, _ := newStore(t)
+	must(t, "list", "--store", store)
+	must(t, "stats", "--store", store)
+	must(t, "stats", "--store", store, "--json")
+	cli(t, "", "get", "01ARZ3NDEKTSV4RRFFQ69G5FAV", "--store", store)
+	if keys := storeKeys(t, store); len(keys) != 0 {
+		t.Errorf("read commands wrote to an empty store: %v", keys)
+	}
+}
+
+func TestCancelAndRequeue(t *testing.T) {
+	store, _ := newStore(t)
+	id := strings.TrimSpace(must(t, "submit", "--store", store, "--type", "x"))
+	if out := must(t, "cancel", id, "--store", store); out != "canceled\n" {
+		t.Errorf("cancel printed %q", out)
+	}
+	if got := getTask(t, store, id); got.Status != task.Canceled {
+		t.Errorf("status after cancel = %s", got.Status)
+	}
+	wantExit(t, cli(t, "", "cancel", id, "--store", store), exitRuntime, "already finished")
+
+	if out := must(t, "requeue", id, "--store", store); out != "requeued\n" {
+		t.Errorf("requeue printed %q", out)
+	}
+	if got := getTask(t, store, id); got.Status != task.Pending || got.Attempt != 0 {
+		t.Errorf("after requeue: %s attempt %d", got.Status, got.Attempt)
+	}
+	wantExit(t, cli(t, "", "requeue", id, "--store", store), exitRuntime, "is pending: only dead or canceled tasks can be requeued")
+	hist := must(t, "history", id, "--store", store)
+	if !strings.Contains(hist, "pending→canceled") || !strings.Contains(hist, "canceled→pending") {
+		t.Errorf("history lacks the cancel and requeue:\n%s", hist)
+	}
+}
+
+func TestListAndStats(t *testing.T) {
+	store, _ := newStore(t)
+	var ids []string
+	for i := range 5 {
+		ids = append(ids, strings.TrimSpace(must(t, "submit", "--store", store, "--type", "x", "--input", `{"i":`+string(rune('0'+i))+`}`)))
+	}
+	must(t, "cancel", ids[2], "--store", store)
+	// A corrupt object in a shard must be reported and skipped.
+	st := openStore(t, store)
+	badID, _ := task.NewID(time.Now(), strings.NewReader(strings.Repeat("q", 64)))
+	badKey := task.Key(0, badID)
+	if _, err := st.Put(context.Background(), badKey, []byte("{garbage"), s3store.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	st.Put(context.Background(), "tasks/000/README.txt", []byte("foreign"), s3store.PutOptions{})
+
+	r := cli(t, "", "list", "--store", store, "--status", "pending", "--limit", "0")
+	if r.code != 0 {
+		t.Fatalf("list: exit %d: %s", r.code, r.stderr)
+	}
+	for i, id := range ids {
+		if has := strings.Contains(r.stdout, id); has != (i != 2) {
+			t.Errorf("list --status pending: task %d (%s) listed = %v\n%s", i, id, has, r.stdout)
+		}
+	}
+	if !strings.Contains(r.stderr, "skipping "+badKey) || !strings.Contains(r.stderr, "skipping tasks/000/README.txt") {
+		t.Errorf("corrupt objects not reported on stderr: %q", r.stderr)
+	}
+
+	r = cli(t, "", "list", "--store", store, "--status", "canceled", "--json")
+	var listed []task.Task
+	if err := json.Unmarshal([]byte(r.stdout), &listed); err != nil || len(listed) != 1 || listed[0].ID != ids[2] {
+		t.Errorf("list --status canceled --json: %v %s", err, r.stdout)
+	}
+	r = cli(t, "", "list", "--store", store, "--limit", "2", "--json")
+	if err := json.Unmarshal([]byte(r.stdout), &listed); err != nil || len(listed) != 2 {
+		t.Errorf("list --limit 2 gave %d tasks (%v)", len(listed), err)
+	}
+	wantExit(t, cli(t, "", "list", "--store", store, "--status", "done"), exitUsage, `--status "done"`)
+
+	r = cli(t, "", "stats", "--store", store, "--json")
+	var qs queueStats
+	if err := json.Unmarshal([]byte(r.stdout), &qs); err != nil {
+		t.Fatalf("stats --json: %v\n%s", err, r.stdout)
+	}
+	if qs.Total != 5 || qs.ByStatus[task.Pending] != 4 || qs.ByStatus[task.Canceled] != 1 || qs.Skipped != 2 || qs.Shards != 16 {
+		t.Errorf("stats = %+v", qs)
+	}
+	if qs.OldestPending == nil || qs.OldestPending.ID != ids[0] && qs.OldestPending.AvailableAt.After(getTask(t, store, ids[0]).AvailableAt) {
+		t.Errorf("oldest pending = %+v, want %s", qs.OldestPending, ids[0])
+	}
+	sum := 0
+	for _, byStatus := range qs.ByShard {
+		for _, n := range byStatus {
+			sum += n
+		}
+	}
+	if sum != 5 {
+		t.Errorf("by-shard counts add up to %d, want 5", sum)
+	}
+	text := must(t, "stats", "--store", store)
+	for _, re := range []string{`tasks: 5 in 16 shards`, `pending\s+4`, `canceled\s+1`, `oldest pending: \w{26}, due for`, `SHARD`} {
+		if !regexp.MustCompile(re).MatchString(text) {
+			t.Errorf("stats output lacks %s:\n%s", re, text)
+		}
+	}
+}
+
+func TestStorePrecedence(t *testing.T) {
+	fileStore, fileDir := newStore(t)
+	envStore, envDir := newStore(t)
+	flagStore, flagDir := newStore(t)
+	cfg := writeConfig(t, "store = \""+fileStore+"\"\n")
+	count := func(dir string) int {
+		entries, _ := os.ReadDir(filepath.Join(dir))
+		return len(entries)
+	}
+
+	must(t, "submit", "--config", cfg, "--type", "x")
+	if count(fileDir) == 0 {
+		t.Errorf("store from queue.toml not used")
+	}
+	t.Setenv("S3QUEUE_STORE", envStore)
+	must(t, "submit", "--config", cfg, "--type", "x")
+	if count(envDir) == 0 {
+		t.Errorf("S3QUEUE_STORE did not win over queue.toml")
+	}
+	must(t, "submit", "--config", cfg, "--type", "x", "--store", flagStore)
+	if count(flagDir) == 0 {
+		t.Errorf("--store did not win over S3QUEUE_STORE")
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	store, _ := newStore(t)
+	badCfg := writeConfig(t, "[worker]\npol_min = \"1s\"\n")
+	badVal := writeConfig(t, "[worker]\npoll_min = \"fast\"\n")
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"no command", nil, exitUsage, "no command given"},
+		{"unknown command", []string{"frobnicate"}, exitUsage, `unknown command "frobnicate"`},
+		{"unknown flag", []string{"submit", "--store", store, "--type", "x", "--bogus"}, exitUsage, "flag provided but not defined: -bogus"},
+		{"unknown flag on get", []string{"get", "--verbose", "X"}, exitUsage, "-verbose"},
+		{"missing argument", []string{"get", "--store", store}, exitUsage, "want ID"},
+		{"extra argument", []string{"stats", "--store", store, "extra"}, exitUsage, `unexpected argument "extra"`},
+		{"no store", []string{"stats"}, exitUsage, "no store"},
+		{"malformed store URL", []string{"stats", "--store", "s3://"}, exitUsage, "missing bucket name"},
+		{"store URL without scheme", []string{"stats", "--store", "/tmp/q"}, exitUsage, "file:///tmp/q"},
+		{"credentials in store URL", []string{"stats", "--store", "s3://AKIA:hunter2@bucket/q"}, exitUsage, "credentials in the store URL are not accepted"},
+		{"unknown config key", []string{"stats", "--store", store, "--config", badCfg}, exitUsage, "unknown key worker.pol_min"},
+		{"bad config value", []string{"stats", "--store", store, "--config", badVal}, exitUsage, `worker.poll_min: invalid duration "fast"`},
+		{"missing config", []string{"stats", "--store", store, "--config", "/nonexistent/queue.toml"}, exitUsage, "/nonexistent/queue.toml"},
+		{"bad demo tasks", []string{"demo", "--tasks", "1"}, exitUsage, "--tasks 1 out of range"},
+		{"demo takes no config", []string{"demo", "--config", badCfg}, exitUsage, "flag provided but not defined: -config"},
+		{"worker without handlers", []string{"worker", "--store", store}, exitUsage, "no handlers"},
+		{"bad --exec", []string{"worker", "--store", store, "--exec", "nocommand"}, exitUsage, "want TYPE=COMMAND"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := cli(t, "", tc.args...)
+			wantExit(t, r, tc.code, tc.want)
+			if strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
+				t.Errorf("error is not one line: %q", r.stderr)
+			}
+			if strings.Contains(r.stderr, "hunter2") {
+				t.Errorf("secret printed: %q", r.stderr)
+			}
+		})
+	}
+}
+
+func TestBadConfigFromEnvironment(t *testing.T) {
+	store, _ := newStore(t)
+	t.Setenv("S3QUEUE_WORKER_CONCURRENCY", "-3")
+	wantExit(t, cli(t, "", "stats", "--store", store), exitUsage, "S3QUEUE_WORKER_CONCURRENCY: -3 must not be negative")
+}
+
+func TestLayoutMismatchIsAConfigError(t *testing.T) {
+	store, _ := newStore(t)
+	must(t, "submit", "--store", store, "--type", "x")
+	cfg := writeConfig(t, "shards = 4\n")
+	wantExit(t, cli(t, "", "stats", "--store", store, "--config", cfg), exitUsage, "layout mismatch")
+}
+
+func TestHelpAndVersion(t *testing.T) {
+	out := must(t, "help")
+	for _, c := range commands {
+		if !strings.Contains(out, "  "+c.name) {
+			t.Errorf("help does not list %s", c.name)
+		}
+	}
+	for _, want := range []string{"Exit codes:", "3  task not found", "4  provider unsupported", "S3QUEUE_STORE"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("help lacks %q", want)
+		}
+	}
+	out = must(t, "help", "submit")
+	for _, want := range []string{"-input-file", "-idempotency-key", "-store", "-config", "Exit codes:"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("help submit lacks %q:\n%s", want, out)
+		}
+	}
+	if out := must(t, "list", "--help"); !strings.Contains(out, "-status") || !strings.Contains(out, "-json") {
+		t.Errorf("list --help:\n%s", out)
+	}
+	if out := must(t, "version"); !strings.HasPrefix(out, "s3queue ") {
+		t.Errorf("version printed %q", out)
+	}
+	wantExit(t, cli(t, ""), exitUsage, "no command given (run 's3queue help'")
+}
+
+func TestDoctor(t *testing.T) {
+	store, _ := newStore(t)
+	out := must(t, "doctor", "--store", store)
+	for _, re := range []string{`create-if-absent\s+ok`, `stale If-Match\s+ok`, `If-Match on missing key\s+ok`,
+		`conditional DELETE\s+honoured`, `server time\s+\d{4}-`, `clock skew`, `queue\s+none yet`, `result\s+ok`} {
+		if !regexp.MustCompile(re).MatchString(out) {
+			t.Errorf("doctor output lacks %s:\n%s", re, out)
+		}
+	}
+	if keys := storeKeys(t, store); len(keys) != 0 {
+		t.Errorf("doctor left objects behind: %v", keys)
+	}
+	must(t, "submit", "--store", store, "--type", "x")
+	var d doctorReport
+	if err := json.Unmarshal([]byte(must(t, "doctor", "--store", store, "--json")), &d); err != nil {
+		t.Fatal(err)
+	}
+	if !d.Supported || !d.Report.CreateIfAbsent || d.Queue == nil || d.Queue.Shards != 16 {
+		t.Errorf("doctor --json = %+v", d)
+	}
+}

@@ -1,0 +1,137 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"text/tabwriter"
+	"time"
+
+	"github.com/s3queue/s3queue/s3store"
+	"github.com/s3queue/s3queue/shards"
+)
+
+// doctorPrefix holds the provider check's scratch objects; the check
+// deletes them before it returns.
+const doctorPrefix = "doctor/"
+
+var doctorCommand = &command{
+	name: "doctor", nargs: 0, json: true,
+	summary: "check that the store honours conditional writes; show server time and the queue's layout",
+	details: "Writes and deletes a few scratch objects under doctor/ (about ten requests). Exit 4 if the\n" +
+		"provider ignores conditional PUT: s3queue cannot claim tasks safely there. The worker and\n" +
+		"monitor commands run the same check at startup.",
+	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
+		return func(ctx context.Context, _ []string) error {
+			st, url, err := a.openStore(ctx)
+			if err != nil {
+				return err
+			}
+			rep, err := s3store.CheckProvider(ctx, st, doctorPrefix)
+			if err != nil {
+				return err
+			}
+			d := doctorReport{Store: url, Report: rep, Skew: rep.Skew.String()}
+			if err := rep.Supported(); err != nil {
+				d.Problem = err.Error()
+			} else {
+				d.Supported = true
+			}
+			m, merr := a.openExisting(ctx, st)
+			switch {
+			case merr == nil:
+				d.Queue = &m
+			case errors.Is(merr, errNoQueue):
+			default:
+				d.QueueError = merr.Error()
+			}
+			if a.jsonOut {
+				if err := writeJSON(a.stdout, d); err != nil {
+					return err
+				}
+			} else {
+				printDoctor(a.stdout, d)
+			}
+			if !d.Supported {
+				return withCode(exitUnsupported, errors.New(d.Problem))
+			}
+			if merr != nil && !errors.Is(merr, errNoQueue) {
+				return merr
+			}
+			return nil
+		}
+	},
+}
+
+type doctorReport struct {
+	Store      string                 `json:"store"`
+	Supported  bool                   `json:"supported"`
+	Problem    string                 `json:"problem,omitempty"`
+	Report     s3store.ProviderReport `json:"checks"`
+	Skew       string                 `json:"skew"`
+	Queue      *shards.Manifest       `json:"queue,omitempty"`
+	QueueError string                 `json:"queue_error,omitempty"`
+}
+
+func printDoctor(w io.Writer, d doctorReport) {
+	r := d.Report
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	check := func(name string, ok bool, good, bad string) {
+		if ok {
+			fmt.Fprintf(tw, "%s\tok\t%s\n", name, good)
+		} else {
+			fmt.Fprintf(tw, "%s\tFAIL\t%s\n", name, bad)
+		}
+	}
+	fmt.Fprintf(tw, "store\t\t%s\n", d.Store)
+	check("create-if-absent", r.CreateIfAbsent,
+		"a second PUT with If-None-Match: * was refused (412)",
+		"a second PUT with If-None-Match: * overwrote the object")
+	check("stale If-Match", r.StaleIfMatch,
+		"a PUT with a stale If-Match was refused (412)",
+		"a PUT with a stale If-Match overwrote the object")
+	check("If-Match on missing key", r.IfMatchMissingKey,
+		"refused with 404, nothing created",
+		"did not fail with 404")
+	switch r.ConditionalDelete {
+	case s3store.DeleteHonoured:
+		fmt.Fprintf(tw, "conditional DELETE\thonoured\ta stale If-Match DELETE was refused (s3queue never relies on it)\n")
+	default:
+		fmt.Fprintf(tw, "conditional DELETE\tignored\tthe object was deleted anyway, as MinIO does (s3queue never relies on it)\n")
+	}
+	fmt.Fprintf(tw, "server time\t\t%s\n", r.ServerTime.UTC().Format(time.RFC3339))
+	skew := fmt.Sprintf("%+v against this machine's clock (informational: s3queue decides by S3 time)", r.Skew)
+	fmt.Fprintf(tw, "clock skew\t\t%s\n", skew)
+	fmt.Fprintf(tw, "requests\t\t%d\n", r.Requests)
+	switch {
+	case d.Queue != nil:
+		fmt.Fprintf(tw, "queue\t\t%d shards, layout format %d, created %s\n", d.Queue.Shards, d.Queue.Format, fmtTime(d.Queue.CreatedAt))
+	case d.QueueError != "":
+		fmt.Fprintf(tw, "queue\tFAIL\t%s\n", oneLine(d.QueueError))
+	default:
+		fmt.Fprintf(tw, "queue\t\tnone yet (the first submit or worker creates it)\n")
+	}
+	if d.Supported {
+		fmt.Fprintf(tw, "result\tok\ts3queue can run on this store\n")
+	} else {
+		fmt.Fprintf(tw, "result\tUNSUPPORTED\ts3queue refuses to run on this store\n")
+	}
+	tw.Flush()
+}
+
+// checkProvider is the startup check of the worker and monitor commands.
+func (a *app) checkProvider(ctx context.Context, st s3store.Store, url string) error {
+	rep, err := s3store.CheckProvider(ctx, st, doctorPrefix)
+	if err != nil {
+		return fmt.Errorf("store %s: %w", url, err)
+	}
+	if err := rep.Supported(); err != nil {
+		return withCode(exitUnsupported, fmt.Errorf("store %s: %w (run 's3queue doctor' for details)", url, err))
+	}
+	a.log.Debug("provider check passed", slog.String("store", url), slog.Int("requests", rep.Requests),
+		slog.Duration("skew", rep.Skew), slog.String("conditional_delete", rep.ConditionalDelete))
+	return nil
+}

@@ -1,0 +1,215 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/s3queue/s3queue/task"
+	"github.com/s3queue/s3queue/worker"
+)
+
+const (
+	// exitRetryLater is the exit status (EX_TEMPFAIL) a command uses to ask
+	// for another run later without using up an attempt.
+	exitRetryLater = 75
+	// defaultRetryLater is the delay after exit 75 when the task's retry
+	// policy gives none.
+	defaultRetryLater = 10 * time.Second
+	// stderrTail is how much of a failed command's stderr becomes the
+	// task's error.
+	stderrTail = 2 << 10
+)
+
+// killGrace is how long a command has between SIGTERM and SIGKILL once it
+// must stop (timeout, lost lease, cancel, shutdown).
+var killGrace = 3 * time.Second
+
+// execHandler runs a task as an external command: /bin/sh -c COMMAND with
+// the input on stdin and the result on stdout.
+type execHandler struct {
+	typ, command string
+	log          *slog.Logger
+}
+
+func (h execHandler) handle(ctx context.Context, t *task.Task) (json.RawMessage, error) {
+	timeout := t.Timeout.D()
+	if timeout <= 0 {
+		timeout = task.DefaultTimeout
+	}
+	cmd := exec.Command("/bin/sh", "-c", h.command)
+	cmd.Stdin = bytes.NewReader(t.Input)
+	stdout := &cappedBuffer{max: task.MaxResultBytes}
+	stderr := &tailBuffer{max: stderrTail}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	cmd.Env = append(os.Environ(),
+		"S3QUEUE_TASK_ID="+t.ID,
+		"S3QUEUE_ATTEMPT="+strconv.Itoa(t.Attempt),
+		"S3QUEUE_TASK_TYPE="+t.Type,
+	)
+	// A process group of its own, so that stopping the command stops
+	// everything it started.
+	setProcessGroup(cmd)
+	// A child that keeps stdout open after the command exits must not hold
+	// the handler forever.
+	cmd.WaitDelay = killGrace
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start command: %w", err)
+	}
+	h.log.Debug("command started", "task_id", t.ID, "type", h.typ, "attempt", t.Attempt, "pid", cmd.Process.Pid)
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	var err, stopped error
+	select {
+	case err = <-waited:
+	case <-timer.C:
+		stopped = fmt.Errorf("command killed after the task's timeout of %v", timeout)
+		err = stop(cmd, waited)
+	case <-ctx.Done():
+		stopped = fmt.Errorf("command stopped: %w", context.Cause(ctx))
+		err = stop(cmd, waited)
+	}
+	if errors.Is(err, exec.ErrWaitDelay) {
+		// The command exited but left something holding its output.
+		killGroup(cmd)
+	}
+	tail := stderr.String()
+	switch {
+	case stopped != nil:
+		return nil, withTail(stopped, tail)
+	case cmd.ProcessState == nil:
+		return nil, withTail(fmt.Errorf("command: %w", err), tail)
+	}
+	code := cmd.ProcessState.ExitCode()
+	switch {
+	case code == 0:
+		if stdout.over {
+			return nil, worker.Permanent(fmt.Errorf("command output is over the result limit of %d bytes", task.MaxResultBytes))
+		}
+		return result(stdout.Bytes())
+	case code == exitRetryLater:
+		delay := t.Retry.Delay(t.Attempt, nil)
+		if delay <= 0 {
+			delay = defaultRetryLater
+		}
+		return nil, worker.RetryAfter(delay, withTail(fmt.Errorf("command asked to run again later (exit %d)", code), tail))
+	case code < 0:
+		return nil, withTail(fmt.Errorf("command ended: %v", cmd.ProcessState), tail)
+	}
+	return nil, withTail(fmt.Errorf("command exited with status %d", code), tail)
+}
+
+// stop terminates the command's process group, politely first.
+func stop(cmd *exec.Cmd, waited <-chan error) error {
+	signalGroup(cmd, false)
+	grace := time.NewTimer(killGrace)
+	defer grace.Stop()
+	select {
+	case err := <-waited:
+		killGroup(cmd)
+		return err
+	case <-grace.C:
+	}
+	killGroup(cmd)
+	return <-waited
+}
+
+func killGroup(cmd *exec.Cmd) { signalGroup(cmd, true) }
+
+func withTail(err error, tail string) error {
+	tail = strings.TrimSpace(tail)
+	if tail == "" {
+		return err
+	}
+	return fmt.Errorf("%w: %s", err, tail)
+}
+
+// result turns a command's stdout into the task's result: JSON as is, any
+// other text as a JSON string (without its trailing newlines).
+func result(out []byte) (json.RawMessage, error) {
+	if len(bytes.TrimSpace(out)) == 0 {
+		return nil, nil
+	}
+	if json.Valid(out) {
+		var buf bytes.Buffer
+		if err := json.Compact(&buf, out); err == nil && buf.Len() <= task.MaxResultBytes {
+			return buf.Bytes(), nil
+		}
+	}
+	b, err := json.Marshal(strings.TrimRight(string(out), "\r\n"))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > task.MaxResultBytes {
+		return nil, worker.Permanent(fmt.Errorf("command output is %d bytes as a JSON string, over the result limit of %d", len(b), task.MaxResultBytes))
+	}
+	return b, nil
+}
+
+// cappedBuffer keeps the first max bytes written and notes an overflow.
+type cappedBuffer struct {
+	mu   sync.Mutex
+	buf  bytes.Buffer
+	max  int
+	over bool
+}
+
+func (b *cappedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	room := b.max - b.buf.Len()
+	if len(p) > room {
+		b.over = true
+		b.buf.Write(p[:max(room, 0)])
+		return len(p), nil
+	}
+	b.buf.Write(p)
+	return len(p), nil
+}
+
+func (b *cappedBuffer) Bytes() []byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Bytes()
+}
+
+// tailBuffer keeps the last max bytes written.
+type tailBuffer struct {
+	mu  sync.Mutex
+	buf []byte
+	max int
+	cut bool
+}
+
+func (b *tailBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buf = append(b.buf, p...)
+	if over := len(b.buf) - b.max; over > 0 {
+		b.buf = append(b.buf[:0], b.buf[over:]...)
+		b.cut = true
+	}
+	return len(p), nil
+}
+
+func (b *tailBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s := strings.ToValidUTF8(string(b.buf), "")
+	if b.cut {
+		return "..." + s
+	}
+	return s
+}

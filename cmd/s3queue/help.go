@@ -1,0 +1,128 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"runtime"
+	"runtime/debug"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/s3queue/s3queue/shards"
+	"github.com/s3queue/s3queue/task"
+)
+
+// version is set at build time with -ldflags "-X main.version=v1.2.3";
+// otherwise the module version from the build info is used.
+var version = ""
+
+var versionCommand = &command{
+	name: "version", nargs: 0, noStore: true,
+	summary: "print the version",
+	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
+		return func(context.Context, []string) error {
+			v := version
+			if v == "" {
+				v = "(devel)"
+				if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+					v = bi.Main.Version
+				}
+			}
+			fmt.Fprintf(a.stdout, "s3queue %s (%s, task format %d, layout format %d)\n", v, runtime.Version(), task.FormatVersion, shards.FormatVersion)
+			return nil
+		}
+	},
+}
+
+var helpCommand = &command{
+	name: "help", args: "[COMMAND]", nargs: -1, noStore: true,
+	summary: "show help for all commands or one",
+	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
+		return func(_ context.Context, args []string) error {
+			switch len(args) {
+			case 0:
+				a.usage(a.stdout)
+				return nil
+			case 1:
+				c := lookup(args[0])
+				if c == nil {
+					return usageError("help: unknown command %q", args[0])
+				}
+				a.commandHelp(a.stdout, c)
+				return nil
+			}
+			return usageError("help: want at most one command")
+		}
+	},
+}
+
+const exitCodesHelp = `Exit codes:
+  0  ok
+  1  runtime error (store unreachable, request failed, task in the wrong state, demo failed)
+  2  usage or bad input (bad flags, non-JSON or oversized input, bad config, layout mismatch)
+  3  task not found
+  4  provider unsupported (the store ignores conditional PUT)
+`
+
+const envHelp = `Environment:
+  S3QUEUE_STORE              store URL (the --store flag wins over it; it wins over queue.toml)
+  S3QUEUE_<SECTION>_<KEY>    overrides a queue.toml key, e.g. S3QUEUE_WORKER_CONCURRENCY=8
+  AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_PROFILE, AWS_REGION
+                             credentials and region of s3:// stores (never in the URL)
+`
+
+func (a *app) usage(w io.Writer) {
+	fmt.Fprintf(w, "s3queue: a distributed work queue whose only infrastructure is an S3 bucket.\n\n")
+	fmt.Fprintf(w, "Usage: s3queue COMMAND [flags] [arguments]\n\nCommands:\n")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for _, c := range commands {
+		fmt.Fprintf(tw, "  %s\t%s\n", strings.TrimSpace(c.name+" "+c.args), c.summary)
+	}
+	tw.Flush()
+	fmt.Fprintf(w, `
+Every command except help and version takes --store URL, and all but demo
+take --config FILE (default ./queue.toml if it exists); get, history, list,
+stats and doctor take --json. Flags may follow the command name and its
+arguments. Store URLs:
+  s3://BUCKET/PREFIX?endpoint=http://127.0.0.1:9000&region=us-east-1&path_style=true
+  file:///absolute/directory
+  mem://NAME (in this process only)
+
+`)
+	fmt.Fprint(w, envHelp)
+	fmt.Fprintln(w)
+	fmt.Fprint(w, exitCodesHelp)
+	fmt.Fprintf(w, "\nRun 's3queue help COMMAND' for a command's flags; see docs/cli.md.\n")
+}
+
+func (a *app) commandHelp(w io.Writer, c *command) {
+	fmt.Fprintf(w, "Usage: s3queue %s [flags]", c.name)
+	if c.args != "" {
+		fmt.Fprintf(w, " %s", c.args)
+	}
+	fmt.Fprintf(w, "\n\n%s.\n", upperFirst(c.summary))
+	if c.details != "" {
+		fmt.Fprintf(w, "\n%s\n", c.details)
+	}
+	// Define the flags on a scratch app only to print them.
+	scratch := &app{}
+	fs := scratch.flagSet(c)
+	c.define(scratch, fs)
+	n := 0
+	fs.VisitAll(func(*flag.Flag) { n++ })
+	if n > 0 {
+		fmt.Fprintf(w, "\nFlags:\n")
+		fs.SetOutput(w)
+		fs.PrintDefaults()
+	}
+	fmt.Fprintf(w, "\n%s", exitCodesHelp)
+}
+
+func upperFirst(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
+}

@@ -1,0 +1,267 @@
+// Command s3queue runs and operates an s3queue: workers that run tasks as
+// external commands, the monitor, task submission and inspection, a provider
+// check, and a self-contained demo. See docs/cli.md.
+//
+// Each command lives in its own file; this one holds dispatch, flags, exit
+// codes and error reporting. Nothing imports this package.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/s3queue/s3queue/internal/config"
+	"github.com/s3queue/s3queue/producer"
+	"github.com/s3queue/s3queue/s3store"
+	"github.com/s3queue/s3queue/s3store/storeurl"
+	"github.com/s3queue/s3queue/shards"
+)
+
+// Exit codes, documented in docs/cli.md and `s3queue help`.
+const (
+	exitOK          = 0
+	exitRuntime     = 1 // store unreachable, a request failed, a task in the wrong state
+	exitUsage       = 2 // bad flags, bad input, bad config, layout mismatch
+	exitNotFound    = 3 // no task with that id
+	exitUnsupported = 4 // the provider ignores conditional PUT
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		// After the first signal, a second one kills the process the
+		// default way instead of waiting for a drain.
+		<-ctx.Done()
+		stop()
+	}()
+	os.Exit(run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+// run executes one command line and returns its exit code. It never panics
+// and writes errors as one line "s3queue: <message>" on stderr.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) (code int) {
+	defer func() {
+		if p := recover(); p != nil {
+			fmt.Fprintf(stderr, "s3queue: internal error: %s\n", oneLine(fmt.Sprint(p)))
+			code = exitRuntime
+		}
+	}()
+	a := &app{stdin: stdin, stdout: stdout, stderr: stderr, getenv: os.Getenv, open: storeurl.Open}
+	return a.report(a.dispatch(ctx, args))
+}
+
+// app is one invocation: its streams, flags and loaded configuration.
+type app struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	getenv         func(string) string
+	// open opens a store URL (storeurl.Open; tests substitute stores).
+	open func(ctx context.Context, url string) (s3store.Store, error)
+
+	cmd        *command
+	storeFlag  string
+	configFlag string
+	jsonOut    bool
+
+	cfg config.Config
+	log *slog.Logger
+}
+
+// command is one subcommand. define registers the command's own flags and
+// returns the function that runs it with the positional arguments.
+type command struct {
+	name    string
+	args    string // positional arguments, for usage lines
+	nargs   int    // exact number of positional arguments
+	summary string
+	details string
+	json    bool // read command: takes --json
+	noStore bool // takes neither --store nor --config
+	// ownStore: takes --store with this usage text, but no --config, and
+	// ignores S3QUEUE_STORE and queue.toml (the demo never touches a real
+	// queue by accident).
+	ownStore string
+	define   func(a *app, fs *flag.FlagSet) func(ctx context.Context, args []string) error
+}
+
+var commands []*command
+
+func init() {
+	commands = []*command{
+		workerCommand, monitorCommand, submitCommand, getCommand, historyCommand,
+		cancelCommand, requeueCommand, listCommand, statsCommand, doctorCommand,
+		demoCommand, versionCommand, helpCommand,
+	}
+}
+
+func lookup(name string) *command {
+	for _, c := range commands {
+		if c.name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+func (a *app) dispatch(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		return usageError("no command given (run 's3queue help' for the list of commands)")
+	}
+	name := args[0]
+	switch name {
+	case "-h", "-help", "--help":
+		name = "help"
+	case "-version", "--version":
+		name = "version"
+	}
+	c := lookup(name)
+	if c == nil {
+		return usageError("unknown command %q (run 's3queue help' for the list)", name)
+	}
+	a.cmd = c
+	fs := a.flagSet(c)
+	runCmd := c.define(a, fs)
+	pos, err := parseInterspersed(fs, args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		a.commandHelp(a.stdout, c)
+		return nil
+	}
+	if err != nil {
+		return usageError("%s: %v (run 's3queue help %s')", c.name, err, c.name)
+	}
+	if c.nargs >= 0 && len(pos) != c.nargs {
+		if c.nargs == 0 {
+			return usageError("%s: unexpected argument %q (run 's3queue help %s')", c.name, pos[0], c.name)
+		}
+		return usageError("%s: want %s, got %d arguments (usage: s3queue %s %s)", c.name, c.args, len(pos), c.name, c.args)
+	}
+	if !c.noStore && c.ownStore == "" {
+		if err := a.loadConfig(); err != nil {
+			return err
+		}
+	} else {
+		a.cfg = config.Default()
+		a.log = a.cfg.NewLogger(a.stderr)
+	}
+	return runCmd(ctx, pos)
+}
+
+// flagSet makes the command's flag set with the flags every command takes.
+func (a *app) flagSet(c *command) *flag.FlagSet {
+	fs := flag.NewFlagSet(c.name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	switch {
+	case c.ownStore != "":
+		fs.StringVar(&a.storeFlag, "store", "", c.ownStore)
+	case !c.noStore:
+		fs.StringVar(&a.storeFlag, "store", "", "store `URL`; wins over S3QUEUE_STORE and queue.toml's store")
+		fs.StringVar(&a.configFlag, "config", "", "configuration `file` (default ./queue.toml if it exists)")
+	}
+	if c.json {
+		fs.BoolVar(&a.jsonOut, "json", false, "print JSON instead of text")
+	}
+	return fs
+}
+
+// parseInterspersed parses flags that may come before, between or after
+// positional arguments ("get ID --json"); "--" ends the flags.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+// loadConfig reads --config (or ./queue.toml when it exists) with the
+// environment overrides and sets up the logger.
+func (a *app) loadConfig() error {
+	path := a.configFlag
+	if path == "" {
+		if _, err := os.Stat("queue.toml"); err == nil {
+			path = "queue.toml"
+		}
+	}
+	cfg, err := config.Load(path, a.getenv)
+	if err != nil {
+		return usageError("%v", err)
+	}
+	a.cfg = cfg
+	a.log = cfg.NewLogger(a.stderr)
+	return nil
+}
+
+// exitError carries the exit code of an error.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+func withCode(code int, err error) error { return &exitError{code: code, err: err} }
+
+func usageError(format string, args ...any) error {
+	return withCode(exitUsage, fmt.Errorf(format, args...))
+}
+
+// errNoQueue: the store holds no queue manifest; read commands never create one.
+var errNoQueue = errors.New("no queue in this store yet (no queue.json): submit a task or start a worker first")
+
+// codeOf maps an error to its exit code.
+func codeOf(err error) int {
+	var ee *exitError
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.As(err, &ee):
+		return ee.code
+	case errors.Is(err, producer.ErrNotFound):
+		return exitNotFound
+	case errors.Is(err, s3store.ErrUnsupportedProvider):
+		return exitUnsupported
+	case errors.Is(err, shards.ErrLayoutMismatch):
+		return exitUsage
+	}
+	return exitRuntime
+}
+
+func (a *app) report(err error) int {
+	code := codeOf(err)
+	if err != nil {
+		fmt.Fprintf(a.stderr, "s3queue: %s\n", oneLine(err.Error()))
+	}
+	return code
+}
+
+// oneLine keeps an error on one line, as scripts and log collectors expect.
+func oneLine(s string) string {
+	s = strings.TrimSpace(s)
+	if !strings.ContainsAny(s, "\r\n") {
+		return s
+	}
+	fields := strings.FieldsFunc(s, func(r rune) bool { return r == '\n' || r == '\r' })
+	for i := range fields {
+		fields[i] = strings.TrimSpace(fields[i])
+	}
+	return strings.Join(fields, " | ")
+}

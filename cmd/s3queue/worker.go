@@ -1,0 +1,112 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/s3queue/s3queue/monitor"
+	"github.com/s3queue/s3queue/task"
+	"github.com/s3queue/s3queue/worker"
+)
+
+var workerCommand = &command{
+	name: "worker", nargs: 0,
+	summary: "run tasks as external commands until SIGTERM/SIGINT",
+	details: "Handlers come from [handlers] in queue.toml and from --exec (which wins for the same type).\n" +
+		"Each task runs as /bin/sh -c COMMAND in its own process group: the input on stdin, stdout\n" +
+		"becomes the result (JSON, or a JSON string otherwise), and on failure the last 2 KiB of\n" +
+		"stderr become the task's error. Exit 0 succeeds; exit 75 runs the task again after its retry\n" +
+		"delay (10s if none) without using an attempt; any other status fails the attempt. The\n" +
+		"command sees S3QUEUE_TASK_ID, S3QUEUE_ATTEMPT and S3QUEUE_TASK_TYPE. At the task's\n" +
+		"timeout, or when the task is canceled or its lease lost, the group gets SIGTERM and 3s\n" +
+		"later SIGKILL. On SIGTERM/SIGINT the worker stops claiming and waits shutdown_grace for\n" +
+		"running tasks, then stops them and hands them back. The provider check runs first (exit 4).",
+	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
+		execs := map[string]string{}
+		fs.Func("exec", "run `TYPE=COMMAND` for tasks of TYPE (repeatable)", func(v string) error {
+			typ, cmd, ok := strings.Cut(v, "=")
+			typ = strings.TrimSpace(typ)
+			if !ok || strings.TrimSpace(cmd) == "" {
+				return fmt.Errorf("want TYPE=COMMAND, got %q", v)
+			}
+			if err := task.ValidType(typ); err != nil {
+				return err
+			}
+			execs[typ] = cmd
+			return nil
+		})
+		return func(ctx context.Context, _ []string) error {
+			handlers := map[string]string{}
+			for typ, cmd := range a.cfg.Handlers {
+				handlers[typ] = cmd
+			}
+			for typ, cmd := range execs {
+				handlers[typ] = cmd
+			}
+			if len(handlers) == 0 {
+				return usageError("worker: no handlers: pass --exec TYPE=COMMAND or add a [handlers] table to queue.toml")
+			}
+			st, url, err := a.openStore(ctx)
+			if err != nil {
+				return err
+			}
+			if err := a.checkProvider(ctx, st, url); err != nil {
+				return err
+			}
+			wcfg := a.cfg.Worker()
+			wcfg.Logger = a.log
+			w, err := worker.New(ctx, st, wcfg)
+			if err != nil {
+				return err
+			}
+			types := make([]string, 0, len(handlers))
+			for typ, cmd := range handlers {
+				h := execHandler{typ: typ, command: cmd, log: a.log}
+				w.Handle(typ, h.handle)
+				types = append(types, typ)
+			}
+			sort.Strings(types)
+			a.log.Info("worker started", "store", url, "worker_id", w.ID(), "types", strings.Join(types, ","),
+				"concurrency", wcfg.Concurrency)
+			err = w.Run(ctx)
+			s := w.Stats()
+			a.log.Info("worker stopped", "worker_id", w.ID(), "claimed", s.Claimed, "succeeded", s.Succeeded,
+				"failed", s.Failed, "dead", s.Dead, "snoozed", s.Snoozed, "canceled", s.Canceled,
+				"lease_lost", s.LeaseLost, "released", s.Released)
+			return err
+		}
+	},
+}
+
+var monitorCommand = &command{
+	name: "monitor", nargs: 0,
+	summary: "re-dispatch expired leases, repair lost tasks, apply retention, until SIGTERM/SIGINT",
+	details: "Sweeps every shard each [monitor] interval. Several monitors may run at once. The provider\n" +
+		"check runs first (exit 4).",
+	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
+		return func(ctx context.Context, _ []string) error {
+			st, url, err := a.openStore(ctx)
+			if err != nil {
+				return err
+			}
+			if err := a.checkProvider(ctx, st, url); err != nil {
+				return err
+			}
+			mcfg := a.cfg.Monitor()
+			mcfg.Logger = a.log
+			m, err := monitor.New(ctx, st, mcfg)
+			if err != nil {
+				return err
+			}
+			a.log.Info("monitor started", "store", url, "interval", mcfg.Interval)
+			err = m.Run(ctx)
+			s := m.Stats()
+			a.log.Info("monitor stopped", "redispatched", s.Redispatched, "dead_lettered", s.DeadLettered,
+				"repaired", s.Repaired, "deleted", s.Deleted, "corrupt", s.Corrupt)
+			return err
+		}
+	},
+}

@@ -1,0 +1,289 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/s3queue/s3queue/s3store"
+	"github.com/s3queue/s3queue/s3store/mem"
+	"github.com/s3queue/s3queue/task"
+)
+
+// fastWorker is a queue.toml for tests: quick polling, a lease margin
+// small enough for 1-2s task timeouts, and quick retries.
+const fastWorker = `
+[worker]
+poll_min = "20ms"
+poll_max = "100ms"
+lease_margin = "200ms"
+shutdown_grace = "2s"
+[submit]
+retry_initial = "100ms"
+retry_max = "200ms"
+`
+
+func submit(t *testing.T, store, cfg, typ string, extra ...string) string {
+	t.Helper()
+	args := append([]string{"submit", "--store", store, "--config", cfg, "--type", typ}, extra...)
+	return strings.TrimSpace(must(t, args...))
+}
+
+// waitStatus waits until task id reaches one of the terminal statuses.
+func waitTerminal(t *testing.T, store, id string) *task.Task {
+	t.Helper()
+	var got *task.Task
+	waitFor(t, "task "+id+" to finish", func() bool {
+		got = getTask(t, store, id)
+		return got.Status.Terminal()
+	})
+	return got
+}
+
+func TestWorkerRunsExecHandlers(t *testing.T) {
+	store, _ := newStore(t)
+	marker := filepath.Join(t.TempDir(), "ran-once")
+	cfg := writeConfig(t, fastWorker+`
+[handlers]
+echo = "cat"
+fail = "echo 'disk on fire' >&2; exit 3"
+`)
+	echo := submit(t, store, cfg, "echo", "--input", `{"hello": "world"}`)
+	text := submit(t, store, cfg, "text", "--input", `"ignored"`)
+	env := submit(t, store, cfg, "env")
+	fail := submit(t, store, cfg, "fail", "--max-attempts", "2")
+	later := submit(t, store, cfg, "later")
+	noInput := submit(t, store, cfg, "echo") // no input: empty stdout, no result
+
+	stderr, stop := background(t, "worker", "--store", store, "--config", cfg,
+		"--exec", "text=echo hello world",
+		"--exec", `env=printf '{"id":"%s","attempt":"%s","type":"%s"}' "$S3QUEUE_TASK_ID" "$S3QUEUE_ATTEMPT" "$S3QUEUE_TASK_TYPE"`,
+		"--exec", "later=if [ -e "+marker+" ]; then echo done; else touch "+marker+"; exit 75; fi",
+	)
+
+	t.Run("stdout JSON becomes the result", func(t *testing.T) {
+		got := waitTerminal(t, store, echo)
+		if got.Status != task.Succeeded || string(got.Result) != `{"hello":"world"}` {
+			t.Errorf("echo: %s result %s (%s)", got.Status, got.Result, got.LastError)
+		}
+	})
+	t.Run("other stdout becomes a JSON string", func(t *testing.T) {
+		got := waitTerminal(t, store, text)
+		if got.Status != task.Succeeded || string(got.Result) != `"hello world"` {
+			t.Errorf("text: %s result %s", got.Status, got.Result)
+		}
+	})
+	t.Run("empty stdout is no result", func(t *testing.T) {
+		got := waitTerminal(t, store, noInput)
+		if got.Status != task.Succeeded || len(got.Result) != 0 {
+			t.Errorf("no input: %s result %q", got.Status, got.Result)
+		}
+	})
+	t.Run("environment reaches the command", func(t *testing.T) {
+		got := waitTerminal(t, store, env)
+		want := fmt.Sprintf(`{"id":"%s","attempt":"1","type":"env"}`, env)
+		if got.Status != task.Succeeded || string(got.Result) != want {
+			t.Errorf("env: %s result %s, want %s", got.Status, got.Result, want)
+		}
+	})
+	t.Run("other exit codes fail the attempt and retry", func(t *testing.T) {
+		got := waitTerminal(t, store, fail)
+		if got.Status != task.Dead || got.Attempt != 2 {
+			t.Errorf("fail: %s after %d attempts", got.Status, got.Attempt)
+		}
+		if !strings.Contains(got.LastError, "command exited with status 3") || !strings.Contains(got.LastError, "disk on fire") {
+			t.Errorf("fail: last error %q lacks the status and stderr", got.LastError)
+		}
+		retried := false
+		for _, h := range got.History {
+			retried = retried || h.From == task.Running && h.To == task.Pending
+		}
+		if !retried {
+			t.Errorf("fail: no retry in history %+v", got.History)
+		}
+	})
+	t.Run("exit 75 runs again without using an attempt", func(t *testing.T) {
+		got := waitTerminal(t, store, later)
+		if got.Status != task.Succeeded || string(got.Result) != `"done"` {
+			t.Errorf("later: %s result %s (%s)", got.Status, got.Result, got.LastError)
+		}
+		if got.Attempt != 1 {
+			t.Errorf("later: attempt %d, want 1 (the exit-75 run must not count)", got.Attempt)
+		}
+		snoozed := false
+		for _, h := range got.History {
+			snoozed = snoozed || h.From == task.Running && h.To == task.Pending && strings.Contains(h.Reason, "exit 75")
+		}
+		if !snoozed {
+			t.Errorf("later: no exit-75 transition in history %+v", got.History)
+		}
+	})
+	if code := stop(); code != 0 {
+		t.Errorf("worker exit %d after cancel; stderr:\n%s", code, stderr)
+	}
+	if !strings.Contains(stderr.String(), "worker started") || !strings.Contains(stderr.String(), "worker stopped") {
+		t.Errorf("worker logs:\n%s", stderr)
+	}
+}
+
+func TestWorkerKillsCommandAtTimeout(t *testing.T) {
+	store, _ := newStore(t)
+	cfg := writeConfig(t, fastWorker)
+	pidFile := filepath.Join(t.TempDir(), "child.pid")
+	// The shell starts a background child, so killing only the shell would
+	// leave it running: the whole process group must go.
+	id := submit(t, store, cfg, "slow", "--timeout", "2s", "--max-attempts", "1")
+	_, stop := background(t, "worker", "--store", store, "--config", cfg,
+		"--exec", "slow=sleep 60 & echo $! > "+pidFile+"; wait")
+	start := time.Now()
+	got := waitTerminal(t, store, id)
+	if got.Status != task.Dead || !strings.Contains(got.LastError, "killed after the task's timeout of 2s") {
+		t.Errorf("slow: %s, last error %q", got.Status, got.LastError)
+	}
+	if d := time.Since(start); d > 15*time.Second {
+		t.Errorf("the timeout kill took %v", d)
+	}
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	fmt.Sscan(string(b), &pid)
+	waitFor(t, "the command's child to be gone", func() bool {
+		return syscall.Kill(pid, 0) == syscall.ESRCH || isZombie(pid)
+	})
+	stop()
+}
+
+// isZombie reports a process that exited but was not reaped yet (its
+// parent, the killed shell, is gone, so init reaps it eventually).
+func isZombie(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	fields := strings.Fields(string(b))
+	return len(fields) > 2 && fields[2] == "Z"
+}
+
+func TestWorkerCancelStopsRunningCommand(t *testing.T) {
+	store, _ := newStore(t)
+	cfg := writeConfig(t, fastWorker)
+	id := submit(t, store, cfg, "slow", "--timeout", "3s")
+	_, stop := background(t, "worker", "--store", store, "--config", cfg, "--exec", "slow=sleep 60")
+	waitFor(t, "the task to run", func() bool { return getTask(t, store, id).Status == task.Running })
+	if out := must(t, "cancel", id, "--store", store); out != "cancel requested\n" {
+		t.Errorf("cancel of a running task printed %q", out)
+	}
+	got := waitTerminal(t, store, id)
+	if got.Status != task.Canceled {
+		t.Errorf("status %s after cancel, want canceled (%s)", got.Status, got.LastError)
+	}
+	stop()
+}
+
+func TestWorkerLogsAsConfigured(t *testing.T) {
+	store, _ := newStore(t)
+	cfg := writeConfig(t, "[log]\nformat = \"json\"\nlevel = \"debug\"\n[worker]\nid = \"json-worker\"\n")
+	stderr, stop := background(t, "worker", "--store", store, "--config", cfg, "--exec", "x=cat")
+	waitFor(t, "the worker to start", func() bool { return strings.Contains(stderr.String(), "worker started") })
+	stop()
+	var started map[string]any
+	for _, line := range strings.Split(stderr.String(), "\n") {
+		if strings.Contains(line, "worker started") {
+			if err := json.Unmarshal([]byte(line), &started); err != nil {
+				t.Fatalf("log line is not JSON: %q", line)
+			}
+		}
+	}
+	if started["worker_id"] != "json-worker" || started["types"] != "x" {
+		t.Errorf("worker started log = %v", started)
+	}
+	if !strings.Contains(stderr.String(), `"level":"DEBUG"`) {
+		t.Errorf("level debug did not let debug lines through:\n%s", stderr)
+	}
+}
+
+func TestMonitorAppliesRetention(t *testing.T) {
+	store, _ := newStore(t)
+	cfg := writeConfig(t, "[monitor]\ninterval = \"100ms\"\nretention = \"1s\"\n")
+	id := strings.TrimSpace(must(t, "submit", "--store", store, "--type", "x"))
+	must(t, "cancel", id, "--store", store)
+	_, stop := background(t, "monitor", "--store", store, "--config", cfg)
+	waitFor(t, "retention to delete the canceled task", func() bool {
+		return cli(t, "", "get", id, "--store", store).code == exitNotFound
+	})
+	if code := stop(); code != 0 {
+		t.Errorf("monitor exit %d", code)
+	}
+}
+
+// lyingStore ignores every PUT condition, as some S3 clones do.
+type lyingStore struct{ *mem.Store }
+
+func (s lyingStore) Put(ctx context.Context, key string, body []byte, _ s3store.PutOptions) (string, error) {
+	return s.Store.Put(ctx, key, body, s3store.PutOptions{})
+}
+
+func TestUnsupportedProviderIsExit4(t *testing.T) {
+	open := func(context.Context, string) (s3store.Store, error) { return lyingStore{mem.New()}, nil }
+	for _, args := range [][]string{
+		{"doctor", "--store", "mem://liar"},
+		{"worker", "--store", "mem://liar", "--exec", "x=cat"},
+		{"monitor", "--store", "mem://liar"},
+	} {
+		t.Run(args[0], func(t *testing.T) {
+			var out, errb syncBuffer
+			a := &app{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: func(string) string { return "" }, open: open}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			code := a.report(a.dispatch(ctx, args))
+			wantExit(t, cliResult{code, out.String(), errb.String()}, exitUnsupported, "does not honour conditional PUT")
+			if args[0] == "doctor" && !strings.Contains(out.String(), "FAIL") {
+				t.Errorf("doctor output does not show the failed checks:\n%s", out.String())
+			}
+		})
+	}
+}
+
+// The built command drains on SIGTERM: the running task is handed back to
+// the queue without using up an attempt, and the process exits 0.
+func TestWorkerDrainsOnSIGTERM(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a process")
+	}
+	store, _ := newStore(t)
+	cfg := writeConfig(t, strings.Replace(fastWorker, `shutdown_grace = "2s"`, `shutdown_grace = "300ms"`, 1))
+	id := submit(t, store, cfg, "slow", "--timeout", "10s")
+	cmd := exec.Command(os.Args[0], "worker", "--store", store, "--config", cfg, "--exec", "slow=sleep 60")
+	cmd.Env = append(os.Environ(), "S3QUEUE_TEST_RUN_MAIN=1")
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	waitFor(t, "the task to run", func() bool { return getTask(t, store, id).Status == task.Running })
+	cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("worker exited with %v after SIGTERM; stderr:\n%s", err, stderr.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("worker still running 20s after SIGTERM; stderr:\n%s", stderr.String())
+	}
+	got := getTask(t, store, id)
+	if got.Status != task.Pending || got.Attempt != 0 {
+		t.Errorf("after SIGTERM the task is %s at attempt %d, want pending at 0 (handed back)", got.Status, got.Attempt)
+	}
+}
