@@ -70,7 +70,7 @@ func (s *Scan) Next(ctx context.Context, st s3store.Store, now time.Time, max in
 			if c.Avail.After(now) {
 				return out, nil
 			}
-			if s.seen[o.Key] == o.ETag {
+			if e, ok := s.seen[o.Key]; ok && (e == o.ETag || e == Settled) {
 				s.advance(c.Avail)
 				continue
 			}
@@ -102,6 +102,11 @@ func parseCandidate(o s3store.ObjectInfo) (Candidate, bool) {
 	at, _ := task.IDTime(id)
 	return Candidate{Key: o.Key, ID: id, ETag: o.ETag, Avail: at}, true
 }
+
+// Settled, passed to Seen, means "whatever its ETag, never hand this key
+// out again": a task object that has left pending comes back only through a
+// ready pointer, so its later writes need no second look.
+const Settled = "*"
 
 // Seen records that key was handled at etag (claimed, found running or
 // finished, or not ours to run) and moves the cursor past it.

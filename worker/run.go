@@ -60,8 +60,7 @@ func (r *run) execute() {
 		done <- outcome{res, err}
 	}()
 
-	renewEvery := r.v.Task.Timeout.D() / 3
-	renew := time.NewTimer(renewEvery)
+	renew := time.NewTimer(r.nextRenewal())
 	defer renew.Stop()
 	deadline := time.NewTimer(r.untilLeaseLost())
 	defer deadline.Stop()
@@ -86,7 +85,7 @@ func (r *run) execute() {
 			default:
 				deadline.Reset(r.untilLeaseLost())
 			}
-			renew.Reset(renewEvery)
+			renew.Reset(r.nextRenewal())
 		case <-deadline.C:
 			// No renewal got through in time: by S3 time another worker may
 			// take the task over soon, so this one stops first.
@@ -110,6 +109,17 @@ func (r *run) untilLeaseLost() time.Duration {
 		d = 0
 	}
 	return d
+}
+
+// nextRenewal is when to renew: every third of the lease, and in any case
+// halfway to the moment the worker would give the lease up, so that short
+// leases with wide margins are renewed in time.
+func (r *run) nextRenewal() time.Duration {
+	d := r.v.Task.Timeout.D() / 3
+	if half := r.untilLeaseLost() / 2; half < d {
+		d = half
+	}
+	return max(d, 50*time.Millisecond)
 }
 
 func (r *run) lost(cancel context.CancelCauseFunc) {
@@ -164,7 +174,18 @@ func (r *run) update(ctx context.Context, change func(*task.Task, time.Time) err
 			return nil
 		}
 		if !errors.Is(err, s3store.ErrPreconditionFailed) && !errors.Is(err, s3store.ErrConflict) {
-			return err
+			// The store already retried; one more round after a pause
+			// rides out a short outage. The re-read below decides whether
+			// our write landed after all.
+			if attempt >= 3 || ctx.Err() != nil {
+				return err
+			}
+			w.log.Warn("write task; will retry", "task_id", t.ID, "err", err)
+			select {
+			case <-ctx.Done():
+				return err
+			case <-time.After(time.Duration(attempt+1) * 500 * time.Millisecond):
+			}
 		}
 		// Someone else wrote the task (a cancel request, the monitor):
 		// read it and decide again on what is there now.
@@ -174,6 +195,11 @@ func (r *run) update(ctx context.Context, change func(*task.Task, time.Time) err
 		}
 		if err != nil {
 			return err
+		}
+		if cur.Task.Version == t.Version && cur.Task.UpdatedAt.Equal(t.UpdatedAt) {
+			// Our write landed; only its response was lost.
+			r.v = cur
+			return nil
 		}
 	}
 	return fmt.Errorf("update task %s: too many concurrent writers", r.v.Task.ID)
@@ -193,7 +219,14 @@ func (r *run) commit(o outcome, cause error) {
 			return t.Snooze(r.claimID, 0, "worker shut down", now)
 		case o.err == nil:
 			kind = "succeeded"
-			return t.Succeed(r.claimID, o.result, now)
+			err := t.Succeed(r.claimID, o.result, now)
+			if !errors.Is(err, task.ErrInvalid) {
+				return err
+			}
+			// The result cannot be stored (too large, not JSON): a
+			// permanent failure, recorded now rather than left to expire.
+			kind = "dead"
+			return t.Fail(r.claimID, "handler result refused: "+err.Error(), true, now, randFloat)
 		}
 		var ra retryAfterError
 		if errors.As(o.err, &ra) {

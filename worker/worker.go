@@ -388,6 +388,8 @@ func (w *Worker) pollShard(ctx context.Context, shard int, iv clock.Interval) (i
 			done := ok || v.Task.Status != task.Pending
 			if c.Pointer {
 				settledAt = c.ETag
+			} else {
+				settledAt = shards.Settled
 			}
 			w.settle(ctx, s, c, settledAt, done)
 		}

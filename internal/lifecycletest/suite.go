@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -168,6 +169,47 @@ var cases = []struct {
 		got := e.waitStatus(id, task.Succeeded, 30*time.Second, func() { mon.Tick(e.ctx) })
 		if got.Attempt != 2 || mon.Stats().Repaired < 1 {
 			t.Fatalf("attempt %d, repaired %d: want the monitor to have announced the retry", got.Attempt, mon.Stats().Repaired)
+		}
+	}},
+	{"a commit whose response is lost is not mistaken for a lost lease", func(t *testing.T, e *env) {
+		faulty := s3store.NewFaults(e.st)
+		w := e.startWorker(e.workerConfig("w1"), faulty, map[string]worker.Handler{"echo": func(_ context.Context, tk *task.Task) (json.RawMessage, error) {
+			// The commit's PUT will land, and its response will be lost.
+			faulty.Inject(s3store.Fault{Op: s3store.OpPut, KeyPrefix: "tasks/", KeySuffix: ".json", Err: s3store.ErrInjected503, AfterWrite: true, Times: 1})
+			return json.RawMessage(`"ok"`), nil
+		}})
+		id := e.submit("echo", nil, producer.Options{})
+		got := e.waitStatus(id, task.Succeeded, 30*time.Second, nil)
+		e.waitFor("the worker to count the success", 10*time.Second, nil, func() bool { return w.Stats().Succeeded == 1 })
+		if st := w.Stats(); st.Rejected != 0 || st.LeaseLost != 0 || got.Attempt != 1 {
+			t.Fatalf("stats %+v attempt %d: a lost response must not count as a rejected outcome", st, got.Attempt)
+		}
+	}},
+	{"a result too large to store dead-letters the task at once", func(t *testing.T, e *env) {
+		e.startWorker(e.workerConfig("w1"), nil, map[string]worker.Handler{"big": func(context.Context, *task.Task) (json.RawMessage, error) {
+			return json.RawMessage(`"` + strings.Repeat("x", task.MaxResultBytes) + `"`), nil
+		}})
+		id := e.submit("big", nil, producer.Options{MaxAttempts: 3})
+		got := e.waitStatus(id, task.Dead, 30*time.Second, nil)
+		if got.Attempt != 1 || !strings.Contains(got.LastError, "result") {
+			t.Fatalf("attempt %d last error %q", got.Attempt, got.LastError)
+		}
+	}},
+	{"a task with a short lease and the default margin is renewed in time", func(t *testing.T, e *env) {
+		cfg := e.workerConfig("w1")
+		cfg.LeaseMargin = 2 * time.Second
+		w := e.startWorker(cfg, nil, map[string]worker.Handler{"sleep": func(ctx context.Context, _ *task.Task) (json.RawMessage, error) {
+			select {
+			case <-time.After(2 * time.Second): // the work itself
+				return nil, nil
+			case <-ctx.Done():
+				return nil, context.Cause(ctx)
+			}
+		}})
+		id := e.submit("sleep", nil, producer.Options{Timeout: 3 * time.Second, MaxAttempts: 1})
+		e.waitStatus(id, task.Succeeded, 30*time.Second, nil)
+		if w.Stats().LeaseLost != 0 {
+			t.Fatal("the worker gave up a lease it could have renewed")
 		}
 	}},
 	{"a long task's lease is renewed and it is never re-dispatched", func(t *testing.T, e *env) {
