@@ -79,6 +79,7 @@ type Monitor struct {
 	next   int              // next shard to visit
 	cursor map[int]string   // shard -> last key swept
 	known  map[string]known // key -> what the last GET said, by ETag
+	fleet  *shards.FleetCache
 	total  TickStats
 }
 
@@ -130,7 +131,7 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Monitor, error) {
 		cfg.ShardsPerTick = m.Shards
 	}
 	return &Monitor{st: st, cfg: cfg, clock: c, manifest: m, log: cfg.Logger.WithGroup("monitor"),
-		cursor: make(map[int]string), known: make(map[string]known)}, nil
+		cursor: make(map[int]string), known: make(map[string]known), fleet: shards.NewFleetCache(st, cfg.LeaseMargin)}, nil
 }
 
 // Run ticks every Interval until ctx ends.
@@ -249,7 +250,7 @@ func (m *Monitor) inspect(ctx context.Context, o s3store.ObjectInfo, iv clock.In
 			m.known[o.Key] = remember(v)
 			return nil
 		}
-		if err := shards.Announce(ctx, m.st, v.Task, iv.Latest); err != nil {
+		if err := shards.Announce(ctx, m.st, v.Task, iv.Latest, m.fleet.ShardFor(ctx, v.Task.Type, iv, m.manifest.Shards)); err != nil {
 			return err
 		}
 		k.announced = true
@@ -337,7 +338,7 @@ func (m *Monitor) redispatch(ctx context.Context, key string, iv clock.Interval,
 	}
 	st.Redispatched++
 	m.log.Info("lease expired; re-dispatched", "task_id", t.ID, "worker", worker, "attempt", t.Attempt)
-	if err := shards.Announce(ctx, m.st, t, iv.Latest); err != nil {
+	if err := shards.Announce(ctx, m.st, t, iv.Latest, m.fleet.ShardFor(ctx, t.Type, iv, m.manifest.Shards)); err != nil {
 		return err
 	}
 	k := m.known[key]

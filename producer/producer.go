@@ -38,6 +38,9 @@ type Config struct {
 	Logger           *slog.Logger
 	// Clock, if set, is shared with other components of this process.
 	Clock *clock.Authoritative
+	// LeaseMargin must match the workers' (default 2s): it decides which
+	// fleet members the producer counts as live.
+	LeaseMargin time.Duration
 }
 
 // Producer submits and manages tasks.
@@ -46,6 +49,7 @@ type Producer struct {
 	cfg      Config
 	clock    *clock.Authoritative
 	manifest shards.Manifest
+	fleet    *shards.FleetCache
 	log      *slog.Logger
 }
 
@@ -60,6 +64,9 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Producer, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.LeaseMargin <= 0 {
+		cfg.LeaseMargin = 2 * time.Second
+	}
 	// The clock exists before the first request, so every response syncs it.
 	c := cfg.Clock
 	if c == nil {
@@ -69,7 +76,8 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Producer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Producer{st: st, cfg: cfg, clock: c, manifest: m, log: cfg.Logger.WithGroup("producer")}, nil
+	return &Producer{st: st, cfg: cfg, clock: c, manifest: m, fleet: shards.NewFleetCache(st, cfg.LeaseMargin),
+		log: cfg.Logger.WithGroup("producer")}, nil
 }
 
 // Manifest returns the queue's layout.
@@ -124,9 +132,13 @@ func (p *Producer) Submit(ctx context.Context, typ string, input any, opts Optio
 	at = at.Truncate(time.Millisecond)
 	spec := task.Spec{Type: typ, Input: raw, MaxAttempts: opts.MaxAttempts, Retry: opts.Retry, Timeout: opts.Timeout,
 		AvailableAt: at, IdempotencyKey: opts.IdempotencyKey, ShardKey: opts.ShardKey}
-	shard := -1
+	// New work goes to the shards fleet members poll; a shard key pins its
+	// shard instead, and the task is announced if that shard is inactive.
+	var shard int
 	if opts.ShardKey != "" {
 		shard = task.ShardFor(opts.ShardKey, p.manifest.Shards)
+	} else {
+		shard = p.fleet.ShardFor(ctx, typ, now, p.manifest.Shards)
 	}
 	id, err := p.newID(at, shard)
 	if err != nil {
@@ -142,7 +154,7 @@ func (p *Producer) Submit(ctx context.Context, typ string, input any, opts Optio
 	if _, err := taskio.Create(ctx, p.st, t); err != nil {
 		return "", fmt.Errorf("submit: %w", err)
 	}
-	p.announceIfLate(ctx, t)
+	p.afterCreate(ctx, t)
 	return t.ID, nil
 }
 
@@ -185,7 +197,7 @@ func (p *Producer) submitOnce(ctx context.Context, t *task.Task, spec task.Spec,
 	_, err = taskio.Create(ctx, p.st, t)
 	switch {
 	case err == nil:
-		p.announceIfLate(ctx, t)
+		p.afterCreate(ctx, t)
 	case errors.Is(err, s3store.ErrPreconditionFailed), errors.Is(err, s3store.ErrConflict):
 		// The other producer wrote it: the same id, the same intent.
 	default:
@@ -194,24 +206,36 @@ func (p *Producer) submitOnce(ctx context.Context, t *task.Task, spec task.Spec,
 	return t.ID, nil
 }
 
-// announceIfLate puts a task in the ready index when its PUT completed so
-// long after its id's time that shard scans may already be past it.
-func (p *Producer) announceIfLate(ctx context.Context, t *task.Task) {
+// afterCreate makes sure a member will find t: it rings the doorbell if
+// the fleet is asleep, and announces t in an active shard if t's own shard
+// is not polled at full speed or its PUT landed so late that scans may have
+// passed it. Nothing here is needed for safety: the monitor's repair finds
+// any pending task that is not picked up.
+func (p *Producer) afterCreate(ctx context.Context, t *task.Task) {
+	if _, err := p.fleet.RingIfAsleep(ctx); err != nil {
+		p.log.Warn("ring the doorbell", "task_id", t.ID, "err", err)
+	}
 	now, err := p.clock.Now(ctx)
-	if err == nil && now.Earliest.Sub(t.AvailableAt) < p.cfg.LateAfter {
+	if err != nil {
 		return
 	}
-	if !t.AvailableAt.Before(now.Earliest) {
+	late := now.Earliest.Sub(t.AvailableAt) >= p.cfg.LateAfter
+	if !late && p.fleet.Serves(ctx, t.Type, now, t.Shard, p.manifest.Shards) {
 		return
 	}
-	if err := shards.Announce(ctx, p.st, t, now.Latest); err != nil {
+	if !late && t.AvailableAt.After(now.Latest.Add(time.Minute)) {
+		// A task due later is announced by the repair if its shard is
+		// still inactive then; most shards become active again by then.
+		return
+	}
+	in := p.fleet.ShardFor(ctx, t.Type, now, p.manifest.Shards)
+	if err := shards.Announce(ctx, p.st, t, now.Latest, in); err != nil {
 		// The monitor's repair will announce it; nothing is lost.
-		p.log.Warn("announce late task", "task_id", t.ID, "err", err)
+		p.log.Warn("announce task", "task_id", t.ID, "err", err)
 	}
 }
 
-// newID returns an id of time at that belongs to shard (any shard when
-// shard < 0). Ids map to shards by hash, so a shard key is honoured by
+// newID returns an id of time at that belongs to shard. Ids map to shards by hash, so a shard key is honoured by
 // drawing ids until one lands in its shard; every id then names its shard
 // and Get needs no lookup.
 func (p *Producer) newID(at time.Time, shard int) (string, error) {
@@ -343,7 +367,10 @@ func (p *Producer) Requeue(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	return shards.Announce(ctx, p.st, t, now.Latest)
+	if _, err := p.fleet.RingIfAsleep(ctx); err != nil {
+		p.log.Warn("ring the doorbell", "task_id", id, "err", err)
+	}
+	return shards.Announce(ctx, p.st, t, now.Latest, p.fleet.ShardFor(ctx, t.Type, now, p.manifest.Shards))
 }
 
 // modify applies change to task id by read-modify-write, re-reading on a

@@ -11,6 +11,7 @@ import (
 	"github.com/s3queue/s3queue/producer"
 	"github.com/s3queue/s3queue/s3store"
 	"github.com/s3queue/s3queue/s3store/mem"
+	"github.com/s3queue/s3queue/shards"
 	"github.com/s3queue/s3queue/task"
 )
 
@@ -53,16 +54,18 @@ func TestBadInputWritesNothing(t *testing.T) {
 	}
 }
 
-func TestSubmitCostsOnePut(t *testing.T) {
+func TestSubmitCostsOnePutAndACachedFleetRead(t *testing.T) {
 	ctx := context.Background()
 	p, st := setup(t)
 	before := st.Counts()
-	if _, err := p.Submit(ctx, "t", map[string]int{"a": 1}, producer.Options{}); err != nil {
-		t.Fatal(err)
+	for i := 0; i < 20; i++ {
+		if _, err := p.Submit(ctx, "t", map[string]int{"a": i}, producer.Options{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	d := st.Counts().Sub(before)
-	if d.Of(s3store.OpPut) != 1 || d.Total() != 1 {
-		t.Fatalf("submit made %s, want exactly one PUT", d)
+	if d.Of(s3store.OpPut) != 20 || d.Of(s3store.OpGet) > 2 || d.Total() > 22 {
+		t.Fatalf("20 submits made %s, want 20 PUTs and at most a fleet read per %v", d, shards.FleetCacheTTL)
 	}
 }
 

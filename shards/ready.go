@@ -64,15 +64,19 @@ func ParsePointerKey(key string) (Pointer, error) {
 	return Pointer{Key: key, In: in, ID: id, At: t}, nil
 }
 
-// Announce writes a pointer to t in its own shard, due when t is available
-// or at now (S3 time) if that is later, so it lands ahead of scan cursors.
-// Index writes are idempotent, so a plain PUT is enough.
-func Announce(ctx context.Context, st s3store.Store, t *task.Task, now time.Time) error {
+// Announce writes a pointer to t in shard `in` (an active shard, where
+// members poll; -1 means t's own shard), due when t is available or at now
+// (S3 time) if that is later, so it lands ahead of scan cursors. Index
+// writes are idempotent, so a plain PUT is enough.
+func Announce(ctx context.Context, st s3store.Store, t *task.Task, now time.Time, in int) error {
 	at := t.AvailableAt
 	if now.After(at) {
 		at = now
 	}
-	if _, err := st.Put(ctx, PointerKey(t.Shard, t.ID, at), nil, s3store.PutOptions{}); err != nil {
+	if in < 0 {
+		in = t.Shard
+	}
+	if _, err := st.Put(ctx, PointerKey(in, t.ID, at), nil, s3store.PutOptions{}); err != nil {
 		return fmt.Errorf("announce task %s: %w", t.ID, err)
 	}
 	return nil

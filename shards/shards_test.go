@@ -69,11 +69,11 @@ func TestReadyPointers(t *testing.T) {
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	id, _ := task.NewID(now.Add(-time.Hour), strings.NewReader(strings.Repeat("r", 16)))
 	old := &task.Task{ID: id, Shard: 0, AvailableAt: now.Add(-time.Hour)}
-	if err := shards.Announce(ctx, st, old, now); err != nil {
+	if err := shards.Announce(ctx, st, old, now, -1); err != nil {
 		t.Fatal(err)
 	}
 	later := &task.Task{ID: id, Shard: 0, AvailableAt: now.Add(time.Minute)}
-	if err := shards.Announce(ctx, st, later, now); err != nil {
+	if err := shards.Announce(ctx, st, later, now, -1); err != nil {
 		t.Fatal(err)
 	}
 	page, _ := st.List(ctx, shards.TasksPrefix(0), s3store.ListOptions{})
@@ -128,7 +128,7 @@ func TestScanFindsNewTasksOnceAndStopsAtTheFuture(t *testing.T) {
 	}
 	s.Seen(c[0], c[0].ETag)
 	// A retried task is found through its pointer, in the same listing.
-	if err := shards.Announce(ctx, st, &task.Task{ID: a, Shard: 0, AvailableAt: now.Add(-time.Millisecond)}, now.Add(-time.Millisecond)); err != nil {
+	if err := shards.Announce(ctx, st, &task.Task{ID: a, Shard: 0, AvailableAt: now.Add(-time.Millisecond)}, now.Add(-time.Millisecond), -1); err != nil {
 		t.Fatal(err)
 	}
 	c, _ = s.Next(ctx, st, now, 10)

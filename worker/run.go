@@ -275,7 +275,7 @@ func (r *run) commit(o outcome, cause error) {
 	if r.v.Task.Status == task.Pending {
 		// Back behind the scan cursors: announce it.
 		iv, _ := w.clock.Now(ctx)
-		if err := shards.Announce(ctx, w.st, r.v.Task, iv.Latest); err != nil {
+		if err := shards.Announce(ctx, w.st, r.v.Task, iv.Latest, int(w.pointerShard.Load())); err != nil {
 			w.log.Warn("announce retry", "task_id", t0.ID, "err", err)
 		}
 	}

@@ -43,8 +43,31 @@ type Config struct {
 	Concurrency int
 	// Shards must match the queue's manifest; 0 accepts the queue's count.
 	Shards int
-	// OwnShards limits polling to these shards (nil: all shards).
+	// OwnShards pins the worker to these shards: it polls them and takes no
+	// part in the fleet (nil: share the shards with the fleet).
 	OwnShards []int
+	// Dedicated workers are always members of the fleet: they never stand
+	// by, and never leave when idle. By default workers are elastic: an idle
+	// fleet keeps one member, and standbys join when members ask for help.
+	Dedicated bool
+	// MemberTTL is how long a member's fleet entry lasts without renewal;
+	// members renew every third of it (default 30s). It bounds failover:
+	// a dead member's shards move on within MemberTTL + LeaseMargin + a
+	// renewal interval.
+	MemberTTL time.Duration
+	// StandbyPoll is how often a standby reads the fleet object (default 25s).
+	StandbyPoll time.Duration
+	// IdleLeave: a member other than the first leaves the fleet after this
+	// long without finding work (default 60s).
+	IdleLeave time.Duration
+	// SleepAfter: the only member goes to sleep at the doorbell after this
+	// long without finding work (default 30s); BellPoll is how often it then
+	// reads the doorbell (default 2s), SleepScan how often it still scans
+	// its shard (default 60s), AwakeGrace how long it keeps scanning after
+	// marking itself asleep, covering producers' cached view (default 5s).
+	SleepAfter, BellPoll, SleepScan, AwakeGrace time.Duration
+	// DrainMax caps the back-off of sweeps of inactive shards (default 10m).
+	DrainMax time.Duration
 	// PollMin, PollMax and PollMultiplier shape adaptive polling: the
 	// interval resets to PollMin when a poll finds work and grows by
 	// PollMultiplier per empty poll up to PollMax (defaults 100ms, 5s, 2).
@@ -93,6 +116,11 @@ type Worker struct {
 
 	pollMu sync.Mutex // one discovery pass at a time (Run and Poll)
 
+	fleet        membership        // owned by the Run goroutine
+	unhandled    map[string]string // task key -> type: pending tasks seen that no known member could run (under pollMu)
+	view         atomic.Pointer[memberView]
+	pointerShard atomic.Int64 // where retries are announced (-1: the task's own shard)
+
 	mu       sync.Mutex
 	handlers map[string]Handler
 	scans    map[int]*shards.Scan
@@ -130,12 +158,15 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Worker, error) {
 	}
 	w := &Worker{
 		st: st, cfg: cfg, clock: c, manifest: m,
-		log:      cfg.Logger.WithGroup("worker").With("worker_id", cfg.ID),
-		handlers: make(map[string]Handler),
-		scans:    make(map[int]*shards.Scan),
-		slots:    make(chan struct{}, cfg.Concurrency),
-		freed:    make(chan struct{}, 1),
+		log:       cfg.Logger.WithGroup("worker").With("worker_id", cfg.ID),
+		handlers:  make(map[string]Handler),
+		scans:     make(map[int]*shards.Scan),
+		unhandled: make(map[string]string),
+		slots:     make(chan struct{}, cfg.Concurrency),
+		freed:     make(chan struct{}, 1),
 	}
+	w.pointerShard.Store(-1)
+	w.view.Store(&memberView{})
 	return w, nil
 }
 
@@ -167,6 +198,19 @@ func (c *Config) fill() error {
 	if c.LeaseMargin == 0 {
 		c.LeaseMargin = 2 * time.Second
 	}
+	defaults := []struct {
+		d   *time.Duration
+		def time.Duration
+	}{
+		{&c.MemberTTL, 30 * time.Second}, {&c.StandbyPoll, 25 * time.Second}, {&c.IdleLeave, time.Minute},
+		{&c.SleepAfter, 30 * time.Second}, {&c.BellPoll, 2 * time.Second}, {&c.SleepScan, time.Minute},
+		{&c.AwakeGrace, 5 * time.Second}, {&c.DrainMax, 10 * time.Minute},
+	}
+	for _, d := range defaults {
+		if *d.d == 0 {
+			*d.d = d.def
+		}
+	}
 	if c.ShutdownGrace == 0 {
 		c.ShutdownGrace = 30 * time.Second
 	}
@@ -184,8 +228,11 @@ func (c *Config) validate() error {
 		return fmt.Errorf("worker: poll interval min %v must be positive and at most max %v", c.PollMin, c.PollMax)
 	case c.PollMultiplier < 1:
 		return fmt.Errorf("worker: poll multiplier %v must be at least 1", c.PollMultiplier)
-	case c.ScanLag < 0 || c.ScanLookback < 0 || c.LeaseMargin < 0 || c.ShutdownGrace < 0:
+	case c.ScanLag < 0 || c.ScanLookback < 0 || c.LeaseMargin < 0 || c.ShutdownGrace < 0 || c.StandbyPoll < 0 ||
+		c.IdleLeave < 0 || c.SleepAfter < 0 || c.BellPoll < 0 || c.SleepScan < 0 || c.AwakeGrace < 0 || c.DrainMax < 0:
 		return fmt.Errorf("worker: durations must not be negative")
+	case c.MemberTTL < 3*c.LeaseMargin:
+		return fmt.Errorf("worker: member ttl %v must be at least three lease margins (%v)", c.MemberTTL, 3*c.LeaseMargin)
 	}
 	return nil
 }
@@ -219,39 +266,162 @@ func (w *Worker) emit(e Event) {
 	}
 }
 
-// Run polls and runs tasks until ctx ends, then stops claiming and drains:
-// it waits up to ShutdownGrace for running handlers, then cancels the rest
-// and hands their tasks back to the queue.
+// Run polls and runs tasks until ctx ends, then leaves the fleet, stops
+// claiming and drains: it waits up to ShutdownGrace for running handlers,
+// then cancels the rest and hands their tasks back to the queue.
 func (w *Worker) Run(ctx context.Context) error {
-	interval := w.cfg.PollMin
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
 		select {
 		case <-ctx.Done():
+			w.leave()
 			return w.drain()
 		case <-timer.C:
 		case <-w.freed:
 			// A slot freed up: look for more work now if the last poll
 			// stopped for lack of slots.
 		}
-		n, full, err := w.poll(ctx)
-		switch {
-		case err != nil && ctx.Err() == nil:
-			w.log.Warn("poll", "err", err)
-			interval = w.grow(interval)
-		case n > 0:
-			interval = w.cfg.PollMin
-		default:
-			interval = w.grow(interval)
+		timer.Reset(w.step(ctx))
+	}
+}
+
+// leave removes the worker from the fleet on shutdown, so its shards move
+// on at once instead of after its entry expires.
+func (w *Worker) leave() {
+	if !w.fleet.member {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	w.fleet.leaving = true
+	if err := w.syncFleet(ctx, time.Now()); err != nil {
+		w.log.Warn("leave the fleet; the entry will expire", "err", err)
+	}
+}
+
+// step does whatever is due — a fleet renewal or standby read, a poll of the
+// member's own shards, slow sweeps of its drain shards, the doorbell — and
+// returns how long to wait before the next step.
+func (w *Worker) step(ctx context.Context) time.Duration {
+	if w.static() {
+		n, full, _, err := w.pollShards(ctx, w.cfg.OwnShards)
+		return w.adapt(n, full, err)
+	}
+	m := &w.fleet
+	now := time.Now()
+	due := (m.member && now.Sub(m.renewed) >= w.cfg.MemberTTL/3) || (!m.member && now.Sub(m.synced) >= w.cfg.StandbyPoll) ||
+		m.saturated >= 3 || m.leaving
+	if due {
+		if err := w.syncFleet(ctx, now); err != nil && ctx.Err() == nil {
+			w.log.Warn("fleet", "err", err)
 		}
-		if full {
-			// Wait for a slot rather than polling at all.
-			timer.Reset(w.cfg.PollMax)
+	}
+	if !m.member {
+		return max(w.cfg.StandbyPoll-time.Since(m.synced), 10*time.Millisecond)
+	}
+	iv, err := w.clock.Now(ctx)
+	if err != nil || !w.holds(iv) {
+		// Our entry may have lapsed: poll nothing until a renewal lands.
+		return w.cfg.PollMin
+	}
+	wait := w.cfg.MemberTTL/3 - time.Since(m.renewed)
+	if m.asleep && now.Sub(m.sleptAt) >= w.cfg.AwakeGrace {
+		if now.Sub(m.synced) >= w.cfg.BellPoll {
+			w.checkBell(ctx, now)
+		}
+		if m.asleep {
+			if now.Sub(m.sleptAt) >= w.cfg.SleepScan && !now.Before(m.nextOwnPoll) {
+				// A slow safety scan: a producer that crashed between its
+				// PUT and its ring is still served.
+				n, _, _, _ := w.pollShards(ctx, m.assign.Own)
+				m.nextOwnPoll = now.Add(w.cfg.SleepScan)
+				if n > 0 {
+					w.wake(ctx, now)
+				}
+			}
+			if m.asleep {
+				return max(10*time.Millisecond, min(wait, w.cfg.BellPoll-time.Since(m.synced)))
+			}
+		}
+	}
+	if !now.Before(m.nextOwnPoll) {
+		n, full, leftover, err := w.pollShards(ctx, m.assign.Own)
+		if n > 0 {
+			m.lastWork = now
+			if m.asleep {
+				w.wake(ctx, now)
+			}
+		}
+		if full && leftover {
+			m.saturated++
+		} else {
+			m.saturated = 0
+		}
+		m.nextOwnPoll = now.Add(w.adapt(n, full, err))
+	}
+	wait = min(wait, time.Until(m.nextOwnPoll))
+	wait = min(wait, w.drainShards(ctx, now))
+
+	live := len(m.fleet.Live(iv, w.cfg.LeaseMargin))
+	idle := now.Sub(m.lastWork)
+	switch {
+	case !w.cfg.Dedicated && m.assign.Index > 0 && idle >= w.cfg.IdleLeave:
+		m.leaving = true
+		return 0
+	case m.assign.Index == 0 && live == 1 && !m.asleep && idle >= w.cfg.SleepAfter:
+		w.sleep(ctx, now)
+	}
+	return max(wait, 0)
+}
+
+// drainShards sweeps the member's inactive shards for leftovers, each on
+// its own back-off, and returns how long until the next one is due.
+func (w *Worker) drainShards(ctx context.Context, now time.Time) time.Duration {
+	m := &w.fleet
+	if m.drainNext == nil {
+		m.drainNext, m.drainEvery = map[int]time.Time{}, map[int]time.Duration{}
+	}
+	wait := w.cfg.DrainMax
+	for _, s := range m.assign.Drain {
+		next, ok := m.drainNext[s]
+		if ok && now.Before(next) {
+			wait = min(wait, next.Sub(now))
 			continue
 		}
-		timer.Reset(interval)
+		n, _, _, _ := w.pollShards(ctx, []int{s})
+		every := m.drainEvery[s]
+		if n > 0 || every == 0 {
+			every = w.cfg.PollMin
+		} else {
+			every = min(2*every, w.cfg.DrainMax)
+		}
+		m.drainEvery[s], m.drainNext[s] = every, now.Add(every)
+		wait = min(wait, every)
 	}
+	return wait
+}
+
+// adapt returns the next poll interval: the minimum after finding work,
+// growing by the multiplier while idle, PollMax while every slot is busy
+// (a freed slot wakes Run anyway).
+func (w *Worker) adapt(n int, full bool, err error) time.Duration {
+	m := &w.fleet
+	if m.interval == 0 {
+		m.interval = w.cfg.PollMin
+	}
+	switch {
+	case full:
+		return w.cfg.PollMax
+	case err != nil:
+		w.log.Warn("poll", "err", err)
+		m.interval = w.grow(m.interval)
+	case n > 0:
+		m.interval = w.cfg.PollMin
+	default:
+		m.interval = w.grow(m.interval)
+	}
+	return m.interval
 }
 
 func (w *Worker) grow(d time.Duration) time.Duration {
@@ -292,56 +462,71 @@ func (w *Worker) drain() error {
 // Wait blocks until no handler is running.
 func (w *Worker) Wait() { w.inflight.Wait() }
 
-// Poll runs one discovery pass over the worker's shards and starts handlers
-// for what it claims. It returns how many tasks it claimed. Tests drive it
-// directly instead of Run.
+// Poll runs one discovery pass over every shard the worker may poll (its
+// own, its drain shards, or its static list), joining the fleet first if
+// the rules let it, and starts handlers for what it claims. It returns how
+// many tasks it claimed. Tests drive it directly instead of Run.
 func (w *Worker) Poll(ctx context.Context) (int, error) {
-	n, _, err := w.poll(ctx)
+	if w.static() {
+		n, _, _, err := w.pollShards(ctx, w.cfg.OwnShards)
+		return n, err
+	}
+	if !w.fleet.member {
+		if err := w.syncFleet(ctx, time.Now()); err != nil {
+			return 0, err
+		}
+	}
+	a := w.fleet.assign
+	n, _, _, err := w.pollShards(ctx, append(append([]int(nil), a.Own...), a.Drain...))
 	return n, err
 }
 
-func (w *Worker) shardList() []int {
-	if w.cfg.OwnShards != nil {
-		return w.cfg.OwnShards
-	}
-	all := make([]int, w.manifest.Shards)
-	for i := range all {
-		all[i] = i
-	}
-	return all
+// memberView is what Member reports, published by the Run goroutine.
+type memberView struct {
+	member bool
+	assign shards.Assignment
+	fleet  shards.Fleet
 }
 
-// poll returns how many tasks it claimed and whether it stopped because
-// every slot was busy.
-func (w *Worker) poll(ctx context.Context) (claimed int, full bool, err error) {
+// Member reports whether the worker is a member of the fleet and which
+// shards it polls.
+func (w *Worker) Member() (bool, shards.Assignment) {
+	v := w.view.Load()
+	return v.member, v.assign
+}
+
+// pollShards polls list once. It returns how many tasks it claimed, whether
+// it stopped because every slot was busy, and whether claimable work was
+// left behind for lack of slots.
+func (w *Worker) pollShards(ctx context.Context, list []int) (claimed int, full, leftover bool, err error) {
 	w.pollMu.Lock()
 	defer w.pollMu.Unlock()
-	if w.stopping.Load() {
-		return 0, false, nil
+	if w.stopping.Load() || len(list) == 0 {
+		return 0, false, false, nil
 	}
 	if w.free() == 0 {
-		return 0, true, nil
+		return 0, true, true, nil
 	}
 	iv, err := w.clock.Now(ctx)
 	if err != nil {
-		return 0, false, err
+		return 0, false, false, err
 	}
-	list := w.shardList()
 	// Rotate the starting shard so that no shard starves when slots run
 	// out part way through a pass.
 	w.rotate++
 	for i := range list {
 		if w.free() == 0 {
-			return claimed, true, nil
+			return claimed, true, true, err
 		}
 		shard := list[(w.rotate+i)%len(list)]
-		n, perr := w.pollShard(ctx, shard, iv)
+		n, left, perr := w.pollShard(ctx, shard, iv)
 		claimed += n
+		leftover = leftover || left
 		if perr != nil {
 			err = errors.Join(err, perr)
 		}
 	}
-	return claimed, w.free() == 0, err
+	return claimed, w.free() == 0, leftover, err
 }
 
 func (w *Worker) free() int { return cap(w.slots) - len(w.slots) }
@@ -355,16 +540,18 @@ func (w *Worker) scan(shard int, iv clock.Interval) *shards.Scan {
 	return s
 }
 
-func (w *Worker) pollShard(ctx context.Context, shard int, iv clock.Interval) (int, error) {
-	claimed := 0
+func (w *Worker) pollShard(ctx context.Context, shard int, iv clock.Interval) (claimed int, leftover bool, err error) {
 	s := w.scan(shard, iv)
-	cands, err := s.Next(ctx, w.st, iv.Latest, w.free())
+	free := w.free()
+	cands, err := s.Next(ctx, w.st, iv.Latest, free)
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
+	// As many candidates as free slots means there may be more.
+	leftover = len(cands) >= free
 	for _, c := range cands {
 		if w.free() == 0 {
-			break
+			return claimed, true, nil
 		}
 		key := c.Key
 		if c.Pointer {
@@ -394,7 +581,7 @@ func (w *Worker) pollShard(ctx context.Context, shard int, iv clock.Interval) (i
 			w.settle(ctx, s, c, settledAt, done)
 		}
 	}
-	return claimed, nil
+	return claimed, leftover && w.free() == 0, nil
 }
 
 // settle marks a candidate handled, deleting a pointer that is done with.
@@ -424,6 +611,48 @@ func (w *Worker) reportLoad(key string, err error) bool {
 	return false
 }
 
+// forward sends a pending task this worker cannot run to a shard whose
+// member can, by a ready pointer there. Producers route by type already;
+// this heals the moments their view of the fleet was stale.
+func (w *Worker) forward(ctx context.Context, t *task.Task, iv clock.Interval) bool {
+	v := w.view.Load()
+	targets := v.fleet.ShardsFor(t.Type, iv, w.cfg.LeaseMargin, w.manifest.Shards)
+	if len(targets) == 0 {
+		return false // nobody can run it yet: it waits, unclaimed
+	}
+	in := targets[int(t.Version)%len(targets)]
+	if err := shards.Announce(ctx, w.st, t, iv.Latest, in); err != nil {
+		w.log.Warn("forward task", "task_id", t.ID, "err", err)
+		return false
+	}
+	return true
+}
+
+// forwardWaiting retries forwarding the pending tasks no member could run,
+// after the fleet changed.
+func (w *Worker) forwardWaiting(ctx context.Context) {
+	w.pollMu.Lock()
+	defer w.pollMu.Unlock()
+	if len(w.unhandled) == 0 {
+		return
+	}
+	iv, err := w.clock.Now(ctx)
+	if err != nil {
+		return
+	}
+	f := w.view.Load().fleet
+	for key, typ := range w.unhandled {
+		if !f.Covers(typ, iv, w.cfg.LeaseMargin) {
+			continue
+		}
+		delete(w.unhandled, key)
+		v, err := taskio.Load(ctx, w.st, key)
+		if err == nil && v.Task.Status == task.Pending {
+			w.forward(ctx, v.Task, iv)
+		}
+	}
+}
+
 // dueNow reports whether t may be claimed now. A task meant to run at once
 // is claimed when it may already be due; a delayed one only once it
 // certainly is, so delays are never cut short by clock uncertainty.
@@ -444,6 +673,9 @@ func (w *Worker) tryClaim(ctx context.Context, v taskio.Versioned, iv clock.Inte
 	}
 	h := w.handler(t.Type)
 	if h == nil {
+		if !w.forward(ctx, t, iv) && len(w.unhandled) < 1000 {
+			w.unhandled[t.Key()] = t.Type
+		}
 		return false, v.ETag
 	}
 	if !dueNow(t, iv) || w.stopping.Load() {

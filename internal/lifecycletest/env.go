@@ -54,7 +54,7 @@ func (w testWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return le
 // workerConfig is a worker tuned for tests: fast polling, short margins.
 func (e *env) workerConfig(id string) worker.Config {
 	return worker.Config{ID: id, Shards: 4, Concurrency: 4, PollMin: 10 * time.Millisecond, PollMax: 50 * time.Millisecond,
-		LeaseMargin: 300 * time.Millisecond, ShutdownGrace: 5 * time.Second, Logger: e.log}
+		LeaseMargin: 300 * time.Millisecond, ShutdownGrace: 5 * time.Second, Logger: e.log, Dedicated: true, MemberTTL: 3 * time.Second}
 }
 
 // startWorker runs a worker on st (the env's store unless given) until the

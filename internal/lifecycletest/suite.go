@@ -198,6 +198,7 @@ var cases = []struct {
 	{"a task with a short lease and the default margin is renewed in time", func(t *testing.T, e *env) {
 		cfg := e.workerConfig("w1")
 		cfg.LeaseMargin = 2 * time.Second
+		cfg.MemberTTL = 30 * time.Second
 		w := e.startWorker(cfg, nil, map[string]worker.Handler{"sleep": func(ctx context.Context, _ *task.Task) (json.RawMessage, error) {
 			select {
 			case <-time.After(2 * time.Second): // the work itself

@@ -1,0 +1,273 @@
+package shards
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/s3queue/s3queue/clock"
+	"github.com/s3queue/s3queue/s3store"
+)
+
+// FleetKey is the fleet object: who polls which shards, and the doorbell.
+//
+// Shard leasing here is one small object, not one lease per shard: the
+// members listed in it share the shards, each renewing its own entry with a
+// CAS write. Only members poll; the rest of the fleet stands by and reads the
+// object now and then. So an idle fleet has one member (renewing once per
+// renew interval, and reading the doorbell), not fifty lease holders.
+const FleetKey = "fleet.json"
+
+// Fleet is the content of the fleet object.
+type Fleet struct {
+	Version int64    `json:"version"` // +1 per write
+	Members []Member `json:"members"`
+	// Want is how many members the busy members asked for; standbys join
+	// while there are fewer live members than this.
+	Want int `json:"want,omitempty"`
+	// Asleep is the doorbell: the only member is idle and watches this
+	// object instead of listing; a producer that sees it rings.
+	Asleep bool  `json:"asleep,omitempty"`
+	Ring   int64 `json:"ring,omitempty"` // +1 per ring
+}
+
+// Member is one worker that polls shards.
+type Member struct {
+	ID        string    `json:"id"`
+	Joined    time.Time `json:"joined"`
+	ExpiresAt time.Time `json:"expires_at"`
+	// Types are the task types the member has handlers for; producers
+	// route each task to a shard whose member can run it.
+	Types []string `json:"types,omitempty"`
+}
+
+// Handles reports whether the member runs tasks of type typ.
+func (m Member) Handles(typ string) bool {
+	for _, t := range m.Types {
+		if t == typ {
+			return true
+		}
+	}
+	return false
+}
+
+// ShardsFor returns the active shards whose member handles typ (nil when no
+// live member does).
+func (f Fleet) ShardsFor(typ string, now clock.Interval, margin time.Duration, n int) []int {
+	live := f.Live(now, margin)
+	k := Active(len(live), n)
+	var out []int
+	for s := 0; s < k && s < len(live); s++ {
+		if live[s%len(live)].Handles(typ) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// Covers reports whether some live member handles typ.
+func (f Fleet) Covers(typ string, now clock.Interval, margin time.Duration) bool {
+	for _, m := range f.Live(now, margin) {
+		if m.Handles(typ) {
+			return true
+		}
+	}
+	return false
+}
+
+// Live returns the members that may still hold their entries at now: those
+// not certainly expired beyond margin. Order: by join time, then id.
+func (f Fleet) Live(now clock.Interval, margin time.Duration) []Member {
+	var live []Member
+	for _, m := range f.Members {
+		if !now.After(m.ExpiresAt.Add(margin)) {
+			live = append(live, m)
+		}
+	}
+	sort.Slice(live, func(i, j int) bool {
+		if !live[i].Joined.Equal(live[j].Joined) {
+			return live[i].Joined.Before(live[j].Joined)
+		}
+		return live[i].ID < live[j].ID
+	})
+	return live
+}
+
+// Active is how many shards receive new tasks: one per live member, at
+// least one, at most n. New tasks go to shards [0, Active).
+func Active(live int, n int) int {
+	return max(1, min(live, n))
+}
+
+// Assignment is what one member polls.
+type Assignment struct {
+	Index  int   // position among live members (0 is the anchor)
+	Active int   // shards [0, Active) receive new tasks
+	Own    []int // the active shard(s) this member polls at full speed
+	Drain  []int // inactive shards it sweeps slowly for leftovers
+}
+
+// Assign returns member id's share of n shards, or ok=false if id is not a
+// live member. Every member computes it from the same object, so shares
+// never overlap for one version of the fleet.
+func (f Fleet) Assign(id string, now clock.Interval, margin time.Duration, n int) (Assignment, bool) {
+	live := f.Live(now, margin)
+	k := Active(len(live), n)
+	for i, m := range live {
+		if m.ID != id {
+			continue
+		}
+		a := Assignment{Index: i, Active: k}
+		for s := 0; s < n; s++ {
+			switch {
+			case s < k && s%len(live) == i:
+				a.Own = append(a.Own, s)
+			case s >= k && (s-k)%len(live) == i:
+				a.Drain = append(a.Drain, s)
+			}
+		}
+		return a, true
+	}
+	return Assignment{}, false
+}
+
+// ReadFleet returns the fleet object and its ETag; a missing one is an
+// empty fleet with ETag "".
+func ReadFleet(ctx context.Context, st s3store.Store) (Fleet, string, error) {
+	obj, err := st.Get(ctx, FleetKey)
+	if errors.Is(err, s3store.ErrNotFound) {
+		return Fleet{}, "", nil
+	}
+	if err != nil {
+		return Fleet{}, "", fmt.Errorf("read fleet: %w", err)
+	}
+	var f Fleet
+	if err := json.Unmarshal(obj.Body, &f); err != nil {
+		// A corrupt fleet object is replaced by the next write; reading it
+		// as empty makes everyone rejoin.
+		return Fleet{}, obj.ETag, nil
+	}
+	return f, obj.ETag, nil
+}
+
+// UpdateFleet applies change to the fleet object by CAS, re-reading after a
+// lost race. It starts from the given view (f, etag) to save a GET when the
+// caller's view is current. change returns false to write nothing. It
+// returns the fleet as written (or as read, when nothing was written).
+func UpdateFleet(ctx context.Context, st s3store.Store, f Fleet, etag string, change func(*Fleet) bool) (Fleet, string, error) {
+	for attempt := 0; attempt < 20; attempt++ {
+		next := f
+		next.Members = append([]Member(nil), f.Members...)
+		if !change(&next) {
+			return f, etag, nil
+		}
+		next.Version = f.Version + 1
+		body, _ := json.Marshal(next)
+		opts := s3store.PutOptions{IfMatch: etag}
+		if etag == "" {
+			opts = s3store.PutOptions{IfNoneMatch: true}
+		}
+		newTag, err := st.Put(ctx, FleetKey, body, opts)
+		if err == nil {
+			return next, newTag, nil
+		}
+		if !errors.Is(err, s3store.ErrPreconditionFailed) && !errors.Is(err, s3store.ErrConflict) && !errors.Is(err, s3store.ErrNotFound) {
+			return f, etag, fmt.Errorf("write fleet: %w", err)
+		}
+		if f, etag, err = ReadFleet(ctx, st); err != nil {
+			return f, etag, err
+		}
+	}
+	return f, etag, fmt.Errorf("write fleet: too many concurrent writers")
+}
+
+// FleetCacheTTL is how long producers and monitors reuse a read of the
+// fleet object. A member marking itself asleep keeps scanning for longer
+// than this (worker AwakeGrace), so a producer acting on a view this old
+// cannot miss the moment it should have rung.
+const FleetCacheTTL = 2 * time.Second
+
+// FleetCache is a reader's view of the fleet object, re-read when older than
+// FleetCacheTTL. It is safe for concurrent use.
+type FleetCache struct {
+	st     s3store.Store
+	margin time.Duration
+
+	mu   sync.Mutex
+	f    Fleet
+	etag string
+	read time.Time // local monotonic time of the read
+}
+
+// NewFleetCache returns an empty cache; margin is the members' lease margin.
+func NewFleetCache(st s3store.Store, margin time.Duration) *FleetCache {
+	return &FleetCache{st: st, margin: margin}
+}
+
+// Get returns the fleet, reading it if the cached view is too old.
+func (c *FleetCache) Get(ctx context.Context) (Fleet, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.read.IsZero() && time.Since(c.read) < FleetCacheTTL {
+		return c.f, nil
+	}
+	f, etag, err := ReadFleet(ctx, c.st)
+	if err != nil {
+		return c.f, err
+	}
+	c.f, c.etag, c.read = f, etag, time.Now()
+	return f, nil
+}
+
+// ShardFor picks, at random, an active shard whose member runs tasks of
+// type typ, or any active shard when no live member does (the task then
+// waits for one; standbys that can run it join the fleet).
+func (c *FleetCache) ShardFor(ctx context.Context, typ string, now clock.Interval, n int) int {
+	f, _ := c.Get(ctx)
+	if s := f.ShardsFor(typ, now, c.margin, n); len(s) > 0 {
+		return s[rand.IntN(len(s))]
+	}
+	return rand.IntN(Active(len(f.Live(now, c.margin)), n))
+}
+
+// Serves reports whether shard is polled at full speed by a member that
+// runs typ, in the cached view.
+func (c *FleetCache) Serves(ctx context.Context, typ string, now clock.Interval, shard, n int) bool {
+	f, _ := c.Get(ctx)
+	for _, s := range f.ShardsFor(typ, now, c.margin, n) {
+		if s == shard {
+			return true
+		}
+	}
+	return len(f.Live(now, c.margin)) == 0 && shard == 0
+}
+
+// RingIfAsleep rings the doorbell if the (cached) fleet is asleep: it clears
+// Asleep by CAS, so the sleeping member's next read wakes it. It reports
+// whether it rang.
+func (c *FleetCache) RingIfAsleep(ctx context.Context) (bool, error) {
+	f, err := c.Get(ctx)
+	if err != nil || !f.Asleep {
+		return false, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	rang := false
+	nf, etag, err := UpdateFleet(ctx, c.st, c.f, c.etag, func(f *Fleet) bool {
+		if !f.Asleep {
+			return false // someone else rang first
+		}
+		f.Asleep, f.Ring, rang = false, f.Ring+1, true
+		return true
+	})
+	if err != nil {
+		return false, fmt.Errorf("ring the doorbell: %w", err)
+	}
+	c.f, c.etag, c.read = nf, etag, time.Now()
+	return rang, nil
+}

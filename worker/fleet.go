@@ -1,0 +1,220 @@
+package worker
+
+import (
+	"context"
+	"sort"
+	"time"
+
+	"github.com/s3queue/s3queue/clock"
+	"github.com/s3queue/s3queue/shards"
+)
+
+// membership is the worker's place in the fleet object: standing by,
+// polling its share of the shards as a member, or asleep at the doorbell.
+//
+// Only the Run goroutine (or a test calling Tick) touches it.
+type membership struct {
+	fleet   shards.Fleet
+	etag    string
+	synced  time.Time // local monotonic time of the last fleet read or write
+	renewed time.Time // local monotonic time our entry was last written
+	member  bool
+	joined  time.Time // S3 time of joining, our place in the order
+	expiry  time.Time // our entry's expiry, as last written
+	assign  shards.Assignment
+
+	lastWork  time.Time // local time a poll last found work
+	saturated int       // consecutive polls that left claimable work behind
+	asleep    bool
+	sleptAt   time.Time
+	leaving   bool
+
+	nextOwnPoll time.Time
+	interval    time.Duration
+	drainNext   map[int]time.Time
+	drainEvery  map[int]time.Duration
+}
+
+// static reports that the worker polls a fixed set of shards and takes no
+// part in the fleet.
+func (w *Worker) static() bool { return w.cfg.OwnShards != nil }
+
+// syncFleet renews our entry (a member) or reads the fleet (a standby),
+// joining or leaving as the rules say. It runs when the renewal or standby
+// poll is due, and on demand.
+func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
+	m := &w.fleet
+	iv, err := w.clock.Now(ctx)
+	if err != nil {
+		return err
+	}
+	n := w.manifest.Shards
+	margin := w.cfg.LeaseMargin
+	if !m.member {
+		f, etag, err := shards.ReadFleet(ctx, w.st)
+		if err != nil {
+			return err
+		}
+		m.fleet, m.etag, m.synced = f, etag, now
+		live := f.Live(iv, margin)
+		join := w.cfg.Dedicated || len(live) == 0 || f.Want > len(live) || !w.covered(f, iv)
+		if !join || len(live) >= n && !w.cfg.Dedicated {
+			return nil
+		}
+		m.joined = iv.Latest
+	}
+	want := 0
+	if m.saturated >= 3 {
+		want = min(n, 2*max(1, len(m.fleet.Live(iv, margin))))
+		m.saturated = 0
+	}
+	leaving := m.leaving
+	expiry := iv.Latest.Add(w.cfg.MemberTTL)
+	f, etag, err := shards.UpdateFleet(ctx, w.st, m.fleet, m.etag, func(f *shards.Fleet) bool {
+		kept := f.Members[:0]
+		found := false
+		for _, mem := range f.Members {
+			switch {
+			case mem.ID == w.cfg.ID:
+				found = true
+				if leaving {
+					continue
+				}
+				mem.ExpiresAt = expiry
+			case iv.After(mem.ExpiresAt.Add(margin)):
+				continue // certainly dead: prune it
+			}
+			kept = append(kept, mem)
+		}
+		if !found && !leaving {
+			kept = append(kept, shards.Member{ID: w.cfg.ID, Joined: m.joined, ExpiresAt: expiry, Types: w.types()})
+		}
+		f.Members = kept
+		if want > f.Want {
+			f.Want = want
+		}
+		if len(f.Live(iv, margin)) >= f.Want {
+			f.Want = 0
+		}
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	m.fleet, m.etag, m.synced = f, etag, now
+	if leaving {
+		w.log.Info("left the fleet", "members", len(f.Members))
+		m.member, m.leaving, m.asleep = false, false, false
+		m.assign = shards.Assignment{}
+		w.pointerShard.Store(-1)
+		w.view.Store(&memberView{})
+		return nil
+	}
+	if !m.member {
+		w.log.Info("joined the fleet", "members", len(f.Members))
+		m.member = true
+		m.lastWork = now
+		m.interval = w.cfg.PollMin
+		m.nextOwnPoll = now
+	}
+	m.expiry, m.renewed = expiry, now
+	a, _ := f.Assign(w.cfg.ID, iv, margin, n)
+	m.assign = a
+	prev := w.view.Load().fleet
+	w.view.Store(&memberView{member: true, assign: a, fleet: f})
+	if len(f.Members) != len(prev.Members) || f.Version != prev.Version {
+		w.forwardWaiting(ctx)
+	}
+	if len(a.Own) > 0 {
+		w.pointerShard.Store(int64(a.Own[0]))
+	}
+	return nil
+}
+
+// types lists the task types this worker has handlers for, sorted.
+func (w *Worker) types() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make([]string, 0, len(w.handlers))
+	for t := range w.handlers {
+		out = append(out, t)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// covered reports whether live members already run every type this worker
+// runs; a standby joins when one of its types has no member.
+func (w *Worker) covered(f shards.Fleet, iv clock.Interval) bool {
+	for _, t := range w.types() {
+		if !f.Covers(t, iv, w.cfg.LeaseMargin) {
+			return false
+		}
+	}
+	return true
+}
+
+// holds reports whether our fleet entry is certainly still ours, so we may
+// poll: a member that cannot renew stops before anyone prunes it.
+func (w *Worker) holds(iv clock.Interval) bool {
+	return w.fleet.member && iv.Before(w.fleet.expiry.Add(-w.cfg.LeaseMargin))
+}
+
+// sleep rings the doorbell's "asleep" side: the only member, idle, marks the
+// fleet asleep and then relies on producers to ring it.
+func (w *Worker) sleep(ctx context.Context, now time.Time) {
+	m := &w.fleet
+	f, etag, err := shards.UpdateFleet(ctx, w.st, m.fleet, m.etag, func(f *shards.Fleet) bool {
+		if f.Asleep {
+			return false
+		}
+		f.Asleep = true
+		return true
+	})
+	if err != nil {
+		w.log.Warn("mark the fleet asleep", "err", err)
+		return
+	}
+	m.fleet, m.etag, m.synced = f, etag, now
+	m.asleep, m.sleptAt = true, now
+	w.log.Debug("asleep: watching the doorbell")
+}
+
+// wake clears the doorbell after this member found work itself.
+func (w *Worker) wake(ctx context.Context, now time.Time) {
+	m := &w.fleet
+	m.asleep = false
+	m.interval = w.cfg.PollMin
+	m.nextOwnPoll = now
+	if !m.fleet.Asleep {
+		return
+	}
+	f, etag, err := shards.UpdateFleet(ctx, w.st, m.fleet, m.etag, func(f *shards.Fleet) bool {
+		if !f.Asleep {
+			return false
+		}
+		f.Asleep = false
+		return true
+	})
+	if err == nil {
+		m.fleet, m.etag, m.synced = f, etag, now
+	}
+}
+
+// checkBell reads the fleet object while asleep; a ring (Asleep cleared by
+// a producer) wakes the member.
+func (w *Worker) checkBell(ctx context.Context, now time.Time) {
+	m := &w.fleet
+	f, etag, err := shards.ReadFleet(ctx, w.st)
+	if err != nil {
+		w.log.Warn("read the doorbell", "err", err)
+		return
+	}
+	m.fleet, m.etag, m.synced = f, etag, now
+	if !f.Asleep {
+		w.log.Debug("the doorbell rang")
+		m.asleep = false
+		m.interval = w.cfg.PollMin
+		m.nextOwnPoll = now
+	}
+}
