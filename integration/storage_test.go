@@ -56,14 +56,15 @@ func TestServerSmoke(t *testing.T) {
 
 func TestConformance_MinIO(t *testing.T) {
 	srv := harness.MinIO(t)
-	storetest.Run(t, func(t *testing.T) s3store.Store { return newStore(t, srv) })
+	storetest.RunWith(t, func(t *testing.T) s3store.Store { return newStore(t, srv) },
+		storetest.Options{ParentKeys: storetest.ParentKeysHidden})
 }
 
 func TestConformance_VersityGW(t *testing.T) {
 	srv := harness.Versity(t)
 	// The posix backend stores keys as files and directories.
 	storetest.RunWith(t, func(t *testing.T) s3store.Store { return newStore(t, srv) },
-		storetest.Options{ParentKeyConflicts: true})
+		storetest.Options{ParentKeys: storetest.ParentKeysRefused})
 }
 
 // TestStoreURL opens a store the way users do, from an s3:// URL with the

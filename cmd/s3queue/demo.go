@@ -32,6 +32,7 @@ const (
 	demoType          = "demo.square"
 	demoTimeout       = 3 * time.Second // lease of one attempt
 	demoLeaseMargin   = 500 * time.Millisecond
+	demoMemberTTL     = 3 * time.Second
 	demoPollMin       = 20 * time.Millisecond
 	demoPollMax       = 200 * time.Millisecond
 	demoMonitorTick   = 500 * time.Millisecond
@@ -164,6 +165,9 @@ func (a *app) demo(ctx context.Context, o demoOptions) (err error) {
 			ID: fmt.Sprintf("demo-worker-%d", i+1), Concurrency: demoConcurrency,
 			PollMin: demoPollMin, PollMax: demoPollMax, ScanLag: 2 * time.Second, LeaseMargin: demoLeaseMargin,
 			ShutdownGrace: 5 * time.Second, Logger: log, Clock: clk, OnEvent: d.onEvent,
+			// Every demo worker polls a shard of its own from the start,
+			// and a dead one's shard moves on within seconds.
+			Dedicated: true, MemberTTL: demoMemberTTL,
 		})
 		if err != nil {
 			return err
@@ -315,6 +319,7 @@ func (d *demo) runVictimWorker(ctx context.Context, st s3store.Store, wg *sync.W
 	w, err := worker.New(ctx, faults, worker.Config{
 		ID: "demo-worker-killed", Concurrency: 1, PollMin: demoPollMin, PollMax: demoPollMax,
 		ScanLag: 2 * time.Second, LeaseMargin: demoLeaseMargin, ShutdownGrace: time.Millisecond,
+		Dedicated: true, MemberTTL: demoMemberTTL,
 		// A dead process says nothing; its clock is its own.
 		Logger: slog.New(slog.DiscardHandler),
 	})

@@ -26,11 +26,24 @@ func Run(t *testing.T, newStore func(t *testing.T) s3store.Store) {
 // Options describe measured provider differences the suite asserts
 // instead of the S3 behaviour.
 type Options struct {
-	// ParentKeyConflicts: the server stores objects as files and
-	// directories, so "dir/child" cannot be written while "dir" exists
-	// (versitygw posix). The queue's layout never needs both.
-	ParentKeyConflicts bool
+	// ParentKeys says what the server does with an object "dir" and an
+	// object "dir/child" side by side. The queue's layout never needs both.
+	ParentKeys ParentKeys
 }
+
+// ParentKeys are the measured behaviours for "dir" beside "dir/child".
+type ParentKeys int
+
+const (
+	// ParentKeysCoexist: both are stored and listed, as on AWS S3.
+	ParentKeysCoexist ParentKeys = iota
+	// ParentKeysRefused: the second PUT fails (versitygw posix stores
+	// objects as files and directories).
+	ParentKeysRefused
+	// ParentKeysHidden: both are stored and readable, but a listing shows
+	// only "dir" (MinIO).
+	ParentKeysHidden
+)
 
 // RunWith runs the suite for a provider with known differences.
 func RunWith(t *testing.T, newStore func(t *testing.T) s3store.Store, opts Options) {
@@ -196,9 +209,19 @@ var cases = []testCase{
 	}},
 	{"a key and a longer key under it coexist", func(ctx context.Context, t *testing.T, s s3store.Store, opts Options) {
 		mustPut(ctx, t, s, "dir", []byte("file"), s3store.PutOptions{})
-		if opts.ParentKeyConflicts {
+		switch opts.ParentKeys {
+		case ParentKeysRefused:
 			if _, err := s.Put(ctx, "dir/child", []byte("child"), s3store.PutOptions{}); err == nil {
 				t.Fatal("provider listed as refusing dir/child beside dir accepted it: update docs/storage.md")
+			}
+			return
+		case ParentKeysHidden:
+			mustPut(ctx, t, s, "dir/child", []byte("child"), s3store.PutOptions{})
+			if got := mustGet(ctx, t, s, "dir/child"); string(got.Body) != "child" {
+				t.Fatalf("dir/child = %q", got.Body)
+			}
+			if got := keysOf(mustList(ctx, t, s, "dir", s3store.ListOptions{}).Objects); fmt.Sprint(got) != fmt.Sprint([]string{"dir"}) {
+				t.Fatalf("provider listed as hiding dir/child lists %q: update docs/storage.md", got)
 			}
 			return
 		}
