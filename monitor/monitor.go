@@ -46,8 +46,17 @@ type Config struct {
 	// this long after their last change (default 7 days; 0 keeps them).
 	Retention   time.Duration
 	KeepForever bool
-	Logger      *slog.Logger
-	Clock       *clock.Authoritative
+	// StaleAfter: a task object is read only once its ETag has stayed the
+	// same this long by S3 time (default 10s). Tasks that finish quickly, and
+	// live ones whose workers renew them, are never read by the monitor;
+	// finished ones are known from their size (see taskio.FinishedBySize).
+	StaleAfter time.Duration
+	// SweepMax caps the back-off of sweeps of shards that held nothing but
+	// finished tasks at their last sweep (default 10m); shards with live
+	// work are swept every Interval.
+	SweepMax time.Duration
+	Logger   *slog.Logger
+	Clock    *clock.Authoritative
 }
 
 // TickStats counts what one tick (or a monitor's life) did.
@@ -79,14 +88,21 @@ type Monitor struct {
 	next   int              // next shard to visit
 	cursor map[int]string   // shard -> last key swept
 	known  map[string]known // key -> what the last GET said, by ETag
-	fleet  *shards.FleetCache
-	total  TickStats
+	// Per-shard sweep cadence: when the next sweep starts, the current
+	// back-off, and whether the sweep in progress saw live work.
+	due   map[int]time.Time
+	every map[int]time.Duration
+	live  map[int]bool
+	fleet *shards.FleetCache
+	total TickStats
 }
 
 // known caches what a task object said at one ETag, so an unchanged object
 // is never read twice.
 type known struct {
 	etag      string
+	seen      time.Time // S3 time this ETag was first listed
+	loaded    bool      // the fields below come from a GET at this ETag
 	status    task.Status
 	expires   time.Time // running: claim expiry
 	updated   time.Time
@@ -112,6 +128,12 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Monitor, error) {
 	if cfg.Retention == 0 && !cfg.KeepForever {
 		cfg.Retention = 7 * 24 * time.Hour
 	}
+	if cfg.StaleAfter <= 0 {
+		cfg.StaleAfter = 10 * time.Second
+	}
+	if cfg.SweepMax <= 0 {
+		cfg.SweepMax = 10 * time.Minute
+	}
 	if cfg.Retention < 0 {
 		return nil, fmt.Errorf("monitor: retention %v must not be negative", cfg.Retention)
 	}
@@ -131,7 +153,8 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Monitor, error) {
 		cfg.ShardsPerTick = m.Shards
 	}
 	return &Monitor{st: st, cfg: cfg, clock: c, manifest: m, log: cfg.Logger.WithGroup("monitor"),
-		cursor: make(map[int]string), known: make(map[string]known), fleet: shards.NewFleetCache(st, cfg.LeaseMargin)}, nil
+		cursor: make(map[int]string), known: make(map[string]known), fleet: shards.NewFleetCache(st, cfg.LeaseMargin),
+		due: make(map[int]time.Time), every: make(map[int]time.Duration), live: make(map[int]bool)}, nil
 }
 
 // Run ticks every Interval until ctx ends.
@@ -157,16 +180,27 @@ func (m *Monitor) Stats() TickStats {
 	return m.total
 }
 
-// Tick sweeps one page of each of the next ShardsPerTick shards. A sweep of
-// a shard ends when its listing does; the next one starts over.
+// Tick sweeps one page of each of the next ShardsPerTick shards that are
+// due. A sweep of a shard ends when its listing does; the next one starts
+// over after Interval if the shard held live work, or after a back-off
+// growing to SweepMax if it held only finished tasks.
 func (m *Monitor) Tick(ctx context.Context) (TickStats, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var st TickStats
 	var errs error
-	for i := 0; i < m.cfg.ShardsPerTick; i++ {
+	iv, err := m.clock.Now(ctx)
+	if err != nil {
+		return st, err
+	}
+	now := iv.Earliest
+	for i, visited := 0, 0; i < m.manifest.Shards && visited < m.cfg.ShardsPerTick; i++ {
 		shard := m.next
 		m.next = (m.next + 1) % m.manifest.Shards
+		if _, mid := m.cursor[shard]; !mid && now.Before(m.due[shard]) {
+			continue
+		}
+		visited++
 		s, err := m.sweepPage(ctx, shard)
 		st.add(s)
 		if err != nil {
@@ -192,6 +226,9 @@ func (m *Monitor) sweepPage(ctx context.Context, shard int) (TickStats, error) {
 	}
 	for _, o := range page.Objects {
 		st.Listed++
+		if shards.IsPointer(o.Key) || !taskio.FinishedBySize(o.Size) {
+			m.live[shard] = true
+		}
 		if err := m.inspect(ctx, o, iv, &st); err != nil {
 			if ctx.Err() != nil {
 				return st, err
@@ -201,10 +238,15 @@ func (m *Monitor) sweepPage(ctx context.Context, shard int) (TickStats, error) {
 	}
 	if page.Truncated && len(page.Objects) > 0 {
 		m.cursor[shard] = page.Objects[len(page.Objects)-1].Key
-	} else {
-		delete(m.cursor, shard)
-		st.SweepsCompleted++
+		return st, nil
 	}
+	delete(m.cursor, shard)
+	st.SweepsCompleted++
+	every := m.cfg.Interval
+	if !m.live[shard] {
+		every = min(max(2*m.every[shard], m.cfg.Interval), m.cfg.SweepMax)
+	}
+	m.every[shard], m.due[shard], m.live[shard] = every, iv.Earliest.Add(every), false
 	return st, nil
 }
 
@@ -214,7 +256,16 @@ func (m *Monitor) inspect(ctx context.Context, o s3store.ObjectInfo, iv clock.In
 		return m.inspectPointer(ctx, o, iv, st)
 	}
 	k, ok := m.known[o.Key]
-	if !ok || k.etag != o.ETag {
+	switch {
+	case !ok || k.etag != o.ETag:
+		// New to us, or changed since: wait and see whether it settles.
+		k = known{etag: o.ETag, seen: iv.Earliest, updated: o.LastModified}
+		if taskio.FinishedBySize(o.Size) {
+			k.status = task.Succeeded // finished; which way is read at retention
+		}
+		m.known[o.Key] = k
+	case !k.loaded && !k.status.Terminal() && iv.After(k.seen.Add(m.cfg.StaleAfter)):
+		// Unchanged for StaleAfter and not finished: read what it is.
 		v, err := taskio.Load(ctx, m.st, o.Key)
 		st.Loaded++
 		switch {
@@ -224,7 +275,7 @@ func (m *Monitor) inspect(ctx context.Context, o s3store.ObjectInfo, iv clock.In
 		case errors.Is(err, task.ErrCorrupt), errors.Is(err, task.ErrUnsupportedFormat):
 			st.Corrupt++
 			m.log.Error("corrupt task object; skipped", "key", o.Key, "err", err)
-			m.known[o.Key] = known{etag: o.ETag, corrupt: true}
+			m.known[o.Key] = known{etag: o.ETag, corrupt: true, loaded: true}
 			return nil
 		case err != nil:
 			return err
@@ -236,6 +287,8 @@ func (m *Monitor) inspect(ctx context.Context, o s3store.ObjectInfo, iv clock.In
 		return nil
 	}
 	switch {
+	case !k.loaded && !k.status.Terminal():
+		return nil // not settled yet
 	case k.status == task.Running && iv.After(k.expires.Add(m.cfg.LeaseMargin)):
 		return m.redispatch(ctx, o.Key, iv, st)
 	case k.status == task.Pending && !k.announced && iv.After(k.available.Add(m.cfg.RepairAfter)):
@@ -296,7 +349,7 @@ func (m *Monitor) inspectPointer(ctx context.Context, o s3store.ObjectInfo, iv c
 
 func remember(v taskio.Versioned) known {
 	t := v.Task
-	k := known{etag: v.ETag, status: t.Status, updated: t.UpdatedAt, available: t.AvailableAt}
+	k := known{etag: v.ETag, loaded: true, status: t.Status, updated: t.UpdatedAt, available: t.AvailableAt}
 	if t.Claim != nil {
 		k.expires = t.Claim.ExpiresAt
 	}

@@ -130,7 +130,7 @@ func (a *app) demo(ctx context.Context, o demoOptions) (err error) {
 	d := &demo{execs: map[string]int{}, failures: map[string]int{}, finished: map[string]task.Status{},
 		victimClaimed: make(chan struct{})}
 
-	p, err := producer.New(ctx, counter, producer.Config{Shards: o.shards, Logger: log, Clock: clk})
+	p, err := producer.New(ctx, counter, producer.Config{Shards: o.shards, Logger: log, Clock: clk, LeaseMargin: demoLeaseMargin})
 	if err != nil {
 		return err
 	}

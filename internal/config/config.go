@@ -68,8 +68,21 @@ type WorkerSection struct {
 	ScanLookback   time.Duration
 	LeaseMargin    time.Duration
 	ShutdownGrace  time.Duration
-	// OwnShards limits the worker to these shards; empty means all.
+	// OwnShards pins the worker to these shards; it takes no part in the
+	// fleet. Empty means the worker shares the shards with the fleet.
 	OwnShards []int
+	// Dedicated workers are always fleet members: they never stand by and
+	// never leave when idle.
+	Dedicated   bool
+	MemberTTL   time.Duration
+	StandbyPoll time.Duration
+	IdleLeave   time.Duration
+	SleepAfter  time.Duration
+	BellPoll    time.Duration
+	SleepScan   time.Duration
+	// AwakeGrace must exceed shards.FleetCacheTTL.
+	AwakeGrace time.Duration
+	DrainMax   time.Duration
 }
 
 // MonitorSection is [monitor].
@@ -112,6 +125,14 @@ func Default() Config {
 			ScanLookback:   time.Hour,
 			LeaseMargin:    2 * time.Second,
 			ShutdownGrace:  30 * time.Second,
+			MemberTTL:      30 * time.Second,
+			StandbyPoll:    25 * time.Second,
+			IdleLeave:      time.Minute,
+			SleepAfter:     30 * time.Second,
+			BellPoll:       2 * time.Second,
+			SleepScan:      time.Minute,
+			AwakeGrace:     5 * time.Second,
+			DrainMax:       10 * time.Minute,
 		},
 		MonitorSection: MonitorSection{
 			Interval:    5 * time.Second,
@@ -192,6 +213,15 @@ type file struct {
 		LeaseMargin    rawValue `toml:"lease_margin"`
 		ShutdownGrace  rawValue `toml:"shutdown_grace"`
 		OwnShards      rawValue `toml:"own_shards"`
+		Dedicated      rawValue `toml:"dedicated"`
+		MemberTTL      rawValue `toml:"member_ttl"`
+		StandbyPoll    rawValue `toml:"standby_poll"`
+		IdleLeave      rawValue `toml:"idle_leave"`
+		SleepAfter     rawValue `toml:"sleep_after"`
+		BellPoll       rawValue `toml:"bell_poll"`
+		SleepScan      rawValue `toml:"sleep_scan"`
+		AwakeGrace     rawValue `toml:"awake_grace"`
+		DrainMax       rawValue `toml:"drain_max"`
 	} `toml:"worker"`
 	Handlers map[string]rawValue `toml:"handlers"`
 	Monitor  struct {
@@ -392,6 +422,11 @@ func (c *Config) crossCheck(src map[string]string) error {
 	if w.PollMin > w.PollMax {
 		return fmt.Errorf("%sworker.poll_min (%v) is more than worker.poll_max (%v)", blame("worker.poll_min", "worker.poll_max"), w.PollMin, w.PollMax)
 	}
+	// A member renews its fleet entry every third of member_ttl and counts
+	// as live only until its expiry minus lease_margin.
+	if w.MemberTTL < 3*w.LeaseMargin {
+		return fmt.Errorf("%sworker.member_ttl (%v) is less than 3 × worker.lease_margin (3 × %v = %v)", blame("worker.member_ttl", "worker.lease_margin"), w.MemberTTL, w.LeaseMargin, 3*w.LeaseMargin)
+	}
 	s := c.SubmitSection
 	if s.RetryInitial > s.RetryMax {
 		return fmt.Errorf("%ssubmit.retry_initial (%v) is more than submit.retry_max (%v)", blame("submit.retry_initial", "submit.retry_max"), s.RetryInitial, s.RetryMax)
@@ -426,6 +461,15 @@ func (c Config) Worker() worker.Config {
 		ScanLookback:   w.ScanLookback,
 		LeaseMargin:    w.LeaseMargin,
 		ShutdownGrace:  w.ShutdownGrace,
+		Dedicated:      w.Dedicated,
+		MemberTTL:      w.MemberTTL,
+		StandbyPoll:    w.StandbyPoll,
+		IdleLeave:      w.IdleLeave,
+		SleepAfter:     w.SleepAfter,
+		BellPoll:       w.BellPoll,
+		SleepScan:      w.SleepScan,
+		AwakeGrace:     w.AwakeGrace,
+		DrainMax:       w.DrainMax,
 	}
 }
 
@@ -445,9 +489,11 @@ func (c Config) Monitor() monitor.Config {
 	}
 }
 
-// Producer maps the configuration onto producer.Config.
+// Producer maps the configuration onto producer.Config. Logger and Clock
+// are left for the caller. Its LeaseMargin is worker.lease_margin: the
+// producer judges which fleet members are live by the workers' margin.
 func (c Config) Producer() producer.Config {
-	return producer.Config{Shards: c.Shards}
+	return producer.Config{Shards: c.Shards, LeaseMargin: c.WorkerSection.LeaseMargin}
 }
 
 // SubmitOptions returns the per-task defaults of [submit].
@@ -493,6 +539,7 @@ const (
 	kindFloat
 	kindDuration
 	kindIntList
+	kindBool
 )
 
 func (k key) setTOML(c *Config, raw any) error {
@@ -590,6 +637,12 @@ func fromTOML(k kind, raw any) (any, error) {
 			out = append(out, int(n))
 		}
 		return out, nil
+	case kindBool:
+		b, ok := raw.(bool)
+		if !ok {
+			return nil, fmt.Errorf("want true or false, got %s", describe(raw))
+		}
+		return b, nil
 	}
 	panic("config: unknown kind")
 }
@@ -627,6 +680,14 @@ func fromString(k kind, s string) (any, error) {
 			out = append(out, int(n))
 		}
 		return out, nil
+	case kindBool:
+		switch strings.ToLower(s) {
+		case "true", "1":
+			return true, nil
+		case "false", "0":
+			return false, nil
+		}
+		return nil, fmt.Errorf("invalid boolean %q: want true or false", s)
 	}
 	panic("config: unknown kind")
 }
@@ -660,6 +721,17 @@ func durationRange(lo, hi time.Duration) func(any) error {
 		}
 		return nil
 	}
+}
+
+// awakeGrace checks worker.awake_grace against the producers' fleet cache:
+// a member that marked itself asleep keeps scanning this long, so that a
+// producer still holding an older view of the fleet (one it did not ring
+// the doorbell for) cannot leave a task unseen.
+func awakeGrace(v any) error {
+	if d := v.(time.Duration); d <= shards.FleetCacheTTL {
+		return fmt.Errorf("duration %v must be more than %v, the producers' fleet cache TTL: a member going to sleep keeps scanning this long, until no producer can still see it awake and skip ringing the doorbell", d, shards.FleetCacheTTL)
+	}
+	return nil
 }
 
 func intRange(lo, hi int) func(any) error {
@@ -792,6 +864,33 @@ var keys = []key{
 				c.WorkerSection.OwnShards = nil
 			}
 		}},
+	{name: "worker.dedicated", kind: kindBool,
+		file: func(f *file) *rawValue { return &f.Worker.Dedicated },
+		set:  func(c *Config, v any) { c.WorkerSection.Dedicated = v.(bool) }},
+	{name: "worker.member_ttl", kind: kindDuration, check: positiveDuration,
+		file: func(f *file) *rawValue { return &f.Worker.MemberTTL },
+		set:  func(c *Config, v any) { c.WorkerSection.MemberTTL = v.(time.Duration) }},
+	{name: "worker.standby_poll", kind: kindDuration, check: positiveDuration,
+		file: func(f *file) *rawValue { return &f.Worker.StandbyPoll },
+		set:  func(c *Config, v any) { c.WorkerSection.StandbyPoll = v.(time.Duration) }},
+	{name: "worker.idle_leave", kind: kindDuration, check: positiveDuration,
+		file: func(f *file) *rawValue { return &f.Worker.IdleLeave },
+		set:  func(c *Config, v any) { c.WorkerSection.IdleLeave = v.(time.Duration) }},
+	{name: "worker.sleep_after", kind: kindDuration, check: positiveDuration,
+		file: func(f *file) *rawValue { return &f.Worker.SleepAfter },
+		set:  func(c *Config, v any) { c.WorkerSection.SleepAfter = v.(time.Duration) }},
+	{name: "worker.bell_poll", kind: kindDuration, check: positiveDuration,
+		file: func(f *file) *rawValue { return &f.Worker.BellPoll },
+		set:  func(c *Config, v any) { c.WorkerSection.BellPoll = v.(time.Duration) }},
+	{name: "worker.sleep_scan", kind: kindDuration, check: positiveDuration,
+		file: func(f *file) *rawValue { return &f.Worker.SleepScan },
+		set:  func(c *Config, v any) { c.WorkerSection.SleepScan = v.(time.Duration) }},
+	{name: "worker.awake_grace", kind: kindDuration, check: awakeGrace,
+		file: func(f *file) *rawValue { return &f.Worker.AwakeGrace },
+		set:  func(c *Config, v any) { c.WorkerSection.AwakeGrace = v.(time.Duration) }},
+	{name: "worker.drain_max", kind: kindDuration, check: positiveDuration,
+		file: func(f *file) *rawValue { return &f.Worker.DrainMax },
+		set:  func(c *Config, v any) { c.WorkerSection.DrainMax = v.(time.Duration) }},
 
 	{name: "monitor.interval", kind: kindDuration, check: positiveDuration,
 		file: func(f *file) *rawValue { return &f.Monitor.Interval },

@@ -2,6 +2,7 @@ package config
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"log/slog"
 	"os"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/s3queue/s3queue/monitor"
 	"github.com/s3queue/s3queue/producer"
+	"github.com/s3queue/s3queue/s3store/mem"
 	"github.com/s3queue/s3queue/task"
 	"github.com/s3queue/s3queue/worker"
 )
@@ -40,9 +42,15 @@ func TestDefaultsMatchTheServices(t *testing.T) {
 	wantWorker := worker.Config{
 		Concurrency: 4, PollMin: 100 * time.Millisecond, PollMax: 5 * time.Second, PollMultiplier: 2,
 		ScanLag: 5 * time.Second, ScanLookback: time.Hour, LeaseMargin: 2 * time.Second, ShutdownGrace: 30 * time.Second,
+		MemberTTL: 30 * time.Second, StandbyPoll: 25 * time.Second, IdleLeave: time.Minute, SleepAfter: 30 * time.Second,
+		BellPoll: 2 * time.Second, SleepScan: time.Minute, AwakeGrace: 5 * time.Second, DrainMax: 10 * time.Minute,
 	}
 	if got := c.Worker(); !reflect.DeepEqual(got, wantWorker) {
 		t.Errorf("Worker() = %+v\nwant %+v", got, wantWorker)
+	}
+	wantProducer := producer.Config{LeaseMargin: 2 * time.Second}
+	if got := c.Producer(); !reflect.DeepEqual(got, wantProducer) {
+		t.Errorf("Producer() = %+v\nwant %+v", got, wantProducer)
 	}
 	wantMonitor := monitor.Config{Interval: 5 * time.Second, PageSize: 1000, LeaseMargin: 2 * time.Second,
 		RepairAfter: time.Minute, Retention: 168 * time.Hour}
@@ -80,9 +88,21 @@ var keyCases = []keyCase{
 	{"worker.poll_multiplier", `1.5`, "1.5", func(c Config) bool { return c.Worker().PollMultiplier == 1.5 }},
 	{"worker.scan_lag", `"3s"`, "3s", func(c Config) bool { return c.Worker().ScanLag == 3*time.Second }},
 	{"worker.scan_lookback", `"2h"`, "2h", func(c Config) bool { return c.Worker().ScanLookback == 2*time.Hour }},
-	{"worker.lease_margin", `"750ms"`, "750ms", func(c Config) bool { return c.Worker().LeaseMargin == 750*time.Millisecond }},
+	{"worker.lease_margin", `"750ms"`, "750ms", func(c Config) bool {
+		// One setting: the producers judge fleet members by the workers' margin.
+		return c.Worker().LeaseMargin == 750*time.Millisecond && c.Producer().LeaseMargin == 750*time.Millisecond
+	}},
 	{"worker.shutdown_grace", `"1m"`, "1m", func(c Config) bool { return c.Worker().ShutdownGrace == time.Minute }},
 	{"worker.own_shards", `[1, 3]`, "1,3", func(c Config) bool { return reflect.DeepEqual(c.Worker().OwnShards, []int{1, 3}) }},
+	{"worker.dedicated", `true`, "true", func(c Config) bool { return c.Worker().Dedicated }},
+	{"worker.member_ttl", `"45s"`, "45s", func(c Config) bool { return c.Worker().MemberTTL == 45*time.Second }},
+	{"worker.standby_poll", `"10s"`, "10s", func(c Config) bool { return c.Worker().StandbyPoll == 10*time.Second }},
+	{"worker.idle_leave", `"5m"`, "5m", func(c Config) bool { return c.Worker().IdleLeave == 5*time.Minute }},
+	{"worker.sleep_after", `"2m"`, "2m", func(c Config) bool { return c.Worker().SleepAfter == 2*time.Minute }},
+	{"worker.bell_poll", `"500ms"`, "500ms", func(c Config) bool { return c.Worker().BellPoll == 500*time.Millisecond }},
+	{"worker.sleep_scan", `"5m"`, "5m", func(c Config) bool { return c.Worker().SleepScan == 5*time.Minute }},
+	{"worker.awake_grace", `"3s"`, "3s", func(c Config) bool { return c.Worker().AwakeGrace == 3*time.Second }},
+	{"worker.drain_max", `"30m"`, "30m", func(c Config) bool { return c.Worker().DrainMax == 30*time.Minute }},
 	{"monitor.interval", `"750ms"`, "750ms", func(c Config) bool { return c.Monitor().Interval == 750*time.Millisecond }},
 	{"monitor.page_size", `100`, "100", func(c Config) bool { return c.Monitor().PageSize == 100 }},
 	{"monitor.shards_per_tick", `2`, "2", func(c Config) bool { return c.Monitor().ShardsPerTick == 2 }},
@@ -226,6 +246,13 @@ func TestInvalidValuesAreErrorsNamingTheKey(t *testing.T) {
 		{"[worker]\nown_shards = [1, -2]\n", `queue.toml: worker.own_shards: shard -2 out of range`},
 		{"[worker]\nown_shards = [1, 1]\n", `queue.toml: worker.own_shards: shard 1 listed twice`},
 		{"[worker]\nown_shards = \"1\"\n", `queue.toml: worker.own_shards: want an array of integers`},
+		{"[worker]\ndedicated = \"yes\"\n", `queue.toml: worker.dedicated: want true or false, got string "yes"`},
+		{"[worker]\nstandby_poll = \"0s\"\n", `queue.toml: worker.standby_poll: duration 0s must be positive`},
+		{"[worker]\ndrain_max = \"-1m\"\n", `queue.toml: worker.drain_max: duration -1m0s must be positive`},
+		{"[worker]\nmember_ttl = \"5s\"\n", `queue.toml: worker.member_ttl: worker.member_ttl (5s) is less than 3 × worker.lease_margin (3 × 2s = 6s)`},
+		{"[worker]\nlease_margin = \"15s\"\n", `queue.toml: worker.lease_margin: worker.member_ttl (30s) is less than 3 × worker.lease_margin (3 × 15s = 45s)`},
+		{"[worker]\nawake_grace = \"2s\"\n", `queue.toml: worker.awake_grace: duration 2s must be more than 2s, the producers' fleet cache TTL`},
+		{"[worker]\nawake_grace = \"1s\"\n", `queue.toml: worker.awake_grace: duration 1s must be more than 2s, the producers' fleet cache TTL`},
 		{"shards = 4\n[worker]\nown_shards = [4]\n", `queue.toml: worker.own_shards: shard 4 out of range 0..3`},
 		{"[worker]\nid = \"has space\"\n", `queue.toml: worker.id: worker id "has space" must be printable ASCII`},
 		{"shards = -1\n", `queue.toml: shards: -1 must not be negative`},
@@ -272,6 +299,9 @@ func TestInvalidEnvValuesNameTheVariable(t *testing.T) {
 		{"S3QUEUE_SUBMIT_RETRY_JITTER", "NaN", `S3QUEUE_SUBMIT_RETRY_JITTER: invalid number "NaN"`},
 		{"S3QUEUE_LOG_LEVEL", "loud", `S3QUEUE_LOG_LEVEL: invalid level "loud"`},
 		{"S3QUEUE_WORKER_POLL_MIN", "1m", `S3QUEUE_WORKER_POLL_MIN: worker.poll_min (1m0s) is more than worker.poll_max (5s)`},
+		{"S3QUEUE_WORKER_DEDICATED", "maybe", `S3QUEUE_WORKER_DEDICATED: invalid boolean "maybe"`},
+		{"S3QUEUE_WORKER_MEMBER_TTL", "3s", `S3QUEUE_WORKER_MEMBER_TTL: worker.member_ttl (3s) is less than 3 × worker.lease_margin (3 × 2s = 6s)`},
+		{"S3QUEUE_WORKER_AWAKE_GRACE", "2s", `S3QUEUE_WORKER_AWAKE_GRACE: duration 2s must be more than 2s, the producers' fleet cache TTL`},
 	} {
 		t.Run(tc.name+"="+tc.value, func(t *testing.T) {
 			_, err := Load("", envMap(map[string]string{tc.name: tc.value}))
@@ -380,4 +410,34 @@ func sectionText(text, section string) []byte {
 		}
 	}
 	return nil
+}
+
+// member_ttl = 3 × lease_margin is the boundary: it loads, and the worker
+// accepts it too, so the config is no stricter than the service.
+func TestMemberTTLMayEqualThreeLeaseMargins(t *testing.T) {
+	c, err := Load(write(t, "[worker]\nlease_margin = \"10s\"\nmember_ttl = \"30s\"\n"), envMap(nil))
+	if err != nil {
+		t.Fatalf("member_ttl = 3 × lease_margin refused: %v", err)
+	}
+	if w := c.Worker(); w.MemberTTL != 30*time.Second || w.LeaseMargin != 10*time.Second {
+		t.Errorf("Worker() = %+v", w)
+	}
+	if _, err := worker.New(context.Background(), mem.New(), c.Worker()); err != nil {
+		t.Errorf("worker.New refused a config that loaded: %v", err)
+	}
+	// With both keys set, the error blames the first key the user set.
+	_, err = Load(write(t, "[worker]\nlease_margin = \"11s\"\nmember_ttl = \"30s\"\n"), envMap(nil))
+	if err == nil || !strings.Contains(err.Error(), "worker.member_ttl (30s) is less than 3 × worker.lease_margin (3 × 11s = 33s)") {
+		t.Errorf("error %v, want one naming worker.member_ttl and worker.lease_margin", err)
+	}
+}
+
+func TestDedicatedFalseOverridesFileThroughEnv(t *testing.T) {
+	c, err := Load(write(t, "[worker]\ndedicated = true\n"), envMap(map[string]string{"S3QUEUE_WORKER_DEDICATED": "false"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Worker().Dedicated {
+		t.Error("S3QUEUE_WORKER_DEDICATED=false did not override dedicated = true")
+	}
 }

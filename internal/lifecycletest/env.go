@@ -105,6 +105,12 @@ func (e *env) monitor(cfg monitor.Config) *monitor.Monitor {
 	if cfg.LeaseMargin == 0 {
 		cfg.LeaseMargin = 300 * time.Millisecond
 	}
+	if cfg.StaleAfter == 0 {
+		cfg.StaleAfter = 500 * time.Millisecond
+	}
+	if cfg.Interval == 0 {
+		cfg.Interval = 100 * time.Millisecond
+	}
 	m, err := monitor.New(e.ctx, e.st, cfg)
 	if err != nil {
 		e.t.Fatalf("monitor: %v", err)
