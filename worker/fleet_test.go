@@ -1,0 +1,328 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/s3queue/s3queue/producer"
+	"github.com/s3queue/s3queue/s3store"
+	"github.com/s3queue/s3queue/s3store/mem"
+	"github.com/s3queue/s3queue/shards"
+	"github.com/s3queue/s3queue/task"
+	"github.com/s3queue/s3queue/worker"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// fleet runs workers on one store until the test ends.
+type fleet struct {
+	t      *testing.T
+	ctx    context.Context
+	st     s3store.Store
+	shards int
+	mu     sync.Mutex
+	stops  map[string]func()
+}
+
+func newFleet(t *testing.T, st s3store.Store, n int) *fleet {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return &fleet{t: t, ctx: ctx, st: st, shards: n, stops: map[string]func(){}}
+}
+
+// fast is a worker config with leases short enough for tests.
+func (f *fleet) fast(id string) worker.Config {
+	return worker.Config{ID: id, Shards: f.shards, Concurrency: 2, PollMin: 10 * time.Millisecond, PollMax: 50 * time.Millisecond,
+		LeaseMargin: 100 * time.Millisecond, MemberTTL: 600 * time.Millisecond, StandbyPoll: 100 * time.Millisecond,
+		ShutdownGrace: time.Second, Logger: quiet}
+}
+
+func (f *fleet) start(cfg worker.Config, st s3store.Store, h worker.Handler) *worker.Worker {
+	f.t.Helper()
+	if st == nil {
+		st = f.st
+	}
+	w, err := worker.New(f.ctx, st, cfg)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if h == nil {
+		h = func(context.Context, *task.Task) (json.RawMessage, error) { return nil, nil }
+	}
+	w.Handle("job", h)
+	ctx, cancel := context.WithCancel(f.ctx)
+	done := make(chan struct{})
+	go func() { w.Run(ctx); close(done) }()
+	stop := func() { cancel(); <-done }
+	f.mu.Lock()
+	f.stops[cfg.ID] = stop
+	f.mu.Unlock()
+	f.t.Cleanup(stop)
+	return w
+}
+
+func (f *fleet) stop(id string) {
+	f.mu.Lock()
+	stop := f.stops[id]
+	f.mu.Unlock()
+	stop()
+}
+
+func waitFor(t *testing.T, what string, within time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", within, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// shares returns each worker's active and drain shards, and whether every
+// shard is polled by exactly one member.
+func shares(ws []*worker.Worker, n int) (own, drain map[int][]int, exact bool) {
+	own, drain = map[int][]int{}, map[int][]int{}
+	count := make([]int, n)
+	for i, w := range ws {
+		member, a := w.Member()
+		if !member {
+			continue
+		}
+		own[i], drain[i] = a.Own, a.Drain
+		for _, s := range append(append([]int(nil), a.Own...), a.Drain...) {
+			count[s]++
+		}
+	}
+	for _, c := range count {
+		if c != 1 {
+			return own, drain, false
+		}
+	}
+	return own, drain, true
+}
+
+func TestShardsSpreadEvenlyAndRebalanceAsWorkersJoinAndLeave(t *testing.T) {
+	f := newFleet(t, mem.New(), 8)
+	var ws []*worker.Worker
+	fair := func(members int) func() bool {
+		return func() bool {
+			own, drain, exact := shares(ws, 8)
+			if !exact || len(own) != members {
+				return false
+			}
+			for i := range own {
+				// One active shard each; the inactive ones shared out
+				// within one of each other.
+				if len(own[i]) != 1 || len(drain[i]) > (8-members+members-1)/members {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	for i := 0; i < 4; i++ {
+		cfg := f.fast(fmt.Sprintf("w%d", i))
+		cfg.Dedicated = true
+		ws = append(ws, f.start(cfg, nil, nil))
+		waitFor(t, fmt.Sprintf("a fair share among %d workers", i+1), 20*time.Second, fair(i+1))
+	}
+	f.stop("w1")
+	ws = append(ws[:1], ws[2:]...)
+	waitFor(t, "the leaver's shards to move on", 20*time.Second, fair(3))
+	for i := 4; i < 12; i++ {
+		cfg := f.fast(fmt.Sprintf("w%d", i))
+		cfg.Dedicated = true
+		ws = append(ws, f.start(cfg, nil, nil))
+	}
+	// 11 workers, 8 shards: 8 members own one shard each, the rest own none.
+	waitFor(t, "8 shards over 11 workers", 20*time.Second, func() bool {
+		_, _, exact := shares(ws, 8)
+		busy := 0
+		for _, w := range ws {
+			if _, a := w.Member(); len(a.Own) > 0 {
+				busy++
+			}
+		}
+		return exact && busy == 8
+	})
+}
+
+func TestADeadMembersShardsMoveOnOnlyAfterItsEntryExpires(t *testing.T) {
+	st := mem.New()
+	f := newFleet(t, st, 4)
+	a := f.fast("a")
+	a.Dedicated = true
+	faulty := s3store.NewFaults(st)
+	wa := f.start(a, faulty, nil)
+	waitFor(t, "a to join", 10*time.Second, func() bool { m, _ := wa.Member(); return m })
+	b := f.fast("b")
+	b.Dedicated = true
+	wb := f.start(b, nil, nil)
+	waitFor(t, "b to join", 10*time.Second, func() bool { _, as := wb.Member(); return len(as.Own) == 1 && as.Active == 2 })
+
+	fl, _, _ := shards.ReadFleet(f.ctx, st)
+	var expiry time.Time
+	for _, m := range fl.Members {
+		if m.ID == "a" {
+			expiry = m.ExpiresAt
+		}
+	}
+	// a is cut off from the bucket: it can no longer renew.
+	for _, op := range s3store.Ops() {
+		faulty.Inject(s3store.Fault{Op: op, Err: s3store.ErrInjected503})
+	}
+	waitFor(t, "b to take every shard", 20*time.Second, func() bool {
+		_, as := wb.Member()
+		return as.Active == 1 && len(as.Own)+len(as.Drain) == 4
+	})
+	now, _ := st.Now(f.ctx)
+	if !now.After(expiry.Add(100 * time.Millisecond)) {
+		t.Fatalf("b took a's shards at %v, before a's entry expired at %v plus the margin", now, expiry)
+	}
+	if m, _ := wa.Member(); m {
+		// a still believes it is a member, but must have stopped polling:
+		// its entry is past expiry - margin by any clock.
+		t.Log("a has not noticed yet; it polls nothing once its entry lapses")
+	}
+}
+
+func TestNoShardStarvesWhenSlotsRunOut(t *testing.T) {
+	ctx := context.Background()
+	st := mem.New()
+	p, err := producer.New(ctx, st, producer.Config{Shards: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for s := 0; s < 4; s++ {
+		for i := 0; i < 20; i++ {
+			if _, err := p.Submit(ctx, "job", nil, producer.Options{ShardKey: fmt.Sprintf("key-%d", s)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var perShard [4]atomic.Int64
+	release := make(chan struct{})
+	w, err := worker.New(ctx, st, worker.Config{Shards: 4, Concurrency: 1, OwnShards: []int{0, 1, 2, 3}, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Handle("job", func(_ context.Context, tk *task.Task) (json.RawMessage, error) {
+		perShard[tk.Shard].Add(1)
+		<-release
+		return nil, nil
+	})
+	// Each poll can claim one task (one slot); the next poll starts at the
+	// next shard, so every shard is served in turn.
+	for i := 0; i < 8; i++ {
+		if _, err := w.Poll(ctx); err != nil {
+			t.Fatal(err)
+		}
+		release <- struct{}{}
+		w.Wait()
+	}
+	var got []int64
+	for s := range perShard {
+		got = append(got, perShard[s].Load())
+	}
+	sort.Slice(got, func(i, j int) bool { return got[i] < got[j] })
+	if got[0] < 1 {
+		t.Fatalf("claims per shard %v: a shard starved", got)
+	}
+}
+
+func TestAnIdleFleetShrinksToOneSleepingMemberThatAProducerWakes(t *testing.T) {
+	st := s3store.NewCounter(mem.New())
+	f := newFleet(t, st, 4)
+	started := make(chan string, 10)
+	var ws []*worker.Worker
+	for i := 0; i < 3; i++ {
+		cfg := f.fast(fmt.Sprintf("w%d", i))
+		cfg.Dedicated = i < 3 // start as members, then become elastic below
+		cfg.IdleLeave, cfg.SleepAfter, cfg.BellPoll, cfg.AwakeGrace = 300*time.Millisecond, 300*time.Millisecond, 50*time.Millisecond, 2100*time.Millisecond
+		cfg.Dedicated = false
+		if i == 0 {
+			cfg.Dedicated = true // the first one joins an empty fleet anyway
+		}
+		ws = append(ws, f.start(cfg, nil, func(_ context.Context, tk *task.Task) (json.RawMessage, error) {
+			started <- tk.ID
+			return nil, nil
+		}))
+	}
+	waitFor(t, "the idle fleet to shrink to one sleeping member", 20*time.Second, func() bool {
+		fl, _, err := shards.ReadFleet(f.ctx, st)
+		return err == nil && len(fl.Members) == 1 && fl.Asleep
+	})
+	// Past its awake grace, the sleeping member reads the doorbell instead
+	// of listing.
+	time.Sleep(2500 * time.Millisecond) // let the awake grace run out: a stretch of time under test, not a wait for work
+	before := st.Counts()
+	time.Sleep(500 * time.Millisecond) // an idle stretch, measured: not a wait for background work
+	idle := st.Counts().Sub(before)
+	if idle.Of(s3store.OpList) > 0 {
+		t.Fatalf("a sleeping fleet listed: %s", idle)
+	}
+	p, err := producer.New(f.ctx, st, producer.Config{Shards: 4, LeaseMargin: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := p.Submit(f.ctx, "job", nil, producer.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-started:
+		if got != id {
+			t.Fatalf("started %s, want %s", got, id)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the sleeping member was not woken by the producer's ring")
+	}
+	fl, _, _ := shards.ReadFleet(f.ctx, st)
+	if fl.Ring == 0 {
+		t.Fatal("the producer did not ring the doorbell")
+	}
+}
+
+func TestStandbysJoinWhenMembersAreSaturated(t *testing.T) {
+	st := mem.New()
+	f := newFleet(t, st, 4)
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	block := func(ctx context.Context, _ *task.Task) (json.RawMessage, error) {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil, nil
+	}
+	first := f.fast("first")
+	first.Concurrency = 1
+	w0 := f.start(first, nil, block)
+	waitFor(t, "the first worker to join", 10*time.Second, func() bool { m, _ := w0.Member(); return m })
+	standby := f.fast("standby")
+	w1 := f.start(standby, nil, block)
+	p, err := producer.New(f.ctx, st, producer.Config{Shards: 4, LeaseMargin: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, _ := w1.Member(); m {
+		t.Fatal("a second elastic worker joined an idle fleet")
+	}
+	for i := 0; i < 10; i++ {
+		if _, err := p.Submit(f.ctx, "job", nil, producer.Options{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	waitFor(t, "the standby to join a saturated fleet", 20*time.Second, func() bool { m, _ := w1.Member(); return m })
+	t.Logf("standby joined after %v", time.Since(start))
+}
