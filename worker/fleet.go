@@ -154,6 +154,35 @@ func (w *Worker) covered(f shards.Fleet, iv clock.Interval) bool {
 	return true
 }
 
+// refreshView re-reads the fleet object (one GET, no write) so a member
+// learns of joins and departures between its renewals, and stops polling
+// shards that moved to a newcomer within MemberTTL/6 rather than MemberTTL/3.
+func (w *Worker) refreshView(ctx context.Context, now time.Time) error {
+	m := &w.fleet
+	f, etag, err := shards.ReadFleet(ctx, w.st)
+	if err != nil {
+		return err
+	}
+	iv, err := w.clock.Now(ctx)
+	if err != nil {
+		return err
+	}
+	m.fleet, m.etag, m.synced = f, etag, now
+	a, ok := f.Assign(w.cfg.ID, iv, w.cfg.LeaseMargin, w.manifest.Shards)
+	if !ok {
+		// Our entry is gone (pruned as dead): the next renewal rejoins.
+		m.renewed = time.Time{}
+		return nil
+	}
+	m.assign = a
+	prev := w.view.Load().fleet
+	w.view.Store(&memberView{member: true, assign: a, fleet: f})
+	if len(f.Members) != len(prev.Members) {
+		w.forwardWaiting(ctx)
+	}
+	return nil
+}
+
 // holds reports whether our fleet entry is certainly still ours, so we may
 // poll: a member that cannot renew stops before anyone prunes it.
 func (w *Worker) holds(iv clock.Interval) bool {

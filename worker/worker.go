@@ -316,6 +316,10 @@ func (w *Worker) step(ctx context.Context) time.Duration {
 		if err := w.syncFleet(ctx, now); err != nil && ctx.Err() == nil {
 			w.log.Warn("fleet", "err", err)
 		}
+	} else if m.member && !m.asleep && now.Sub(m.synced) >= w.cfg.MemberTTL/6 {
+		if err := w.refreshView(ctx, now); err != nil && ctx.Err() == nil {
+			w.log.Warn("fleet", "err", err)
+		}
 	}
 	if !m.member {
 		return max(w.cfg.StandbyPoll-time.Since(m.synced), 10*time.Millisecond)
@@ -463,18 +467,22 @@ func (w *Worker) drain() error {
 func (w *Worker) Wait() { w.inflight.Wait() }
 
 // Poll runs one discovery pass over every shard the worker may poll (its
-// own, its drain shards, or its static list), joining the fleet first if
-// the rules let it, and starts handlers for what it claims. It returns how
+// own, its drain shards, or its static list), after joining the fleet if
+// the rules let it or re-reading it if already a member, and starts handlers for what it claims. It returns how
 // many tasks it claimed. Tests drive it directly instead of Run.
 func (w *Worker) Poll(ctx context.Context) (int, error) {
 	if w.static() {
 		n, _, _, err := w.pollShards(ctx, w.cfg.OwnShards)
 		return n, err
 	}
+	var err error
 	if !w.fleet.member {
-		if err := w.syncFleet(ctx, time.Now()); err != nil {
-			return 0, err
-		}
+		err = w.syncFleet(ctx, time.Now())
+	} else {
+		err = w.refreshView(ctx, time.Now())
+	}
+	if err != nil {
+		return 0, err
 	}
 	a := w.fleet.assign
 	n, _, _, err := w.pollShards(ctx, append(append([]int(nil), a.Own...), a.Drain...))

@@ -1,0 +1,80 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/s3queue/s3queue/producer"
+	"github.com/s3queue/s3queue/s3store"
+	"github.com/s3queue/s3queue/s3store/mem"
+	"github.com/s3queue/s3queue/task"
+	"github.com/s3queue/s3queue/worker"
+)
+
+// TestRequestsPerTask is a regression guard on what a task costs under
+// load: submit, claim and commit are the only PUTs, the claim's GET the only
+// read of the task, and listings are shared by many tasks. It counts on the
+// in-memory store and drives polls directly, so it is exact, not a timing.
+func TestRequestsPerTask(t *testing.T) {
+	ctx := context.Background()
+	st := s3store.NewCounter(mem.New())
+	const n = 400
+	p, err := producer.New(ctx, st, producer.Config{Shards: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ws []*worker.Worker
+	for _, id := range []string{"a", "b"} {
+		w, err := worker.New(ctx, st, worker.Config{ID: id, Shards: 4, Concurrency: 32, Dedicated: true, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Handle("job", func(context.Context, *task.Task) (json.RawMessage, error) { return nil, nil })
+		ws = append(ws, w)
+	}
+	for _, w := range ws { // join the fleet, so producers route to both shards
+		if _, err := w.Poll(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := st.Counts()
+	reqs := make([]producer.Request, n)
+	for i := range reqs {
+		reqs[i] = producer.Request{Type: "job", Input: map[string]int{"i": i}}
+	}
+	for _, r := range p.SubmitBatch(ctx, reqs) {
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	deadline := time.Now().Add(time.Minute)
+	for done := 0; done < n; {
+		for _, w := range ws {
+			if _, err := w.Poll(ctx); err != nil {
+				t.Fatal(err)
+			}
+			w.Wait()
+		}
+		done = 0
+		for _, w := range ws {
+			done += int(w.Stats().Succeeded)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d of %d tasks done", done, n)
+		}
+	}
+	c := st.Counts().Sub(before)
+	per := func(op s3store.Op) float64 { return float64(c.Of(op)) / n }
+	t.Logf("per task: PUT %.2f GET %.2f LIST %.3f HEAD %.3f DELETE %.2f (%s)", per(s3store.OpPut), per(s3store.OpGet), per(s3store.OpList), per(s3store.OpHead), per(s3store.OpDelete), c)
+	if got := per(s3store.OpPut) + per(s3store.OpList); got > 3.2 {
+		t.Errorf("PUT-class requests per task = %.2f, want at most 3.2", got)
+	}
+	if got := per(s3store.OpPut); got > 3.01 {
+		t.Errorf("PUTs per task = %.2f: submit, claim and commit should be the only writes", got)
+	}
+	if got := per(s3store.OpGet) + per(s3store.OpHead); got > 1.25 {
+		t.Errorf("GET-class requests per task = %.2f, want about one (the claim's read, plus fleet reads)", got)
+	}
+}
