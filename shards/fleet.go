@@ -44,6 +44,8 @@ type Member struct {
 	// Types are the task types the member has handlers for; producers
 	// route each task to a shard whose member can run it.
 	Types []string `json:"types,omitempty"`
+	// Dedicated members never leave when idle.
+	Dedicated bool `json:"dedicated,omitempty"`
 }
 
 // Handles reports whether the member runs tasks of type typ.

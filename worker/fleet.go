@@ -87,7 +87,7 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 			kept = append(kept, mem)
 		}
 		if !found && !leaving {
-			kept = append(kept, shards.Member{ID: w.cfg.ID, Joined: m.joined, ExpiresAt: expiry, Types: w.types()})
+			kept = append(kept, shards.Member{ID: w.cfg.ID, Joined: m.joined, ExpiresAt: expiry, Types: w.types(), Dedicated: w.cfg.Dedicated})
 		}
 		f.Members = kept
 		if want > f.Want {
@@ -181,6 +181,21 @@ func (w *Worker) refreshView(ctx context.Context, now time.Time) error {
 		w.forwardWaiting(ctx)
 	}
 	return nil
+}
+
+// nextToLeave reports whether this worker is the one member that may leave
+// an idle fleet now: the newest elastic member, while another member stays.
+// One at a time, so an idle fleet never empties itself.
+func (w *Worker) nextToLeave(live []shards.Member) bool {
+	if w.cfg.Dedicated || len(live) < 2 {
+		return false
+	}
+	for i := len(live) - 1; i >= 0; i-- {
+		if !live[i].Dedicated {
+			return live[i].ID == w.cfg.ID
+		}
+	}
+	return false
 }
 
 // holds reports whether our fleet entry is certainly still ours, so we may

@@ -116,7 +116,8 @@ type Worker struct {
 
 	pollMu sync.Mutex // one discovery pass at a time (Run and Poll)
 
-	fleet        membership        // owned by the Run goroutine
+	fleetMu      sync.Mutex // guards fleet; taken before pollMu
+	fleet        membership
 	unhandled    map[string]string // task key -> type: pending tasks seen that no known member could run (under pollMu)
 	view         atomic.Pointer[memberView]
 	pointerShard atomic.Int64 // where retries are announced (-1: the task's own shard)
@@ -289,6 +290,8 @@ func (w *Worker) Run(ctx context.Context) error {
 // leave removes the worker from the fleet on shutdown, so its shards move
 // on at once instead of after its entry expires.
 func (w *Worker) leave() {
+	w.fleetMu.Lock()
+	defer w.fleetMu.Unlock()
 	if !w.fleet.member {
 		return
 	}
@@ -304,6 +307,8 @@ func (w *Worker) leave() {
 // member's own shards, slow sweeps of its drain shards, the doorbell — and
 // returns how long to wait before the next step.
 func (w *Worker) step(ctx context.Context) time.Duration {
+	w.fleetMu.Lock()
+	defer w.fleetMu.Unlock()
 	if w.static() {
 		n, full, _, err := w.pollShards(ctx, w.cfg.OwnShards)
 		return w.adapt(n, full, err)
@@ -367,13 +372,13 @@ func (w *Worker) step(ctx context.Context) time.Duration {
 	wait = min(wait, time.Until(m.nextOwnPoll))
 	wait = min(wait, w.drainShards(ctx, now))
 
-	live := len(m.fleet.Live(iv, w.cfg.LeaseMargin))
+	live := m.fleet.Live(iv, w.cfg.LeaseMargin)
 	idle := now.Sub(m.lastWork)
 	switch {
-	case !w.cfg.Dedicated && m.assign.Index > 0 && idle >= w.cfg.IdleLeave:
+	case idle >= w.cfg.IdleLeave && w.nextToLeave(live):
 		m.leaving = true
 		return 0
-	case m.assign.Index == 0 && live == 1 && !m.asleep && idle >= w.cfg.SleepAfter:
+	case len(live) == 1 && !m.asleep && idle >= w.cfg.SleepAfter:
 		w.sleep(ctx, now)
 	}
 	return max(wait, 0)
@@ -475,16 +480,18 @@ func (w *Worker) Poll(ctx context.Context) (int, error) {
 		n, _, _, err := w.pollShards(ctx, w.cfg.OwnShards)
 		return n, err
 	}
+	w.fleetMu.Lock()
 	var err error
 	if !w.fleet.member {
 		err = w.syncFleet(ctx, time.Now())
 	} else {
 		err = w.refreshView(ctx, time.Now())
 	}
+	a := w.fleet.assign
+	w.fleetMu.Unlock()
 	if err != nil {
 		return 0, err
 	}
-	a := w.fleet.assign
 	n, _, _, err := w.pollShards(ctx, append(append([]int(nil), a.Own...), a.Drain...))
 	return n, err
 }
