@@ -92,6 +92,8 @@ type MonitorSection struct {
 	ShardsPerTick int
 	LeaseMargin   time.Duration
 	RepairAfter   time.Duration
+	StaleAfter    time.Duration
+	SweepMax      time.Duration
 	// Retention 0 keeps finished tasks forever.
 	Retention time.Duration
 }
@@ -139,6 +141,8 @@ func Default() Config {
 			PageSize:    1000,
 			LeaseMargin: 2 * time.Second,
 			RepairAfter: time.Minute,
+			StaleAfter:  10 * time.Second,
+			SweepMax:    10 * time.Minute,
 			Retention:   7 * 24 * time.Hour,
 		},
 		SubmitSection: SubmitSection{
@@ -230,6 +234,8 @@ type file struct {
 		ShardsPerTick rawValue `toml:"shards_per_tick"`
 		LeaseMargin   rawValue `toml:"lease_margin"`
 		RepairAfter   rawValue `toml:"repair_after"`
+		StaleAfter    rawValue `toml:"stale_after"`
+		SweepMax      rawValue `toml:"sweep_max"`
 		Retention     rawValue `toml:"retention"`
 	} `toml:"monitor"`
 	Submit struct {
@@ -484,6 +490,8 @@ func (c Config) Monitor() monitor.Config {
 		ShardsPerTick: m.ShardsPerTick,
 		LeaseMargin:   m.LeaseMargin,
 		RepairAfter:   m.RepairAfter,
+		StaleAfter:    m.StaleAfter,
+		SweepMax:      m.SweepMax,
 		Retention:     m.Retention,
 		KeepForever:   m.Retention == 0,
 	}
@@ -907,6 +915,12 @@ var keys = []key{
 	{name: "monitor.repair_after", kind: kindDuration, check: positiveDuration,
 		file: func(f *file) *rawValue { return &f.Monitor.RepairAfter },
 		set:  func(c *Config, v any) { c.MonitorSection.RepairAfter = v.(time.Duration) }},
+	{name: "monitor.stale_after", kind: kindDuration, check: positiveDuration,
+		file: func(f *file) *rawValue { return &f.Monitor.StaleAfter },
+		set:  func(c *Config, v any) { c.MonitorSection.StaleAfter = v.(time.Duration) }},
+	{name: "monitor.sweep_max", kind: kindDuration, check: positiveDuration,
+		file: func(f *file) *rawValue { return &f.Monitor.SweepMax },
+		set:  func(c *Config, v any) { c.MonitorSection.SweepMax = v.(time.Duration) }},
 	{name: "monitor.retention", kind: kindDuration, check: nonNegativeDuration,
 		file: func(f *file) *rawValue { return &f.Monitor.Retention },
 		set:  func(c *Config, v any) { c.MonitorSection.Retention = v.(time.Duration) }},

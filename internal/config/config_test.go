@@ -53,7 +53,7 @@ func TestDefaultsMatchTheServices(t *testing.T) {
 		t.Errorf("Producer() = %+v\nwant %+v", got, wantProducer)
 	}
 	wantMonitor := monitor.Config{Interval: 5 * time.Second, PageSize: 1000, LeaseMargin: 2 * time.Second,
-		RepairAfter: time.Minute, Retention: 168 * time.Hour}
+		RepairAfter: time.Minute, Retention: 168 * time.Hour, StaleAfter: 10 * time.Second, SweepMax: 10 * time.Minute}
 	if got := c.Monitor(); !reflect.DeepEqual(got, wantMonitor) {
 		t.Errorf("Monitor() = %+v\nwant %+v", got, wantMonitor)
 	}
@@ -108,6 +108,8 @@ var keyCases = []keyCase{
 	{"monitor.shards_per_tick", `2`, "2", func(c Config) bool { return c.Monitor().ShardsPerTick == 2 }},
 	{"monitor.lease_margin", `"3s"`, "3s", func(c Config) bool { return c.Monitor().LeaseMargin == 3*time.Second }},
 	{"monitor.repair_after", `"30s"`, "30s", func(c Config) bool { return c.Monitor().RepairAfter == 30*time.Second }},
+	{"monitor.stale_after", `"3s"`, "3s", func(c Config) bool { return c.Monitor().StaleAfter == 3*time.Second }},
+	{"monitor.sweep_max", `"1m"`, "1m", func(c Config) bool { return c.Monitor().SweepMax == time.Minute }},
 	{"monitor.retention", `"0"`, "0", func(c Config) bool {
 		m := c.Monitor()
 		return m.Retention == 0 && m.KeepForever
