@@ -16,11 +16,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync"
 	"time"
 
 	"github.com/s3queue/s3queue/clock"
 	"github.com/s3queue/s3queue/internal/taskio"
+	"github.com/s3queue/s3queue/lease"
 	"github.com/s3queue/s3queue/s3store"
 	"github.com/s3queue/s3queue/shards"
 	"github.com/s3queue/s3queue/task"
@@ -51,6 +53,14 @@ type Config struct {
 	// live ones whose workers renew them, are never read by the monitor;
 	// finished ones are known from their size (see taskio.FinishedBySize).
 	StaleAfter time.Duration
+	// Leader makes monitors elect one of them with a lease
+	// (monitor-lease.json): only the holder sweeps, the others stand by and
+	// take over when its lease expires by S3 time. Without it, several
+	// monitors all sweep, which is safe (every change is a CAS) but pays
+	// for each sweep once per monitor.
+	Leader bool
+	// ID names this monitor in the leader lease (default: host and pid).
+	ID string
 	// SweepMax caps the back-off of sweeps of shards that held nothing but
 	// finished tasks at their last sweep (default 10m); shards with live
 	// work are swept every Interval.
@@ -88,6 +98,8 @@ type Monitor struct {
 	next   int              // next shard to visit
 	cursor map[int]string   // shard -> last key swept
 	known  map[string]known // key -> what the last GET said, by ETag
+	lease  *lease.Lease     // with Config.Leader
+	renewd time.Time        // local time the lease was last written
 	// Per-shard sweep cadence: when the next sweep starts, the current
 	// back-off, and whether the sweep in progress saw live work.
 	due   map[int]time.Time
@@ -128,6 +140,10 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Monitor, error) {
 	if cfg.Retention == 0 && !cfg.KeepForever {
 		cfg.Retention = 7 * 24 * time.Hour
 	}
+	if cfg.ID == "" {
+		host, _ := os.Hostname()
+		cfg.ID = fmt.Sprintf("%s-%d", host, os.Getpid())
+	}
 	if cfg.StaleAfter <= 0 {
 		cfg.StaleAfter = 10 * time.Second
 	}
@@ -154,7 +170,8 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Monitor, error) {
 	}
 	return &Monitor{st: st, cfg: cfg, clock: c, manifest: m, log: cfg.Logger.WithGroup("monitor"),
 		cursor: make(map[int]string), known: make(map[string]known), fleet: shards.NewFleetCache(st, cfg.LeaseMargin),
-		due: make(map[int]time.Time), every: make(map[int]time.Duration), live: make(map[int]bool)}, nil
+		due: make(map[int]time.Time), every: make(map[int]time.Duration), live: make(map[int]bool),
+		lease: lease.New(st, c, LeaseKey, cfg.ID, lease.Config{TTL: 6 * cfg.Interval, Margin: cfg.LeaseMargin})}, nil
 }
 
 // Run ticks every Interval until ctx ends.
@@ -173,6 +190,38 @@ func (m *Monitor) Run(ctx context.Context) error {
 	}
 }
 
+// LeaseKey is the leader lease of monitors run with Config.Leader.
+const LeaseKey = "monitor-lease.json"
+
+// lead reports whether this monitor holds the leader lease, acquiring or
+// renewing it as needed (one PUT per two intervals while leading).
+func (m *Monitor) lead(ctx context.Context) bool {
+	if m.lease.Valid(ctx) && time.Since(m.renewd) < 2*m.cfg.Interval {
+		return true
+	}
+	var err error
+	if m.lease.Epoch() > 0 {
+		err = m.lease.Renew(ctx, nil)
+	}
+	if m.lease.Epoch() == 0 || err != nil {
+		err = m.lease.Acquire(ctx, nil)
+	}
+	if err != nil {
+		if !errors.Is(err, lease.ErrHeld) {
+			m.log.Warn("monitor lease", "err", err)
+		}
+		return false
+	}
+	m.renewd = time.Now()
+	return true
+}
+
+// Leading reports whether this monitor holds the leader lease (always true
+// without Config.Leader).
+func (m *Monitor) Leading(ctx context.Context) bool {
+	return !m.cfg.Leader || m.lease.Valid(ctx)
+}
+
 // Stats returns what the monitor has done so far.
 func (m *Monitor) Stats() TickStats {
 	m.mu.Lock()
@@ -189,6 +238,9 @@ func (m *Monitor) Tick(ctx context.Context) (TickStats, error) {
 	defer m.mu.Unlock()
 	var st TickStats
 	var errs error
+	if m.cfg.Leader && !m.lead(ctx) {
+		return st, nil
+	}
 	iv, err := m.clock.Now(ctx)
 	if err != nil {
 		return st, err

@@ -159,3 +159,32 @@ func TestExpiredLeaseIsRedispatchedOnlyAfterTheMargin(t *testing.T) {
 		}
 	}
 }
+
+func TestWithALeaderLeaseOnlyOneMonitorSweeps(t *testing.T) {
+	ctx := context.Background()
+	st, srv, clk := fakeTime()
+	counter := s3store.NewCounter(st)
+	p, _ := producer.New(ctx, counter, producer.Config{Shards: 2})
+	p.Submit(ctx, "t", nil, producer.Options{})
+	a, _ := monitor.New(ctx, counter, monitor.Config{Shards: 2, Leader: true, ID: "a", Clock: clk})
+	b, _ := monitor.New(ctx, counter, monitor.Config{Shards: 2, Leader: true, ID: "b", Clock: clk})
+	a.Tick(ctx)
+	b.Tick(ctx)
+	if !a.Leading(ctx) || b.Leading(ctx) {
+		t.Fatalf("leading: a=%v b=%v, want only a", a.Leading(ctx), b.Leading(ctx))
+	}
+	if a.Stats().Listed == 0 || b.Stats().Listed != 0 {
+		t.Fatalf("listed: a=%d b=%d; only the leader may sweep", a.Stats().Listed, b.Stats().Listed)
+	}
+	// a stops (crashes); after its lease expires by S3 time, b takes over.
+	*srv = srv.Add(5 * time.Second)
+	b.Tick(ctx)
+	if b.Leading(ctx) {
+		t.Fatal("b took over before a's lease expired")
+	}
+	*srv = srv.Add(time.Minute)
+	b.Tick(ctx)
+	if !b.Leading(ctx) || b.Stats().Listed == 0 {
+		t.Fatalf("b did not take over an expired lease (leading %v, listed %d)", b.Leading(ctx), b.Stats().Listed)
+	}
+}

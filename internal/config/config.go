@@ -94,6 +94,8 @@ type MonitorSection struct {
 	RepairAfter   time.Duration
 	StaleAfter    time.Duration
 	SweepMax      time.Duration
+	// Leader elects one sweeping monitor with a lease.
+	Leader bool
 	// Retention 0 keeps finished tasks forever.
 	Retention time.Duration
 }
@@ -236,6 +238,7 @@ type file struct {
 		RepairAfter   rawValue `toml:"repair_after"`
 		StaleAfter    rawValue `toml:"stale_after"`
 		SweepMax      rawValue `toml:"sweep_max"`
+		Leader        rawValue `toml:"leader"`
 		Retention     rawValue `toml:"retention"`
 	} `toml:"monitor"`
 	Submit struct {
@@ -492,6 +495,7 @@ func (c Config) Monitor() monitor.Config {
 		RepairAfter:   m.RepairAfter,
 		StaleAfter:    m.StaleAfter,
 		SweepMax:      m.SweepMax,
+		Leader:        m.Leader,
 		Retention:     m.Retention,
 		KeepForever:   m.Retention == 0,
 	}
@@ -921,6 +925,9 @@ var keys = []key{
 	{name: "monitor.sweep_max", kind: kindDuration, check: positiveDuration,
 		file: func(f *file) *rawValue { return &f.Monitor.SweepMax },
 		set:  func(c *Config, v any) { c.MonitorSection.SweepMax = v.(time.Duration) }},
+	{name: "monitor.leader", kind: kindBool,
+		file: func(f *file) *rawValue { return &f.Monitor.Leader },
+		set:  func(c *Config, v any) { c.MonitorSection.Leader = v.(bool) }},
 	{name: "monitor.retention", kind: kindDuration, check: nonNegativeDuration,
 		file: func(f *file) *rawValue { return &f.Monitor.Retention },
 		set:  func(c *Config, v any) { c.MonitorSection.Retention = v.(time.Duration) }},
