@@ -31,6 +31,8 @@ type membership struct {
 
 	nextOwnPoll time.Time
 	interval    time.Duration
+	lastPoll    time.Time // local time of the last poll of the own shards
+	rate        float64   // recent arrival rate, tasks/s, from polls that found work
 	drainNext   map[int]time.Time
 	drainEvery  map[int]time.Duration
 }

@@ -73,6 +73,12 @@ type Config struct {
 	// PollMultiplier per empty poll up to PollMax (defaults 100ms, 5s, 2).
 	PollMin, PollMax time.Duration
 	PollMultiplier   float64
+	// PollBatch shapes the interval after a poll that found work: the time
+	// the recent arrival rate takes to bring this many tasks, within
+	// [PollMin, PollMax] (default 2). Under heavy load that is PollMin; at a
+	// task a second it is about two seconds, one LIST per two tasks. Larger
+	// values trade pickup latency for fewer LISTs (the economy profile).
+	PollBatch float64
 	// ScanLag is how far behind its cursor a shard scan starts (default 5s).
 	ScanLag time.Duration
 	// ScanLookback is how far back a new worker's scans start (default 1h);
@@ -190,6 +196,9 @@ func (c *Config) fill() error {
 	if c.PollMultiplier == 0 {
 		c.PollMultiplier = 2
 	}
+	if c.PollBatch == 0 {
+		c.PollBatch = 2
+	}
 	if c.ScanLag == 0 {
 		c.ScanLag = 5 * time.Second
 	}
@@ -229,6 +238,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("worker: poll interval min %v must be positive and at most max %v", c.PollMin, c.PollMax)
 	case c.PollMultiplier < 1:
 		return fmt.Errorf("worker: poll multiplier %v must be at least 1", c.PollMultiplier)
+	case c.PollBatch <= 0:
+		return fmt.Errorf("worker: poll batch %v must be positive", c.PollBatch)
 	case c.ScanLag < 0 || c.ScanLookback < 0 || c.LeaseMargin < 0 || c.ShutdownGrace < 0 || c.StandbyPoll < 0 ||
 		c.IdleLeave < 0 || c.SleepAfter < 0 || c.BellPoll < 0 || c.SleepScan < 0 || c.AwakeGrace < 0 || c.DrainMax < 0:
 		return fmt.Errorf("worker: durations must not be negative")
@@ -419,6 +430,9 @@ func (w *Worker) adapt(n int, full bool, err error) time.Duration {
 	if m.interval == 0 {
 		m.interval = w.cfg.PollMin
 	}
+	now := time.Now()
+	since := now.Sub(m.lastPoll)
+	m.lastPoll = now
 	switch {
 	case full:
 		return w.cfg.PollMax
@@ -426,7 +440,20 @@ func (w *Worker) adapt(n int, full bool, err error) time.Duration {
 		w.log.Warn("poll", "err", err)
 		m.interval = w.grow(m.interval)
 	case n > 0:
+		// Reset on work, to the pace the work arrives at: polling faster
+		// than PollBatch tasks per poll only buys empty LISTs.
+		if since > 0 && since < time.Hour {
+			rate := float64(n) / since.Seconds()
+			if m.rate == 0 {
+				m.rate = rate
+			} else {
+				m.rate = 0.5*m.rate + 0.5*rate
+			}
+		}
 		m.interval = w.cfg.PollMin
+		if m.rate > 0 {
+			m.interval = min(max(time.Duration(w.cfg.PollBatch/m.rate*float64(time.Second)), w.cfg.PollMin), w.cfg.PollMax)
+		}
 	default:
 		m.interval = w.grow(m.interval)
 	}

@@ -64,6 +64,7 @@ type WorkerSection struct {
 	PollMin        time.Duration
 	PollMax        time.Duration
 	PollMultiplier float64
+	PollBatch      float64
 	ScanLag        time.Duration
 	ScanLookback   time.Duration
 	LeaseMargin    time.Duration
@@ -125,6 +126,7 @@ func Default() Config {
 			PollMin:        100 * time.Millisecond,
 			PollMax:        5 * time.Second,
 			PollMultiplier: 2,
+			PollBatch:      2,
 			ScanLag:        5 * time.Second,
 			ScanLookback:   time.Hour,
 			LeaseMargin:    2 * time.Second,
@@ -214,6 +216,7 @@ type file struct {
 		PollMin        rawValue `toml:"poll_min"`
 		PollMax        rawValue `toml:"poll_max"`
 		PollMultiplier rawValue `toml:"poll_multiplier"`
+		PollBatch      rawValue `toml:"poll_batch"`
 		ScanLag        rawValue `toml:"scan_lag"`
 		ScanLookback   rawValue `toml:"scan_lookback"`
 		LeaseMargin    rawValue `toml:"lease_margin"`
@@ -466,6 +469,7 @@ func (c Config) Worker() worker.Config {
 		PollMin:        w.PollMin,
 		PollMax:        w.PollMax,
 		PollMultiplier: w.PollMultiplier,
+		PollBatch:      w.PollBatch,
 		ScanLag:        w.ScanLag,
 		ScanLookback:   w.ScanLookback,
 		LeaseMargin:    w.LeaseMargin,
@@ -855,6 +859,9 @@ var keys = []key{
 	{name: "worker.poll_multiplier", kind: kindFloat, check: floatRange(1, 100),
 		file: func(f *file) *rawValue { return &f.Worker.PollMultiplier },
 		set:  func(c *Config, v any) { c.WorkerSection.PollMultiplier = v.(float64) }},
+	{name: "worker.poll_batch", kind: kindFloat, check: floatRange(0.01, 100000),
+		file: func(f *file) *rawValue { return &f.Worker.PollBatch },
+		set:  func(c *Config, v any) { c.WorkerSection.PollBatch = v.(float64) }},
 	{name: "worker.scan_lag", kind: kindDuration, check: positiveDuration,
 		file: func(f *file) *rawValue { return &f.Worker.ScanLag },
 		set:  func(c *Config, v any) { c.WorkerSection.ScanLag = v.(time.Duration) }},

@@ -40,7 +40,7 @@ func TestDefaultsMatchTheServices(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantWorker := worker.Config{
-		Concurrency: 4, PollMin: 100 * time.Millisecond, PollMax: 5 * time.Second, PollMultiplier: 2,
+		Concurrency: 4, PollMin: 100 * time.Millisecond, PollMax: 5 * time.Second, PollMultiplier: 2, PollBatch: 2,
 		ScanLag: 5 * time.Second, ScanLookback: time.Hour, LeaseMargin: 2 * time.Second, ShutdownGrace: 30 * time.Second,
 		MemberTTL: 30 * time.Second, StandbyPoll: 25 * time.Second, IdleLeave: time.Minute, SleepAfter: 30 * time.Second,
 		BellPoll: 2 * time.Second, SleepScan: time.Minute, AwakeGrace: 5 * time.Second, DrainMax: 10 * time.Minute,
@@ -86,6 +86,7 @@ var keyCases = []keyCase{
 	{"worker.poll_min", `"250ms"`, "250ms", func(c Config) bool { return c.Worker().PollMin == 250*time.Millisecond }},
 	{"worker.poll_max", `"9s"`, "9s", func(c Config) bool { return c.Worker().PollMax == 9*time.Second }},
 	{"worker.poll_multiplier", `1.5`, "1.5", func(c Config) bool { return c.Worker().PollMultiplier == 1.5 }},
+	{"worker.poll_batch", `60.0`, "60", func(c Config) bool { return c.Worker().PollBatch == 60 }},
 	{"worker.scan_lag", `"3s"`, "3s", func(c Config) bool { return c.Worker().ScanLag == 3*time.Second }},
 	{"worker.scan_lookback", `"2h"`, "2h", func(c Config) bool { return c.Worker().ScanLookback == 2*time.Hour }},
 	{"worker.lease_margin", `"750ms"`, "750ms", func(c Config) bool {
