@@ -47,6 +47,10 @@ type Config struct {
 	// Shards is the queue's shard count; 0 accepts whatever the queue has
 	// (16 for a new queue).
 	Shards int
+	// Profile is "default" or "economy": the operating point of the cost
+	// and latency trade-off (see docs/performance.md). It sets the defaults
+	// of the keys in EconomyProfile; keys set explicitly win.
+	Profile string
 
 	WorkerSection  WorkerSection
 	MonitorSection MonitorSection
@@ -121,6 +125,7 @@ type LogSection struct {
 // variable says otherwise.
 func Default() Config {
 	return Config{
+		Profile: "default",
 		WorkerSection: WorkerSection{
 			Concurrency:    4,
 			PollMin:        100 * time.Millisecond,
@@ -186,6 +191,7 @@ func Load(path string, env func(string) string) (Config, error) {
 			return Config{}, err
 		}
 	}
+	c.applyProfile(src)
 	if err := c.crossCheck(src); err != nil {
 		return Config{}, err
 	}
@@ -208,9 +214,10 @@ func (r *rawValue) UnmarshalTOML(v any) error {
 // file mirrors queue.toml. Keys not in it are reported through
 // MetaData.Undecoded.
 type file struct {
-	Store  rawValue `toml:"store"`
-	Shards rawValue `toml:"shards"`
-	Worker struct {
+	Store   rawValue `toml:"store"`
+	Shards  rawValue `toml:"shards"`
+	Profile rawValue `toml:"profile"`
+	Worker  struct {
 		ID             rawValue `toml:"id"`
 		Concurrency    rawValue `toml:"concurrency"`
 		PollMin        rawValue `toml:"poll_min"`
@@ -813,6 +820,38 @@ func parseLevel(s string) (slog.Level, error) {
 	return 0, fmt.Errorf("invalid level %q (want debug, info, warn or error)", s)
 }
 
+func profileName(v any) error {
+	switch v.(string) {
+	case "default", "economy":
+		return nil
+	}
+	return fmt.Errorf("invalid profile %q (want default or economy)", v)
+}
+
+// EconomyProfile is what profile = "economy" changes: fewer requests for
+// slower pickup (p50 within a minute at light load) and slower failover.
+var EconomyProfile = map[string]func(c *Config){
+	"worker.poll_batch":   func(c *Config) { c.WorkerSection.PollBatch = 60 },
+	"worker.poll_max":     func(c *Config) { c.WorkerSection.PollMax = time.Minute },
+	"worker.bell_poll":    func(c *Config) { c.WorkerSection.BellPoll = 30 * time.Second },
+	"worker.member_ttl":   func(c *Config) { c.WorkerSection.MemberTTL = 90 * time.Second },
+	"worker.standby_poll": func(c *Config) { c.WorkerSection.StandbyPoll = 2 * time.Minute },
+	"worker.sleep_scan":   func(c *Config) { c.WorkerSection.SleepScan = 5 * time.Minute },
+	"monitor.interval":    func(c *Config) { c.MonitorSection.Interval = 30 * time.Second },
+}
+
+// applyProfile sets the profile's defaults for keys not set explicitly.
+func (c *Config) applyProfile(src map[string]string) {
+	if c.Profile != "economy" {
+		return
+	}
+	for key, set := range EconomyProfile {
+		if _, explicit := src[key]; !explicit {
+			set(c)
+		}
+	}
+}
+
 func logFormat(v any) error {
 	switch v.(string) {
 	case "text", "json":
@@ -843,6 +882,9 @@ var keys = []key{
 	{name: "shards", kind: kindInt, check: intRange(0, shards.MaxShards),
 		file: func(f *file) *rawValue { return &f.Shards },
 		set:  func(c *Config, v any) { c.Shards = v.(int) }},
+	{name: "profile", kind: kindString, check: profileName,
+		file: func(f *file) *rawValue { return &f.Profile },
+		set:  func(c *Config, v any) { c.Profile = v.(string) }},
 
 	{name: "worker.id", kind: kindString, check: workerID,
 		file: func(f *file) *rawValue { return &f.Worker.ID },

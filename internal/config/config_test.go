@@ -87,6 +87,9 @@ var keyCases = []keyCase{
 	{"worker.poll_max", `"9s"`, "9s", func(c Config) bool { return c.Worker().PollMax == 9*time.Second }},
 	{"worker.poll_multiplier", `1.5`, "1.5", func(c Config) bool { return c.Worker().PollMultiplier == 1.5 }},
 	{"worker.poll_batch", `60.0`, "60", func(c Config) bool { return c.Worker().PollBatch == 60 }},
+	{"profile", `"economy"`, "economy", func(c Config) bool {
+		return c.Worker().PollBatch == 60 && c.Worker().StandbyPoll == 2*time.Minute && c.Monitor().Interval == 30*time.Second
+	}},
 	{"worker.scan_lag", `"3s"`, "3s", func(c Config) bool { return c.Worker().ScanLag == 3*time.Second }},
 	{"worker.scan_lookback", `"2h"`, "2h", func(c Config) bool { return c.Worker().ScanLookback == 2*time.Hour }},
 	{"worker.lease_margin", `"750ms"`, "750ms", func(c Config) bool {
@@ -443,5 +446,26 @@ func TestDedicatedFalseOverridesFileThroughEnv(t *testing.T) {
 	}
 	if c.Worker().Dedicated {
 		t.Error("S3QUEUE_WORKER_DEDICATED=false did not override dedicated = true")
+	}
+}
+
+func TestExplicitKeysWinOverTheProfile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "queue.toml")
+	if err := os.WriteFile(path, []byte("profile = \"economy\"\n[worker]\npoll_batch = 5.0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(path, func(k string) string {
+		if k == "S3QUEUE_MONITOR_INTERVAL" {
+			return "7s"
+		}
+		return ""
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Worker().PollBatch != 5 || c.Monitor().Interval != 7*time.Second || c.Worker().PollMax != time.Minute {
+		t.Fatalf("poll_batch %v interval %v poll_max %v: want 5 and 7s set explicitly, 1m from the profile",
+			c.Worker().PollBatch, c.Monitor().Interval, c.Worker().PollMax)
 	}
 }
