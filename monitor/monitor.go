@@ -119,7 +119,7 @@ type known struct {
 	expires   time.Time // running: claim expiry
 	updated   time.Time
 	available time.Time
-	announced bool // pending: a ready entry was written at this ETag
+	announced time.Time // pending: S3 time a ready pointer was last written at this ETag
 	corrupt   bool
 }
 
@@ -219,6 +219,8 @@ func (m *Monitor) lead(ctx context.Context) bool {
 // Leading reports whether this monitor holds the leader lease (always true
 // without Config.Leader).
 func (m *Monitor) Leading(ctx context.Context) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	return !m.cfg.Leader || m.lease.Valid(ctx)
 }
 
@@ -343,9 +345,11 @@ func (m *Monitor) inspect(ctx context.Context, o s3store.ObjectInfo, iv clock.In
 		return nil // not settled yet
 	case k.status == task.Running && iv.After(k.expires.Add(m.cfg.LeaseMargin)):
 		return m.redispatch(ctx, o.Key, iv, st)
-	case k.status == task.Pending && !k.announced && iv.After(k.available.Add(m.cfg.RepairAfter)):
+	case k.status == task.Pending && iv.After(k.available.Add(m.cfg.RepairAfter)) &&
+		(k.announced.IsZero() || iv.After(k.announced.Add(m.cfg.RepairAfter))):
 		// Due for a while and still pending: perhaps its producer crashed
-		// before announcing it, or every scan passed it by. Announce it.
+		// before announcing it, or every scan passed it by. Announce it, and
+		// again each RepairAfter while it stays pending.
 		v, err := taskio.Load(ctx, m.st, o.Key)
 		st.Loaded++
 		if err != nil {
@@ -355,10 +359,11 @@ func (m *Monitor) inspect(ctx context.Context, o s3store.ObjectInfo, iv clock.In
 			m.known[o.Key] = remember(v)
 			return nil
 		}
-		if err := shards.Announce(ctx, m.st, v.Task, iv.Latest, m.fleet.ShardFor(ctx, v.Task.Type, iv, m.manifest.Shards)); err != nil {
+		at, err := m.announce(ctx, v.Task)
+		if err != nil {
 			return err
 		}
-		k.announced = true
+		k.announced = at
 		m.known[o.Key] = k
 		st.Repaired++
 	case k.status.Terminal() && m.cfg.Retention > 0 && iv.After(k.updated.Add(m.cfg.Retention)):
@@ -379,21 +384,15 @@ func (m *Monitor) inspectPointer(ctx context.Context, o s3store.ObjectInfo, iv c
 	if !iv.After(p.At.Add(m.cfg.RepairAfter)) {
 		return nil // workers have not had their chance yet
 	}
-	key := task.Key(task.ShardFor(p.ID, m.manifest.Shards), p.ID)
-	k, ok := m.known[key]
-	if !ok {
-		v, err := taskio.Load(ctx, m.st, key)
-		st.Loaded++
-		switch {
-		case errors.Is(err, s3store.ErrNotFound), errors.Is(err, task.ErrCorrupt):
-			return m.st.Delete(ctx, o.Key, s3store.DeleteOptions{})
-		case err != nil:
-			return err
-		}
-		k = remember(v)
-		m.known[key] = k
-	}
-	if k.status == task.Pending {
+	// Decide on the task object itself: a cached view may be from before
+	// the task went back to pending.
+	v, err := taskio.Load(ctx, m.st, task.Key(task.ShardFor(p.ID, m.manifest.Shards), p.ID))
+	st.Loaded++
+	switch {
+	case errors.Is(err, s3store.ErrNotFound), errors.Is(err, task.ErrCorrupt):
+	case err != nil:
+		return err
+	case v.Task.Status == task.Pending:
 		return nil
 	}
 	return m.st.Delete(ctx, o.Key, s3store.DeleteOptions{})
@@ -423,6 +422,11 @@ func (m *Monitor) redispatch(ctx context.Context, key string, iv clock.Interval,
 		return nil
 	}
 	worker := t.Claim.Worker
+	// Stamp with the time now, not the page's: inspecting a page can take a
+	// while, and a pointer stamped in the past would land behind the scans.
+	if iv, err = m.clock.Now(ctx); err != nil {
+		return err
+	}
 	if err := t.Expire(iv.Mid(), randFloat); err != nil {
 		return err
 	}
@@ -443,13 +447,31 @@ func (m *Monitor) redispatch(ctx context.Context, key string, iv clock.Interval,
 	}
 	st.Redispatched++
 	m.log.Info("lease expired; re-dispatched", "task_id", t.ID, "worker", worker, "attempt", t.Attempt)
-	if err := shards.Announce(ctx, m.st, t, iv.Latest, m.fleet.ShardFor(ctx, t.Type, iv, m.manifest.Shards)); err != nil {
+	at, err := m.announce(ctx, t)
+	if err != nil {
 		return err
 	}
 	k := m.known[key]
-	k.announced = true
+	k.announced = at
 	m.known[key] = k
 	return nil
+}
+
+// announce writes a ready pointer to t in a shard a member that runs its
+// type polls, stamped with the time now, and rings the doorbell in case the
+// fleet is asleep. It returns the S3 time it announced at.
+func (m *Monitor) announce(ctx context.Context, t *task.Task) (time.Time, error) {
+	iv, err := m.clock.Now(ctx)
+	if err != nil {
+		return time.Time{}, err
+	}
+	if err := shards.Announce(ctx, m.st, t, iv.Latest, m.fleet.ShardFor(ctx, t.Type, iv, m.manifest.Shards)); err != nil {
+		return time.Time{}, err
+	}
+	if _, err := m.fleet.RingIfAsleep(ctx); err != nil {
+		m.log.Warn("ring the doorbell", "task_id", t.ID, "err", err)
+	}
+	return iv.Latest, nil
 }
 
 // expireRetention deletes a finished task and its idempotency record. The
@@ -464,13 +486,17 @@ func (m *Monitor) expireRetention(ctx context.Context, key string, st *TickStats
 		m.known[key] = remember(v)
 		return nil
 	}
+	// The conditional DELETE is belt and braces only: MinIO ignores it. A
+	// requeue that races this delete restores the task (producer.Requeue).
+	if err := m.st.Delete(ctx, key, s3store.DeleteOptions{IfMatch: v.ETag}); err != nil {
+		return err
+	}
+	// The record goes after its task: a record without a task only makes a
+	// later submit with the same key recreate that task id.
 	if v.Task.IdempotencyKey != "" {
 		if err := m.st.Delete(ctx, shards.IdempotencyKey(v.Task.IdempotencyKey), s3store.DeleteOptions{}); err != nil {
 			return err
 		}
-	}
-	if err := m.st.Delete(ctx, key, s3store.DeleteOptions{IfMatch: v.ETag}); err != nil {
-		return err
 	}
 	delete(m.known, key)
 	st.Deleted++

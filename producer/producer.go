@@ -212,9 +212,7 @@ func (p *Producer) submitOnce(ctx context.Context, t *task.Task, spec task.Spec,
 // passed it. Nothing here is needed for safety: the monitor's repair finds
 // any pending task that is not picked up.
 func (p *Producer) afterCreate(ctx context.Context, t *task.Task) {
-	if _, err := p.fleet.RingIfAsleep(ctx); err != nil {
-		p.log.Warn("ring the doorbell", "task_id", t.ID, "err", err)
-	}
+	defer p.ring(ctx, t.ID) // after any pointer write, so a woken member sees both
 	now, err := p.clock.Now(ctx)
 	if err != nil {
 		return
@@ -235,8 +233,16 @@ func (p *Producer) afterCreate(ctx context.Context, t *task.Task) {
 	}
 }
 
-// newID returns an id of time at that belongs to shard. Ids map to shards by hash, so a shard key is honoured by
-// drawing ids until one lands in its shard; every id then names its shard
+// ring rings the doorbell if the fleet is asleep.
+func (p *Producer) ring(ctx context.Context, id string) {
+	if _, err := p.fleet.RingIfAsleep(ctx); err != nil {
+		p.log.Warn("ring the doorbell", "task_id", id, "err", err)
+	}
+}
+
+// newID returns an id of time at that belongs to shard. Ids map to shards
+// by hash, so a shard key is honoured by drawing ids until one lands in its
+// shard; every id then names its shard
 // and Get needs no lookup.
 func (p *Producer) newID(at time.Time, shard int) (string, error) {
 	for i := 0; i < 100*p.manifest.Shards+100; i++ {
@@ -363,14 +369,24 @@ func (p *Producer) Requeue(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
+	// The monitor deletes finished tasks at retention, and a conditional
+	// DELETE is not honoured everywhere (MinIO ignores it): if that delete
+	// raced this requeue, write the requeued task back.
+	if _, err := p.st.Head(ctx, t.Key()); errors.Is(err, s3store.ErrNotFound) {
+		if _, err := taskio.Create(ctx, p.st, t); err != nil && !errors.Is(err, s3store.ErrPreconditionFailed) {
+			return fmt.Errorf("requeue %s: restore the task retention deleted: %w", id, err)
+		}
+	}
 	now, err := p.clock.Now(ctx)
+	if err == nil {
+		err = shards.Announce(ctx, p.st, t, now.Latest, p.fleet.ShardFor(ctx, t.Type, now, p.manifest.Shards))
+	}
 	if err != nil {
-		return err
+		// The requeue itself is done; the monitor's repair announces it.
+		p.log.Warn("announce requeued task", "task_id", id, "err", err)
 	}
-	if _, err := p.fleet.RingIfAsleep(ctx); err != nil {
-		p.log.Warn("ring the doorbell", "task_id", id, "err", err)
-	}
-	return shards.Announce(ctx, p.st, t, now.Latest, p.fleet.ShardFor(ctx, t.Type, now, p.manifest.Shards))
+	p.ring(ctx, id)
+	return nil
 }
 
 // modify applies change to task id by read-modify-write, re-reading on a

@@ -30,6 +30,8 @@ type Fleet struct {
 	// Want is how many members the busy members asked for; standbys join
 	// while there are fewer live members than this.
 	Want int `json:"want,omitempty"`
+	// WantUntil is when an unmet Want lapses (S3 time).
+	WantUntil time.Time `json:"want_until,omitempty"`
 	// Asleep is the doorbell: the only member is idle and watches this
 	// object instead of listing; a producer that sees it rings.
 	Asleep bool  `json:"asleep,omitempty"`

@@ -30,14 +30,16 @@ type Scan struct {
 	// PageSize bounds one LIST.
 	PageSize int
 
-	cursor time.Time         // ids up to here have been handed out
-	seen   map[string]string // key -> ETag last handed out or skipped
+	cursor    time.Time            // keys up to here are settled
+	seen      map[string]string    // key -> ETag last settled
+	unsettled map[string]time.Time // handed out, not yet settled: the cursor waits for them
 }
 
 // NewScan starts a scan of shard at from (ids older than from are left to
 // the ready index and the monitor).
 func NewScan(shard int, from time.Time, lag time.Duration) *Scan {
-	return &Scan{Shard: shard, Lag: lag, PageSize: s3store.DefaultMaxKeys, cursor: from, seen: make(map[string]string)}
+	return &Scan{Shard: shard, Lag: lag, PageSize: s3store.DefaultMaxKeys, cursor: from,
+		seen: make(map[string]string), unsettled: make(map[string]time.Time)}
 }
 
 // Candidate is a task object, or a ready pointer to one, that may hold
@@ -51,8 +53,11 @@ type Candidate struct {
 }
 
 // Next lists the shard and returns up to max objects due by now that it has
-// not handed out at their current ETag. Callers must report each one with
-// Seen (or Skip) so the cursor can move past it.
+// not settled at their current ETag. Finished task objects (known by their
+// size, see FinishedBySize) are settled without being handed out, so a scan
+// that starts far back crosses them at a page per LIST. Callers report each
+// candidate with Seen once handled; the cursor never passes one they have
+// not, so a candidate whose read failed is listed again.
 func (s *Scan) Next(ctx context.Context, st s3store.Store, now time.Time, max int) ([]Candidate, error) {
 	start := s.cursor.Add(-s.Lag)
 	after := TasksPrefix(s.Shard) + lowID(start)
@@ -71,9 +76,15 @@ func (s *Scan) Next(ctx context.Context, st s3store.Store, now time.Time, max in
 				return out, nil
 			}
 			if e, ok := s.seen[o.Key]; ok && (e == o.ETag || e == Settled) {
+				delete(s.unsettled, o.Key)
 				s.advance(c.Avail)
 				continue
 			}
+			if !c.Pointer && FinishedBySize(o.Size) {
+				s.Seen(c, Settled)
+				continue
+			}
+			s.unsettled[o.Key] = c.Avail
 			out = append(out, c)
 			if len(out) >= max {
 				return out, nil
@@ -103,6 +114,13 @@ func parseCandidate(o s3store.ObjectInfo) (Candidate, bool) {
 	return Candidate{Key: o.Key, ID: id, ETag: o.ETag, Avail: at}, true
 }
 
+// FinishedBySize reports what a task object's size says: odd sizes are
+// finished tasks (succeeded, dead, canceled), even sizes are not. Writers
+// pad the JSON with one trailing newline to keep this true, so a LIST, which
+// carries sizes, tells scans and sweeps which tasks are finished without a
+// GET per task. It is a hint for cost only: every decision re-reads.
+func FinishedBySize(size int64) bool { return size%2 == 1 }
+
 // Settled, passed to Seen, means "whatever its ETag, never hand this key
 // out again": a task object that has left pending comes back only through a
 // ready pointer, so its later writes need no second look.
@@ -112,10 +130,16 @@ const Settled = "*"
 // finished, or not ours to run) and moves the cursor past it.
 func (s *Scan) Seen(c Candidate, etag string) {
 	s.seen[c.Key] = etag
+	delete(s.unsettled, c.Key)
 	s.advance(c.Avail)
 }
 
 func (s *Scan) advance(at time.Time) {
+	for _, u := range s.unsettled {
+		if u.Before(at) {
+			at = u
+		}
+	}
 	if !at.After(s.cursor) {
 		return
 	}

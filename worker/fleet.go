@@ -24,7 +24,9 @@ type membership struct {
 	assign  shards.Assignment
 
 	lastWork  time.Time // local time a poll last found work
-	saturated int       // consecutive polls that left claimable work behind
+	fullSince time.Time // local time every slot became busy (zero: not full)
+	backlog   bool      // the listing that filled the slots left due work behind
+	asked     time.Time // local time the member last asked for more members
 	asleep    bool
 	sleptAt   time.Time
 	leaving   bool
@@ -36,6 +38,17 @@ type membership struct {
 	drainNext   map[int]time.Time
 	drainEvery  map[int]time.Duration
 }
+
+// saturated reports that the member has had every slot busy for a while
+// with due work left behind, and has not asked for help in the last while.
+func (m *membership) saturated() bool {
+	return m.backlog && !m.fullSince.IsZero() && time.Since(m.fullSince) >= saturatedAfter &&
+		time.Since(m.asked) >= saturatedAfter
+}
+
+// saturatedAfter is how long a member stays full with a backlog before it
+// asks for more members.
+const saturatedAfter = time.Second
 
 // static reports that the worker polls a fixed set of shards and takes no
 // part in the fleet.
@@ -55,6 +68,7 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 	if !m.member {
 		f, etag, err := shards.ReadFleet(ctx, w.st)
 		if err != nil {
+			m.synced = now // try again a standby poll later, not at once
 			return err
 		}
 		m.fleet, m.etag, m.synced = f, etag, now
@@ -66,13 +80,22 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 		m.joined = iv.Latest
 	}
 	want := 0
-	if m.saturated >= 3 {
+	if m.saturated() {
 		want = min(n, 2*max(1, len(m.fleet.Live(iv, margin))))
-		m.saturated = 0
+		m.asked = now
 	}
 	leaving := m.leaving
+	joining := !m.member
 	expiry := iv.Latest.Add(w.cfg.MemberTTL)
 	f, etag, err := shards.UpdateFleet(ctx, w.st, m.fleet, m.etag, func(f *shards.Fleet) bool {
+		live := f.Live(iv, margin)
+		if joining && !(w.cfg.Dedicated || len(live) == 0 || f.Want > len(live) || !w.covered(*f, iv)) {
+			return false // decided on the object as it is now: not needed after all
+		}
+		if leaving && !w.mayLeave(live) {
+			leaving = false // the fleet changed: stay rather than empty it
+			return false
+		}
 		kept := f.Members[:0]
 		found := false
 		for _, mem := range f.Members {
@@ -93,10 +116,11 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 		}
 		f.Members = kept
 		if want > f.Want {
-			f.Want = want
+			f.Want, f.WantUntil = want, iv.Latest.Add(2*w.cfg.StandbyPoll)
 		}
-		if len(f.Live(iv, margin)) >= f.Want {
-			f.Want = 0
+		if f.Want > 0 && (len(f.Live(iv, margin)) >= f.Want || iv.After(f.WantUntil)) {
+			// Met, or nobody came in time: stop asking.
+			f.Want, f.WantUntil = 0, time.Time{}
 		}
 		return true
 	})
@@ -104,6 +128,14 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 		return err
 	}
 	m.fleet, m.etag, m.synced = f, etag, now
+	if joining && !contains(f.Members, w.cfg.ID) {
+		return nil // stayed a standby
+	}
+	if m.leaving && !leaving {
+		m.leaving = false
+		m.lastWork = now
+		return nil
+	}
 	if leaving {
 		w.log.Info("left the fleet", "members", len(f.Members))
 		m.member, m.leaving, m.asleep = false, false, false
@@ -177,6 +209,9 @@ func (w *Worker) refreshView(ctx context.Context, now time.Time) error {
 		return nil
 	}
 	m.assign = a
+	if len(a.Own) > 0 {
+		w.pointerShard.Store(int64(a.Own[0]))
+	}
 	prev := w.view.Load().fleet
 	w.view.Store(&memberView{member: true, assign: a, fleet: f})
 	if len(f.Members) != len(prev.Members) {
@@ -185,11 +220,44 @@ func (w *Worker) refreshView(ctx context.Context, now time.Time) error {
 	return nil
 }
 
+func contains(ms []shards.Member, id string) bool {
+	for _, m := range ms {
+		if m.ID == id {
+			return true
+		}
+	}
+	return false
+}
+
+// mayLeave reports whether leaving keeps the fleet whole: another live
+// member stays, and runs every type this worker runs.
+func (w *Worker) mayLeave(live []shards.Member) bool {
+	others := shards.Fleet{}
+	for _, m := range live {
+		if m.ID != w.cfg.ID {
+			others.Members = append(others.Members, m)
+		}
+	}
+	if len(others.Members) == 0 {
+		return false
+	}
+	for _, t := range w.types() {
+		covered := false
+		for _, m := range others.Members {
+			covered = covered || m.Handles(t)
+		}
+		if !covered {
+			return false
+		}
+	}
+	return true
+}
+
 // nextToLeave reports whether this worker is the one member that may leave
 // an idle fleet now: the newest elastic member, while another member stays.
 // One at a time, so an idle fleet never empties itself.
 func (w *Worker) nextToLeave(live []shards.Member) bool {
-	if w.cfg.Dedicated || len(live) < 2 {
+	if w.cfg.Dedicated || !w.mayLeave(live) {
 		return false
 	}
 	for i := len(live) - 1; i >= 0; i-- {
@@ -223,6 +291,8 @@ func (w *Worker) sleep(ctx context.Context, now time.Time) {
 	}
 	m.fleet, m.etag, m.synced = f, etag, now
 	m.asleep, m.sleptAt = true, now
+	// One more scan once producers' cached views have caught up.
+	m.nextOwnPoll = now.Add(shards.FleetCacheTTL + 500*time.Millisecond)
 	w.log.Debug("asleep: watching the doorbell")
 }
 

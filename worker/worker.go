@@ -327,7 +327,7 @@ func (w *Worker) step(ctx context.Context) time.Duration {
 	m := &w.fleet
 	now := time.Now()
 	due := (m.member && now.Sub(m.renewed) >= w.cfg.MemberTTL/3) || (!m.member && now.Sub(m.synced) >= w.cfg.StandbyPoll) ||
-		m.saturated >= 3 || m.leaving
+		m.saturated() || m.leaving
 	if due {
 		if err := w.syncFleet(ctx, now); err != nil && ctx.Err() == nil {
 			w.log.Warn("fleet", "err", err)
@@ -343,10 +343,16 @@ func (w *Worker) step(ctx context.Context) time.Duration {
 	iv, err := w.clock.Now(ctx)
 	if err != nil || !w.holds(iv) {
 		// Our entry may have lapsed: poll nothing until a renewal lands.
-		return w.cfg.PollMin
+		return max(w.cfg.PollMin, time.Second)
+	}
+	if w.free() < cap(w.slots) {
+		m.lastWork = now // running handlers are work: a busy member is not idle
 	}
 	wait := w.cfg.MemberTTL/3 - time.Since(m.renewed)
-	if m.asleep && now.Sub(m.sleptAt) >= w.cfg.AwakeGrace {
+	// Asleep, the member keeps scanning until a scan has started after
+	// every producer's cached view of the fleet shows it asleep.
+	graceDone := now.Sub(m.sleptAt) >= w.cfg.AwakeGrace && m.lastPoll.After(m.sleptAt.Add(shards.FleetCacheTTL))
+	if m.asleep && graceDone {
 		if now.Sub(m.synced) >= w.cfg.BellPoll {
 			w.checkBell(ctx, now)
 		}
@@ -373,10 +379,15 @@ func (w *Worker) step(ctx context.Context) time.Duration {
 				w.wake(ctx, now)
 			}
 		}
-		if full && leftover {
-			m.saturated++
-		} else {
-			m.saturated = 0
+		// Saturated: every slot busy for a while, and the last listing left
+		// due work behind. Then the member asks for more members.
+		switch {
+		case !full:
+			m.fullSince, m.backlog = time.Time{}, false
+		case m.fullSince.IsZero():
+			m.fullSince, m.backlog = now, leftover
+		default:
+			m.backlog = m.backlog || leftover
 		}
 		m.nextOwnPoll = now.Add(w.adapt(n, full, err))
 	}
@@ -547,7 +558,7 @@ func (w *Worker) pollShards(ctx context.Context, list []int) (claimed int, full,
 		return 0, false, false, nil
 	}
 	if w.free() == 0 {
-		return 0, true, true, nil
+		return 0, true, false, nil
 	}
 	iv, err := w.clock.Now(ctx)
 	if err != nil {
@@ -610,6 +621,14 @@ func (w *Worker) pollShard(ctx context.Context, shard int, iv clock.Interval) (c
 		if ok {
 			claimed++
 		}
+		if settledAt == "" && !c.Pointer && v.Task.Status == task.Pending && !dueNow(v.Task, iv) {
+			// A retried or snoozed task waits behind its own id: a pointer
+			// at its due time brings it back, so its key needs no second
+			// look (and must not hold the cursor until then).
+			if idt, err := task.IDTime(v.Task.ID); err == nil && v.Task.AvailableAt.After(idt) {
+				settledAt = v.ETag
+			}
+		}
 		if settledAt != "" {
 			// A pointer has done its job once its task is claimed or no
 			// longer pending; one to a task we cannot run stays for a
@@ -663,6 +682,9 @@ func (w *Worker) forward(ctx context.Context, t *task.Task, iv clock.Interval) b
 		return false // nobody can run it yet: it waits, unclaimed
 	}
 	in := targets[int(t.Version)%len(targets)]
+	if now, err := w.clock.Now(ctx); err == nil {
+		iv = now // a pass can take a while: stamp the pointer with now
+	}
 	if err := shards.Announce(ctx, w.st, t, iv.Latest, in); err != nil {
 		w.log.Warn("forward task", "task_id", t.ID, "err", err)
 		return false
@@ -687,10 +709,9 @@ func (w *Worker) forwardWaiting(ctx context.Context) {
 		if !f.Covers(typ, iv, w.cfg.LeaseMargin) {
 			continue
 		}
-		delete(w.unhandled, key)
 		v, err := taskio.Load(ctx, w.st, key)
-		if err == nil && v.Task.Status == task.Pending {
-			w.forward(ctx, v.Task, iv)
+		if err == nil && (v.Task.Status != task.Pending || w.forward(ctx, v.Task, iv)) {
+			delete(w.unhandled, key)
 		}
 	}
 }
@@ -736,11 +757,18 @@ func (w *Worker) tryClaim(ctx context.Context, v taskio.Versioned, iv clock.Inte
 		return false, ""
 	}
 	nv, err := taskio.Update(ctx, w.st, t, v.ETag)
-	if err != nil {
-		<-w.slots
-		if !errors.Is(err, s3store.ErrPreconditionFailed) && !errors.Is(err, s3store.ErrConflict) {
+	if err != nil && !errors.Is(err, s3store.ErrPreconditionFailed) && !errors.Is(err, s3store.ErrConflict) {
+		// The claim may have landed with only its response lost: if the
+		// task now runs under our claim id, it is ours to run.
+		if cur, lerr := taskio.Load(ctx, w.st, t.Key()); lerr == nil && cur.Task.Status == task.Running &&
+			cur.Task.Claim != nil && cur.Task.Claim.ID == claimID {
+			nv, err = cur, nil
+		} else {
 			w.log.Warn("claim", "task_id", t.ID, "err", err)
 		}
+	}
+	if err != nil {
+		<-w.slots
 		return false, ""
 	}
 	w.stats.claimed.Add(1)

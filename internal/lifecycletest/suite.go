@@ -161,10 +161,12 @@ var cases = []struct {
 			return nil, nil
 		}})
 		retry := task.RetryPolicy{InitialDelay: task.Duration(time.Second), MaxDelay: task.Duration(time.Second), Multiplier: 1}
-		id := e.submit("flaky", nil, producer.Options{Retry: &retry, ShardKey: "one"})
+		// No shard key: with one member both tasks go to its one active
+		// shard, so no pointer is written for them at submit.
+		id := e.submit("flaky", nil, producer.Options{Retry: &retry})
 		e.waitFor("the first attempt to fail", 30*time.Second, nil, func() bool { return e.get(id).Attempt == 1 && e.get(id).Status == task.Pending })
 		// A later task moves the scan cursor past the retried one.
-		e.waitStatus(e.submit("echo", nil, producer.Options{ShardKey: "one"}), task.Succeeded, 30*time.Second, nil)
+		e.waitStatus(e.submit("echo", nil, producer.Options{}), task.Succeeded, 30*time.Second, nil)
 		mon := e.monitor(monitor.Config{RepairAfter: 500 * time.Millisecond})
 		got := e.waitStatus(id, task.Succeeded, 30*time.Second, func() { mon.Tick(e.ctx) })
 		if got.Attempt != 2 || mon.Stats().Repaired < 1 {

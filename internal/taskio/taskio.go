@@ -8,6 +8,7 @@ import (
 	"fmt"
 
 	"github.com/s3queue/s3queue/s3store"
+	"github.com/s3queue/s3queue/shards"
 	"github.com/s3queue/s3queue/task"
 )
 
@@ -58,12 +59,8 @@ func Update(ctx context.Context, st s3store.Store, t *task.Task, etag string) (V
 	return put(ctx, st, t, s3store.PutOptions{IfMatch: etag})
 }
 
-// FinishedBySize reports what a task object's size says: odd sizes are
-// finished tasks (succeeded, dead, canceled), even sizes are not. Writers
-// pad the JSON with one trailing newline to keep this true, so a LIST, which
-// carries sizes, tells the monitor's sweep which tasks are finished without
-// a GET per task. It is a hint for cost only: every decision re-reads.
-func FinishedBySize(size int64) bool { return size%2 == 1 }
+// FinishedBySize is shards.FinishedBySize: task writes keep it true.
+func FinishedBySize(size int64) bool { return shards.FinishedBySize(size) }
 
 func put(ctx context.Context, st s3store.Store, t *task.Task, opts s3store.PutOptions) (Versioned, error) {
 	body, err := task.Marshal(t)
