@@ -142,3 +142,46 @@ func TestScanFindsNewTasksOnceAndStopsAtTheFuture(t *testing.T) {
 		t.Fatalf("scans made %d GETs; they must read only the listing", gets)
 	}
 }
+
+func TestScanCrossesFinishedTasksWithoutReadingThem(t *testing.T) {
+	ctx := context.Background()
+	st := s3store.NewCounter(mem.New())
+	now := time.Now()
+	for i := 0; i < 50; i++ {
+		id, _ := task.NewID(now.Add(time.Duration(i-60)*time.Second), strings.NewReader(strings.Repeat("f", 16)))
+		st.Put(ctx, task.Key(0, id), []byte("{}\n"), s3store.PutOptions{}) // odd size: finished
+	}
+	fresh, _ := task.NewID(now.Add(-time.Second), strings.NewReader(strings.Repeat("n", 16)))
+	st.Put(ctx, task.Key(0, fresh), []byte("{}"), s3store.PutOptions{}) // even: live
+	s := shards.NewScan(0, now.Add(-time.Hour), 5*time.Second)
+	c, err := s.Next(ctx, st, now, 1)
+	if err != nil || len(c) != 1 || c[0].ID != fresh {
+		t.Fatalf("first scan = %+v %v: want the live task, past 50 finished ones", c, err)
+	}
+	if st.Counts().Of(s3store.OpGet) != 0 {
+		t.Fatal("the scan read objects")
+	}
+}
+
+func TestScanCursorWaitsForUnsettledCandidates(t *testing.T) {
+	ctx := context.Background()
+	st := mem.New()
+	now := time.Now()
+	mk := func(at time.Time, r string) string {
+		id, _ := task.NewID(at, strings.NewReader(strings.Repeat(r, 16)))
+		st.Put(ctx, task.Key(0, id), []byte("{}"), s3store.PutOptions{})
+		return id
+	}
+	failed := mk(now.Add(-30*time.Second), "a")
+	later := mk(now.Add(-time.Second), "b")
+	s := shards.NewScan(0, now.Add(-time.Minute), time.Second)
+	c, _ := s.Next(ctx, st, now, 10)
+	if len(c) != 2 {
+		t.Fatalf("got %d candidates", len(c))
+	}
+	s.Seen(c[1], c[1].ETag) // the later one is handled; the first one's read failed
+	c, _ = s.Next(ctx, st, now, 10)
+	if len(c) != 1 || c[0].ID != failed {
+		t.Fatalf("after a failed read the scan handed out %+v; want %s again (later was %s)", c, failed, later)
+	}
+}

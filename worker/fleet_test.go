@@ -326,3 +326,48 @@ func TestStandbysJoinWhenMembersAreSaturated(t *testing.T) {
 	waitFor(t, "the standby to join a saturated fleet", 20*time.Second, func() bool { m, _ := w1.Member(); return m })
 	t.Logf("standby joined after %v", time.Since(start))
 }
+
+func TestASnoozedTaskDoesNotHoldUpNewerOnes(t *testing.T) {
+	ctx := context.Background()
+	st := mem.New()
+	p, err := producer.New(ctx, st, producer.Config{Shards: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := worker.New(ctx, st, worker.Config{Shards: 1, Concurrency: 1, OwnShards: []int{0}, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := make(chan string, 10)
+	w.Handle("job", func(_ context.Context, tk *task.Task) (json.RawMessage, error) {
+		ran <- tk.ID
+		if tk.Input != nil {
+			return nil, worker.RetryAfter(time.Hour, fmt.Errorf("later"))
+		}
+		return nil, nil
+	})
+	snoozed, _ := p.Submit(ctx, "job", map[string]bool{"snooze": true}, producer.Options{})
+	if _, err := w.Poll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w.Wait()
+	if got := <-ran; got != snoozed {
+		t.Fatalf("ran %s", got)
+	}
+	newer, _ := p.Submit(ctx, "job", nil, producer.Options{})
+	for i := 0; i < 5; i++ {
+		if _, err := w.Poll(ctx); err != nil {
+			t.Fatal(err)
+		}
+		w.Wait()
+		select {
+		case got := <-ran:
+			if got != newer {
+				t.Fatalf("ran %s, want the newer task", got)
+			}
+			return
+		default:
+		}
+	}
+	t.Fatal("a task snoozed for an hour blocked the newer task behind it")
+}
