@@ -291,8 +291,13 @@ func (w *Worker) Run(ctx context.Context) error {
 			return w.drain()
 		case <-timer.C:
 		case <-w.freed:
-			// A slot freed up: look for more work now if the last poll
-			// stopped for lack of slots.
+			// A slot freed up: if the last poll stopped for lack of slots,
+			// poll again soon rather than after PollMax.
+			w.fleetMu.Lock()
+			if t := time.Now().Add(w.fleet.interval); t.Before(w.fleet.nextOwnPoll) {
+				w.fleet.nextOwnPoll = t
+			}
+			w.fleetMu.Unlock()
 		}
 		timer.Reset(w.step(ctx))
 	}
@@ -446,6 +451,7 @@ func (w *Worker) adapt(n int, full bool, err error) time.Duration {
 	m.lastPoll = now
 	switch {
 	case full:
+		m.interval = w.cfg.PollMin // busy: a freed slot (see Run) polls again after this
 		return w.cfg.PollMax
 	case err != nil:
 		w.log.Warn("poll", "err", err)
@@ -596,12 +602,13 @@ func (w *Worker) scan(shard int, iv clock.Interval) *shards.Scan {
 func (w *Worker) pollShard(ctx context.Context, shard int, iv clock.Interval) (claimed int, leftover bool, err error) {
 	s := w.scan(shard, iv)
 	free := w.free()
-	cands, err := s.Next(ctx, w.st, iv.Latest, free)
+	// One candidate more than the free slots tells whether work is left
+	// behind (the extra one stays unsettled and is listed again).
+	cands, err := s.Next(ctx, w.st, iv.Latest, free+1)
 	if err != nil {
 		return 0, false, err
 	}
-	// As many candidates as free slots means there may be more.
-	leftover = len(cands) >= free
+	leftover = len(cands) > free
 	for _, c := range cands {
 		if w.free() == 0 {
 			return claimed, true, nil
