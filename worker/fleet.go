@@ -80,7 +80,7 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 		m.joined = iv.Latest
 	}
 	want := 0
-	if m.saturated() {
+	if m.saturated() && w.free() == 0 {
 		want = min(n, 2*max(1, len(m.fleet.Live(iv, margin))))
 		m.asked = now
 	}

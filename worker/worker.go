@@ -297,6 +297,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			if t := time.Now().Add(w.fleet.interval); t.Before(w.fleet.nextOwnPoll) {
 				w.fleet.nextOwnPoll = t
 			}
+			w.fleet.fullSince, w.fleet.backlog = time.Time{}, false // no longer full
 			w.fleetMu.Unlock()
 		}
 		timer.Reset(w.step(ctx))
@@ -332,7 +333,7 @@ func (w *Worker) step(ctx context.Context) time.Duration {
 	m := &w.fleet
 	now := time.Now()
 	due := (m.member && now.Sub(m.renewed) >= w.cfg.MemberTTL/3) || (!m.member && now.Sub(m.synced) >= w.cfg.StandbyPoll) ||
-		m.saturated() || m.leaving
+		(m.saturated() && w.free() == 0) || m.leaving
 	if due {
 		if err := w.syncFleet(ctx, now); err != nil && ctx.Err() == nil {
 			w.log.Warn("fleet", "err", err)
