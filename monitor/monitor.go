@@ -479,6 +479,13 @@ func (m *Monitor) announce(ctx context.Context, t *task.Task) (time.Time, error)
 func (m *Monitor) expireRetention(ctx context.Context, key string, st *TickStats) error {
 	v, err := taskio.Load(ctx, m.st, key)
 	st.Loaded++
+	if errors.Is(err, task.ErrCorrupt) || errors.Is(err, task.ErrUnsupportedFormat) {
+		// An odd-sized object that is not a task read as finished until now.
+		st.Corrupt++
+		m.log.Error("corrupt task object; skipped", "key", key, "err", err)
+		m.known[key] = known{etag: v.ETag, corrupt: true, loaded: true}
+		return nil
+	}
 	if err != nil {
 		return err
 	}
