@@ -75,8 +75,8 @@ type Config struct {
 	PollMultiplier   float64
 	// PollBatch shapes the interval after a poll that found work: the time
 	// the recent arrival rate takes to bring this many tasks, within
-	// [PollMin, PollMax] (default 2). Under heavy load that is PollMin; at a
-	// task a second it is about two seconds, one LIST per two tasks. Larger
+	// [PollMin, PollMax] (default 3). Under heavy load that is PollMin; at a
+	// task a second it is about three seconds, one LIST per three tasks. Larger
 	// values trade pickup latency for fewer LISTs (the economy profile).
 	PollBatch float64
 	// ScanLag is how far behind its cursor a shard scan starts (default 5s).
@@ -197,7 +197,7 @@ func (c *Config) fill() error {
 		c.PollMultiplier = 2
 	}
 	if c.PollBatch == 0 {
-		c.PollBatch = 2
+		c.PollBatch = 3
 	}
 	if c.ScanLag == 0 {
 		c.ScanLag = 5 * time.Second

@@ -131,7 +131,7 @@ func Default() Config {
 			PollMin:        100 * time.Millisecond,
 			PollMax:        5 * time.Second,
 			PollMultiplier: 2,
-			PollBatch:      2,
+			PollBatch:      3,
 			ScanLag:        5 * time.Second,
 			ScanLookback:   time.Hour,
 			LeaseMargin:    2 * time.Second,
