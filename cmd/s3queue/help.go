@@ -82,7 +82,7 @@ func (a *app) usage(w io.Writer) {
 	}
 	tw.Flush()
 	fmt.Fprintf(w, `
-Every command except help and version takes --store URL, and all but demo
+Every command except help, version and cost takes --store URL, and all but demo
 take --config FILE (default ./queue.toml if it exists); get, history, list,
 stats and doctor take --json. Flags may follow the command name and its
 arguments. Store URLs:

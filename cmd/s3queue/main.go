@@ -98,7 +98,7 @@ func init() {
 	commands = []*command{
 		workerCommand, monitorCommand, submitCommand, getCommand, historyCommand,
 		cancelCommand, requeueCommand, listCommand, statsCommand, doctorCommand,
-		demoCommand, versionCommand, helpCommand,
+		demoCommand, costCommand, versionCommand, helpCommand,
 	}
 }
 

@@ -32,8 +32,8 @@ import (
 
 // Prices are dollars per 1,000 requests of each class.
 type Prices struct {
-	PutClass float64 // PUT, COPY, POST, LIST
-	GetClass float64 // GET, HEAD (and SELECT, not used)
+	PutClass float64 `json:"put_class"` // PUT, COPY, POST, LIST
+	GetClass float64 `json:"get_class"` // GET, HEAD (and SELECT, not used)
 }
 
 // S3Standard is the S3 Standard list price (us-east-1): PUT/COPY/POST/LIST
