@@ -1331,7 +1331,7 @@ func runWorkload(b *testing.B, wl workload) workloadResult {
 		strconv.FormatFloat(wl.tasksPerDay, 'f', 0, 64), wl.work, describeSettings(wl.env)), rows)
 	printBreakdown(os.Stdout, res.win, res.elapsed, res.tasks)
 	if len(segs) > 1 {
-		printSegments(os.Stdout, wl, segs, segTasks)
+		printSegments(os.Stdout, wl, append(segs, after), append(segTasks, len(seqs)))
 	}
 	fmt.Println()
 	res.bill.Print(os.Stdout)
