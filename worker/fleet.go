@@ -31,6 +31,8 @@ type membership struct {
 	sleptAt   time.Time
 	leaving   bool
 
+	standbyWait time.Duration // a standby's wait before its next read
+
 	nextOwnPoll time.Time
 	interval    time.Duration
 	lastPoll    time.Time // local time of the last poll of the own shards
@@ -50,6 +52,35 @@ func (m *membership) saturated() bool {
 // asks for more members.
 const saturatedAfter = time.Second
 
+// While the fleet sleeps, its standbys read the fleet object asleepStandby
+// times less often than StandbyPoll, and the sleeping member's entry lasts
+// asleepTTL times MemberTTL. Standbys are most of an idle fleet's bill, and
+// a sleeping fleet has no work to scale up for; the price is a slower
+// failover when the sleeping member itself dies (docs/shards.md).
+const (
+	asleepStandby = 5
+	asleepTTL     = 2
+)
+
+// memberTTL is how long our entry lasts per renewal: longer while asleep.
+func (w *Worker) memberTTL() time.Duration {
+	if w.fleet.asleep {
+		return asleepTTL * w.cfg.MemberTTL
+	}
+	return w.cfg.MemberTTL
+}
+
+// standbyWait is how long a standby waits before it reads fleet f again:
+// StandbyPoll, or asleepStandby times that while f sleeps, with ±10 %
+// jitter so that standbys started together spread their reads.
+func (w *Worker) standbyWait(f shards.Fleet) time.Duration {
+	d := w.cfg.StandbyPoll
+	if f.Asleep {
+		d *= asleepStandby
+	}
+	return time.Duration(float64(d) * (0.9 + 0.2*randFloat()))
+}
+
 // static reports that the worker polls a fixed set of shards and takes no
 // part in the fleet.
 func (w *Worker) static() bool { return w.cfg.OwnShards != nil }
@@ -68,10 +99,11 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 	if !m.member {
 		f, etag, err := shards.ReadFleet(ctx, w.st)
 		if err != nil {
-			m.synced = now // try again a standby poll later, not at once
+			// Try again a standby poll later, not at once.
+			m.synced, m.standbyWait = now, w.standbyWait(shards.Fleet{})
 			return err
 		}
-		m.fleet, m.etag, m.synced = f, etag, now
+		m.fleet, m.etag, m.synced, m.standbyWait = f, etag, now, w.standbyWait(f)
 		live := f.Live(iv, margin)
 		join := w.cfg.Dedicated || len(live) == 0 || f.Want > len(live) || !w.covered(f, iv)
 		if !join || len(live) >= n && !w.cfg.Dedicated {
@@ -86,7 +118,7 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 	}
 	leaving := m.leaving
 	joining := !m.member
-	expiry := iv.Latest.Add(w.cfg.MemberTTL)
+	expiry := iv.Latest.Add(w.memberTTL())
 	f, etag, err := shards.UpdateFleet(ctx, w.st, m.fleet, m.etag, func(f *shards.Fleet) bool {
 		live := f.Live(iv, margin)
 		if joining && !(w.cfg.Dedicated || len(live) == 0 || f.Want > len(live) || !w.covered(*f, iv)) {
@@ -139,6 +171,7 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 	if leaving {
 		w.log.Info("left the fleet", "members", len(f.Members))
 		m.member, m.leaving, m.asleep = false, false, false
+		m.standbyWait = w.standbyWait(f)
 		m.assign = shards.Assignment{}
 		w.pointerShard.Store(-1)
 		w.view.Store(&memberView{})
@@ -275,21 +308,39 @@ func (w *Worker) holds(iv clock.Interval) bool {
 }
 
 // sleep rings the doorbell's "asleep" side: the only member, idle, marks the
-// fleet asleep and then relies on producers to ring it.
+// fleet asleep and then relies on producers to ring it. The same write
+// renews its entry for the longer asleep TTL.
 func (w *Worker) sleep(ctx context.Context, now time.Time) {
 	m := &w.fleet
+	iv, err := w.clock.Now(ctx)
+	if err != nil {
+		w.log.Warn("mark the fleet asleep", "err", err)
+		return
+	}
+	expiry := iv.Latest.Add(asleepTTL * w.cfg.MemberTTL)
+	mine := false
 	f, etag, err := shards.UpdateFleet(ctx, w.st, m.fleet, m.etag, func(f *shards.Fleet) bool {
+		mine = false
 		if f.Asleep {
 			return false
 		}
-		f.Asleep = true
-		return true
+		for i := range f.Members {
+			if f.Members[i].ID == w.cfg.ID {
+				f.Members[i].ExpiresAt, mine = expiry, true
+			}
+		}
+		f.Asleep = mine
+		return mine
 	})
 	if err != nil {
 		w.log.Warn("mark the fleet asleep", "err", err)
 		return
 	}
 	m.fleet, m.etag, m.synced = f, etag, now
+	if !mine {
+		return // asleep already, or our entry is gone: the next renewal decides
+	}
+	m.expiry, m.renewed = expiry, now
 	m.asleep, m.sleptAt = true, now
 	// One more scan once producers' cached views have caught up.
 	m.nextOwnPoll = now.Add(shards.FleetCacheTTL + 500*time.Millisecond)

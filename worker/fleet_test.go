@@ -244,15 +244,19 @@ func TestAnIdleFleetShrinksToOneSleepingMemberThatAProducerWakes(t *testing.T) {
 	f := newFleet(t, st, 4)
 	started := make(chan string, 10)
 	var ws []*worker.Worker
+	standbys := s3store.NewCounter(st) // the two that will stand by
 	for i := 0; i < 3; i++ {
 		cfg := f.fast(fmt.Sprintf("w%d", i))
-		cfg.Dedicated = i < 3 // start as members, then become elastic below
 		cfg.IdleLeave, cfg.SleepAfter, cfg.BellPoll, cfg.AwakeGrace = 300*time.Millisecond, 300*time.Millisecond, 50*time.Millisecond, 2100*time.Millisecond
 		cfg.Dedicated = false
 		if i == 0 {
 			cfg.Dedicated = true // the first one joins an empty fleet anyway
 		}
-		ws = append(ws, f.start(cfg, nil, func(_ context.Context, tk *task.Task) (json.RawMessage, error) {
+		var own s3store.Store
+		if i > 0 {
+			own = standbys
+		}
+		ws = append(ws, f.start(cfg, own, func(_ context.Context, tk *task.Task) (json.RawMessage, error) {
 			started <- tk.ID
 			return nil, nil
 		}))
@@ -264,12 +268,23 @@ func TestAnIdleFleetShrinksToOneSleepingMemberThatAProducerWakes(t *testing.T) {
 	// Past its awake grace, the sleeping member reads the doorbell instead
 	// of listing.
 	time.Sleep(2500 * time.Millisecond) // let the awake grace run out: a stretch of time under test, not a wait for work
-	before := st.Counts()
-	time.Sleep(500 * time.Millisecond) // an idle stretch, measured: not a wait for background work
-	idle := st.Counts().Sub(before)
+	before, sbBefore := st.Counts(), standbys.Counts()
+	time.Sleep(time.Second) // an idle stretch, measured: not a wait for background work
+	idle, sbIdle := st.Counts().Sub(before), standbys.Counts().Sub(sbBefore)
 	if idle.Of(s3store.OpList) > 0 {
 		t.Fatalf("a sleeping fleet listed: %s", idle)
 	}
+	// While the fleet sleeps, standbys read it 5 times less often than
+	// standby_poll (100ms here: 20 reads a second for two of them).
+	if n := sbIdle.Of(s3store.OpGet); n > 8 {
+		t.Fatalf("two standbys of a sleeping fleet read it %d times in a second, want at most 8", n)
+	}
+	// The sleeping member's entry lasts twice member_ttl (600ms here), so
+	// it renews every 400ms instead of every 200ms.
+	if n := idle.Sub(sbIdle).Of(s3store.OpPut); n > 3 {
+		t.Fatalf("the sleeping member renewed %d times in a second, want at most 3", n)
+	}
+	fl, _, _ := shards.ReadFleet(f.ctx, st)
 	p, err := producer.New(f.ctx, st, producer.Config{Shards: 4, LeaseMargin: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -286,8 +301,8 @@ func TestAnIdleFleetShrinksToOneSleepingMemberThatAProducerWakes(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the sleeping member was not woken by the producer's ring")
 	}
-	fl, _, _ := shards.ReadFleet(f.ctx, st)
-	if fl.Ring == 0 {
+	fl, _, _ = shards.ReadFleet(f.ctx, st)
+	if fl.Ring == 0 || len(fl.Members) == 0 {
 		t.Fatal("the producer did not ring the doorbell")
 	}
 }

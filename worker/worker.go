@@ -55,7 +55,9 @@ type Config struct {
 	// a dead member's shards move on within MemberTTL + LeaseMargin + a
 	// renewal interval.
 	MemberTTL time.Duration
-	// StandbyPoll is how often a standby reads the fleet object (default 25s).
+	// StandbyPoll is how often a standby reads the fleet object (default
+	// 25s); five times less often while the fleet is asleep. A sleeping
+	// member's entry lasts twice MemberTTL.
 	StandbyPoll time.Duration
 	// IdleLeave: a member other than the first leaves the fleet after this
 	// long without finding work (default 60s).
@@ -332,7 +334,7 @@ func (w *Worker) step(ctx context.Context) time.Duration {
 	}
 	m := &w.fleet
 	now := time.Now()
-	due := (m.member && now.Sub(m.renewed) >= w.cfg.MemberTTL/3) || (!m.member && now.Sub(m.synced) >= w.cfg.StandbyPoll) ||
+	due := (m.member && now.Sub(m.renewed) >= w.memberTTL()/3) || (!m.member && now.Sub(m.synced) >= m.standbyWait) ||
 		(m.saturated() && w.free() == 0) || m.leaving
 	if due {
 		if err := w.syncFleet(ctx, now); err != nil && ctx.Err() == nil {
@@ -344,7 +346,7 @@ func (w *Worker) step(ctx context.Context) time.Duration {
 		}
 	}
 	if !m.member {
-		return max(w.cfg.StandbyPoll-time.Since(m.synced), 10*time.Millisecond)
+		return max(m.standbyWait-time.Since(m.synced), 10*time.Millisecond)
 	}
 	iv, err := w.clock.Now(ctx)
 	if err != nil || !w.holds(iv) {
@@ -354,7 +356,7 @@ func (w *Worker) step(ctx context.Context) time.Duration {
 	if w.free() < cap(w.slots) {
 		m.lastWork = now // running handlers are work: a busy member is not idle
 	}
-	wait := w.cfg.MemberTTL/3 - time.Since(m.renewed)
+	wait := w.memberTTL()/3 - time.Since(m.renewed)
 	// Asleep, the member keeps scanning until a scan has started after
 	// every producer's cached view of the fleet shows it asleep.
 	graceDone := now.Sub(m.sleptAt) >= w.cfg.AwakeGrace && m.lastPoll.After(m.sleptAt.Add(shards.FleetCacheTTL))
