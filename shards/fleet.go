@@ -140,8 +140,14 @@ func (f Fleet) Assign(id string, now clock.Interval, margin time.Duration, n int
 	return Assignment{}, false
 }
 
+// ErrCorruptFleet reports a fleet object that is not a fleet. Readers get
+// it together with an empty fleet and the object's ETag: the next member's
+// CAS write replaces the object, and every member rejoins.
+var ErrCorruptFleet = errors.New("the fleet object " + FleetKey + " is corrupt; the next member's write replaces it")
+
 // ReadFleet returns the fleet object and its ETag; a missing one is an
-// empty fleet with ETag "".
+// empty fleet with ETag "", a corrupt one an empty fleet with its ETag and
+// ErrCorruptFleet.
 func ReadFleet(ctx context.Context, st s3store.Store) (Fleet, string, error) {
 	obj, err := st.Get(ctx, FleetKey)
 	if errors.Is(err, s3store.ErrNotFound) {
@@ -152,9 +158,7 @@ func ReadFleet(ctx context.Context, st s3store.Store) (Fleet, string, error) {
 	}
 	var f Fleet
 	if err := json.Unmarshal(obj.Body, &f); err != nil {
-		// A corrupt fleet object is replaced by the next write; reading it
-		// as empty makes everyone rejoin.
-		return Fleet{}, obj.ETag, nil
+		return Fleet{}, obj.ETag, fmt.Errorf("%w (%v)", ErrCorruptFleet, err)
 	}
 	return f, obj.ETag, nil
 }
@@ -183,7 +187,7 @@ func UpdateFleet(ctx context.Context, st s3store.Store, f Fleet, etag string, ch
 		if !errors.Is(err, s3store.ErrPreconditionFailed) && !errors.Is(err, s3store.ErrConflict) && !errors.Is(err, s3store.ErrNotFound) {
 			return f, etag, fmt.Errorf("write fleet: %w", err)
 		}
-		if f, etag, err = ReadFleet(ctx, st); err != nil {
+		if f, etag, err = ReadFleet(ctx, st); err != nil && !errors.Is(err, ErrCorruptFleet) {
 			return f, etag, err
 		}
 	}
@@ -221,11 +225,11 @@ func (c *FleetCache) Get(ctx context.Context) (Fleet, error) {
 		return c.f, nil
 	}
 	f, etag, err := ReadFleet(ctx, c.st)
-	if err != nil {
+	if err != nil && !errors.Is(err, ErrCorruptFleet) {
 		return c.f, err
 	}
 	c.f, c.etag, c.read = f, etag, time.Now()
-	return f, nil
+	return f, err
 }
 
 // ShardFor picks, at random, an active shard whose member runs tasks of

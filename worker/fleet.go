@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"sort"
 	"time"
 
@@ -97,7 +98,7 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 	n := w.manifest.Shards
 	margin := w.cfg.LeaseMargin
 	if !m.member {
-		f, etag, err := shards.ReadFleet(ctx, w.st)
+		f, etag, err := w.readFleet(ctx)
 		if err != nil {
 			// Try again a standby poll later, not at once.
 			m.synced, m.standbyWait = now, w.standbyWait(shards.Fleet{})
@@ -186,6 +187,11 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 	}
 	m.expiry, m.renewed = expiry, now
 	a, _ := f.Assign(w.cfg.ID, iv, margin, n)
+	if len(a.Own) == 0 && (joining || len(m.assign.Own) > 0) {
+		// Only dedicated workers join a fleet with a member per shard.
+		w.log.Warn("no shard left to poll: every shard has a member; this worker idles as a spare until one leaves (the shard count is fixed when the queue is created)",
+			"shards", n, "members", len(f.Live(iv, margin)))
+	}
 	m.assign = a
 	prev := w.view.Load().fleet
 	w.view.Store(&memberView{member: true, assign: a, fleet: f})
@@ -226,7 +232,7 @@ func (w *Worker) covered(f shards.Fleet, iv clock.Interval) bool {
 // shards that moved to a newcomer within MemberTTL/6 rather than MemberTTL/3.
 func (w *Worker) refreshView(ctx context.Context, now time.Time) error {
 	m := &w.fleet
-	f, etag, err := shards.ReadFleet(ctx, w.st)
+	f, etag, err := w.readFleet(ctx)
 	if err != nil {
 		return err
 	}
@@ -251,6 +257,17 @@ func (w *Worker) refreshView(ctx context.Context, now time.Time) error {
 		w.forwardWaiting(ctx)
 	}
 	return nil
+}
+
+// readFleet reads the fleet object. A corrupt one is logged and read as
+// empty: the next write (ours, if we join or renew) replaces it.
+func (w *Worker) readFleet(ctx context.Context) (shards.Fleet, string, error) {
+	f, etag, err := shards.ReadFleet(ctx, w.st)
+	if errors.Is(err, shards.ErrCorruptFleet) {
+		w.log.Warn("fleet", "err", err)
+		err = nil
+	}
+	return f, etag, err
 }
 
 func contains(ms []shards.Member, id string) bool {
@@ -372,7 +389,7 @@ func (w *Worker) wake(ctx context.Context, now time.Time) {
 // a producer) wakes the member.
 func (w *Worker) checkBell(ctx context.Context, now time.Time) {
 	m := &w.fleet
-	f, etag, err := shards.ReadFleet(ctx, w.st)
+	f, etag, err := w.readFleet(ctx)
 	if err != nil {
 		w.log.Warn("read the doorbell", "err", err)
 		return

@@ -3,10 +3,12 @@ package worker_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -385,4 +387,65 @@ func TestASnoozedTaskDoesNotHoldUpNewerOnes(t *testing.T) {
 		}
 	}
 	t.Fatal("a task snoozed for an hour blocked the newer task behind it")
+}
+
+// syncBuffer is a log destination safe for concurrent writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  []byte
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.b = append(s.b, p...)
+	return len(p), nil
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return string(s.b)
+}
+
+func TestACorruptFleetObjectIsReportedAndReplaced(t *testing.T) {
+	st := mem.New()
+	f := newFleet(t, st, 4)
+	if _, err := st.Put(f.ctx, shards.FleetKey, []byte("{not json"), s3store.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := shards.ReadFleet(f.ctx, st); !errors.Is(err, shards.ErrCorruptFleet) {
+		t.Fatalf("ReadFleet of a corrupt object: %v, want ErrCorruptFleet", err)
+	}
+	var logs syncBuffer
+	cfg := f.fast("w")
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	done := make(chan string, 1)
+	f.start(cfg, nil, func(_ context.Context, tk *task.Task) (json.RawMessage, error) {
+		done <- tk.ID
+		return nil, nil
+	})
+	p, err := producer.New(f.ctx, st, producer.Config{Shards: 4, LeaseMargin: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := p.Submit(f.ctx, "job", nil, producer.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-done:
+		if got != id {
+			t.Fatalf("ran %s, want %s", got, id)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the task was not run with a corrupt fleet object in the bucket")
+	}
+	fl, _, err := shards.ReadFleet(f.ctx, st)
+	if err != nil || len(fl.Members) != 1 {
+		t.Fatalf("fleet after the worker joined: %+v, %v; want the worker's entry", fl, err)
+	}
+	if !strings.Contains(logs.String(), "fleet.json is corrupt") {
+		t.Fatalf("the worker did not report the corrupt fleet object; logs:\n%s", logs.String())
+	}
 }

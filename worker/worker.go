@@ -368,7 +368,10 @@ func (w *Worker) step(ctx context.Context) time.Duration {
 			if now.Sub(m.sleptAt) >= w.cfg.SleepScan && !now.Before(m.nextOwnPoll) {
 				// A slow safety scan: a producer that crashed between its
 				// PUT and its ring is still served.
-				n, _, _, _ := w.pollShards(ctx, m.assign.Own)
+				n, _, _, err := w.pollShards(ctx, m.assign.Own)
+				if err != nil && ctx.Err() == nil {
+					w.log.Warn("safety scan while asleep", "err", err)
+				}
 				m.nextOwnPoll = now.Add(w.cfg.SleepScan)
 				if n > 0 {
 					w.wake(ctx, now)
@@ -428,7 +431,12 @@ func (w *Worker) drainShards(ctx context.Context, now time.Time) time.Duration {
 			wait = min(wait, next.Sub(now))
 			continue
 		}
-		n, _, _, _ := w.pollShards(ctx, []int{s})
+		n, _, _, err := w.pollShards(ctx, []int{s})
+		if err != nil && ctx.Err() == nil {
+			// Back off as if empty: the shard's leftovers wait for the
+			// next sweep, or the monitor's repair.
+			w.log.Warn("sweep an inactive shard", "shard", s, "err", err)
+		}
 		every := m.drainEvery[s]
 		if n > 0 || every == 0 {
 			every = w.cfg.PollMin
