@@ -65,6 +65,12 @@ type Config struct {
 	// finished tasks at their last sweep (default 10m); shards with live
 	// work are swept every Interval.
 	SweepMax time.Duration
+	// FullSweep is how often the monitor walks the finished tasks at the
+	// head of each shard (default 1h): sweeps start at the shard's floor,
+	// past the run of keys that held only finished tasks, and a full walk
+	// from the first key, one page per tick, does retention there and
+	// catches a requeue whose announcement was lost.
+	FullSweep time.Duration
 	Logger   *slog.Logger
 	Clock    *clock.Authoritative
 }
@@ -96,17 +102,37 @@ type Monitor struct {
 
 	mu     sync.Mutex
 	next   int              // next shard to visit
-	cursor map[int]string   // shard -> last key swept
-	known  map[string]known // key -> what the last GET said, by ETag
+	sweeps map[int]*sweep   // per shard
+	known  map[string]known // key -> what the last GET said, by ETag (live tasks only)
 	lease  *lease.Lease     // with Config.Leader
 	renewd time.Time        // local time the lease was last written
-	// Per-shard sweep cadence: when the next sweep starts, the current
-	// back-off, and whether the sweep in progress saw live work.
-	due   map[int]time.Time
-	every map[int]time.Duration
-	live  map[int]bool
-	fleet *shards.FleetCache
-	total TickStats
+	fleet  *shards.FleetCache
+	total  TickStats
+}
+
+// sweep is the monitor's walk of one shard. Keys sort by time, and the
+// oldest tasks are the finished ones, so a shard is a head of finished
+// tasks, then live ones and recent finished ones mixed. Sweeps start at the
+// floor, the last key of that head as the previous sweep saw it: the
+// retained history (days of finished tasks) is not listed every few seconds,
+// and a sweep takes one page, not one per thousand retained tasks. Only
+// Requeue turns a finished task live again; the full walk below the floor
+// every FullSweep catches one whose announcement was lost.
+type sweep struct {
+	mid      bool          // a sweep is in progress
+	cursor   string        // its last key listed
+	started  time.Time     // S3 time it started
+	sawLive  bool          // it saw a live object
+	settling bool          // no live or recent key yet
+	settled  string        // its last key before the first live or recent one
+	lower    *string       // the full walk found a live key after this one, below the floor
+	floor    string        // every key up to this one held a finished task
+	due      time.Time     // S3 time the next sweep starts
+	every    time.Duration // the current back-off
+
+	fullMid    bool
+	fullCursor string
+	fullDue    time.Time // S3 time the next full walk starts
 }
 
 // known caches what a task object said at one ETag, so an unchanged object
@@ -150,6 +176,9 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Monitor, error) {
 	if cfg.SweepMax <= 0 {
 		cfg.SweepMax = 10 * time.Minute
 	}
+	if cfg.FullSweep <= 0 {
+		cfg.FullSweep = time.Hour
+	}
 	if cfg.Retention < 0 {
 		return nil, fmt.Errorf("monitor: retention %v must not be negative", cfg.Retention)
 	}
@@ -169,8 +198,7 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Monitor, error) {
 		cfg.ShardsPerTick = m.Shards
 	}
 	return &Monitor{st: st, cfg: cfg, clock: c, manifest: m, log: cfg.Logger.WithGroup("monitor"),
-		cursor: make(map[int]string), known: make(map[string]known), fleet: shards.NewFleetCache(st, cfg.LeaseMargin),
-		due: make(map[int]time.Time), every: make(map[int]time.Duration), live: make(map[int]bool),
+		sweeps: make(map[int]*sweep), known: make(map[string]known), fleet: shards.NewFleetCache(st, cfg.LeaseMargin),
 		lease: lease.New(st, c, LeaseKey, cfg.ID, lease.Config{TTL: 6 * cfg.Interval, Margin: cfg.LeaseMargin})}, nil
 }
 
@@ -232,9 +260,10 @@ func (m *Monitor) Stats() TickStats {
 }
 
 // Tick sweeps one page of each of the next ShardsPerTick shards that are
-// due. A sweep of a shard ends when its listing does; the next one starts
-// over after Interval if the shard held live work, or after a back-off
-// growing to SweepMax if it held only finished tasks.
+// due, and one page of each full walk in progress. A sweep of a shard ends
+// when its listing does; the next one starts over after Interval if the
+// shard held live work, or after a back-off growing to SweepMax if it held
+// only finished tasks.
 func (m *Monitor) Tick(ctx context.Context) (TickStats, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -248,29 +277,57 @@ func (m *Monitor) Tick(ctx context.Context) (TickStats, error) {
 		return st, err
 	}
 	now := iv.Earliest
+	// A tenth of an interval of slack: ticks come every Interval, and a
+	// sweep due "now" must not wait for the next one.
+	soon := now.Add(m.cfg.Interval / 10)
 	for i, visited := 0, 0; i < m.manifest.Shards && visited < m.cfg.ShardsPerTick; i++ {
 		shard := m.next
 		m.next = (m.next + 1) % m.manifest.Shards
-		if _, mid := m.cursor[shard]; !mid && now.Before(m.due[shard]) {
+		sw := m.sweeps[shard]
+		if sw == nil {
+			sw = &sweep{fullDue: now.Add(m.cfg.FullSweep)} // the first sweep starts from the first key
+			m.sweeps[shard] = sw
+		}
+		quick := sw.mid || !soon.Before(sw.due)
+		full := sw.fullMid || (sw.floor != "" && !soon.Before(sw.fullDue))
+		if !quick && !full {
 			continue
 		}
 		visited++
-		s, err := m.sweepPage(ctx, shard)
-		st.add(s)
-		if err != nil {
-			errs = errors.Join(errs, err)
-			if ctx.Err() != nil {
-				break
+		for _, page := range []struct {
+			due  bool
+			walk func(context.Context, int, *sweep) (TickStats, error)
+		}{{quick, m.sweepPage}, {full, m.fullPage}} {
+			if !page.due {
+				continue
 			}
+			s, err := page.walk(ctx, shard, sw)
+			st.add(s)
+			if err != nil {
+				errs = errors.Join(errs, err)
+			}
+		}
+		if ctx.Err() != nil {
+			break
 		}
 	}
 	m.total.add(st)
 	return st, errs
 }
 
-func (m *Monitor) sweepPage(ctx context.Context, shard int) (TickStats, error) {
+// floorLag keeps a shard's floor behind S3 time: keys are times, and a
+// task submitted now, or a delayed task canceled before it was due, must
+// not hold the floor above the keys of tasks submitted next.
+const floorLag = time.Minute
+
+// sweepPage lists the next page of the shard's sweep, from its floor.
+func (m *Monitor) sweepPage(ctx context.Context, shard int, sw *sweep) (TickStats, error) {
 	var st TickStats
-	page, err := m.st.List(ctx, shards.TasksPrefix(shard), s3store.ListOptions{StartAfter: m.cursor[shard], MaxKeys: m.cfg.PageSize})
+	if !sw.mid {
+		sw.mid, sw.cursor, sw.started = true, sw.floor, time.Time{}
+		sw.sawLive, sw.settling, sw.settled, sw.lower = false, true, sw.floor, nil
+	}
+	page, err := m.st.List(ctx, shards.TasksPrefix(shard), s3store.ListOptions{StartAfter: sw.cursor, MaxKeys: m.cfg.PageSize})
 	if err != nil {
 		return st, fmt.Errorf("sweep shard %d: %w", shard, err)
 	}
@@ -278,30 +335,110 @@ func (m *Monitor) sweepPage(ctx context.Context, shard int) (TickStats, error) {
 	if err != nil {
 		return st, err
 	}
+	if sw.started.IsZero() {
+		sw.started = iv.Earliest
+	}
+	// The floor stays floorLag behind S3 time: a task submitted now has an
+	// id of now, and must not land below it.
+	ceiling := shards.KeyBefore(shard, iv.Earliest.Add(-floorLag))
 	for _, o := range page.Objects {
 		st.Listed++
-		if shards.IsPointer(o.Key) || !taskio.FinishedBySize(o.Size) {
-			m.live[shard] = true
+		live := m.live(o)
+		sw.sawLive = sw.sawLive || live
+		if live || o.Key >= ceiling {
+			sw.settling = false
 		}
-		if err := m.inspect(ctx, o, iv, &st); err != nil {
-			if ctx.Err() != nil {
-				return st, err
-			}
-			m.log.Warn("inspect task", "key", o.Key, "err", err)
+		if sw.settling {
+			sw.settled = o.Key
+		}
+		m.inspectLogged(ctx, o, iv, &st)
+		if ctx.Err() != nil {
+			return st, ctx.Err()
 		}
 	}
 	if page.Truncated && len(page.Objects) > 0 {
-		m.cursor[shard] = page.Objects[len(page.Objects)-1].Key
+		sw.cursor = page.Objects[len(page.Objects)-1].Key
 		return st, nil
 	}
-	delete(m.cursor, shard)
+	sw.mid = false
+	sw.floor = sw.settled
+	if sw.lower != nil && *sw.lower < sw.floor {
+		sw.floor = *sw.lower
+	}
 	st.SweepsCompleted++
 	every := m.cfg.Interval
-	if !m.live[shard] {
-		every = min(max(2*m.every[shard], m.cfg.Interval), m.cfg.SweepMax)
+	if !sw.sawLive {
+		every = min(max(2*sw.every, m.cfg.Interval), m.cfg.SweepMax)
 	}
-	m.every[shard], m.due[shard], m.live[shard] = every, iv.Earliest.Add(every), false
+	sw.every, sw.due = every, sw.started.Add(every)
 	return st, nil
+}
+
+// fullPage lists the next page of the shard's full walk, from its first
+// key up to its floor.
+func (m *Monitor) fullPage(ctx context.Context, shard int, sw *sweep) (TickStats, error) {
+	var st TickStats
+	if !sw.fullMid {
+		sw.fullMid, sw.fullCursor = true, ""
+	}
+	page, err := m.st.List(ctx, shards.TasksPrefix(shard), s3store.ListOptions{StartAfter: sw.fullCursor, MaxKeys: m.cfg.PageSize})
+	if err != nil {
+		return st, fmt.Errorf("full sweep of shard %d: %w", shard, err)
+	}
+	iv, err := m.clock.Now(ctx)
+	if err != nil {
+		return st, err
+	}
+	prev, done := sw.fullCursor, !page.Truncated || len(page.Objects) == 0
+	for _, o := range page.Objects {
+		if o.Key > sw.floor {
+			done = true // the sweeps cover the rest
+			break
+		}
+		st.Listed++
+		if m.live(o) {
+			// Live below the floor: a requeued task. Lower the floor so
+			// the sweeps watch it from now on.
+			if sw.floor > prev {
+				sw.floor = prev
+			}
+			if sw.mid && (sw.lower == nil || *sw.lower > prev) {
+				low := prev
+				sw.lower = &low
+			}
+		}
+		prev = o.Key
+		m.inspectLogged(ctx, o, iv, &st)
+		if ctx.Err() != nil {
+			return st, ctx.Err()
+		}
+	}
+	sw.fullCursor = prev
+	if done {
+		sw.fullMid, sw.fullCursor = false, ""
+		sw.fullDue = iv.Earliest.Add(m.cfg.FullSweep)
+	}
+	return st, nil
+}
+
+// live reports whether a listed object may need the monitor: a ready
+// pointer, or a task that is not finished (even size) and not known to be
+// corrupt.
+func (m *Monitor) live(o s3store.ObjectInfo) bool {
+	if shards.IsPointer(o.Key) {
+		return true
+	}
+	if taskio.FinishedBySize(o.Size) {
+		return false
+	}
+	k, ok := m.known[o.Key]
+	return !ok || !k.corrupt || k.etag != o.ETag
+}
+
+func (m *Monitor) inspectLogged(ctx context.Context, o s3store.ObjectInfo, iv clock.Interval, st *TickStats) {
+	if err := m.inspect(ctx, o, iv, st); err != nil && ctx.Err() == nil {
+		m.log.Warn("inspect task", "key", o.Key, "err", err)
+	}
 }
 
 // inspect decides what, if anything, one task object needs.
@@ -310,13 +447,22 @@ func (m *Monitor) inspect(ctx context.Context, o s3store.ObjectInfo, iv clock.In
 		return m.inspectPointer(ctx, o, iv, st)
 	}
 	k, ok := m.known[o.Key]
+	if ok && k.corrupt && k.etag == o.ETag {
+		return nil
+	}
+	if taskio.FinishedBySize(o.Size) {
+		// Finished (which way is read at retention): nothing to remember,
+		// so retained history costs the monitor no memory.
+		delete(m.known, o.Key)
+		if m.cfg.Retention > 0 && iv.After(o.LastModified.Add(m.cfg.Retention)) {
+			return m.expireRetention(ctx, o.Key, st)
+		}
+		return nil
+	}
 	switch {
 	case !ok || k.etag != o.ETag:
 		// New to us, or changed since: wait and see whether it settles.
 		k = known{etag: o.ETag, seen: iv.Earliest, updated: o.LastModified}
-		if taskio.FinishedBySize(o.Size) {
-			k.status = task.Succeeded // finished; which way is read at retention
-		}
 		m.known[o.Key] = k
 	case !k.loaded && !k.status.Terminal() && iv.After(k.seen.Add(m.cfg.StaleAfter)):
 		// Unchanged for StaleAfter and not finished: read what it is.

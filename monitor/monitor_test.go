@@ -188,3 +188,99 @@ func TestWithALeaderLeaseOnlyOneMonitorSweeps(t *testing.T) {
 		t.Fatalf("b did not take over an expired lease (leading %v, listed %d)", b.Leading(ctx), b.Stats().Listed)
 	}
 }
+
+// A shard's retained history of finished tasks is listed by the hourly full
+// walk only: sweeps start at the floor past it, so a sweep is one page and
+// an expired lease behind days of history is seen within a tick or two.
+func TestSweepsStartPastTheFinishedHistory(t *testing.T) {
+	ctx := context.Background()
+	mst, srv, clk := fakeTime()
+	st := s3store.NewCounter(mst)
+	p, _ := producer.New(ctx, st, producer.Config{Shards: 1})
+	var history []string
+	for i := 0; i < 45; i++ {
+		id, err := p.Submit(ctx, "t", nil, producer.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.Cancel(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		history = append(history, id)
+	}
+	*srv = srv.Add(10 * time.Minute)
+	id, _ := p.Submit(ctx, "t", nil, producer.Options{Timeout: 10 * time.Second})
+	v, _ := taskio.LoadID(ctx, st, id, 1)
+	if err := v.Task.ClaimBy("w", "claim-1", *srv); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := taskio.Update(ctx, st, v.Task, v.ETag); err != nil {
+		t.Fatal(err)
+	}
+	m, _ := monitor.New(ctx, st, monitor.Config{Shards: 1, PageSize: 10, Interval: 5 * time.Second, RepairAfter: time.Minute, Clock: clk})
+	tick := func() s3store.Counts {
+		before := st.Counts()
+		*srv = srv.Add(5 * time.Second)
+		if _, err := m.Tick(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return st.Counts().Sub(before)
+	}
+	for i := 0; i < 10 && m.Stats().SweepsCompleted == 0; i++ {
+		tick() // the first sweep walks everything, a page per tick
+	}
+	if m.Stats().SweepsCompleted == 0 {
+		t.Fatal("the first sweep did not finish in 10 ticks")
+	}
+	// From now on a sweep is a page: the floor is past the 45 finished tasks.
+	for i := 0; i < 4; i++ {
+		if d := tick(); d.Of(s3store.OpList) != 1 {
+			t.Fatalf("a sweep after the first made %d LISTs, want 1", d.Of(s3store.OpList))
+		}
+	}
+	*srv = srv.Add(10 * time.Second) // the lease is certainly expired
+	tick()
+	if got, _ := p.Get(ctx, id); got.Status != task.Pending {
+		t.Fatalf("expired task behind the history: %s, want pending again", got.Status)
+	}
+	if _, err := p.Cancel(ctx, id); err != nil { // out of the way of the repair count below
+		t.Fatal(err)
+	}
+
+	// A requeue whose announcement was lost leaves a pending task below the
+	// floor: the next full walk finds it, and the repair announces it.
+	old := history[3]
+	ov, _ := taskio.LoadID(ctx, st, old, 1)
+	if err := ov.Task.Requeue(*srv); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := taskio.Update(ctx, st, ov.Task, ov.ETag); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 30; i++ {
+		tick()
+	}
+	if n := m.Stats().Repaired; n != 0 {
+		t.Fatalf("repaired %d before the full walk: the sweeps saw below the floor", n)
+	}
+	*srv = srv.Add(time.Hour)
+	base := m.Stats().Repaired
+	for i := 0; i < 40 && m.Stats().Repaired == base; i++ {
+		tick()
+	}
+	if m.Stats().Repaired == base {
+		t.Fatal("the full walk did not find the requeued task below the floor")
+	}
+	if page, _ := st.List(ctx, shards.TasksPrefix(0), s3store.ListOptions{}); !hasPointerTo(page.Objects, old) {
+		t.Fatal("the repair did not announce the requeued task")
+	}
+}
+
+func hasPointerTo(objs []s3store.ObjectInfo, id string) bool {
+	for _, o := range objs {
+		if p, err := shards.ParsePointerKey(o.Key); err == nil && p.ID == id {
+			return true
+		}
+	}
+	return false
+}

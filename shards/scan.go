@@ -159,6 +159,10 @@ func (s *Scan) advance(at time.Time) {
 // Cursor reports how far the scan has got.
 func (s *Scan) Cursor() time.Time { return s.cursor }
 
+// KeyBefore returns a key that sorts before every task object and ready
+// pointer in shard whose time is t or later.
+func KeyBefore(shard int, t time.Time) string { return TasksPrefix(shard) + lowID(t) }
+
 // lowID returns a string that sorts before every id of time t or later.
 func lowID(t time.Time) string {
 	if t.UnixMilli() <= 0 {
