@@ -71,8 +71,8 @@ type Config struct {
 	// from the first key, one page per tick, does retention there and
 	// catches a requeue whose announcement was lost.
 	FullSweep time.Duration
-	Logger   *slog.Logger
-	Clock    *clock.Authoritative
+	Logger    *slog.Logger
+	Clock     *clock.Authoritative
 }
 
 // TickStats counts what one tick (or a monitor's life) did.
