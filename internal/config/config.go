@@ -99,6 +99,7 @@ type MonitorSection struct {
 	RepairAfter   time.Duration
 	StaleAfter    time.Duration
 	SweepMax      time.Duration
+	FullSweep     time.Duration
 	// Leader elects one sweeping monitor with a lease.
 	Leader bool
 	// Retention 0 keeps finished tasks forever.
@@ -152,6 +153,7 @@ func Default() Config {
 			RepairAfter: time.Minute,
 			StaleAfter:  10 * time.Second,
 			SweepMax:    10 * time.Minute,
+			FullSweep:   time.Hour,
 			Retention:   7 * 24 * time.Hour,
 		},
 		SubmitSection: SubmitSection{
@@ -248,6 +250,7 @@ type file struct {
 		RepairAfter   rawValue `toml:"repair_after"`
 		StaleAfter    rawValue `toml:"stale_after"`
 		SweepMax      rawValue `toml:"sweep_max"`
+		FullSweep     rawValue `toml:"full_sweep"`
 		Leader        rawValue `toml:"leader"`
 		Retention     rawValue `toml:"retention"`
 	} `toml:"monitor"`
@@ -506,6 +509,7 @@ func (c Config) Monitor() monitor.Config {
 		RepairAfter:   m.RepairAfter,
 		StaleAfter:    m.StaleAfter,
 		SweepMax:      m.SweepMax,
+		FullSweep:     m.FullSweep,
 		Leader:        m.Leader,
 		Retention:     m.Retention,
 		KeepForever:   m.Retention == 0,
@@ -974,6 +978,9 @@ var keys = []key{
 	{name: "monitor.sweep_max", kind: kindDuration, check: positiveDuration,
 		file: func(f *file) *rawValue { return &f.Monitor.SweepMax },
 		set:  func(c *Config, v any) { c.MonitorSection.SweepMax = v.(time.Duration) }},
+	{name: "monitor.full_sweep", kind: kindDuration, check: positiveDuration,
+		file: func(f *file) *rawValue { return &f.Monitor.FullSweep },
+		set:  func(c *Config, v any) { c.MonitorSection.FullSweep = v.(time.Duration) }},
 	{name: "monitor.leader", kind: kindBool,
 		file: func(f *file) *rawValue { return &f.Monitor.Leader },
 		set:  func(c *Config, v any) { c.MonitorSection.Leader = v.(bool) }},

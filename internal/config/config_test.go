@@ -53,7 +53,7 @@ func TestDefaultsMatchTheServices(t *testing.T) {
 		t.Errorf("Producer() = %+v\nwant %+v", got, wantProducer)
 	}
 	wantMonitor := monitor.Config{Interval: 5 * time.Second, PageSize: 1000, LeaseMargin: 2 * time.Second,
-		RepairAfter: time.Minute, Retention: 168 * time.Hour, StaleAfter: 10 * time.Second, SweepMax: 10 * time.Minute}
+		RepairAfter: time.Minute, Retention: 168 * time.Hour, StaleAfter: 10 * time.Second, SweepMax: 10 * time.Minute, FullSweep: time.Hour}
 	if got := c.Monitor(); !reflect.DeepEqual(got, wantMonitor) {
 		t.Errorf("Monitor() = %+v\nwant %+v", got, wantMonitor)
 	}
@@ -114,6 +114,7 @@ var keyCases = []keyCase{
 	{"monitor.repair_after", `"30s"`, "30s", func(c Config) bool { return c.Monitor().RepairAfter == 30*time.Second }},
 	{"monitor.stale_after", `"3s"`, "3s", func(c Config) bool { return c.Monitor().StaleAfter == 3*time.Second }},
 	{"monitor.sweep_max", `"1m"`, "1m", func(c Config) bool { return c.Monitor().SweepMax == time.Minute }},
+	{"monitor.full_sweep", `"6h"`, "6h", func(c Config) bool { return c.Monitor().FullSweep == 6*time.Hour }},
 	{"monitor.leader", `true`, "true", func(c Config) bool { return c.Monitor().Leader }},
 	{"monitor.retention", `"0"`, "0", func(c Config) bool {
 		m := c.Monitor()
