@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -61,6 +62,10 @@ type Config struct {
 		Do(*http.Request) (*http.Response, error)
 	}
 }
+
+// idleConns is how many idle connections to the server a store keeps:
+// enough for a worker's slots, polls and renewals at once.
+const idleConns = 256
 
 // Store is an s3store.Store on one bucket and prefix of an S3 server. It
 // reports the Date header of every response (s3store.DateWatcher). Safe for
@@ -130,6 +135,13 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		o.UsePathStyle = cfg.PathStyle
 		if cfg.HTTPClient != nil {
 			o.HTTPClient = cfg.HTTPClient
+		} else {
+			// The SDK keeps 10 idle connections per host; a worker with
+			// more slots than that opened and closed a TCP connection for
+			// most requests under load, on both ends.
+			o.HTTPClient = awshttp.NewBuildableClient().WithTransportOptions(func(t *http.Transport) {
+				t.MaxIdleConns, t.MaxIdleConnsPerHost = idleConns, idleConns
+			})
 		}
 		// The SDK's default (CRC32 on every PUT, validation of every GET)
 		// sends trailers and headers that MinIO and versitygw releases
