@@ -1427,12 +1427,15 @@ func BenchmarkMillionPerDay(b *testing.B) {
 
 // BenchmarkIdleFleet: 50 elastic workers with default settings and a
 // monitor, idle. After the fleet settled (one member asleep at the
-// doorbell) it counts every request for S3QUEUE_BENCH_WINDOW, then submits
-// one task at a time (three times, each after the fleet fell asleep again)
-// and measures its pickup.
+// doorbell) and a warm-up of S3QUEUE_BENCH_IDLE_WARMUP (default 10m: the
+// monitor's back-off on the quiet shards reaches sweep_max), it counts
+// every request for S3QUEUE_BENCH_WINDOW, at least 10m (one cycle of the
+// monitor's quiet sweeps), then submits one task at a time (three times,
+// each after the fleet fell asleep again) and measures its pickup.
 func BenchmarkIdleFleet(b *testing.B) {
 	const workers = 50
-	window := benchWindow()
+	window := max(benchWindow(), 10*time.Minute)
+	warmup := envDuration("S3QUEUE_BENCH_IDLE_WARMUP", 10*time.Minute)
 	r := newRig(b, "q")
 	conf := settings(b, nil)
 	r.startProducer()
@@ -1441,6 +1444,7 @@ func BenchmarkIdleFleet(b *testing.B) {
 		r.startWorker(conf.Worker(), 0, false, nil)
 	}
 	settle := r.settle(5 * time.Minute)
+	time.Sleep(warmup) // a stretch of idle time under measurement, not a wait for work
 
 	before := r.m.read()
 	segs := []reading{before}
@@ -1496,6 +1500,7 @@ func BenchmarkIdleFleet(b *testing.B) {
 
 	printRows(os.Stdout, fmt.Sprintf("BenchmarkIdleFleet: %d elastic workers + monitor, default settings, idle", workers), []resultRow{
 		{"settle (start -> 1 member asleep)", fmtDur(settle), "", ""},
+		{"warm-up before the window", fmtDur(warmup), "", ""},
 		{"window", fmtDur(elapsed), "", ""},
 		{"requests per hour, whole fleet + monitor", all.String(), "", ""},
 		{"per idle worker-hour (median worker: a standby)", perWorkerHr.String(), "", ""},

@@ -11,6 +11,7 @@
 # Environment (see integration/bench_test.go):
 #   S3QUEUE_BENCH_WINDOW=3m        measurement window of the workload and idle benchmarks
 #   S3QUEUE_BENCH_SEGMENT=5m       also report the window in segments (default off)
+#   S3QUEUE_BENCH_IDLE_WARMUP=10m  idle time before the idle benchmark's window (at least 10m)
 #   S3QUEUE_BENCH_HEAVY_TASKS=3000 tasks of the heavy-load burst
 #   S3QUEUE_BENCH_LOG=error        log level of the queue's components
 set -euo pipefail

@@ -91,10 +91,6 @@ func (w *Worker) static() bool { return w.cfg.OwnShards != nil }
 // poll is due, and on demand.
 func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 	m := &w.fleet
-	iv, err := w.clock.Now(ctx)
-	if err != nil {
-		return err
-	}
 	n := w.manifest.Shards
 	margin := w.cfg.LeaseMargin
 	if !m.member {
@@ -105,6 +101,14 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 			return err
 		}
 		m.fleet, m.etag, m.synced, m.standbyWait = f, etag, now, w.standbyWait(f)
+	}
+	// After a standby's read, whose response dates it: no request of its own.
+	iv, err := w.clock.Now(ctx)
+	if err != nil {
+		return err
+	}
+	if !m.member {
+		f := m.fleet
 		live := f.Live(iv, margin)
 		join := w.cfg.Dedicated || len(live) == 0 || f.Want > len(live) || !w.covered(f, iv)
 		if !join || len(live) >= n && !w.cfg.Dedicated {

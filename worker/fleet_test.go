@@ -281,6 +281,9 @@ func TestAnIdleFleetShrinksToOneSleepingMemberThatAProducerWakes(t *testing.T) {
 	if n := sbIdle.Of(s3store.OpGet); n > 8 {
 		t.Fatalf("two standbys of a sleeping fleet read it %d times in a second, want at most 8", n)
 	}
+	if n := sbIdle.Of(s3store.OpHead); n > 0 {
+		t.Fatalf("standbys made %d clock requests: the read of the fleet object dates itself", n)
+	}
 	// The sleeping member's entry lasts twice member_ttl (600ms here), so
 	// it renews every 400ms instead of every 200ms.
 	if n := idle.Sub(sbIdle).Of(s3store.OpPut); n > 3 {
