@@ -78,3 +78,47 @@ func TestRequestsPerTask(t *testing.T) {
 		t.Errorf("GET-class requests per task = %.2f, want about one (the claim's read, plus fleet reads)", got)
 	}
 }
+
+// A worker with fewer slots than poll_batch holds what a listing returned
+// beyond its free slots, and claims from it as slots free up: one LIST per
+// poll_batch tasks, not one per slot's worth.
+func TestFewSlotsShareOneListingPerBatch(t *testing.T) {
+	ctx := context.Background()
+	st := s3store.NewCounter(mem.New())
+	const n = 100
+	p, err := producer.New(ctx, st, producer.Config{Shards: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := worker.New(ctx, st, worker.Config{ID: "a", Shards: 1, Concurrency: 2, PollBatch: 20, Dedicated: true, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Handle("job", func(context.Context, *task.Task) (json.RawMessage, error) { return nil, nil })
+	if _, err := w.Poll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	reqs := make([]producer.Request, n)
+	for i := range reqs {
+		reqs[i] = producer.Request{Type: "job", Input: map[string]int{"i": i}}
+	}
+	for _, r := range p.SubmitBatch(ctx, reqs) {
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	before := st.Counts()
+	for polls := 0; w.Stats().Succeeded < n; polls++ {
+		if polls > 10*n {
+			t.Fatalf("only %d of %d tasks done after %d polls", w.Stats().Succeeded, n, polls)
+		}
+		if _, err := w.Poll(ctx); err != nil {
+			t.Fatal(err)
+		}
+		w.Wait()
+	}
+	c := st.Counts().Sub(before)
+	if lists := c.Of(s3store.OpList); lists > n/20+2 {
+		t.Fatalf("%d LISTs for %d tasks with poll_batch 20 and 2 slots, want at most %d (%s)", lists, n, n/20+2, c)
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -79,7 +80,9 @@ type Config struct {
 	// the recent arrival rate takes to bring this many tasks, within
 	// [PollMin, PollMax] (default 3). Under heavy load that is PollMin; at a
 	// task a second it is about three seconds, one LIST per three tasks. Larger
-	// values trade pickup latency for fewer LISTs (the economy profile).
+	// values trade pickup latency for fewer LISTs (the economy profile). A
+	// listing returns up to PollBatch due tasks; those beyond the free slots
+	// are held (for up to PollMax) and claimed as slots free up.
 	PollBatch float64
 	// ScanLag is how far behind its cursor a shard scan starts (default 5s).
 	ScanLag time.Duration
@@ -133,6 +136,7 @@ type Worker struct {
 	mu       sync.Mutex
 	handlers map[string]Handler
 	scans    map[int]*shards.Scan
+	held     map[int]held // under pollMu
 	rotate   int
 
 	slots    chan struct{}
@@ -170,6 +174,7 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Worker, error) {
 		log:       cfg.Logger.WithGroup("worker").With("worker_id", cfg.ID),
 		handlers:  make(map[string]Handler),
 		scans:     make(map[int]*shards.Scan),
+		held:      make(map[int]held),
 		unhandled: make(map[string]string),
 		slots:     make(chan struct{}, cfg.Concurrency),
 		freed:     make(chan struct{}, 1),
@@ -329,8 +334,7 @@ func (w *Worker) step(ctx context.Context) time.Duration {
 	w.fleetMu.Lock()
 	defer w.fleetMu.Unlock()
 	if w.static() {
-		n, full, _, err := w.pollShards(ctx, w.cfg.OwnShards)
-		return w.adapt(n, full, err)
+		return w.adapt(w.pollShards(ctx, w.cfg.OwnShards))
 	}
 	m := &w.fleet
 	now := time.Now()
@@ -368,12 +372,12 @@ func (w *Worker) step(ctx context.Context) time.Duration {
 			if now.Sub(m.sleptAt) >= w.cfg.SleepScan && !now.Before(m.nextOwnPoll) {
 				// A slow safety scan: a producer that crashed between its
 				// PUT and its ring is still served.
-				n, _, _, err := w.pollShards(ctx, m.assign.Own)
-				if err != nil && ctx.Err() == nil {
-					w.log.Warn("safety scan while asleep", "err", err)
+				p := w.pollShards(ctx, m.assign.Own)
+				if p.err != nil && ctx.Err() == nil {
+					w.log.Warn("safety scan while asleep", "err", p.err)
 				}
 				m.nextOwnPoll = now.Add(w.cfg.SleepScan)
-				if n > 0 {
+				if p.claimed > 0 {
 					w.wake(ctx, now)
 				}
 			}
@@ -383,8 +387,8 @@ func (w *Worker) step(ctx context.Context) time.Duration {
 		}
 	}
 	if !now.Before(m.nextOwnPoll) {
-		n, full, leftover, err := w.pollShards(ctx, m.assign.Own)
-		if n > 0 {
+		p := w.pollShards(ctx, m.assign.Own)
+		if p.claimed > 0 {
 			m.lastWork = now
 			if m.asleep {
 				w.wake(ctx, now)
@@ -393,14 +397,14 @@ func (w *Worker) step(ctx context.Context) time.Duration {
 		// Saturated: every slot busy for a while, and the last listing left
 		// due work behind. Then the member asks for more members.
 		switch {
-		case !full:
+		case !p.full:
 			m.fullSince, m.backlog = time.Time{}, false
 		case m.fullSince.IsZero():
-			m.fullSince, m.backlog = now, leftover
+			m.fullSince, m.backlog = now, p.leftover
 		default:
-			m.backlog = m.backlog || leftover
+			m.backlog = m.backlog || p.leftover
 		}
-		m.nextOwnPoll = now.Add(w.adapt(n, full, err))
+		m.nextOwnPoll = now.Add(w.adapt(p))
 	}
 	wait = min(wait, time.Until(m.nextOwnPoll))
 	wait = min(wait, w.drainShards(ctx, now))
@@ -431,7 +435,8 @@ func (w *Worker) drainShards(ctx context.Context, now time.Time) time.Duration {
 			wait = min(wait, next.Sub(now))
 			continue
 		}
-		n, _, _, err := w.pollShards(ctx, []int{s})
+		p := w.pollShards(ctx, []int{s})
+		n, err := p.claimed, p.err
 		if err != nil && ctx.Err() == nil {
 			// Back off as if empty: the shard's leftovers wait for the
 			// next sweep, or the monitor's repair.
@@ -449,29 +454,33 @@ func (w *Worker) drainShards(ctx context.Context, now time.Time) time.Duration {
 	return wait
 }
 
-// adapt returns the next poll interval: the minimum after finding work,
-// growing by the multiplier while idle, PollMax while every slot is busy
-// (a freed slot wakes Run anyway).
-func (w *Worker) adapt(n int, full bool, err error) time.Duration {
+// adapt returns the next poll interval: paced to the arrival rate after
+// finding work, growing by the multiplier while idle, PollMax while every
+// slot is busy (a freed slot wakes Run anyway).
+func (w *Worker) adapt(p pass) time.Duration {
 	m := &w.fleet
 	if m.interval == 0 {
 		m.interval = w.cfg.PollMin
 	}
 	now := time.Now()
 	since := now.Sub(m.lastPoll)
-	m.lastPoll = now
+	if p.lists {
+		m.lastPoll = now // the time of the last listing, which the pace is measured from
+	}
 	switch {
-	case full:
+	case p.full:
 		m.interval = w.cfg.PollMin // busy: a freed slot (see Run) polls again after this
 		return w.cfg.PollMax
-	case err != nil:
-		w.log.Warn("poll", "err", err)
+	case p.err != nil:
+		w.log.Warn("poll", "err", p.err)
 		m.interval = w.grow(m.interval)
-	case n > 0:
+	case !p.lists:
+		// Only held candidates, all claimed: list at the current pace.
+	case p.listed > 0:
 		// Reset on work, to the pace the work arrives at: polling faster
 		// than PollBatch tasks per poll only buys empty LISTs.
 		if since > 0 && since < time.Hour {
-			rate := float64(n) / since.Seconds()
+			rate := float64(p.listed) / since.Seconds()
 			if m.rate == 0 {
 				m.rate = rate
 			} else {
@@ -532,8 +541,8 @@ func (w *Worker) Wait() { w.inflight.Wait() }
 // many tasks it claimed. Tests drive it directly instead of Run.
 func (w *Worker) Poll(ctx context.Context) (int, error) {
 	if w.static() {
-		n, _, _, err := w.pollShards(ctx, w.cfg.OwnShards)
-		return n, err
+		p := w.pollShards(ctx, w.cfg.OwnShards)
+		return p.claimed, p.err
 	}
 	w.fleetMu.Lock()
 	var err error
@@ -547,8 +556,8 @@ func (w *Worker) Poll(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	n, _, _, err := w.pollShards(ctx, append(append([]int(nil), a.Own...), a.Drain...))
-	return n, err
+	p := w.pollShards(ctx, append(append([]int(nil), a.Own...), a.Drain...))
+	return p.claimed, p.err
 }
 
 // memberView is what Member reports, published by the Run goroutine.
@@ -565,38 +574,48 @@ func (w *Worker) Member() (bool, shards.Assignment) {
 	return v.member, v.assign
 }
 
-// pollShards polls list once. It returns how many tasks it claimed, whether
-// it stopped because every slot was busy, and whether claimable work was
-// left behind for lack of slots.
-func (w *Worker) pollShards(ctx context.Context, list []int) (claimed int, full, leftover bool, err error) {
+// pass is what one poll of some shards did.
+type pass struct {
+	claimed  int  // tasks claimed
+	listed   int  // due candidates its LISTs returned: the arrivals since the last
+	lists    bool // it listed, rather than only claiming held candidates
+	full     bool // every slot was busy at the end
+	leftover bool // due candidates were left behind for lack of slots
+	err      error
+}
+
+// pollShards polls list once: for each shard, the candidates held from its
+// last listing, or a new listing.
+func (w *Worker) pollShards(ctx context.Context, list []int) (p pass) {
 	w.pollMu.Lock()
 	defer w.pollMu.Unlock()
 	if w.stopping.Load() || len(list) == 0 {
-		return 0, false, false, nil
+		return p
 	}
 	if w.free() == 0 {
-		return 0, true, false, nil
+		p.full = true
+		return p
 	}
 	iv, err := w.clock.Now(ctx)
 	if err != nil {
-		return 0, false, false, err
+		p.err = err
+		return p
 	}
 	// Rotate the starting shard so that no shard starves when slots run
 	// out part way through a pass.
 	w.rotate++
 	for i := range list {
 		if w.free() == 0 {
-			return claimed, true, true, err
+			p.full, p.leftover = true, true
+			return p
 		}
 		shard := list[(w.rotate+i)%len(list)]
-		n, left, perr := w.pollShard(ctx, shard, iv)
-		claimed += n
-		leftover = leftover || left
-		if perr != nil {
-			err = errors.Join(err, perr)
+		if err := w.pollShard(ctx, shard, iv, &p); err != nil {
+			p.err = errors.Join(p.err, err)
 		}
 	}
-	return claimed, w.free() == 0, leftover, err
+	p.full = w.free() == 0
+	return p
 }
 
 func (w *Worker) free() int { return cap(w.slots) - len(w.slots) }
@@ -610,20 +629,34 @@ func (w *Worker) scan(shard int, iv clock.Interval) *shards.Scan {
 	return s
 }
 
-func (w *Worker) pollShard(ctx context.Context, shard int, iv clock.Interval) (claimed int, leftover bool, err error) {
+// held is what one listing of a shard returned beyond the free slots, kept
+// for the slots that free up next: a worker with few slots then pays one
+// LIST per poll_batch tasks, not one per slot's worth.
+type held struct {
+	at    time.Time // local time of the listing
+	cands []shards.Candidate
+}
+
+func (w *Worker) pollShard(ctx context.Context, shard int, iv clock.Interval, p *pass) error {
 	s := w.scan(shard, iv)
-	free := w.free()
-	// One candidate more than the free slots tells whether work is left
-	// behind (the extra one stays unsettled and is listed again).
-	cands, err := s.Next(ctx, w.st, iv.Latest, free+1)
-	if err != nil {
-		return 0, false, err
-	}
-	leftover = len(cands) > free
-	for _, c := range cands {
-		if w.free() == 0 {
-			return claimed, true, nil
+	h := w.held[shard]
+	cands := h.cands
+	if len(cands) == 0 || time.Since(h.at) >= w.cfg.PollMax {
+		// Candidates held longer than PollMax are listed afresh (they stay
+		// unsettled in the scan, so the listing returns them again). One
+		// more than the free slots tells whether work is left behind.
+		var err error
+		cands, err = s.Next(ctx, w.st, iv.Latest, max(w.free()+1, int(math.Ceil(w.cfg.PollBatch))))
+		if err != nil {
+			return err
 		}
+		p.listed += len(cands)
+		p.lists = true
+		h.at = time.Now()
+	}
+	i := 0
+	for ; i < len(cands) && w.free() > 0; i++ {
+		c := cands[i]
 		key := c.Key
 		if c.Pointer {
 			key = task.Key(task.ShardFor(c.ID, w.manifest.Shards), c.ID)
@@ -637,7 +670,7 @@ func (w *Worker) pollShard(ctx context.Context, shard int, iv clock.Interval) (c
 		}
 		ok, settledAt := w.tryClaim(ctx, v, iv)
 		if ok {
-			claimed++
+			p.claimed++
 		}
 		if settledAt == "" && !c.Pointer && v.Task.Status == task.Pending && !dueNow(v.Task, iv) {
 			// A retried or snoozed task waits behind its own id: a pointer
@@ -660,7 +693,10 @@ func (w *Worker) pollShard(ctx context.Context, shard int, iv clock.Interval) (c
 			w.settle(ctx, s, c, settledAt, done)
 		}
 	}
-	return claimed, leftover && w.free() == 0, nil
+	h.cands = append([]shards.Candidate(nil), cands[i:]...)
+	w.held[shard] = h
+	p.leftover = p.leftover || len(h.cands) > 0
+	return nil
 }
 
 // settle marks a candidate handled, deleting a pointer that is done with.
