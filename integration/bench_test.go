@@ -1393,7 +1393,6 @@ func BenchmarkSeedWorkload(b *testing.B) {
 	}{
 		{"default", nil, 65, 2 * time.Second},
 		{"economy", map[string]string{"S3QUEUE_PROFILE": "economy"}, 50, time.Minute},
-		{"economy-c64", map[string]string{"S3QUEUE_PROFILE": "economy", "S3QUEUE_WORKER_CONCURRENCY": "64"}, 50, time.Minute},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			runWorkload(b, workload{name: "BenchmarkSeedWorkload/" + c.name, workers: 50, tasksPerDay: seedTasksPerDay,

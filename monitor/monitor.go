@@ -368,7 +368,7 @@ func (m *Monitor) sweepPage(ctx context.Context, shard int, sw *sweep) (TickStat
 	st.SweepsCompleted++
 	every := m.cfg.Interval
 	if !sw.sawLive {
-		every = min(max(2*sw.every, m.cfg.Interval), m.cfg.SweepMax)
+		every = min(max(4*sw.every, m.cfg.Interval), m.cfg.SweepMax)
 	}
 	sw.every, sw.due = every, sw.started.Add(every)
 	return st, nil
@@ -398,10 +398,11 @@ func (m *Monitor) fullPage(ctx context.Context, shard int, sw *sweep) (TickStats
 		st.Listed++
 		if m.live(o) {
 			// Live below the floor: a requeued task. Lower the floor so
-			// the sweeps watch it from now on.
+			// the sweeps watch it from now on, at the pace of live work.
 			if sw.floor > prev {
 				sw.floor = prev
 			}
+			sw.every, sw.due = m.cfg.Interval, iv.Earliest
 			if sw.mid && (sw.lower == nil || *sw.lower > prev) {
 				low := prev
 				sw.lower = &low

@@ -442,11 +442,13 @@ func (w *Worker) drainShards(ctx context.Context, now time.Time) time.Duration {
 			// next sweep, or the monitor's repair.
 			w.log.Warn("sweep an inactive shard", "shard", s, "err", err)
 		}
+		// Leftovers are there at the first sweep, or come from producers
+		// whose 2-second view of the fleet is stale: the back-off is steep.
 		every := m.drainEvery[s]
 		if n > 0 || every == 0 {
 			every = w.cfg.PollMin
 		} else {
-			every = min(2*every, w.cfg.DrainMax)
+			every = min(max(4*every, 2*shards.FleetCacheTTL), w.cfg.DrainMax)
 		}
 		m.drainEvery[s], m.drainNext[s] = every, now.Add(every)
 		wait = min(wait, every)
