@@ -1166,7 +1166,8 @@ type workloadResult struct {
 // runWorkload starts the fleet, lets it settle to idle (one member asleep
 // at the doorbell: an elastic fleet's state after a quiet spell), then
 // submits tasks at the workload's rate (Poisson arrivals, fixed seed) for
-// the window and counts every request until the last task finished.
+// the warm-up and the window, and counts every request from the window's
+// start until its last task finished.
 func runWorkload(b *testing.B, wl workload) workloadResult {
 	r := newRig(b, "q")
 	r.startProducer()
@@ -1235,11 +1236,17 @@ func runWorkload(b *testing.B, wl workload) workloadResult {
 
 	rate := wl.tasksPerDay / 86400
 	rng := rand.New(rand.NewPCG(1, uint64(wl.workers)))
+	// The load runs for S3QUEUE_BENCH_WARMUP before the window opens, so
+	// that the back-offs of quiet sweeps (drain shards, the monitor's quiet
+	// shards) are past their first steps, as they are on a queue that has
+	// run for a while.
+	warmup := envDuration("S3QUEUE_BENCH_WARMUP", 2*time.Minute)
+	measuring := warmup <= 0
 	before := r.m.read()
 	start := time.Now()
 	at := start
 	var subWG sync.WaitGroup
-	var seqs []int
+	var seqs, warm []int
 	var subErrs atomic.Int64
 	// Optional segments: a reading every S3QUEUE_BENCH_SEGMENT, to show how
 	// the rates settle as back-offs (drain sweeps, monitor sweeps) reach
@@ -1249,15 +1256,31 @@ func runWorkload(b *testing.B, wl workload) workloadResult {
 	segTasks := []int{0}
 	for {
 		at = at.Add(time.Duration(rng.ExpFloat64() / rate * float64(time.Second)))
-		if at.Sub(start) > wl.window {
+		if at.Sub(start) > max(warmup, 0)+wl.window {
 			break
 		}
 		time.Sleep(time.Until(at))
-		if segEvery > 0 && time.Since(segs[len(segs)-1].at) >= segEvery {
+		if !measuring && at.Sub(start) >= warmup {
+			measuring = true
+			before = r.m.read()
+			segs, segTasks = []reading{before}, []int{0}
+			memMu.Lock()
+			memSum, memN, res.membersMax = 0, 0, 0
+			memMu.Unlock()
+			emMu.Lock()
+			clear(everMember)
+			emMu.Unlock()
+			markMembers()
+		}
+		if measuring && segEvery > 0 && time.Since(segs[len(segs)-1].at) >= segEvery {
 			segs, segTasks = append(segs, r.m.read()), append(segTasks, len(seqs))
 		}
 		seq := r.nextSeq()
-		seqs = append(seqs, seq)
+		if measuring {
+			seqs = append(seqs, seq)
+		} else {
+			warm = append(warm, seq)
+		}
 		// Submits run on their own so a slow one does not delay the next
 		// arrival.
 		subWG.Go(func() {
@@ -1271,9 +1294,9 @@ func runWorkload(b *testing.B, wl workload) workloadResult {
 	ctx, cancel := context.WithTimeout(r.ctx, 3*time.Minute)
 	defer cancel()
 	unfinished := 0
-	if !r.tr.waitFor(ctx, func() bool { return r.tr.doneCount() >= len(seqs)-int(subErrs.Load()) }) {
+	if !r.tr.waitFor(ctx, func() bool { return r.tr.doneCount() >= len(warm)+len(seqs)-int(subErrs.Load()) }) {
 		// Reported, not fatal: the table still says what happened.
-		unfinished = len(seqs) - r.tr.doneCount()
+		unfinished = len(warm) + len(seqs) - r.tr.doneCount()
 		b.Errorf("%s: %d of %d tasks unfinished 3 minutes after the last submit", wl.name, unfinished, len(seqs))
 	}
 	after := r.m.read()
@@ -1312,6 +1335,7 @@ func runWorkload(b *testing.B, wl workload) workloadResult {
 
 	rows := []resultRow{
 		{"settle (start -> 1 member asleep)", fmtDur(res.settle), "", ""},
+		{"load before the window (warm-up)", fmtDur(max(warmup, 0)), "", ""},
 		{"tasks submitted in the window", fmt.Sprintf("%d in %v (%.0f/day at this rate)", res.tasks, fmtDur(res.elapsed), float64(res.tasks)/res.elapsed.Seconds()*86400), "", ""},
 		{"members during the load (max / mean)", fmt.Sprintf("%d / %.1f", res.membersMax, res.membersMean), "", ""},
 		{"tasks unfinished 3 min after the last submit", strconv.Itoa(unfinished), "0", verdict(unfinished == 0)},

@@ -5,11 +5,12 @@
 # benchmark once and keeps the output in .cache/bench/bench-TIMESTAMP.txt
 # (and on stdout). docs/performance.md explains the figures.
 #
-#   scripts/bench.sh                   every benchmark (about 50 minutes)
+#   scripts/bench.sh                   every benchmark (about 60 minutes)
 #   scripts/bench.sh 'HeavyLoad|Raw'   those matching a -bench regexp
 #
 # Environment (see integration/bench_test.go):
 #   S3QUEUE_BENCH_WINDOW=3m        measurement window of the workload and idle benchmarks
+#   S3QUEUE_BENCH_WARMUP=2m        load before a workload benchmark's window opens
 #   S3QUEUE_BENCH_SEGMENT=5m       also report the window in segments (default off)
 #   S3QUEUE_BENCH_IDLE_WARMUP=10m  idle time before the idle benchmark's window (which is at least 10m)
 #   S3QUEUE_BENCH_HEAVY_TASKS=3000 tasks of the heavy-load burst
