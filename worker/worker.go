@@ -73,7 +73,7 @@ type Config struct {
 	DrainMax time.Duration
 	// PollMin, PollMax and PollMultiplier shape adaptive polling: the
 	// interval resets to PollMin when a poll finds work and grows by
-	// PollMultiplier per empty poll up to PollMax (defaults 100ms, 5s, 2).
+	// PollMultiplier per empty poll up to PollMax (defaults 200ms, 5s, 2).
 	PollMin, PollMax time.Duration
 	PollMultiplier   float64
 	// PollBatch shapes the interval after a poll that found work: the time
@@ -137,6 +137,7 @@ type Worker struct {
 	handlers map[string]Handler
 	scans    map[int]*shards.Scan
 	held     map[int]held // under pollMu
+	heldN    atomic.Int64 // candidates in held
 	rotate   int
 
 	slots    chan struct{}
@@ -195,7 +196,7 @@ func (c *Config) fill() error {
 		c.Concurrency = 4
 	}
 	if c.PollMin == 0 {
-		c.PollMin = 100 * time.Millisecond
+		c.PollMin = 200 * time.Millisecond
 	}
 	if c.PollMax == 0 {
 		c.PollMax = 5 * time.Second
@@ -298,10 +299,15 @@ func (w *Worker) Run(ctx context.Context) error {
 			return w.drain()
 		case <-timer.C:
 		case <-w.freed:
-			// A slot freed up: if the last poll stopped for lack of slots,
-			// poll again soon rather than after PollMax.
+			// A slot freed up: claim a held candidate now (no LIST), or if
+			// the last poll stopped for lack of slots, poll again soon
+			// rather than after PollMax.
 			w.fleetMu.Lock()
-			if t := time.Now().Add(w.fleet.interval); t.Before(w.fleet.nextOwnPoll) {
+			t := time.Now().Add(w.fleet.interval)
+			if w.heldN.Load() > 0 {
+				t = time.Now()
+			}
+			if t.Before(w.fleet.nextOwnPoll) {
 				w.fleet.nextOwnPoll = t
 			}
 			w.fleet.fullSince, w.fleet.backlog = time.Time{}, false // no longer full
@@ -648,7 +654,10 @@ func (w *Worker) pollShard(ctx context.Context, shard int, iv clock.Interval, p 
 		// unsettled in the scan, so the listing returns them again). One
 		// more than the free slots tells whether work is left behind.
 		var err error
-		cands, err = s.Next(ctx, w.st, iv.Latest, max(w.free()+1, int(math.Ceil(w.cfg.PollBatch))))
+		// A listing returns up to a poll's worth of tasks (PollBatch), or
+		// a full set of slots under a backlog, so that slots freeing up
+		// one by one are refilled from what is held, not by a LIST each.
+		cands, err = s.Next(ctx, w.st, iv.Latest, max(w.free(), cap(w.slots), int(math.Ceil(w.cfg.PollBatch)))+1)
 		if err != nil {
 			return err
 		}
@@ -695,6 +704,7 @@ func (w *Worker) pollShard(ctx context.Context, shard int, iv clock.Interval, p 
 			w.settle(ctx, s, c, settledAt, done)
 		}
 	}
+	w.heldN.Add(int64(len(cands) - i - len(w.held[shard].cands)))
 	h.cands = append([]shards.Candidate(nil), cands[i:]...)
 	w.held[shard] = h
 	p.leftover = p.leftover || len(h.cands) > 0

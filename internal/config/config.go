@@ -129,7 +129,7 @@ func Default() Config {
 		Profile: "default",
 		WorkerSection: WorkerSection{
 			Concurrency:    4,
-			PollMin:        100 * time.Millisecond,
+			PollMin:        200 * time.Millisecond,
 			PollMax:        5 * time.Second,
 			PollMultiplier: 2,
 			PollBatch:      3,

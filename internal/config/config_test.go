@@ -40,7 +40,7 @@ func TestDefaultsMatchTheServices(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantWorker := worker.Config{
-		Concurrency: 4, PollMin: 100 * time.Millisecond, PollMax: 5 * time.Second, PollMultiplier: 2, PollBatch: 3,
+		Concurrency: 4, PollMin: 200 * time.Millisecond, PollMax: 5 * time.Second, PollMultiplier: 2, PollBatch: 3,
 		ScanLag: 5 * time.Second, ScanLookback: time.Hour, LeaseMargin: 2 * time.Second, ShutdownGrace: 30 * time.Second,
 		MemberTTL: 30 * time.Second, StandbyPoll: 25 * time.Second, IdleLeave: time.Minute, SleepAfter: 30 * time.Second,
 		BellPoll: 2 * time.Second, SleepScan: time.Minute, AwakeGrace: 5 * time.Second, DrainMax: 10 * time.Minute,
@@ -247,7 +247,7 @@ func TestInvalidValuesAreErrorsNamingTheKey(t *testing.T) {
 		{"[worker]\nconcurrency = 0\n", `queue.toml: worker.concurrency: 0 out of range 1..10000`},
 		{"[worker]\nconcurrency = \"4\"\n", `queue.toml: worker.concurrency: want an integer, got string "4"`},
 		{"[worker]\npoll_min = \"10s\"\n", `queue.toml: worker.poll_min: worker.poll_min (10s) is more than worker.poll_max (5s)`},
-		{"[worker]\npoll_max = \"50ms\"\n", `queue.toml: worker.poll_max: worker.poll_min (100ms) is more than worker.poll_max (50ms)`},
+		{"[worker]\npoll_max = \"50ms\"\n", `queue.toml: worker.poll_max: worker.poll_min (200ms) is more than worker.poll_max (50ms)`},
 		{"[worker]\npoll_multiplier = 0.5\n", `queue.toml: worker.poll_multiplier: 0.5 out of range 1..100`},
 		{"[worker]\nlease_margin = \"0s\"\n", `queue.toml: worker.lease_margin: duration 0s must be positive`},
 		{"[worker]\nshutdown_grace = \"-1s\"\n", `queue.toml: worker.shutdown_grace: duration -1s must be positive`},
