@@ -475,9 +475,30 @@ func (w *Worker) adapt(p pass) time.Duration {
 	if p.lists {
 		m.lastPoll = now // the time of the last listing, which the pace is measured from
 	}
+	if p.lists && p.listed > 0 && since > 0 && since < time.Hour {
+		// The pace the work arrives at, from what listings find.
+		rate := float64(p.listed) / since.Seconds()
+		if m.rate == 0 {
+			m.rate = rate
+		} else {
+			m.rate = 0.5*m.rate + 0.5*rate
+		}
+	}
+	paced := func() time.Duration {
+		if m.rate <= 0 {
+			return w.cfg.PollMin
+		}
+		return min(max(time.Duration(w.cfg.PollBatch/m.rate*float64(time.Second)), w.cfg.PollMin), w.cfg.PollMax)
+	}
 	switch {
 	case p.full:
-		m.interval = w.cfg.PollMin // busy: a freed slot (see Run) polls again after this
+		// Busy: no poll until a slot frees (see Run). Held candidates
+		// fill it at once; after them, list again soon if the listing was
+		// cut short (a backlog), else at the pace.
+		m.interval = paced()
+		if p.capped {
+			m.interval = w.cfg.PollMin
+		}
 		return w.cfg.PollMax
 	case p.err != nil:
 		w.log.Warn("poll", "err", p.err)
@@ -487,18 +508,7 @@ func (w *Worker) adapt(p pass) time.Duration {
 	case p.listed > 0:
 		// Reset on work, to the pace the work arrives at: polling faster
 		// than PollBatch tasks per poll only buys empty LISTs.
-		if since > 0 && since < time.Hour {
-			rate := float64(p.listed) / since.Seconds()
-			if m.rate == 0 {
-				m.rate = rate
-			} else {
-				m.rate = 0.5*m.rate + 0.5*rate
-			}
-		}
-		m.interval = w.cfg.PollMin
-		if m.rate > 0 {
-			m.interval = min(max(time.Duration(w.cfg.PollBatch/m.rate*float64(time.Second)), w.cfg.PollMin), w.cfg.PollMax)
-		}
+		m.interval = paced()
 	default:
 		m.interval = w.grow(m.interval)
 	}
@@ -587,6 +597,7 @@ type pass struct {
 	claimed  int  // tasks claimed
 	listed   int  // due candidates its LISTs returned: the arrivals since the last
 	lists    bool // it listed, rather than only claiming held candidates
+	capped   bool // a listing returned as many as it asked for: more may be due
 	full     bool // every slot was busy at the end
 	leftover bool // due candidates were left behind for lack of slots
 	err      error
@@ -657,10 +668,12 @@ func (w *Worker) pollShard(ctx context.Context, shard int, iv clock.Interval, p 
 		// A listing returns up to a poll's worth of tasks (PollBatch), or
 		// a full set of slots under a backlog, so that slots freeing up
 		// one by one are refilled from what is held, not by a LIST each.
-		cands, err = s.Next(ctx, w.st, iv.Latest, max(w.free(), cap(w.slots), int(math.Ceil(w.cfg.PollBatch)))+1)
+		want := max(w.free(), cap(w.slots), int(math.Ceil(w.cfg.PollBatch))) + 1
+		cands, err = s.Next(ctx, w.st, iv.Latest, want)
 		if err != nil {
 			return err
 		}
+		p.capped = p.capped || len(cands) >= want
 		p.listed += len(cands)
 		p.lists = true
 		h.at = time.Now()
