@@ -137,7 +137,6 @@ type Worker struct {
 	handlers map[string]Handler
 	scans    map[int]*shards.Scan
 	held     map[int]held // under pollMu
-	heldN    atomic.Int64 // candidates in held
 	rotate   int
 
 	slots    chan struct{}
@@ -304,7 +303,11 @@ func (w *Worker) Run(ctx context.Context) error {
 			// rather than after PollMax.
 			w.fleetMu.Lock()
 			t := time.Now().Add(w.fleet.interval)
-			if w.heldN.Load() > 0 {
+			own := w.fleet.assign.Own
+			if w.static() {
+				own = w.cfg.OwnShards
+			}
+			if w.holding(own) {
 				t = time.Now()
 			}
 			if t.Before(w.fleet.nextOwnPoll) {
@@ -339,11 +342,16 @@ func (w *Worker) leave() {
 func (w *Worker) step(ctx context.Context) time.Duration {
 	w.fleetMu.Lock()
 	defer w.fleetMu.Unlock()
-	if w.static() {
-		return w.adapt(w.pollShards(ctx, w.cfg.OwnShards))
-	}
 	m := &w.fleet
 	now := time.Now()
+	if w.static() {
+		if now.Before(m.nextOwnPoll) {
+			return time.Until(m.nextOwnPoll) // woken by a freed slot early
+		}
+		d := w.adapt(w.pollShards(ctx, w.cfg.OwnShards))
+		m.nextOwnPoll = now.Add(d)
+		return d
+	}
 	due := (m.member && now.Sub(m.renewed) >= w.memberTTL()/3) || (!m.member && now.Sub(m.synced) >= m.standbyWait) ||
 		(m.saturated() && w.free() == 0) || m.leaving
 	if due {
@@ -656,6 +664,19 @@ type held struct {
 	cands []shards.Candidate
 }
 
+// holding reports whether candidates held for one of these shards are
+// still fresh enough to claim.
+func (w *Worker) holding(list []int) bool {
+	w.pollMu.Lock()
+	defer w.pollMu.Unlock()
+	for _, s := range list {
+		if h := w.held[s]; len(h.cands) > 0 && time.Since(h.at) < w.cfg.PollMax {
+			return true
+		}
+	}
+	return false
+}
+
 func (w *Worker) pollShard(ctx context.Context, shard int, iv clock.Interval, p *pass) error {
 	s := w.scan(shard, iv)
 	h := w.held[shard]
@@ -717,7 +738,6 @@ func (w *Worker) pollShard(ctx context.Context, shard int, iv clock.Interval, p 
 			w.settle(ctx, s, c, settledAt, done)
 		}
 	}
-	w.heldN.Add(int64(len(cands) - i - len(w.held[shard].cands)))
 	h.cands = append([]shards.Candidate(nil), cands[i:]...)
 	w.held[shard] = h
 	p.leftover = p.leftover || len(h.cands) > 0
