@@ -19,18 +19,22 @@ func TasksPrefix(shard int) string { return "tasks/" + task.ShardName(shard) + "
 // per task and without an index entry per task.
 //
 // A producer's PUT can land after later ids are already visible (clock
-// uncertainty, a slow request), so each scan starts Lag before the cursor
-// and skips keys whose ETag it has already seen. A task that lands even
+// uncertainty, a slow request), so one scan per Lag (by S3 time) starts
+// 2×Lag before the cursor, and skips keys whose ETag it has already seen;
+// the others start at the cursor. A key that lands up to Lag late is found
+// by the next such scan, and a busy member does not re-list the last
+// seconds of its shard on every poll (the server reads every key it lists). A task that lands even
 // later is announced in the ready index by its producer, and the monitor's
 // repair catches whatever else slips by (invariant 6).
 type Scan struct {
 	Shard int
-	// Lag is how far before the cursor each scan starts.
+	// Lag: how late a key may land and still be found by the scan.
 	Lag time.Duration
 	// PageSize bounds one LIST.
 	PageSize int
 
 	cursor    time.Time            // keys up to here are settled
+	lagged    time.Time            // S3 time of the last scan that started behind the cursor
 	seen      map[string]string    // key -> ETag last settled
 	unsettled map[string]time.Time // handed out, not yet settled: the cursor waits for them
 }
@@ -59,7 +63,10 @@ type Candidate struct {
 // candidate with Seen once handled; the cursor never passes one they have
 // not, so a candidate whose read failed is listed again.
 func (s *Scan) Next(ctx context.Context, st s3store.Store, now time.Time, max int) ([]Candidate, error) {
-	start := s.cursor.Add(-s.Lag)
+	start := s.cursor
+	if !now.Before(s.lagged.Add(s.Lag)) {
+		start, s.lagged = s.cursor.Add(-2*s.Lag), now
+	}
 	after := TasksPrefix(s.Shard) + lowID(start)
 	var out []Candidate
 	for pages := 0; pages < 8 && len(out) < max; pages++ {
@@ -145,7 +152,7 @@ func (s *Scan) advance(at time.Time) {
 	}
 	s.cursor = at
 	// Forget keys the next scan will not list again.
-	horizon := s.cursor.Add(-s.Lag - time.Second)
+	horizon := s.cursor.Add(-2*s.Lag - time.Second)
 	if len(s.seen) > 1024 {
 		for k := range s.seen {
 			c, ok := parseCandidate(s3store.ObjectInfo{Key: k})

@@ -122,6 +122,11 @@ func TestScanFindsNewTasksOnceAndStopsAtTheFuture(t *testing.T) {
 		t.Fatalf("second scan handed out %d seen keys again", len(c))
 	}
 	late := put(now.Add(-2 * time.Second)) // landed behind the cursor, within the lag
+	c, _ = s.Next(ctx, st, now.Add(time.Second), 10)
+	if len(c) != 0 {
+		t.Fatalf("a scan within the lag of the last one started behind the cursor: %+v", c)
+	}
+	now = now.Add(5 * time.Second) // one lag later, a scan starts behind the cursor again
 	c, _ = s.Next(ctx, st, now, 10)
 	if len(c) != 1 || c[0].ID != late {
 		t.Fatalf("scan missed a task that landed within the lag: %+v", c)
@@ -135,8 +140,8 @@ func TestScanFindsNewTasksOnceAndStopsAtTheFuture(t *testing.T) {
 	if len(c) != 1 || !c[0].Pointer || c[0].ID != a {
 		t.Fatalf("scan did not hand out the ready pointer: %+v", c)
 	}
-	if lists := st.Counts().Of(s3store.OpList); lists != 4 {
-		t.Fatalf("4 scans made %d LISTs, want 4 (one page each)", lists)
+	if lists := st.Counts().Of(s3store.OpList); lists != 5 {
+		t.Fatalf("5 scans made %d LISTs, want 5 (one page each)", lists)
 	}
 	if gets := st.Counts().Of(s3store.OpGet); gets != 0 {
 		t.Fatalf("scans made %d GETs; they must read only the listing", gets)

@@ -84,7 +84,9 @@ type Config struct {
 	// listing returns up to PollBatch due tasks; those beyond the free slots
 	// are held (for up to PollMax) and claimed as slots free up.
 	PollBatch float64
-	// ScanLag is how far behind its cursor a shard scan starts (default 5s).
+	// ScanLag is how late a task may land and still be found by the shard
+	// scans: once per ScanLag a scan starts twice this far behind its
+	// cursor, the others at it (default 5s).
 	ScanLag time.Duration
 	// ScanLookback is how far back a new worker's scans start (default 1h);
 	// older pending tasks reach it through the ready index.
