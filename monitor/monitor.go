@@ -66,7 +66,7 @@ type Config struct {
 	// work are swept every Interval.
 	SweepMax time.Duration
 	// FullSweep is how often the monitor walks the finished tasks at the
-	// head of each shard (default 1h): sweeps start at the shard's floor,
+	// head of each shard (default 6h): sweeps start at the shard's floor,
 	// past the run of keys that held only finished tasks, and a full walk
 	// from the first key, one page per tick, does retention there and
 	// catches a requeue whose announcement was lost.
@@ -177,7 +177,7 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Monitor, error) {
 		cfg.SweepMax = 10 * time.Minute
 	}
 	if cfg.FullSweep <= 0 {
-		cfg.FullSweep = time.Hour
+		cfg.FullSweep = 6 * time.Hour
 	}
 	if cfg.Retention < 0 {
 		return nil, fmt.Errorf("monitor: retention %v must not be negative", cfg.Retention)

@@ -153,7 +153,7 @@ func Default() Config {
 			RepairAfter: time.Minute,
 			StaleAfter:  10 * time.Second,
 			SweepMax:    10 * time.Minute,
-			FullSweep:   time.Hour,
+			FullSweep:   6 * time.Hour,
 			Retention:   7 * 24 * time.Hour,
 		},
 		SubmitSection: SubmitSection{
@@ -842,6 +842,7 @@ var EconomyProfile = map[string]func(c *Config){
 	"worker.standby_poll": func(c *Config) { c.WorkerSection.StandbyPoll = 2 * time.Minute },
 	"worker.sleep_scan":   func(c *Config) { c.WorkerSection.SleepScan = 5 * time.Minute },
 	"monitor.interval":    func(c *Config) { c.MonitorSection.Interval = 30 * time.Second },
+	"monitor.full_sweep":  func(c *Config) { c.MonitorSection.FullSweep = 24 * time.Hour },
 }
 
 // applyProfile sets the profile's defaults for keys not set explicitly.

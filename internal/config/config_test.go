@@ -53,7 +53,7 @@ func TestDefaultsMatchTheServices(t *testing.T) {
 		t.Errorf("Producer() = %+v\nwant %+v", got, wantProducer)
 	}
 	wantMonitor := monitor.Config{Interval: 5 * time.Second, PageSize: 1000, LeaseMargin: 2 * time.Second,
-		RepairAfter: time.Minute, Retention: 168 * time.Hour, StaleAfter: 10 * time.Second, SweepMax: 10 * time.Minute, FullSweep: time.Hour}
+		RepairAfter: time.Minute, Retention: 168 * time.Hour, StaleAfter: 10 * time.Second, SweepMax: 10 * time.Minute, FullSweep: 6 * time.Hour}
 	if got := c.Monitor(); !reflect.DeepEqual(got, wantMonitor) {
 		t.Errorf("Monitor() = %+v\nwant %+v", got, wantMonitor)
 	}
