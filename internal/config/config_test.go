@@ -114,7 +114,7 @@ var keyCases = []keyCase{
 	{"monitor.repair_after", `"30s"`, "30s", func(c Config) bool { return c.Monitor().RepairAfter == 30*time.Second }},
 	{"monitor.stale_after", `"3s"`, "3s", func(c Config) bool { return c.Monitor().StaleAfter == 3*time.Second }},
 	{"monitor.sweep_max", `"1m"`, "1m", func(c Config) bool { return c.Monitor().SweepMax == time.Minute }},
-	{"monitor.full_sweep", `"6h"`, "6h", func(c Config) bool { return c.Monitor().FullSweep == 6*time.Hour }},
+	{"monitor.full_sweep", `"2h"`, "2h", func(c Config) bool { return c.Monitor().FullSweep == 2*time.Hour }},
 	{"monitor.leader", `true`, "true", func(c Config) bool { return c.Monitor().Leader }},
 	{"monitor.retention", `"0"`, "0", func(c Config) bool {
 		m := c.Monitor()
