@@ -108,6 +108,10 @@ type Monitor struct {
 	renewd time.Time        // local time the lease was last written
 	fleet  *shards.FleetCache
 	total  TickStats
+	// What the fleet object said at fleetRead (local time): how many
+	// shards receive new tasks while it is awake.
+	active    int
+	fleetRead time.Time
 }
 
 // sweep is the monitor's walk of one shard. Keys sort by time, and the
@@ -280,6 +284,7 @@ func (m *Monitor) Tick(ctx context.Context) (TickStats, error) {
 	// A tenth of an interval of slack: ticks come every Interval, and a
 	// sweep due "now" must not wait for the next one.
 	soon := now.Add(m.cfg.Interval / 10)
+	active := m.activeShards(ctx, iv)
 	for i, visited := 0, 0; i < m.manifest.Shards && visited < m.cfg.ShardsPerTick; i++ {
 		shard := m.next
 		m.next = (m.next + 1) % m.manifest.Shards
@@ -288,7 +293,13 @@ func (m *Monitor) Tick(ctx context.Context) (TickStats, error) {
 			sw = &sweep{fullDue: now.Add(m.cfg.FullSweep)} // the first sweep starts from the first key
 			m.sweeps[shard] = sw
 		}
-		quick := sw.mid || !soon.Before(sw.due)
+		due := sw.due
+		if shard < active {
+			// New work lands here: however quiet the shard was, sweep it
+			// often enough to see a dead worker's leases expire.
+			due = minTime(due, sw.started.Add(awakeSweep*m.cfg.Interval))
+		}
+		quick := sw.mid || !soon.Before(due)
 		full := sw.fullMid || (sw.floor != "" && !soon.Before(sw.fullDue))
 		if !quick && !full {
 			continue
@@ -313,6 +324,36 @@ func (m *Monitor) Tick(ctx context.Context) (TickStats, error) {
 	}
 	m.total.add(st)
 	return st, errs
+}
+
+// awakeSweep: while the fleet is awake, the shards receiving new tasks are
+// swept at least every awakeSweep intervals, whatever their back-off.
+const awakeSweep = 3
+
+// activeShards returns how many shards receive new tasks while the fleet
+// is awake (shards [0, n) do), or 0 while it sleeps. It reads the fleet
+// object at most once per awakeSweep intervals.
+func (m *Monitor) activeShards(ctx context.Context, iv clock.Interval) int {
+	if m.fleetRead.IsZero() || time.Since(m.fleetRead) >= awakeSweep*m.cfg.Interval {
+		f, _, err := shards.ReadFleet(ctx, m.st)
+		if err != nil && !errors.Is(err, shards.ErrCorruptFleet) {
+			m.log.Warn("read the fleet", "err", err)
+			return m.active
+		}
+		m.fleetRead = time.Now()
+		m.active = 0
+		if live := f.Live(iv, m.cfg.LeaseMargin); !f.Asleep && len(live) > 0 {
+			m.active = shards.Active(len(live), m.manifest.Shards)
+		}
+	}
+	return m.active
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // floorLag keeps a shard's floor behind S3 time: keys are times, and a

@@ -287,3 +287,45 @@ func hasPointerTo(objs []s3store.ObjectInfo, id string) bool {
 	}
 	return false
 }
+
+// After a quiet spell the monitor's sweeps of a shard back off towards
+// sweep_max; while the fleet is awake, the shards that receive new tasks are
+// swept every 3 intervals all the same, so a dead worker's lease is seen in
+// time.
+func TestAnAwakeFleetsShardsAreSweptDespiteTheBackOff(t *testing.T) {
+	ctx := context.Background()
+	st, srv, clk := fakeTime()
+	f := shards.Fleet{Members: []shards.Member{{ID: "w", Joined: *srv, ExpiresAt: srv.Add(time.Hour), Types: []string{"t"}}}}
+	if _, _, err := shards.UpdateFleet(ctx, st, shards.Fleet{}, "", func(x *shards.Fleet) bool { *x = f; return true }); err != nil {
+		t.Fatal(err)
+	}
+	p, _ := producer.New(ctx, st, producer.Config{Shards: 4, Clock: clk})
+	m, _ := monitor.New(ctx, st, monitor.Config{Shards: 4, Interval: 5 * time.Second, SweepMax: 10 * time.Minute, Clock: clk})
+	tick := func() {
+		*srv = srv.Add(5 * time.Second)
+		if _, err := m.Tick(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < 200; i++ { // a quiet quarter of an hour: shard 0 backs off
+		tick()
+	}
+	id, _ := p.Submit(ctx, "t", nil, producer.Options{Timeout: 10 * time.Second}) // to shard 0, the member's
+	v, _ := taskio.LoadID(ctx, st, id, 4)
+	at, _ := clk.Now(ctx)
+	if err := v.Task.ClaimBy("w", "claim-1", at.Latest); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := taskio.Update(ctx, st, v.Task, v.ETag); err != nil {
+		t.Fatal(err)
+	}
+	// The worker dies: its lease (10s) expires, plus the margin; the
+	// monitor must see it unchanged for stale_after (10s) first.
+	for i := 0; i < 12; i++ { // one minute
+		tick()
+		if got, _ := p.Get(ctx, id); got.Status == task.Pending {
+			return
+		}
+	}
+	t.Fatal("a running task of an awake fleet's shard was not re-dispatched within a minute of its lease expiring after a quiet spell")
+}
