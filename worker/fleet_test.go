@@ -452,3 +452,32 @@ func TestACorruptFleetObjectIsReportedAndReplaced(t *testing.T) {
 		t.Fatalf("the worker did not report the corrupt fleet object; logs:\n%s", logs.String())
 	}
 }
+
+// A member paced to list rarely (a large poll_batch at a trickle) is not
+// idle between its listings: it does not fall asleep while work flows.
+func TestAPacedMemberStaysAwakeWhileWorkTrickles(t *testing.T) {
+	st := mem.New()
+	f := newFleet(t, st, 2)
+	cfg := f.fast("w")
+	cfg.PollBatch, cfg.PollMax, cfg.SleepAfter, cfg.Dedicated = 10, 2*time.Second, 300*time.Millisecond, false
+	f.start(cfg, nil, nil)
+	p, err := producer.New(f.ctx, st, producer.Config{Shards: 2, LeaseMargin: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slept := 0
+	for i := 0; i < 40; i++ { // 5 tasks a second for 8 seconds: a listing every 2 seconds
+		if _, err := p.Submit(f.ctx, "job", nil, producer.Options{}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(200 * time.Millisecond) // the arrival process under test, not a wait for work
+		if i >= 10 {
+			if fl, _, _ := shards.ReadFleet(f.ctx, st); fl.Asleep {
+				slept++
+			}
+		}
+	}
+	if slept > 0 {
+		t.Fatalf("the member was asleep at %d of 30 arrivals while work trickled in", slept)
+	}
+}

@@ -426,7 +426,10 @@ func (w *Worker) step(ctx context.Context) time.Duration {
 	wait = min(wait, w.drainShards(ctx, now))
 
 	live := m.fleet.Live(iv, w.cfg.LeaseMargin)
-	idle := now.Sub(m.lastWork)
+	// Idle means no work for a while and for two polls: a member paced to
+	// list once a minute (poll_batch at a trickle) is not idle between
+	// its listings.
+	idle := now.Sub(m.lastWork) - 2*m.interval
 	switch {
 	case idle >= w.cfg.IdleLeave && w.nextToLeave(live):
 		m.leaving = true
