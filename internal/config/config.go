@@ -835,7 +835,7 @@ func profileName(v any) error {
 // EconomyProfile is what profile = "economy" changes: fewer requests for
 // slower pickup (p50 within a minute at light load) and slower failover.
 var EconomyProfile = map[string]func(c *Config){
-	"worker.poll_batch":   func(c *Config) { c.WorkerSection.PollBatch = 60 },
+	"worker.poll_batch":   func(c *Config) { c.WorkerSection.PollBatch = 30 },
 	"worker.poll_max":     func(c *Config) { c.WorkerSection.PollMax = time.Minute },
 	"worker.bell_poll":    func(c *Config) { c.WorkerSection.BellPoll = 30 * time.Second },
 	"worker.member_ttl":   func(c *Config) { c.WorkerSection.MemberTTL = 90 * time.Second },
@@ -843,6 +843,9 @@ var EconomyProfile = map[string]func(c *Config){
 	"worker.sleep_scan":   func(c *Config) { c.WorkerSection.SleepScan = 5 * time.Minute },
 	"monitor.interval":    func(c *Config) { c.MonitorSection.Interval = 30 * time.Second },
 	"monitor.full_sweep":  func(c *Config) { c.MonitorSection.FullSweep = 24 * time.Hour },
+	// Tasks wait up to a poll_max for the member's listing: the repair must
+	// not take that wait for a lost announcement.
+	"monitor.repair_after": func(c *Config) { c.MonitorSection.RepairAfter = 3 * time.Minute },
 }
 
 // applyProfile sets the profile's defaults for keys not set explicitly.

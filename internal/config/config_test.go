@@ -88,7 +88,7 @@ var keyCases = []keyCase{
 	{"worker.poll_multiplier", `1.5`, "1.5", func(c Config) bool { return c.Worker().PollMultiplier == 1.5 }},
 	{"worker.poll_batch", `60.0`, "60", func(c Config) bool { return c.Worker().PollBatch == 60 }},
 	{"profile", `"economy"`, "economy", func(c Config) bool {
-		return c.Worker().PollBatch == 60 && c.Worker().StandbyPoll == 2*time.Minute && c.Monitor().Interval == 30*time.Second
+		return c.Worker().PollBatch == 30 && c.Monitor().RepairAfter == 3*time.Minute && c.Worker().StandbyPoll == 2*time.Minute && c.Monitor().Interval == 30*time.Second
 	}},
 	{"worker.scan_lag", `"3s"`, "3s", func(c Config) bool { return c.Worker().ScanLag == 3*time.Second }},
 	{"worker.scan_lookback", `"2h"`, "2h", func(c Config) bool { return c.Worker().ScanLookback == 2*time.Hour }},
