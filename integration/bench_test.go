@@ -1415,9 +1415,9 @@ func clampZero(r cost.Requests) cost.Requests {
 
 // BenchmarkSeedWorkload is the seed workload: 50 elastic workers, 100K
 // tasks/day (1.16 tasks/s), a 100 ms handler, over S3QUEUE_BENCH_WINDOW
-// (default 3 minutes) after the fleet settled; with default settings, with
-// profile = "economy" (internal/config.EconomyProfile), and with the
-// economy profile and enough slots for a poll's worth of tasks.
+// (default 3 minutes) after the fleet settled and a warm-up under load;
+// with default settings, and with profile = "economy"
+// (internal/config.EconomyProfile).
 func BenchmarkSeedWorkload(b *testing.B) {
 	for _, c := range []struct {
 		name   string
