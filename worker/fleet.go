@@ -38,6 +38,7 @@ type membership struct {
 	interval    time.Duration
 	lastPoll    time.Time // local time of the last poll of the own shards
 	rate        float64   // recent arrival rate, tasks/s, from polls that found work
+	capped      bool      // the last listing returned all it asked for: a backlog
 	drainNext   map[int]time.Time
 	drainEvery  map[int]time.Duration
 }

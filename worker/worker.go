@@ -503,13 +503,16 @@ func (w *Worker) adapt(p pass) time.Duration {
 		}
 		return min(max(time.Duration(w.cfg.PollBatch/m.rate*float64(time.Second)), w.cfg.PollMin), w.cfg.PollMax)
 	}
+	if p.lists {
+		m.capped = p.capped
+	}
 	switch {
 	case p.full:
 		// Busy: no poll until a slot frees (see Run). Held candidates
-		// fill it at once; after them, list again soon if the listing was
-		// cut short (a backlog), else at the pace.
+		// fill it at once; after them, list again soon if the last listing
+		// was cut short (a backlog), else at the pace.
 		m.interval = paced()
-		if p.capped {
+		if m.capped {
 			m.interval = w.cfg.PollMin
 		}
 		return w.cfg.PollMax
@@ -517,7 +520,11 @@ func (w *Worker) adapt(p pass) time.Duration {
 		w.log.Warn("poll", "err", p.err)
 		m.interval = w.grow(m.interval)
 	case !p.lists:
-		// Only held candidates, all claimed: list at the current pace.
+		// Only held candidates, all claimed: list at the pace, or at once
+		// after a listing that was cut short.
+		if m.capped {
+			m.interval = w.cfg.PollMin
+		}
 	case p.listed > 0:
 		// Reset on work, to the pace the work arrives at: polling faster
 		// than PollBatch tasks per poll only buys empty LISTs.
