@@ -22,15 +22,15 @@ var DefaultProfile = Profile{
 	},
 }
 
-// EconomyProfile: BenchmarkSeedWorkload/economy-c64 — profile = "economy"
-// with worker.concurrency = 64 (a poll's worth of tasks), same workload.
+// EconomyProfile: BenchmarkSeedWorkload/economy — profile = "economy",
+// same workload (run at commit e56fadd, after the fix to backlog listing).
 var EconomyProfile = Profile{
 	Name:  "economy",
-	About: "profile = economy, concurrency 64, at 100K tasks/day, 50 workers (BenchmarkSeedWorkload/economy-c64)",
+	About: "profile = economy at 100K tasks/day, 50 workers (BenchmarkSeedWorkload/economy)",
 	Rates: Rates{
-		PerTask:       Requests{PUT: 3.02, GET: 1.29, HEAD: 0.004, LIST: 0.223},
-		PerWorkerHour: Requests{GET: 31.9, HEAD: 31.9},
-		PerFleetHour:  Requests{PUT: 223, GET: 64, HEAD: 16, LIST: 542},
+		PerTask:       Requests{PUT: 3.01, GET: 1.31, LIST: 0.126},
+		PerWorkerHour: Requests{GET: 20.5},
+		PerFleetHour:  Requests{PUT: 121, GET: 120, LIST: 121},
 	},
 }
 
