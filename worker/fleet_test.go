@@ -269,7 +269,7 @@ func TestAnIdleFleetShrinksToOneSleepingMemberThatAProducerWakes(t *testing.T) {
 	})
 	// Past its awake grace, the sleeping member reads the doorbell instead
 	// of listing.
-	time.Sleep(2500 * time.Millisecond) // let the awake grace run out: a stretch of time under test, not a wait for work
+	time.Sleep(4 * time.Second) // let the awake grace (2.1s) and its last scan run out: a stretch of time under test, not a wait for work
 	before, sbBefore := st.Counts(), standbys.Counts()
 	time.Sleep(time.Second) // an idle stretch, measured: not a wait for background work
 	idle, sbIdle := st.Counts().Sub(before), standbys.Counts().Sub(sbBefore)
