@@ -361,6 +361,16 @@ func minTime(a, b time.Time) time.Time {
 // not hold the floor above the keys of tasks submitted next.
 const floorLag = time.Minute
 
+// listPage lists one page of shard after key, and the S3 time just after.
+func (m *Monitor) listPage(ctx context.Context, shard int, after string) (s3store.ListPage, clock.Interval, error) {
+	page, err := m.st.List(ctx, shards.TasksPrefix(shard), s3store.ListOptions{StartAfter: after, MaxKeys: m.cfg.PageSize})
+	if err != nil {
+		return page, clock.Interval{}, fmt.Errorf("sweep shard %d: %w", shard, err)
+	}
+	iv, err := m.clock.Now(ctx)
+	return page, iv, err
+}
+
 // sweepPage lists the next page of the shard's sweep, from its floor.
 func (m *Monitor) sweepPage(ctx context.Context, shard int, sw *sweep) (TickStats, error) {
 	var st TickStats
@@ -368,11 +378,7 @@ func (m *Monitor) sweepPage(ctx context.Context, shard int, sw *sweep) (TickStat
 		sw.mid, sw.cursor, sw.started = true, sw.floor, time.Time{}
 		sw.sawLive, sw.settling, sw.settled, sw.lower = false, true, sw.floor, nil
 	}
-	page, err := m.st.List(ctx, shards.TasksPrefix(shard), s3store.ListOptions{StartAfter: sw.cursor, MaxKeys: m.cfg.PageSize})
-	if err != nil {
-		return st, fmt.Errorf("sweep shard %d: %w", shard, err)
-	}
-	iv, err := m.clock.Now(ctx)
+	page, iv, err := m.listPage(ctx, shard, sw.cursor)
 	if err != nil {
 		return st, err
 	}
@@ -422,11 +428,7 @@ func (m *Monitor) fullPage(ctx context.Context, shard int, sw *sweep) (TickStats
 	if !sw.fullMid {
 		sw.fullMid, sw.fullCursor = true, ""
 	}
-	page, err := m.st.List(ctx, shards.TasksPrefix(shard), s3store.ListOptions{StartAfter: sw.fullCursor, MaxKeys: m.cfg.PageSize})
-	if err != nil {
-		return st, fmt.Errorf("full sweep of shard %d: %w", shard, err)
-	}
-	iv, err := m.clock.Now(ctx)
+	page, iv, err := m.listPage(ctx, shard, sw.fullCursor)
 	if err != nil {
 		return st, err
 	}
