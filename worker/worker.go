@@ -682,18 +682,23 @@ func (w *Worker) holding(list []int) bool {
 	w.pollMu.Lock()
 	defer w.pollMu.Unlock()
 	for _, s := range list {
-		if h := w.held[s]; len(h.cands) > 0 && time.Since(h.at) < w.cfg.PollMax {
+		if w.held[s].fresh(w.cfg.PollMax) {
 			return true
 		}
 	}
 	return false
 }
 
+// fresh reports whether h holds candidates listed less than maxAge ago.
+func (h held) fresh(maxAge time.Duration) bool {
+	return len(h.cands) > 0 && time.Since(h.at) < maxAge
+}
+
 func (w *Worker) pollShard(ctx context.Context, shard int, iv clock.Interval, p *pass) error {
 	s := w.scan(shard, iv)
 	h := w.held[shard]
 	cands := h.cands
-	if len(cands) == 0 || time.Since(h.at) >= w.cfg.PollMax {
+	if !h.fresh(w.cfg.PollMax) {
 		// Candidates held longer than PollMax are listed afresh (they stay
 		// unsettled in the scan, so the listing returns them again). One
 		// more than the free slots tells whether work is left behind.
