@@ -323,9 +323,10 @@ var cases = []struct {
 		w := e.startWorker(e.workerConfig("w1"), nil, map[string]worker.Handler{"echo": echo})
 		e.waitStatus(id, task.Succeeded, 30*time.Second, nil)
 		e.waitStatus(after, task.Succeeded, 30*time.Second, nil)
-		if w.Stats().Corrupt < 1 {
-			t.Fatal("corrupt object not reported")
-		}
+		// The tasks may arrive by their ready pointers (no member served
+		// the shard when they were submitted) before the scan of their
+		// shard reaches the corrupt key, so the report can come after them.
+		e.waitFor("the worker to report the corrupt object", 10*time.Second, nil, func() bool { return w.Stats().Corrupt >= 1 })
 		mon := e.monitor(monitor.Config{})
 		e.waitFor("the monitor to report the corrupt object", 10*time.Second, func() { mon.Tick(e.ctx) }, func() bool { return mon.Stats().Corrupt == 1 })
 	}},
