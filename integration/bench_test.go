@@ -1110,7 +1110,7 @@ func BenchmarkHeavyLoad(b *testing.B) {
 		{"paced: pickup p50", fmtDur(pct(ds, 50)), "<= 250ms", verdict(pct(ds, 50) <= 250*time.Millisecond)},
 		{"paced: pickup p99", fmtDur(pct(ds, 99)), "", ""},
 		{"paced: pickups before Submit returned", strconv.Itoa(early), "", ""},
-		{"paced: PUT-class per task", fmt.Sprintf("%.2f (PUT %.3f, LIST %.3f)", pPutClass, per(pTot, len(paced), s3store.OpPut), per(pTot, len(paced), s3store.OpList)), "<= 3.2", verdict(pPutClass <= 3.2)},
+		{"paced: PUT-class per task", fmt.Sprintf("%.2f (PUT %.3f, LIST %.3f)", pPutClass, per(pTot, len(paced), s3store.OpPut), per(pTot, len(paced), s3store.OpList)), "", ""}, // 3 + 1/poll_batch below poll_batch/poll_min tasks/s per member: see docs/performance.md
 		{"paced: GET per task", fmt.Sprintf("%.3f (HEAD %.3f)", per(pTot, len(paced), s3store.OpGet), per(pTot, len(paced), s3store.OpHead)), "<= 2", verdict(per(pTot, len(paced), s3store.OpGet) <= 2)},
 		{"duplicate executions", strconv.Itoa(r.tr.duplicates()), "0", verdict(r.tr.duplicates() == 0)},
 	})
