@@ -81,8 +81,9 @@ type Config struct {
 	// [PollMin, PollMax] (default 3). Under heavy load that is PollMin; at a
 	// task a second it is about three seconds, one LIST per three tasks. Larger
 	// values trade pickup latency for fewer LISTs (the economy profile). A
-	// listing returns up to PollBatch due tasks; those beyond the free slots
-	// are held (for up to PollMax) and claimed as slots free up.
+	// listing asks for up to max(Concurrency, PollBatch) + 1 due tasks;
+	// those beyond the free slots are held (for up to PollMax) and claimed
+	// as slots free up.
 	PollBatch float64
 	// ScanLag is how late a task may land and still be found by the shard
 	// scans: once per ScanLag a scan starts twice this far behind its

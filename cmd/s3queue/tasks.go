@@ -41,7 +41,7 @@ var getCommand = &command{
 var historyCommand = &command{
 	name: "history", args: "ID", nargs: 1, json: true,
 	summary: "show a task's state transitions, oldest first",
-	details: "One GET: the history lives on the task object (the last 32 transitions and the first).",
+	details: "One GET: the history lives on the task object (at most 32 entries: the first transition and the last 31).",
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		return func(ctx context.Context, args []string) error {
 			id := args[0]

@@ -397,6 +397,27 @@ func TestExampleFileDocumentsEveryKeyWithItsDefault(t *testing.T) {
 	}
 }
 
+// A copy of the example with the economy profile chosen gets the economy
+// profile: the example sets none of the keys the profile changes.
+func TestExampleFileTakesTheEconomyProfile(t *testing.T) {
+	env := envMap(map[string]string{"S3QUEUE_PROFILE": "economy"})
+	got, err := Load(filepath.Join("..", "..", "queue.toml.example"), env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := Load("", env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got.Source, want.Source = "", ""
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("queue.toml.example with profile economy:\n got %+v\nwant %+v", got, want)
+	}
+	if want.Worker().PollBatch != 30 {
+		t.Fatalf("economy poll_batch %v, want 30", want.Worker().PollBatch)
+	}
+}
+
 // sectionText returns the part of a TOML text in [section] ("" for the top
 // level, before the first table).
 func sectionText(text, section string) []byte {
