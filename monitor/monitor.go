@@ -508,7 +508,7 @@ func (m *Monitor) inspect(ctx context.Context, o s3store.ObjectInfo, iv clock.In
 		// New to us, or changed since: wait and see whether it settles.
 		k = known{etag: o.ETag, seen: iv.Earliest, updated: o.LastModified}
 		m.known[o.Key] = k
-	case !k.loaded && !k.status.Terminal() && iv.After(k.seen.Add(m.cfg.StaleAfter)):
+	case !k.loaded && !k.status.Terminal() && iv.After(k.seen.Add(m.cfg.StaleAfter)) && !m.notDueYet(o, iv):
 		// Unchanged for StaleAfter and not finished: read what it is.
 		v, err := taskio.Load(ctx, m.st, o.Key)
 		st.Loaded++
@@ -560,6 +560,23 @@ func (m *Monitor) inspect(ctx context.Context, o s3store.ObjectInfo, iv clock.In
 		return m.expireRetention(ctx, o.Key, st)
 	}
 	return nil
+}
+
+// notDueYet reports whether o's size says pending and its id's time is
+// less than RepairAfter ago: no pending task is due for repair sooner (it
+// becomes available no earlier than its id's time), so reading it can wait
+// until then. A backlog of tasks waiting longer than StaleAfter then costs
+// the monitor no GETs.
+func (m *Monitor) notDueYet(o s3store.ObjectInfo, iv clock.Interval) bool {
+	if !shards.PendingBySize(o.Size) {
+		return false
+	}
+	_, id, err := task.ParseKey(o.Key)
+	if err != nil {
+		return false
+	}
+	at, err := task.IDTime(id)
+	return err == nil && !iv.After(at.Add(m.cfg.RepairAfter))
 }
 
 // inspectPointer deletes a ready pointer whose task is no longer pending

@@ -2,6 +2,7 @@ package monitor_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -195,7 +196,7 @@ func TestWithALeaderLeaseOnlyOneMonitorSweeps(t *testing.T) {
 func TestSweepsStartPastTheFinishedHistory(t *testing.T) {
 	ctx := context.Background()
 	mst, srv, clk := fakeTime()
-	st := s3store.NewCounter(mst)
+	st := &taskGets{Counter: s3store.NewCounter(mst)}
 	// The producer's clock follows the test's server time, so the task
 	// submitted after the history sorts after it.
 	p, _ := producer.New(ctx, st, producer.Config{Shards: 1, Clock: clk})
@@ -328,4 +329,62 @@ func TestAnAwakeFleetsShardsAreSweptDespiteTheBackOff(t *testing.T) {
 		}
 	}
 	t.Fatal("a running task of an awake fleet's shard was not re-dispatched within a minute of its lease expiring after a quiet spell")
+}
+
+// A backlog waiting longer than stale_after costs the monitor no GETs: a
+// pending task (known by its size) cannot be due for repair before
+// repair_after past its id's time, so it is read only then.
+func TestAPendingBacklogIsNotReadBeforeRepairIsDue(t *testing.T) {
+	ctx := context.Background()
+	mst, srv, clk := fakeTime()
+	st := &taskGets{Counter: s3store.NewCounter(mst)}
+	p, _ := producer.New(ctx, st, producer.Config{Shards: 1, Clock: clk})
+	var ids []string
+	for range 5 {
+		id, err := p.Submit(ctx, "t", nil, producer.Options{Timeout: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	// One of them is claimed and its worker dies: that one is read.
+	v, _ := taskio.LoadID(ctx, st, ids[0], 1)
+	*srv = srv.Add(2 * time.Second)
+	if err := v.Task.ClaimBy("w", "claim-1", *srv); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := taskio.Update(ctx, st, v.Task, v.ETag); err != nil {
+		t.Fatal(err)
+	}
+	m, _ := monitor.New(ctx, st, monitor.Config{Shards: 1, Interval: 5 * time.Second, StaleAfter: 10 * time.Second, RepairAfter: time.Minute, Clock: clk})
+	start := *srv
+	gets := func(from time.Duration, to time.Duration) int64 {
+		before := st.n
+		for at := from; at <= to; at += 5 * time.Second {
+			*srv = start.Add(at)
+			if _, err := m.Tick(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return st.n - before
+	}
+	if n := gets(0, 50*time.Second); n != 1 {
+		t.Fatalf("%d GETs in the first 50 s, want 1: the running task once it is stale, no pending one", n)
+	}
+	if n := gets(65*time.Second, 65*time.Second); n < 4 || m.Stats().Repaired != 4 {
+		t.Fatalf("%d GETs, %d repaired once repair was due: want the 4 pending tasks read and announced", n, m.Stats().Repaired)
+	}
+}
+
+// taskGets counts the GETs of task objects (not of fleet.json).
+type taskGets struct {
+	*s3store.Counter
+	n int64
+}
+
+func (s *taskGets) Get(ctx context.Context, key string) (s3store.Object, error) {
+	if strings.HasPrefix(key, "tasks/") {
+		s.n++
+	}
+	return s.Counter.Get(ctx, key)
 }

@@ -123,10 +123,30 @@ func parseCandidate(o s3store.ObjectInfo) (Candidate, bool) {
 
 // FinishedBySize reports what a task object's size says: odd sizes are
 // finished tasks (succeeded, dead, canceled), even sizes are not. Writers
-// pad the JSON with one trailing newline to keep this true, so a LIST, which
-// carries sizes, tells scans and sweeps which tasks are finished without a
-// GET per task. It is a hint for cost only: every decision re-reads.
+// pad the JSON with trailing newlines to keep this and PendingBySize true,
+// so a LIST, which carries sizes, tells scans and sweeps which tasks are
+// finished without a GET per task. It is a hint for cost only: every
+// decision re-reads.
 func FinishedBySize(size int64) bool { return size%2 == 1 }
+
+// PendingBySize reports whether a task object's size says pending: a
+// multiple of 4 bytes; a running task's size is 2 more than one. A hint for
+// cost only, like FinishedBySize.
+func PendingBySize(size int64) bool { return size%4 == 0 }
+
+// SizePadding is how many bytes of padding (trailing newlines) a task
+// object of n bytes with status s needs to keep FinishedBySize and
+// PendingBySize true.
+func SizePadding(n int, s task.Status) int {
+	switch {
+	case s.Terminal():
+		return 1 - n%2
+	case s == task.Pending:
+		return (4 - n%4) % 4
+	default:
+		return (6 - n%4) % 4
+	}
+}
 
 // Settled, passed to Seen, means "whatever its ETag, never hand this key
 // out again": a task object that has left pending comes back only through a

@@ -59,7 +59,8 @@ func Update(ctx context.Context, st s3store.Store, t *task.Task, etag string) (V
 	return put(ctx, st, t, s3store.PutOptions{IfMatch: etag})
 }
 
-// FinishedBySize is shards.FinishedBySize: task writes keep it true.
+// FinishedBySize is shards.FinishedBySize: task writes keep it and
+// shards.PendingBySize true.
 func FinishedBySize(size int64) bool { return shards.FinishedBySize(size) }
 
 func put(ctx context.Context, st s3store.Store, t *task.Task, opts s3store.PutOptions) (Versioned, error) {
@@ -67,7 +68,7 @@ func put(ctx context.Context, st s3store.Store, t *task.Task, opts s3store.PutOp
 	if err != nil {
 		return Versioned{}, fmt.Errorf("write task %s: %w", t.ID, err)
 	}
-	if FinishedBySize(int64(len(body))) != t.Status.Terminal() {
+	for range shards.SizePadding(len(body), t.Status) {
 		body = append(body, '\n')
 	}
 	etag, err := st.Put(ctx, t.Key(), body, opts)
