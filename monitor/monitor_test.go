@@ -196,7 +196,7 @@ func TestWithALeaderLeaseOnlyOneMonitorSweeps(t *testing.T) {
 func TestSweepsStartPastTheFinishedHistory(t *testing.T) {
 	ctx := context.Background()
 	mst, srv, clk := fakeTime()
-	st := &taskGets{Counter: s3store.NewCounter(mst)}
+	st := s3store.NewCounter(mst)
 	// The producer's clock follows the test's server time, so the task
 	// submitted after the history sorts after it.
 	p, _ := producer.New(ctx, st, producer.Config{Shards: 1, Clock: clk})
