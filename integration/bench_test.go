@@ -1041,6 +1041,7 @@ func BenchmarkHeavyLoad(b *testing.B) {
 
 	// Burst.
 	before := r.m.read()
+	monBefore := r.mon.Stats()
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	var subErr atomic.Value
@@ -1072,6 +1073,7 @@ func BenchmarkHeavyLoad(b *testing.B) {
 		b.Fatalf("only %d of %d tasks succeeded within 5 minutes", r.tr.doneCount(), n)
 	}
 	after := r.m.read()
+	monListed := r.mon.Stats().Listed - monBefore.Listed
 	win := after.since(before)
 	tot := win.total()
 	first, last := r.tr.span()
@@ -1133,6 +1135,7 @@ func BenchmarkHeavyLoad(b *testing.B) {
 		{"burst: throughput / raw task-shaped rate", fmt.Sprintf("%.0f%%", 100*tput/mix), "", ""},
 		{"burst: PUT-class per task (PUT + LIST)", fmt.Sprintf("%.2f (PUT %.3f, LIST %.3f)", putClass, per(tot, n, s3store.OpPut), per(tot, n, s3store.OpList)), "<= 3.2", verdict(putClass <= 3.2)},
 		{"burst: GET per task", fmt.Sprintf("%.3f (HEAD %.3f)", per(tot, n, s3store.OpGet), per(tot, n, s3store.OpHead)), "<= 2", verdict(per(tot, n, s3store.OpGet) <= 2)},
+		{"burst: keys the monitor's sweeps listed per task", fmt.Sprintf("%.1f", float64(monListed)/float64(n)), "", ""},
 		{"burst: pickup p50 / p99 (backlog queueing)", fmtDur(pct(burstDs, 50)) + " / " + fmtDur(pct(burstDs, 99)), "", ""},
 		{"paced: tasks, rate", fmt.Sprintf("%d at %.0f tasks/s (Poisson)", len(paced), pacedRate), "", ""},
 		{"paced: pickup p50", fmtDur(pct(ds, 50)), "<= 250ms", verdict(pct(ds, 50) <= 250*time.Millisecond)},
