@@ -9,39 +9,41 @@ package cost
 // ceiling, the monitor's walk of retained tasks) is itemized there.
 
 // DefaultProfile: BenchmarkSeedWorkload/default — 50 elastic workers,
-// default settings, 100K tasks/day (1.16 tasks/s), 100 ms handler. PUT per
-// task is 3 by construction (submit, claim, commit); the window measured
-// 2.99.
+// default settings, 100K tasks/day (1.16 tasks/s), 100 ms handler (run at
+// commit bc355c8). PUT per task is 3 by construction (submit, claim,
+// commit); the window measured 3.02, its edge.
 var DefaultProfile = Profile{
 	Name:  "default",
 	About: "default settings at 100K tasks/day, 50 workers (BenchmarkSeedWorkload/default)",
 	Rates: Rates{
-		PerTask:       Requests{PUT: 3.00, GET: 1.29, LIST: 0.451},
-		PerWorkerHour: Requests{GET: 143},
-		PerFleetHour:  Requests{PUT: 362, GET: 380, LIST: 443},
+		PerTask:       Requests{PUT: 3.00, GET: 1.31, LIST: 0.553},
+		PerWorkerHour: Requests{GET: 146},
+		PerFleetHour:  Requests{PUT: 362, GET: 398, LIST: 402},
 	},
 }
 
 // EconomyProfile: BenchmarkSeedWorkload/economy — profile = "economy",
-// same workload (run at commit e56fadd, after the fix to backlog listing).
+// same workload, over a 10-minute window (S3QUEUE_BENCH_WINDOW=10m, commit
+// a316631).
 var EconomyProfile = Profile{
 	Name:  "economy",
 	About: "profile = economy at 100K tasks/day, 50 workers (BenchmarkSeedWorkload/economy)",
 	Rates: Rates{
-		PerTask:       Requests{PUT: 3.01, GET: 1.31, LIST: 0.126},
-		PerWorkerHour: Requests{GET: 20.5},
-		PerFleetHour:  Requests{PUT: 121, GET: 120, LIST: 121},
+		PerTask:       Requests{PUT: 3.00, GET: 1.30, LIST: 0.075},
+		PerWorkerHour: Requests{GET: 30},
+		PerFleetHour:  Requests{PUT: 120, GET: 72.4, HEAD: 6.02, LIST: 199},
 	},
 }
 
 // HeavyProfile: BenchmarkHeavyLoad's burst (3000 tasks, 4 dedicated
-// workers x 32 slots: discovery amortized over full polls) for the tasks,
+// workers x 32 slots: discovery amortized over full polls; commit a316631)
+// for the tasks,
 // and BenchmarkSeedWorkload/default's liveness.
 var HeavyProfile = Profile{
 	Name:  "heavy",
 	About: "per task under heavy load (BenchmarkHeavyLoad burst), liveness of the default settings",
 	Rates: Rates{
-		PerTask:       Requests{PUT: 3.003, GET: 1.003, LIST: 0.033},
+		PerTask:       Requests{PUT: 3.007, GET: 1.008, LIST: 0.045},
 		PerWorkerHour: DefaultProfile.Rates.PerWorkerHour,
 		PerFleetHour:  DefaultProfile.Rates.PerFleetHour,
 	},
