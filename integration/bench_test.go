@@ -1367,9 +1367,11 @@ func runWorkload(b *testing.B, wl workload) workloadResult {
 	res.claimed = r.tr.startedBetween(before.at, after.at)
 	mine := res.win.class[srcWorkers][classTask].requests()
 	res.perTask = res.win.total().sub(live).requests().Sub(mine).Scale(1 / float64(res.tasks))
-	if res.claimed > 0 {
-		res.perTask = res.perTask.Add(mine.Scale(1 / float64(res.claimed)))
+	claimed := res.claimed
+	if claimed == 0 {
+		claimed = res.tasks // nothing claimed: no better measure than submits
 	}
+	res.perTask = res.perTask.Add(mine.Scale(1 / float64(claimed)))
 	var standby opCounts
 	nStandby := 0
 	for _, bw := range r.workers {

@@ -562,11 +562,14 @@ func (m *Monitor) inspect(ctx context.Context, o s3store.ObjectInfo, iv clock.In
 	return nil
 }
 
-// notDueYet reports whether o's size says pending and its id's time is
-// less than RepairAfter ago: no pending task is due for repair sooner (it
-// becomes available no earlier than its id's time), so reading it can wait
-// until then. A backlog of tasks waiting longer than StaleAfter then costs
-// the monitor no GETs.
+// notDueYet reports whether o's size says pending, it was written no
+// earlier than its id's time, and that time is less than RepairAfter ago.
+// Such a task became available no earlier than its id's time (retries,
+// snoozes and expiries only move availability later), so it cannot be due
+// for repair yet and reading it can wait: a backlog of tasks waiting longer
+// than StaleAfter costs the monitor no GETs. A task whose id lies well
+// after its last write (submitted with a delay, or requeued before it was
+// due, which makes it available at once) is read as before.
 func (m *Monitor) notDueYet(o s3store.ObjectInfo, iv clock.Interval) bool {
 	if !shards.PendingBySize(o.Size) {
 		return false
@@ -576,7 +579,7 @@ func (m *Monitor) notDueYet(o s3store.ObjectInfo, iv clock.Interval) bool {
 		return false
 	}
 	at, err := task.IDTime(id)
-	return err == nil && !iv.After(at.Add(m.cfg.RepairAfter))
+	return err == nil && !at.After(o.LastModified.Add(time.Minute)) && !iv.After(at.Add(m.cfg.RepairAfter))
 }
 
 // inspectPointer deletes a ready pointer whose task is no longer pending

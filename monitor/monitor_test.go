@@ -388,3 +388,42 @@ func (s *taskGets) Get(ctx context.Context, key string) (s3store.Object, error) 
 	}
 	return s.Counter.Get(ctx, key)
 }
+
+// A task submitted to run in an hour, canceled, then requeued is due at
+// once, though its id (and so its key) lies an hour ahead: if the
+// requeue's announcement is lost, the monitor's repair still finds it
+// within repair_after, not an hour later.
+func TestARequeuedDelayedTaskIsRepairedWhenDue(t *testing.T) {
+	ctx := context.Background()
+	st, srv, clk := fakeTime()
+	p, _ := producer.New(ctx, st, producer.Config{Shards: 1, Clock: clk})
+	id, err := p.Submit(ctx, "t", nil, producer.Options{Delay: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Cancel(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Requeue(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	// The announcement is lost.
+	page, _ := st.List(ctx, shards.TasksPrefix(0), s3store.ListOptions{})
+	for _, o := range page.Objects {
+		if shards.IsPointer(o.Key) {
+			st.Delete(ctx, o.Key, s3store.DeleteOptions{})
+		}
+	}
+	m, _ := monitor.New(ctx, st, monitor.Config{Shards: 1, Interval: 5 * time.Second, StaleAfter: 10 * time.Second, RepairAfter: time.Minute, Clock: clk})
+	start := *srv
+	for at := time.Duration(0); at <= 2*time.Minute; at += 5 * time.Second {
+		*srv = start.Add(at)
+		if _, err := m.Tick(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if m.Stats().Repaired > 0 {
+			return
+		}
+	}
+	t.Fatal("a requeued task due now, with its id an hour ahead, was not repaired within 2 minutes")
+}
