@@ -108,10 +108,6 @@ type Monitor struct {
 	renewd time.Time        // local time the lease was last written
 	fleet  *shards.FleetCache
 	total  TickStats
-	// What the fleet object said at fleetRead (local time): how many
-	// shards receive new tasks while it is awake.
-	active    int
-	fleetRead time.Time
 }
 
 // sweep is the monitor's walk of one shard. Keys sort by time, and the
@@ -332,21 +328,17 @@ const awakeSweep = 3
 
 // activeShards returns how many shards receive new tasks while the fleet
 // is awake (shards [0, n) do), or 0 while it sleeps. It reads the fleet
-// object at most once per awakeSweep intervals.
+// object at most once per awakeSweep intervals, through the cache the
+// repair's announcements read it by.
 func (m *Monitor) activeShards(ctx context.Context, iv clock.Interval) int {
-	if m.fleetRead.IsZero() || time.Since(m.fleetRead) >= awakeSweep*m.cfg.Interval {
-		f, _, err := shards.ReadFleet(ctx, m.st)
-		if err != nil && !errors.Is(err, shards.ErrCorruptFleet) {
-			m.log.Warn("read the fleet", "err", err)
-			return m.active
-		}
-		m.fleetRead = time.Now()
-		m.active = 0
-		if live := f.Live(iv, m.cfg.LeaseMargin); !f.Asleep && len(live) > 0 {
-			m.active = shards.Active(len(live), m.manifest.Shards)
-		}
+	f, err := m.fleet.GetWithin(ctx, awakeSweep*m.cfg.Interval)
+	if err != nil && !errors.Is(err, shards.ErrCorruptFleet) {
+		m.log.Warn("read the fleet", "err", err) // the last view stands
 	}
-	return m.active
+	if live := f.Live(iv, m.cfg.LeaseMargin); !f.Asleep && len(live) > 0 {
+		return shards.Active(len(live), m.manifest.Shards)
+	}
+	return 0
 }
 
 func minTime(a, b time.Time) time.Time {

@@ -217,11 +217,20 @@ func NewFleetCache(st s3store.Store, margin time.Duration) *FleetCache {
 	return &FleetCache{st: st, margin: margin}
 }
 
-// Get returns the fleet, reading it if the cached view is too old.
+// Get returns the fleet, reading it if the cached view is older than
+// FleetCacheTTL.
 func (c *FleetCache) Get(ctx context.Context) (Fleet, error) {
+	return c.GetWithin(ctx, FleetCacheTTL)
+}
+
+// GetWithin returns the fleet, reading it if the cached view is older than
+// maxAge: a caller that can act on an older view reads less often, and
+// reuses any fresher read made for another caller. On an error it returns
+// the last view it had.
+func (c *FleetCache) GetWithin(ctx context.Context, maxAge time.Duration) (Fleet, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.read.IsZero() && time.Since(c.read) < FleetCacheTTL {
+	if !c.read.IsZero() && time.Since(c.read) < maxAge {
 		return c.f, nil
 	}
 	f, etag, err := ReadFleet(ctx, c.st)
