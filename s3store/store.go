@@ -18,6 +18,11 @@ var (
 	// ErrConflict: a concurrent conditional write won the race (S3 409
 	// ConditionalRequestConflict). Callers treat it as a lost race.
 	ErrConflict = errors.New("conflict")
+	// ErrUnusable: the store cannot serve this request and retrying will
+	// not help (the bucket or the local root is gone, access is denied).
+	// Backends wrap their own configuration errors with it; services stop
+	// with one clear message instead of retrying.
+	ErrUnusable = errors.New("store unusable")
 )
 
 // Object is a stored object with its body.
