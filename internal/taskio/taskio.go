@@ -4,6 +4,7 @@
 package taskio
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 
@@ -48,13 +49,16 @@ func LoadID(ctx context.Context, st s3store.Store, id string, n int) (Versioned,
 var ErrBadID = fmt.Errorf("not a task id")
 
 // Create writes a new task; it fails with s3store.ErrPreconditionFailed if
-// the key already exists.
+// the key already exists. A write whose response was lost (the store's retry
+// then sees a 412, or the error came after the write was applied) is
+// recognised by reading the object back, and succeeds.
 func Create(ctx context.Context, st s3store.Store, t *task.Task) (Versioned, error) {
 	return put(ctx, st, t, s3store.PutOptions{IfNoneMatch: true})
 }
 
 // Update writes t over the version read with etag (invariant 1: never
-// blindly). A lost race is s3store.ErrPreconditionFailed or ErrConflict.
+// blindly). A lost race is s3store.ErrPreconditionFailed or ErrConflict; a
+// write that landed with its response lost succeeds, as with Create.
 func Update(ctx context.Context, st s3store.Store, t *task.Task, etag string) (Versioned, error) {
 	return put(ctx, st, t, s3store.PutOptions{IfMatch: etag})
 }
@@ -73,7 +77,28 @@ func put(ctx context.Context, st s3store.Store, t *task.Task, opts s3store.PutOp
 	}
 	etag, err := st.Put(ctx, t.Key(), body, opts)
 	if err != nil {
+		if landed, ok := ownWrite(ctx, st, t.Key(), body); ok {
+			return Versioned{Task: t, ETag: landed}, nil
+		}
 		return Versioned{}, fmt.Errorf("write task %s: %w", t.ID, err)
 	}
 	return Versioned{Task: t, ETag: etag}, nil
+}
+
+// ownWrite tells a failed write whose request landed anyway from one that
+// did not: the response was lost and the store's retry then met its own
+// write (a 412), or the error came after the write was applied. Every task
+// write carries a new version and a fresh UpdatedAt (and a claim its own
+// claim id), so the object holds exactly these bytes only if this write
+// landed and nothing has overwritten it since. One GET, on the failure path
+// only.
+func ownWrite(ctx context.Context, st s3store.Store, key string, body []byte) (etag string, ok bool) {
+	if ctx.Err() != nil {
+		return "", false
+	}
+	obj, err := st.Get(ctx, key)
+	if err != nil || !bytes.Equal(obj.Body, body) {
+		return "", false
+	}
+	return obj.ETag, true
 }

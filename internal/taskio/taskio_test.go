@@ -3,11 +3,13 @@ package taskio_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/s3queue/s3queue/internal/taskio"
+	"github.com/s3queue/s3queue/s3store"
 	"github.com/s3queue/s3queue/s3store/mem"
 	"github.com/s3queue/s3queue/shards"
 	"github.com/s3queue/s3queue/task"
@@ -63,5 +65,51 @@ func TestWritesKeepTheSizeHint(t *testing.T) {
 			t.Fatal(err)
 		}
 		check(v, "succeeded")
+	}
+}
+
+// A write whose response is lost, so that the store's retry meets the
+// write itself and reports 412, is the caller's write all the same; a 412
+// from someone else's write is not. Both creates and updates.
+func TestALostResponseIsToldApartFromALostRace(t *testing.T) {
+	ctx := context.Background()
+	st := s3store.NewFaults(mem.New())
+	now := time.Now()
+	id, _ := task.NewID(now, strings.NewReader(strings.Repeat("q", 16)))
+	tk, err := task.New(id, 0, task.Spec{Type: "t"}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost := s3store.Fault{Op: s3store.OpPut, Err: s3store.ErrPreconditionFailed, AfterWrite: true, Times: 1}
+
+	st.Inject(lost)
+	v, err := taskio.Create(ctx, st, tk)
+	if err != nil {
+		t.Fatalf("create whose response was lost: %v", err)
+	}
+	other, _ := task.New(id, 0, task.Spec{Type: "t"}, now.Add(time.Millisecond)) // another producer, the same id
+	if _, err := taskio.Create(ctx, st, other); !errors.Is(err, s3store.ErrPreconditionFailed) {
+		t.Fatalf("a second create of the same id: got %v, want a precondition failure", err)
+	}
+
+	mine := v.Task.Clone()
+	if err := mine.ClaimBy("w1", "claim-1", now); err != nil {
+		t.Fatal(err)
+	}
+	st.Inject(lost)
+	got, err := taskio.Update(ctx, st, mine, v.ETag)
+	if err != nil {
+		t.Fatalf("claim whose response was lost: %v", err)
+	}
+	if cur, _ := taskio.Load(ctx, st, tk.Key()); cur.ETag != got.ETag || cur.Task.Claim.ID != "claim-1" {
+		t.Fatalf("the claim that landed is %+v at %s, reported %s", cur.Task.Claim, cur.ETag, got.ETag)
+	}
+
+	theirs := v.Task.Clone() // a second claimant who read the same version
+	if err := theirs.ClaimBy("w2", "claim-2", now); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := taskio.Update(ctx, st, theirs, v.ETag); !errors.Is(err, s3store.ErrPreconditionFailed) {
+		t.Fatalf("a claim that lost the race: got %v, want a precondition failure", err)
 	}
 }
