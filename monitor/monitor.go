@@ -351,7 +351,7 @@ func minTime(a, b time.Time) time.Time {
 // floorLag keeps a shard's floor behind S3 time: keys are times, and a
 // task submitted now, or a delayed task canceled before it was due, must
 // not hold the floor above the keys of tasks submitted next.
-const floorLag = time.Minute
+const floorLag = shards.FloorLag
 
 // listPage lists one page of shard after key, and the S3 time just after.
 func (m *Monitor) listPage(ctx context.Context, shard int, after string) (s3store.ListPage, clock.Interval, error) {

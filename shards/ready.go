@@ -81,3 +81,11 @@ func Announce(ctx context.Context, st s3store.Store, t *task.Task, now time.Time
 	}
 	return nil
 }
+
+// FloorLag is how far behind S3 time the monitor's sweeps may start: a
+// shard's floor (the end of its run of finished tasks) is kept at least
+// this far back, so a task submitted now never lands below it. A task whose
+// id time is older than this may lie below the floor when it becomes live
+// again (a requeue, a late PUT, an orphaned idempotency record completed),
+// and the sweeps must be told of it.
+const FloorLag = time.Minute
