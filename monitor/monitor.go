@@ -15,6 +15,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"sync"
@@ -73,6 +74,9 @@ type Config struct {
 	FullSweep time.Duration
 	Logger    *slog.Logger
 	Clock     *clock.Authoritative
+	// Rand is the source of every random draw: ids, claim ids, jitter,
+	// shard choice; nil means crypto/rand.Reader.
+	Rand io.Reader
 }
 
 // TickStats counts what one tick (or a monitor's life) did.
@@ -184,6 +188,9 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Monitor, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.Rand == nil {
+		cfg.Rand = rand.Reader
 	}
 	// The clock exists before the first request, so every response syncs it.
 	c := cfg.Clock
@@ -629,7 +636,7 @@ func (m *Monitor) redispatch(ctx context.Context, key string, iv clock.Interval,
 	if iv, err = m.clock.Now(ctx); err != nil {
 		return err
 	}
-	if err := t.Expire(iv.Mid(), randFloat); err != nil {
+	if err := t.Expire(iv.Mid(), m.randFloat); err != nil {
 		return err
 	}
 	nv, err := taskio.Update(ctx, m.st, t, v.ETag)
@@ -712,8 +719,9 @@ func (m *Monitor) expireRetention(ctx context.Context, key string, st *TickStats
 	return nil
 }
 
-func randFloat() float64 {
+// randFloat draws from Config.Rand (under m.mu, held by Tick).
+func (m *Monitor) randFloat() float64 {
 	var b [8]byte
-	rand.Read(b[:])
+	io.ReadFull(m.cfg.Rand, b[:])
 	return float64(binary.BigEndian.Uint64(b[:])>>11) / (1 << 53)
 }

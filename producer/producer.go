@@ -7,11 +7,12 @@ package producer
 import (
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
-	"math/big"
 	"sync"
 	"time"
 
@@ -41,6 +42,10 @@ type Config struct {
 	// LeaseMargin must match the workers' (default 2s): it decides which
 	// fleet members the producer counts as live.
 	LeaseMargin time.Duration
+	// Rand is the source of every random draw: ids, claim ids, jitter,
+	// shard choice; nil means crypto/rand.Reader. Reads are serialised, so
+	// it need not be safe for concurrent use.
+	Rand io.Reader
 }
 
 // Producer submits and manages tasks.
@@ -51,6 +56,7 @@ type Producer struct {
 	manifest shards.Manifest
 	fleet    *shards.FleetCache
 	log      *slog.Logger
+	rand     io.Reader
 }
 
 // New opens the queue in st (creating its manifest if the queue is new).
@@ -76,8 +82,12 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Producer, error) {
 	if err != nil {
 		return nil, err
 	}
+	rnd := io.Reader(rand.Reader)
+	if cfg.Rand != nil {
+		rnd = &lockedReader{r: cfg.Rand}
+	}
 	return &Producer{st: st, cfg: cfg, clock: c, manifest: m, fleet: shards.NewFleetCache(st, cfg.LeaseMargin),
-		log: cfg.Logger.WithGroup("producer")}, nil
+		log: cfg.Logger.WithGroup("producer"), rand: rnd}, nil
 }
 
 // Manifest returns the queue's layout.
@@ -246,7 +256,7 @@ func (p *Producer) ring(ctx context.Context, id string) {
 // and Get needs no lookup.
 func (p *Producer) newID(at time.Time, shard int) (string, error) {
 	for i := 0; i < 100*p.manifest.Shards+100; i++ {
-		id, err := task.NewID(at, rand.Reader)
+		id, err := task.NewID(at, p.rand)
 		if err != nil {
 			return "", err
 		}
@@ -411,15 +421,17 @@ func (p *Producer) modify(ctx context.Context, id string, change func(*task.Task
 		if !errors.Is(err, s3store.ErrPreconditionFailed) && !errors.Is(err, s3store.ErrConflict) || attempt >= 20 {
 			return err
 		}
-		if err := sleepJitter(ctx, attempt); err != nil {
+		if err := p.sleepJitter(ctx, attempt); err != nil {
 			return err
 		}
 	}
 }
 
-func sleepJitter(ctx context.Context, attempt int) error {
-	n, _ := rand.Int(rand.Reader, big.NewInt(int64(10*(attempt+1))+1))
-	t := time.NewTimer(time.Duration(n.Int64()) * time.Millisecond)
+func (p *Producer) sleepJitter(ctx context.Context, attempt int) error {
+	var b [8]byte
+	io.ReadFull(p.rand, b[:]) // a failed read means no jitter, never an error
+	n := binary.BigEndian.Uint64(b[:]) % uint64(10*(attempt+1)+1)
+	t := time.NewTimer(time.Duration(n) * time.Millisecond)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
@@ -427,4 +439,17 @@ func sleepJitter(ctx context.Context, attempt int) error {
 	case <-t.C:
 		return nil
 	}
+}
+
+// lockedReader serialises reads of a caller's randomness source, which
+// SubmitBatch's goroutines share.
+type lockedReader struct {
+	mu sync.Mutex
+	r  io.Reader
+}
+
+func (l *lockedReader) Read(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.r.Read(b)
 }
