@@ -2,10 +2,12 @@ package shards
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
+	"io"
 	"sort"
 	"sync"
 	"time"
@@ -203,6 +205,11 @@ const FleetCacheTTL = 2 * time.Second
 // FleetCache is a reader's view of the fleet object, re-read when older than
 // FleetCacheTTL. It is safe for concurrent use.
 type FleetCache struct {
+	// Rand is the source of ShardFor's random choice; nil means
+	// crypto/rand.Reader. Set it before first use. It is read under the
+	// cache's lock, so it need not be safe for concurrent use.
+	Rand io.Reader
+
 	st     s3store.Store
 	margin time.Duration
 
@@ -247,9 +254,25 @@ func (c *FleetCache) GetWithin(ctx context.Context, maxAge time.Duration) (Fleet
 func (c *FleetCache) ShardFor(ctx context.Context, typ string, now clock.Interval, n int) int {
 	f, _ := c.Get(ctx)
 	if s := f.ShardsFor(typ, now, c.margin, n); len(s) > 0 {
-		return s[rand.IntN(len(s))]
+		return s[c.intN(len(s))]
 	}
-	return rand.IntN(Active(len(f.Live(now, c.margin)), n))
+	return c.intN(Active(len(f.Live(now, c.margin)), n))
+}
+
+// intN draws a uniform int in [0, n) from c.Rand.
+func (c *FleetCache) intN(n int) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r := c.Rand
+	if r == nil {
+		r = rand.Reader
+	}
+	var b [8]byte
+	if _, err := io.ReadFull(r, b[:]); err != nil {
+		panic("shards: read random bytes: " + err.Error())
+	}
+	// The modulo bias is below 2^-50 for any shard count.
+	return int(binary.BigEndian.Uint64(b[:]) % uint64(n))
 }
 
 // Serves reports whether shard is polled at full speed by a member that

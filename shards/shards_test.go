@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/s3queue/s3queue/clock"
 	"github.com/s3queue/s3queue/s3store"
 	"github.com/s3queue/s3queue/s3store/mem"
 	"github.com/s3queue/s3queue/shards"
@@ -188,5 +189,30 @@ func TestScanCursorWaitsForUnsettledCandidates(t *testing.T) {
 	c, _ = s.Next(ctx, st, now, 10)
 	if len(c) != 1 || c[0].ID != failed {
 		t.Fatalf("after a failed read the scan handed out %+v; want %s again (later was %s)", c, failed, later)
+	}
+}
+
+// ShardFor draws from FleetCache.Rand, so a seeded run routes alike.
+func TestFleetCacheShardForDrawsFromRand(t *testing.T) {
+	ctx := context.Background()
+	st := mem.New()
+	now := time.Now()
+	_, _, err := shards.UpdateFleet(ctx, st, shards.Fleet{}, "", func(f *shards.Fleet) bool {
+		for i := 0; i < 4; i++ {
+			f.Members = append(f.Members, shards.Member{ID: string(rune('a' + i)), Joined: now.Add(time.Duration(i)), ExpiresAt: now.Add(time.Hour), Types: []string{"job"}})
+		}
+		return true
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := shards.NewFleetCache(st, time.Second)
+	c.Rand = strings.NewReader(strings.Repeat("\x00", 8) + strings.Repeat("\xff", 8))
+	iv := clock.Interval{Earliest: now, Latest: now}
+	if s := c.ShardFor(ctx, "job", iv, 4); s != 0 {
+		t.Fatalf("ShardFor with zero bytes = %d, want 0", s)
+	}
+	if s := c.ShardFor(ctx, "job", iv, 4); s != 3 {
+		t.Fatalf("ShardFor with 0xff bytes = %d, want 3", s)
 	}
 }

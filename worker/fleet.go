@@ -80,7 +80,7 @@ func (w *Worker) standbyWait(f shards.Fleet) time.Duration {
 	if f.Asleep {
 		d *= asleepStandby
 	}
-	return time.Duration(float64(d) * (0.9 + 0.2*randFloat()))
+	return time.Duration(float64(d) * (0.9 + 0.2*w.randFloat()))
 }
 
 // static reports that the worker polls a fixed set of shards and takes no

@@ -10,14 +10,15 @@ package worker
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"maps"
 	"math"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -104,6 +105,11 @@ type Config struct {
 	Clock *clock.Authoritative
 	// OnEvent, if set, is called for every task event (observability).
 	OnEvent func(Event)
+	// Rand is the source of every random draw: the default worker id,
+	// claim ids, jitter (retry delays, standby reads). nil means
+	// crypto/rand.Reader. A seeded source makes a run reproducible (the
+	// simulator); it need not be safe for concurrent use.
+	Rand io.Reader
 }
 
 // Event describes something that happened to a task in this worker.
@@ -127,6 +133,7 @@ type Worker struct {
 	clock    *clock.Authoritative
 	manifest shards.Manifest
 	log      *slog.Logger
+	rand     io.Reader // cfg.Rand behind a lock
 
 	pollMu sync.Mutex // one discovery pass at a time (Run and Poll)
 
@@ -173,7 +180,7 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Worker, error) {
 		}
 	}
 	w := &Worker{
-		st: st, cfg: cfg, clock: c, manifest: m,
+		st: st, cfg: cfg, clock: c, manifest: m, rand: cfg.Rand,
 		log:       cfg.Logger.WithGroup("worker").With("worker_id", cfg.ID),
 		handlers:  make(map[string]Handler),
 		scans:     make(map[int]*shards.Scan),
@@ -188,11 +195,10 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Worker, error) {
 }
 
 func (c *Config) fill() error {
+	c.Rand = &lockedRand{r: randSource(c.Rand)}
 	if c.ID == "" {
 		host, _ := os.Hostname()
-		var b [3]byte
-		rand.Read(b[:])
-		c.ID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+		c.ID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), randHex(c.Rand, 3))
 	}
 	if c.Concurrency == 0 {
 		c.Concurrency = 4
@@ -557,10 +563,18 @@ func (w *Worker) drain() error {
 		return nil
 	case <-grace.C:
 	}
-	w.running.Range(func(_, v any) bool {
-		v.(*run).cancel(ErrShutdown)
+	// In claim id order, so a seeded run cancels (and so commits) alike.
+	var ids []string
+	w.running.Range(func(k, _ any) bool {
+		ids = append(ids, k.(string))
 		return true
 	})
+	slices.Sort(ids)
+	for _, id := range ids {
+		if v, ok := w.running.Load(id); ok {
+			v.(*run).cancel(ErrShutdown)
+		}
+	}
 	// Handlers that ignore their context are not waited for forever: their
 	// leases expire and the monitor re-dispatches the tasks.
 	select {
@@ -822,7 +836,9 @@ func (w *Worker) forwardWaiting(ctx context.Context) {
 		return
 	}
 	f := w.view.Load().fleet
-	for key, typ := range w.unhandled {
+	// Sorted, so a seeded run forwards in the same order.
+	for _, key := range slices.Sorted(maps.Keys(w.unhandled)) {
+		typ := w.unhandled[key]
 		if !f.Covers(typ, iv, w.cfg.LeaseMargin) {
 			continue
 		}
@@ -866,9 +882,7 @@ func (w *Worker) tryClaim(ctx context.Context, v taskio.Versioned, iv clock.Inte
 	default:
 		return false, ""
 	}
-	var b [12]byte
-	rand.Read(b[:])
-	claimID := hex.EncodeToString(b[:])
+	claimID := randHex(w.rand, 12)
 	if err := t.ClaimBy(w.cfg.ID, claimID, iv.Latest); err != nil {
 		<-w.slots
 		return false, ""
