@@ -204,8 +204,12 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Monitor, error) {
 	if cfg.ShardsPerTick <= 0 || cfg.ShardsPerTick > m.Shards {
 		cfg.ShardsPerTick = m.Shards
 	}
+	// Every draw (jitter here, shard choice in the cache) happens in Tick,
+	// under m.mu, so the source is never read concurrently.
+	fleet := shards.NewFleetCache(st, cfg.LeaseMargin)
+	fleet.Rand = cfg.Rand
 	return &Monitor{st: st, cfg: cfg, clock: c, manifest: m, log: cfg.Logger.WithGroup("monitor"),
-		sweeps: make(map[int]*sweep), known: make(map[string]known), fleet: shards.NewFleetCache(st, cfg.LeaseMargin),
+		sweeps: make(map[int]*sweep), known: make(map[string]known), fleet: fleet,
 		lease: lease.New(st, c, LeaseKey, cfg.ID, lease.Config{TTL: 6 * cfg.Interval, Margin: cfg.LeaseMargin})}, nil
 }
 

@@ -86,7 +86,9 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Producer, error) {
 	if cfg.Rand != nil {
 		rnd = &lockedReader{r: cfg.Rand}
 	}
-	return &Producer{st: st, cfg: cfg, clock: c, manifest: m, fleet: shards.NewFleetCache(st, cfg.LeaseMargin),
+	fleet := shards.NewFleetCache(st, cfg.LeaseMargin)
+	fleet.Rand = rnd
+	return &Producer{st: st, cfg: cfg, clock: c, manifest: m, fleet: fleet,
 		log: cfg.Logger.WithGroup("producer"), rand: rnd}, nil
 }
 
