@@ -887,18 +887,14 @@ func (w *Worker) tryClaim(ctx context.Context, v taskio.Versioned, iv clock.Inte
 		<-w.slots
 		return false, ""
 	}
+	// A claim that landed with its response lost (the store's retry then
+	// met it as a 412, or any error after the write) is recognised by
+	// taskio.Update, which reads the object back: it is ours to run.
 	nv, err := taskio.Update(ctx, w.st, t, v.ETag)
-	if err != nil && !errors.Is(err, s3store.ErrPreconditionFailed) && !errors.Is(err, s3store.ErrConflict) {
-		// The claim may have landed with only its response lost: if the
-		// task now runs under our claim id, it is ours to run.
-		if cur, lerr := taskio.Load(ctx, w.st, t.Key()); lerr == nil && cur.Task.Status == task.Running &&
-			cur.Task.Claim != nil && cur.Task.Claim.ID == claimID {
-			nv, err = cur, nil
-		} else {
+	if err != nil {
+		if !errors.Is(err, s3store.ErrPreconditionFailed) && !errors.Is(err, s3store.ErrConflict) {
 			w.log.Warn("claim", "task_id", t.ID, "err", err)
 		}
-	}
-	if err != nil {
 		<-w.slots
 		return false, ""
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/s3queue/s3queue/producer"
+	"github.com/s3queue/s3queue/s3store"
 	"github.com/s3queue/s3queue/s3store/mem"
 	"github.com/s3queue/s3queue/task"
 	"github.com/s3queue/s3queue/worker"
@@ -51,5 +52,40 @@ func TestRandIsTheSourceOfIDsAndClaims(t *testing.T) {
 	}
 	if claimID != strings.Repeat("0", 24) {
 		t.Fatalf("claim id %q did not come from Rand", claimID)
+	}
+}
+
+// A claim whose PUT landed but whose response was lost, so that the store's
+// retry met its own write as a 412, is the worker's claim: the task runs at
+// once instead of waiting, running under a claim nobody runs, until its
+// lease expires and burns the attempt (with max_attempts 1: dead, never run).
+func TestLostClaimResponseStillRunsTheTask(t *testing.T) {
+	ctx := context.Background()
+	st := s3store.NewFaults(mem.New())
+	p, err := producer.New(ctx, st, producer.Config{Shards: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := p.Submit(ctx, "job", nil, producer.Options{MaxAttempts: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := worker.New(ctx, st, worker.Config{Shards: 1, OwnShards: []int{0}, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := 0
+	w.Handle("job", func(context.Context, *task.Task) (json.RawMessage, error) { ran++; return nil, nil })
+	st.Inject(s3store.Fault{Op: s3store.OpPut, KeyPrefix: "tasks/", KeySuffix: ".json", Err: s3store.ErrPreconditionFailed, AfterWrite: true, Times: 1})
+	if n, err := w.Poll(ctx); n != 1 || err != nil {
+		t.Fatalf("poll claimed %d (%v), want the task whose claim response was lost", n, err)
+	}
+	w.Wait()
+	tk, err := p.Get(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tk.Status != task.Succeeded || ran != 1 || tk.Attempt != 1 {
+		t.Fatalf("task %s after %d runs (attempt %d), want succeeded after one run", tk.Status, ran, tk.Attempt)
 	}
 }
