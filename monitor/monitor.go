@@ -689,6 +689,16 @@ func (m *Monitor) announce(ctx context.Context, t *task.Task) (time.Time, error)
 
 // expireRetention deletes a finished task and its idempotency record. The
 // task is re-read first, and deleting is free.
+//
+// Only a final object is ever deleted unconditionally. Where the provider
+// honours a conditional DELETE (the manifest says so), DELETE If-Match on
+// the ETag read is atomic: a requeue that landed since makes it fail.
+// Elsewhere (MinIO ignores the condition) the task is first tombstoned by
+// CAS (task.Retire): a requeue that landed makes that write fail, and once
+// it is written nothing writes the task again (Requeue and Cancel refuse a
+// retired task), so the unconditional DELETE that follows cannot delete a
+// live task. A task found already retired (another monitor, or a crash
+// between the two requests) is final: it is deleted.
 func (m *Monitor) expireRetention(ctx context.Context, key string, st *TickStats) error {
 	v, err := taskio.Load(ctx, m.st, key)
 	st.Loaded++
@@ -699,22 +709,48 @@ func (m *Monitor) expireRetention(ctx context.Context, key string, st *TickStats
 		m.known[key] = known{etag: v.ETag, corrupt: true, loaded: true}
 		return nil
 	}
+	if errors.Is(err, s3store.ErrNotFound) {
+		delete(m.known, key)
+		return nil
+	}
 	if err != nil {
 		return err
 	}
-	if !v.Task.Status.Terminal() {
+	t := v.Task
+	if !t.Status.Terminal() {
 		m.known[key] = remember(v)
 		return nil
 	}
-	// The conditional DELETE is belt and braces only: MinIO ignores it. A
-	// requeue that races this delete restores the task (producer.Requeue).
-	if err := m.st.Delete(ctx, key, s3store.DeleteOptions{IfMatch: v.ETag}); err != nil {
+	switch {
+	case t.Retired:
+		err = m.st.Delete(ctx, key, s3store.DeleteOptions{})
+	case m.manifest.DeleteHonoured():
+		err = m.st.Delete(ctx, key, s3store.DeleteOptions{IfMatch: v.ETag})
+	default:
+		iv, cerr := m.clock.Now(ctx)
+		if cerr != nil {
+			return cerr
+		}
+		if err := t.Retire(iv.Mid()); err != nil {
+			return err
+		}
+		if _, err = taskio.Update(ctx, m.st, t, v.ETag); err == nil {
+			err = m.st.Delete(ctx, key, s3store.DeleteOptions{})
+		}
+	}
+	if errors.Is(err, s3store.ErrPreconditionFailed) || errors.Is(err, s3store.ErrConflict) || errors.Is(err, s3store.ErrNotFound) {
+		// Changed since it was read (requeued, or handled by another
+		// monitor): it is not ours to delete; the sweeps see what it is now.
+		delete(m.known, key)
+		return nil
+	}
+	if err != nil {
 		return err
 	}
 	// The record goes after its task: a record without a task only makes a
 	// later submit with the same key recreate that task id.
-	if v.Task.IdempotencyKey != "" {
-		if err := m.st.Delete(ctx, shards.IdempotencyKey(v.Task.IdempotencyKey), s3store.DeleteOptions{}); err != nil {
+	if t.IdempotencyKey != "" {
+		if err := m.st.Delete(ctx, shards.IdempotencyKey(t.IdempotencyKey), s3store.DeleteOptions{}); err != nil {
 			return err
 		}
 	}

@@ -2,6 +2,7 @@ package monitor_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -426,4 +427,76 @@ func TestARequeuedDelayedTaskIsRepairedWhenDue(t *testing.T) {
 		}
 	}
 	t.Fatal("a requeued task due now, with its id an hour ahead, was not repaired within 2 minutes")
+}
+
+// deleteIgnoring ignores If-Match on DELETE, as MinIO does.
+type deleteIgnoring struct{ s3store.Store }
+
+func (s deleteIgnoring) Delete(ctx context.Context, key string, _ s3store.DeleteOptions) error {
+	return s.Store.Delete(ctx, key, s3store.DeleteOptions{})
+}
+
+// Retention races a requeue at every point between its read of the finished
+// task and its delete. Whatever the provider does with a conditional
+// DELETE, the requeue either wins (the task stays, pending) or is refused
+// (the task was already on its way out); a requeued task is never deleted.
+func TestRetentionNeverDeletesARequeuedTask(t *testing.T) {
+	for _, provider := range []string{s3store.DeleteIgnored, s3store.DeleteHonoured} {
+		for _, race := range []string{"before retention's first write", "just before its delete"} {
+			t.Run(provider+"/"+race, func(t *testing.T) {
+				ctx := context.Background()
+				mst, srv, clk := fakeTime()
+				var base s3store.Store = mst
+				if provider == s3store.DeleteIgnored {
+					base = deleteIgnoring{mst}
+				}
+				p, err := producer.New(ctx, base, producer.Config{Shards: 1, Clock: clk})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := p.Manifest().ConditionalDelete; got != provider {
+					t.Fatalf("manifest records conditional delete %q, want %q", got, provider)
+				}
+				id, _ := p.Submit(ctx, "t", nil, producer.Options{})
+				if _, err := p.Cancel(ctx, id); err != nil {
+					t.Fatal(err)
+				}
+				faulty := s3store.NewFaults(base)
+				m, _ := monitor.New(ctx, faulty, monitor.Config{Shards: 1, Retention: time.Hour, RepairAfter: 100 * time.Hour, Clock: clk})
+				m.Tick(ctx)
+				*srv = srv.Add(2 * time.Hour)
+
+				fired := false
+				var requeueErr error
+				requeue := func(string) {
+					if !fired {
+						fired = true
+						requeueErr = p.Requeue(ctx, id)
+					}
+				}
+				ops := []s3store.Op{s3store.OpPut, s3store.OpDelete}
+				if race == "just before its delete" {
+					ops = ops[1:]
+				}
+				for _, op := range ops {
+					faulty.Inject(s3store.Fault{Op: op, KeyPrefix: "tasks/", KeySuffix: ".json", Times: 1, Hook: requeue})
+				}
+				m.Tick(ctx)
+				if !fired {
+					t.Fatal("retention made no write to the task: the race was not exercised")
+				}
+				got, err := p.Get(ctx, id)
+				switch {
+				case requeueErr == nil && err != nil:
+					t.Fatalf("the requeue succeeded and then retention deleted the task: %v", err)
+				case requeueErr == nil && got.Status != task.Pending:
+					t.Fatalf("requeued task is %s, want pending", got.Status)
+				case requeueErr != nil && !errors.Is(requeueErr, task.ErrRetired):
+					t.Fatalf("requeue failed with %v, want a task.ErrRetired refusal", requeueErr)
+				case requeueErr != nil:
+					t.Logf("requeue refused: %v", requeueErr)
+				}
+			})
+		}
+	}
 }

@@ -371,7 +371,10 @@ func (p *Producer) Cancel(ctx context.Context, id string) (requested bool, err e
 }
 
 // Requeue takes a dead (or canceled) task back to pending with a fresh
-// budget of attempts, and announces it in the ready index.
+// budget of attempts, and announces it in the ready index. A task that
+// retention has begun to delete (task.ErrRetired) is refused: it is gone.
+// Requests: a GET, a PUT, the announcement's PUT (and a doorbell ring if
+// the fleet sleeps).
 func (p *Producer) Requeue(ctx context.Context, id string) error {
 	var t *task.Task
 	err := p.modify(ctx, id, func(cur *task.Task, now time.Time) error {
@@ -380,14 +383,6 @@ func (p *Producer) Requeue(ctx context.Context, id string) error {
 	})
 	if err != nil {
 		return err
-	}
-	// The monitor deletes finished tasks at retention, and a conditional
-	// DELETE is not honoured everywhere (MinIO ignores it): if that delete
-	// raced this requeue, write the requeued task back.
-	if _, err := p.st.Head(ctx, t.Key()); errors.Is(err, s3store.ErrNotFound) {
-		if _, err := taskio.Create(ctx, p.st, t); err != nil && !errors.Is(err, s3store.ErrPreconditionFailed) {
-			return fmt.Errorf("requeue %s: restore the task retention deleted: %w", id, err)
-		}
 	}
 	now, err := p.clock.Now(ctx)
 	if err == nil {

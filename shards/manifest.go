@@ -31,12 +31,32 @@ type Manifest struct {
 	Format    int       `json:"format"`
 	Shards    int       `json:"shards"`
 	CreatedAt time.Time `json:"created_at"`
+	// ConditionalDelete is what the provider did with a DELETE whose
+	// If-Match was stale when the queue was created: s3store.DeleteHonoured
+	// or s3store.DeleteIgnored. Empty (a queue created before it was
+	// recorded) counts as ignored.
+	ConditionalDelete string `json:"conditional_delete,omitempty"`
 }
+
+// DeleteHonoured reports whether the provider refuses a DELETE whose
+// If-Match is stale, so that a conditional DELETE is atomic. Only then may
+// retention delete a finished task without tombstoning it first.
+func (m Manifest) DeleteHonoured() bool { return m.ConditionalDelete == s3store.DeleteHonoured }
+
+// ProviderCheckPrefix is where Open's provider check writes its scratch
+// objects (and removes them).
+const ProviderCheckPrefix = "doctor/"
 
 // Open reads the queue manifest, creating it with wantShards shards when
 // the queue is new. wantShards 0 means "whatever the queue has" (DefaultShards
 // for a new queue). A manifest that disagrees with wantShards, or has a
 // format this code does not know, is an ErrLayoutMismatch naming both sides.
+//
+// Creating a queue first checks the provider (s3store.CheckProvider, about
+// ten requests on scratch keys): a server that does not honour conditional
+// PUT is refused with an error wrapping s3store.ErrUnsupportedProvider, and
+// what it does with a conditional DELETE is recorded in the manifest. Later
+// opens trust the manifest and check nothing (one GET).
 func Open(ctx context.Context, st s3store.Store, wantShards int) (Manifest, error) {
 	if wantShards < 0 || wantShards > MaxShards {
 		return Manifest{}, fmt.Errorf("shard count %d out of range 1..%d", wantShards, MaxShards)
@@ -47,11 +67,14 @@ func Open(ctx context.Context, st s3store.Store, wantShards int) (Manifest, erro
 		if n == 0 {
 			n = DefaultShards
 		}
-		now, terr := st.Now(ctx)
-		if terr != nil {
-			return Manifest{}, fmt.Errorf("create queue manifest: %w", terr)
+		rep, cerr := s3store.CheckProvider(ctx, st, ProviderCheckPrefix)
+		if cerr != nil {
+			return Manifest{}, fmt.Errorf("create queue: %w", cerr)
 		}
-		m := Manifest{Format: FormatVersion, Shards: n, CreatedAt: now.UTC()}
+		if cerr := rep.Supported(); cerr != nil {
+			return Manifest{}, fmt.Errorf("create queue: %w", cerr)
+		}
+		m := Manifest{Format: FormatVersion, Shards: n, CreatedAt: rep.ServerTime.UTC(), ConditionalDelete: rep.ConditionalDelete}
 		body, _ := json.Marshal(m)
 		_, err = st.Put(ctx, ManifestKey, body, s3store.PutOptions{IfNoneMatch: true})
 		if err == nil {

@@ -79,6 +79,8 @@ func (t *Task) check() error {
 		return fmt.Errorf("running without a claim")
 	case t.Status != Running && t.Claim != nil:
 		return fmt.Errorf("%s task holds a claim", t.Status)
+	case t.Retired && !t.Status.Terminal():
+		return fmt.Errorf("retired but %s", t.Status)
 	}
 	if err := t.Retry.Validate(); err != nil {
 		return err

@@ -27,6 +27,11 @@ var (
 	ErrCancelNotRequested = errors.New("task cancel was not requested")
 	// ErrNotRequeueable: Requeue on a task that is not dead or canceled.
 	ErrNotRequeueable = errors.New("only dead or canceled tasks can be requeued")
+	// ErrRetired: the task expired by retention and is being deleted
+	// (Task.Retired); no transition applies to it any more.
+	ErrRetired = errors.New("task expired by retention and is being deleted")
+	// ErrNotFinished: Retire on a task that is not terminal.
+	ErrNotFinished = errors.New("task is not finished")
 	// ErrInvalid: a spec, result or argument was rejected by validation.
 	ErrInvalid = errors.New("invalid task")
 	// ErrCorrupt: the bytes are not a task object this package can trust

@@ -85,6 +85,9 @@ type Task struct {
 	CancelRequested bool            `json:"cancel_requested,omitempty"`
 	Result          json.RawMessage `json:"result,omitempty"`
 	LastError       string          `json:"last_error,omitempty"`
+	// Retired marks a finished task that retention is deleting (a
+	// tombstone): nothing writes it again, and anyone may delete it.
+	Retired bool `json:"retired,omitempty"`
 	// Version grows by one on every write, so every write changes the
 	// bytes and the ETag (invariant 2).
 	Version int64        `json:"version"`

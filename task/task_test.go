@@ -691,3 +691,32 @@ func TestShallowCopyKeepsHistory(t *testing.T) {
 }
 
 func utf8Valid(s string) bool { return strings.ToValidUTF8(s, "\uFFFD") == s }
+
+func TestRetire(t *testing.T) {
+	for _, s := range []Status{Succeeded, Dead, Canceled} {
+		t.Run(string(s)+" is tombstoned and then refuses every transition", func(t *testing.T) {
+			tk := inState(t, s)
+			v := tk.Version
+			must(t, tk.Retire(t0.Add(time.Hour)))
+			if !tk.Retired || tk.Status != s || tk.Version != v+1 {
+				t.Fatalf("retired %v status %s version %d", tk.Retired, tk.Status, tk.Version)
+			}
+			if last := tk.History[len(tk.History)-1]; last.From != s || last.To != s || last.Reason != "retention" {
+				t.Errorf("history entry = %+v", last)
+			}
+			wantErrUnchanged(t, tk, func(tk *Task) error { return tk.Requeue(t0) }, ErrRetired)
+			wantErrUnchanged(t, tk, func(tk *Task) error { _, err := tk.Cancel(t0); return err }, ErrRetired)
+			wantErrUnchanged(t, tk, func(tk *Task) error { return tk.Retire(t0) }, ErrRetired)
+			b, err := Marshal(tk)
+			must(t, err)
+			if d, err := Decode(b); err != nil || !d.Retired {
+				t.Fatalf("round trip: %+v %v", d, err)
+			}
+		})
+	}
+	for _, s := range []Status{Pending, Running} {
+		t.Run(string(s)+" is refused", func(t *testing.T) {
+			wantErrUnchanged(t, inState(t, s), func(tk *Task) error { return tk.Retire(t0) }, ErrNotFinished)
+		})
+	}
+}

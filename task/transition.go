@@ -166,6 +166,8 @@ func (t *Task) Expire(now time.Time, rnd func() float64) error {
 //   - terminal: ErrTerminal.
 func (t *Task) Cancel(now time.Time) (requested bool, err error) {
 	switch {
+	case t.Retired:
+		return false, t.retiredErr("cancel")
 	case t.Status == Pending:
 		t.Status = Canceled
 		t.commit(now, &Transition{From: Pending, To: Canceled, Reason: "canceled", Attempt: t.Attempt})
@@ -204,8 +206,12 @@ func (t *Task) CancelRunning(claimID string, now time.Time) error {
 }
 
 // Requeue gives a dead or canceled task a fresh start: → pending now with
-// Attempt 0. LastError is kept for the record. Error: ErrNotRequeueable.
+// Attempt 0. LastError is kept for the record. Errors: ErrNotRequeueable,
+// ErrRetired.
 func (t *Task) Requeue(now time.Time) error {
+	if t.Retired {
+		return t.retiredErr("requeue")
+	}
 	if t.Status != Dead && t.Status != Canceled {
 		return fmt.Errorf("requeue task %s: %w (status %s)", t.ID, ErrNotRequeueable, t.Status)
 	}
@@ -219,6 +225,27 @@ func (t *Task) Requeue(now time.Time) error {
 	t.Result = nil
 	t.commit(now, &Transition{From: from, To: Pending, Reason: "requeued"})
 	return nil
+}
+
+// Retire marks a finished task as expired by retention, the tombstone
+// written before an unconditional DELETE on servers that ignore a
+// conditional one: the status stays, a "retention" entry is appended, and
+// no transition applies to the task afterwards, so deleting it can never
+// delete a live task. Errors: ErrNotFinished, ErrRetired.
+func (t *Task) Retire(now time.Time) error {
+	switch {
+	case t.Retired:
+		return t.retiredErr("retire")
+	case !t.Status.Terminal():
+		return fmt.Errorf("retire task %s: %w: status %s", t.ID, ErrNotFinished, t.Status)
+	}
+	t.Retired = true
+	t.commit(now, &Transition{From: t.Status, To: t.Status, Reason: "retention", Attempt: t.Attempt})
+	return nil
+}
+
+func (t *Task) retiredErr(op string) error {
+	return fmt.Errorf("%s task %s: %w", op, t.ID, ErrRetired)
 }
 
 // settleFailure ends a running attempt that failed (Fail, Expire).
