@@ -502,7 +502,7 @@ func (m *Monitor) inspect(ctx context.Context, o s3store.ObjectInfo, iv clock.In
 		// so retained history costs the monitor no memory.
 		delete(m.known, o.Key)
 		if m.cfg.Retention > 0 && iv.After(o.LastModified.Add(m.cfg.Retention)) {
-			return m.expireRetention(ctx, o.Key, st)
+			return m.expireRetention(ctx, o.Key, iv, st)
 		}
 		return nil
 	}
@@ -560,7 +560,7 @@ func (m *Monitor) inspect(ctx context.Context, o s3store.ObjectInfo, iv clock.In
 		m.known[o.Key] = k
 		st.Repaired++
 	case k.status.Terminal() && m.cfg.Retention > 0 && iv.After(k.updated.Add(m.cfg.Retention)):
-		return m.expireRetention(ctx, o.Key, st)
+		return m.expireRetention(ctx, o.Key, iv, st)
 	}
 	return nil
 }
@@ -688,7 +688,9 @@ func (m *Monitor) announce(ctx context.Context, t *task.Task) (time.Time, error)
 }
 
 // expireRetention deletes a finished task and its idempotency record. The
-// task is re-read first, and deleting is free.
+// task is re-read first, and the decision is made on what it says: the
+// listing that sent us here may predate a requeue and a fresh completion,
+// so the task read must itself have finished Retention ago by S3 time.
 //
 // Only a final object is ever deleted unconditionally. Where the provider
 // honours a conditional DELETE (the manifest says so), DELETE If-Match on
@@ -699,7 +701,7 @@ func (m *Monitor) announce(ctx context.Context, t *task.Task) (time.Time, error)
 // retired task), so the unconditional DELETE that follows cannot delete a
 // live task. A task found already retired (another monitor, or a crash
 // between the two requests) is final: it is deleted.
-func (m *Monitor) expireRetention(ctx context.Context, key string, st *TickStats) error {
+func (m *Monitor) expireRetention(ctx context.Context, key string, iv clock.Interval, st *TickStats) error {
 	v, err := taskio.Load(ctx, m.st, key)
 	st.Loaded++
 	if errors.Is(err, task.ErrCorrupt) || errors.Is(err, task.ErrUnsupportedFormat) {
@@ -717,7 +719,7 @@ func (m *Monitor) expireRetention(ctx context.Context, key string, st *TickStats
 		return err
 	}
 	t := v.Task
-	if !t.Status.Terminal() {
+	if !t.Status.Terminal() || !t.Retired && !iv.After(t.UpdatedAt.Add(m.cfg.Retention)) {
 		m.known[key] = remember(v)
 		return nil
 	}
@@ -727,11 +729,11 @@ func (m *Monitor) expireRetention(ctx context.Context, key string, st *TickStats
 	case m.manifest.DeleteHonoured():
 		err = m.st.Delete(ctx, key, s3store.DeleteOptions{IfMatch: v.ETag})
 	default:
-		iv, cerr := m.clock.Now(ctx)
+		now, cerr := m.clock.Now(ctx)
 		if cerr != nil {
 			return cerr
 		}
-		if err := t.Retire(iv.Mid()); err != nil {
+		if err := t.Retire(now.Mid()); err != nil {
 			return err
 		}
 		if _, err = taskio.Update(ctx, m.st, t, v.ETag); err == nil {

@@ -500,3 +500,55 @@ func TestRetentionNeverDeletesARequeuedTask(t *testing.T) {
 		}
 	}
 }
+
+// Retention lists a task finished long ago; before it reads the task, the
+// task is requeued and completes again. The task it reads finished just
+// now, so it must be kept for another retention.
+func TestRetentionDecidesOnTheTaskItReads(t *testing.T) {
+	ctx := context.Background()
+	st, srv, clk := fakeTime()
+	p, _ := producer.New(ctx, st, producer.Config{Shards: 1, Clock: clk})
+	id, _ := p.Submit(ctx, "t", nil, producer.Options{})
+	if _, err := p.Cancel(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	faulty := s3store.NewFaults(st)
+	m, _ := monitor.New(ctx, faulty, monitor.Config{Shards: 1, Retention: time.Hour, RepairAfter: 100 * time.Hour, Clock: clk})
+	m.Tick(ctx)
+	*srv = srv.Add(2 * time.Hour)
+	rerun := func(string) {
+		if err := p.Requeue(ctx, id); err != nil {
+			t.Error(err)
+			return
+		}
+		v, _ := taskio.LoadID(ctx, st, id, 1)
+		if err := v.Task.ClaimBy("w", "c2", srv.Add(time.Second)); err != nil {
+			t.Error(err)
+			return
+		}
+		if err := v.Task.Succeed("c2", []byte(`"fresh"`), srv.Add(time.Second)); err != nil {
+			t.Error(err)
+			return
+		}
+		if _, err := taskio.Update(ctx, st, v.Task, v.ETag); err != nil {
+			t.Error(err)
+		}
+	}
+	faulty.Inject(s3store.Fault{Op: s3store.OpGet, KeyPrefix: "tasks/", KeySuffix: ".json", Times: 1, Hook: rerun})
+	m.Tick(ctx)
+	got, err := p.Get(ctx, id)
+	if err != nil {
+		t.Fatalf("retention deleted a result written a moment ago: %v", err)
+	}
+	if got.Status != task.Succeeded || string(got.Result) != `"fresh"` {
+		t.Fatalf("task %s %s, want the fresh result", got.Status, got.Result)
+	}
+	// A retention later, it goes (found by the full walk: the sweeps'
+	// floor has passed it).
+	*srv = srv.Add(7 * time.Hour)
+	m.Tick(ctx)
+	m.Tick(ctx)
+	if _, err := p.Get(ctx, id); err == nil {
+		t.Fatal("the task outlived its retention after its second completion")
+	}
+}
