@@ -37,13 +37,31 @@ type Scan struct {
 	lagged    time.Time            // S3 time of the last scan that started behind the cursor
 	seen      map[string]string    // key -> ETag last settled
 	unsettled map[string]time.Time // handed out, not yet settled: the cursor waits for them
+	failed    map[string]readFailures
+	pruneAt   int // size of seen that triggers the next pruning
 }
+
+// readFailures counts the failed reads of one candidate at one ETag.
+type readFailures struct {
+	etag  string
+	n     int
+	first time.Time // S3 time of the first
+}
+
+// MaxReadFailures is how many times a candidate's read may fail (with
+// anything but not-found or corrupt, which settle it at once), over at
+// least the scan's Lag, before the scan gives up on it: a bad object is
+// reported and skipped, and never holds the cursor (invariant 7).
+const MaxReadFailures = 5
+
+// MaxPages bounds the LISTs of one Next.
+const MaxPages = 8
 
 // NewScan starts a scan of shard at from (ids older than from are left to
 // the ready index and the monitor).
 func NewScan(shard int, from time.Time, lag time.Duration) *Scan {
 	return &Scan{Shard: shard, Lag: lag, PageSize: s3store.DefaultMaxKeys, cursor: from,
-		seen: make(map[string]string), unsettled: make(map[string]time.Time)}
+		seen: make(map[string]string), unsettled: make(map[string]time.Time), failed: make(map[string]readFailures)}
 }
 
 // Candidate is a task object, or a ready pointer to one, that may hold
@@ -60,21 +78,38 @@ type Candidate struct {
 // not settled at their current ETag. Finished task objects (known by their
 // size, see FinishedBySize) are settled without being handed out, so a scan
 // that starts far back crosses them at a page per LIST. Callers report each
-// candidate with Seen once handled; the cursor never passes one they have
-// not, so a candidate whose read failed is listed again.
+// candidate with Seen once handled, or with Failed when its read failed;
+// the cursor does not pass one they have not, so a candidate whose read
+// failed, or that the caller held and threw away, is listed again.
+//
+// A candidate handed out and never settled cannot hold the cursor for
+// ever: a listing that passes where its key was and does not return it
+// proves it gone (a ready pointer someone else used, a task retention
+// deleted), and settles it; a key whose read keeps failing is given up by
+// Failed.
 func (s *Scan) Next(ctx context.Context, st s3store.Store, now time.Time, max int) ([]Candidate, error) {
 	start := s.cursor
 	if !now.Before(s.lagged.Add(s.Lag)) {
 		start, s.lagged = s.cursor.Add(-2*s.Lag), now
 	}
 	after := TasksPrefix(s.Shard) + lowID(start)
+	l := listing{after: after}
+	if len(s.unsettled) > 0 {
+		l.waiting = make(map[string]bool, len(s.unsettled))
+		for k := range s.unsettled {
+			l.waiting[k] = true
+		}
+	}
+	defer s.settleGone(&l)
 	var out []Candidate
-	for pages := 0; pages < 8 && len(out) < max; pages++ {
+	for pages := 0; pages < MaxPages && len(out) < max; pages++ {
 		page, err := st.List(ctx, TasksPrefix(s.Shard), s3store.ListOptions{StartAfter: after, MaxKeys: s.PageSize})
 		if err != nil {
 			return out, fmt.Errorf("scan shard %d: %w", s.Shard, err)
 		}
 		for _, o := range page.Objects {
+			l.through = o.Key
+			delete(l.waiting, o.Key)
 			c, ok := parseCandidate(o)
 			if !ok {
 				continue // foreign object; the monitor reports it
@@ -82,6 +117,7 @@ func (s *Scan) Next(ctx context.Context, st s3store.Store, now time.Time, max in
 			if c.Avail.After(now) {
 				return out, nil
 			}
+			l.due = c.Avail
 			if e, ok := s.seen[o.Key]; ok && (e == o.ETag || e == Settled) {
 				delete(s.unsettled, o.Key)
 				s.advance(c.Avail)
@@ -98,11 +134,41 @@ func (s *Scan) Next(ctx context.Context, st s3store.Store, now time.Time, max in
 			}
 		}
 		if !page.Truncated || len(page.Objects) == 0 {
+			l.end = true
 			break
 		}
 		after = page.Objects[len(page.Objects)-1].Key
 	}
 	return out, nil
+}
+
+// listing is the key range one Next covered: every key after `after` up to
+// and including `through` (to the end of the shard if end) was returned.
+type listing struct {
+	after, through string
+	end            bool
+	waiting        map[string]bool // keys unsettled before it that it has not returned (yet)
+	due            time.Time       // the time of the last due key it examined
+}
+
+// settleGone settles the unsettled keys that l covered and did not return:
+// they are gone, and nothing of theirs is left to handle.
+func (s *Scan) settleGone(l *listing) {
+	if l.through == "" && !l.end {
+		return
+	}
+	gone := false
+	for k := range l.waiting {
+		if _, ok := s.unsettled[k]; ok && k > l.after && (l.end || k <= l.through) {
+			delete(s.unsettled, k)
+			delete(s.failed, k)
+			gone = true
+		}
+	}
+	if gone && !l.due.IsZero() {
+		// Every key up to l.due is now settled, or handed out and waiting.
+		s.advance(l.due)
+	}
 }
 
 func parseCandidate(o s3store.ObjectInfo) (Candidate, bool) {
@@ -158,7 +224,29 @@ const Settled = "*"
 func (s *Scan) Seen(c Candidate, etag string) {
 	s.seen[c.Key] = etag
 	delete(s.unsettled, c.Key)
+	delete(s.failed, c.Key)
 	s.advance(c.Avail)
+}
+
+// Failed records that c could not be read at now (S3 time) for a reason
+// other than not-found or corrupt (those are settled with Seen: a 403, a
+// 500 after the store's retries). It reports whether the scan gave up on
+// c: once c has failed MaxReadFailures times at its ETag, over at least
+// Lag, it is settled at that ETag, never handed out again unless it
+// changes, and the caller reports it as skipped. Until then it is listed
+// again, and the cursor waits for it.
+func (s *Scan) Failed(c Candidate, now time.Time) bool {
+	f := s.failed[c.Key]
+	if f.etag != c.ETag || f.n == 0 {
+		f = readFailures{etag: c.ETag, first: now}
+	}
+	f.n++
+	s.failed[c.Key] = f
+	if f.n < MaxReadFailures || now.Sub(f.first) < s.Lag {
+		return false
+	}
+	s.Seen(c, c.ETag)
+	return true
 }
 
 func (s *Scan) advance(at time.Time) {
@@ -171,15 +259,18 @@ func (s *Scan) advance(at time.Time) {
 		return
 	}
 	s.cursor = at
-	// Forget keys the next scan will not list again.
-	horizon := s.cursor.Add(-2*s.Lag - time.Second)
-	if len(s.seen) > 1024 {
+	// Forget keys the next scan will not list again, each time the map
+	// has doubled: a cursor crossing thousands of settled keys one by one
+	// (after a pin is released) must not rescan the map at every key.
+	if len(s.seen) > max(1024, s.pruneAt) {
+		horizon := s.cursor.Add(-2*s.Lag - time.Second)
 		for k := range s.seen {
 			c, ok := parseCandidate(s3store.ObjectInfo{Key: k})
 			if !ok || c.Avail.Before(horizon) {
 				delete(s.seen, k)
 			}
 		}
+		s.pruneAt = 2 * len(s.seen)
 	}
 }
 

@@ -216,3 +216,107 @@ func TestFleetCacheShardForDrawsFromRand(t *testing.T) {
 		t.Fatalf("ShardFor with 0xff bytes = %d, want 3", s)
 	}
 }
+
+// A candidate handed out and never settled must not hold the cursor for
+// ever: the shard keeps delivering new tasks, at one LIST per scan, after a
+// held pointer is deleted by someone else, after held candidates are
+// thrown away and then used elsewhere, and after a read keeps failing.
+func TestScanIsNotPinnedByCandidatesNeverSettled(t *testing.T) {
+	ctx := context.Background()
+	base := time.Now().Add(-time.Hour).Truncate(time.Millisecond)
+	type bench struct {
+		t    *testing.T
+		st   *s3store.Counter
+		s    *shards.Scan
+		now  time.Time
+		seed int
+	}
+	put := func(b *bench, at time.Time, body string) string {
+		b.seed++
+		id, _ := task.NewID(at, strings.NewReader(strings.Repeat(string(rune('a'+b.seed%26)), 16)))
+		if _, err := b.st.Put(ctx, task.Key(0, id), []byte(body), s3store.PutOptions{}); err != nil {
+			b.t.Fatal(err)
+		}
+		return id
+	}
+	cases := []struct {
+		name string
+		// pin hands out candidates and leaves some unsettled for good.
+		pin func(b *bench)
+	}{
+		{"a held pointer deleted by someone else", func(b *bench) {
+			id := put(b, base, "{}\n\n")
+			if err := shards.Announce(ctx, b.st, &task.Task{ID: id, Shard: 0}, b.now, -1); err != nil {
+				b.t.Fatal(err)
+			}
+			c, _ := b.s.Next(ctx, b.st, b.now, 10)
+			if len(c) != 2 || !c[1].Pointer {
+				b.t.Fatalf("want the task and its pointer, got %+v", c)
+			}
+			b.s.Seen(c[0], shards.Settled)
+			// c[1] is held; another member claims the task and deletes it.
+			b.st.Delete(ctx, c[1].Key, s3store.DeleteOptions{})
+		}},
+		{"held candidates thrown away and used elsewhere", func(b *bench) {
+			a := put(b, b.now.Add(-3*time.Second), "{}\n\n")
+			put(b, b.now.Add(-2*time.Second), "{}\n\n")
+			if err := shards.Announce(ctx, b.st, &task.Task{ID: a, Shard: 0}, b.now.Add(-time.Second), -1); err != nil {
+				b.t.Fatal(err)
+			}
+			c, _ := b.s.Next(ctx, b.st, b.now, 10)
+			if len(c) != 3 {
+				b.t.Fatalf("want 3 candidates, got %+v", c)
+			}
+			// All three are thrown away (held past poll_max); meanwhile
+			// another member finishes both tasks, retention deletes one,
+			// and the pointer is used up.
+			b.st.Put(ctx, c[0].Key, []byte("{}\n"), s3store.PutOptions{})
+			b.st.Delete(ctx, c[1].Key, s3store.DeleteOptions{})
+			b.st.Delete(ctx, c[2].Key, s3store.DeleteOptions{})
+		}},
+		{"a read that keeps failing", func(b *bench) {
+			put(b, b.now.Add(-time.Second), "{}\n\n")
+			for i := 0; ; i++ {
+				c, _ := b.s.Next(ctx, b.st, b.now, 10)
+				if i > 0 && len(c) == 0 {
+					break // given up
+				}
+				if len(c) != 1 {
+					b.t.Fatalf("want the unreadable task again, got %+v", c)
+				}
+				if b.s.Failed(c[0], b.now) != (i == shards.MaxReadFailures-1) {
+					b.t.Fatalf("read failure %d: gave up too early or not at all", i+1)
+				}
+				if i > 100 {
+					b.t.Fatal("never gave up on an unreadable object")
+				}
+				b.now = b.now.Add(b.s.Lag)
+			}
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			b := &bench{t: t, st: s3store.NewCounter(mem.New()), now: base.Add(time.Second)}
+			b.s = shards.NewScan(0, base.Add(-time.Minute), 10*time.Millisecond)
+			b.s.PageSize = 2
+			tc.pin(b)
+			// Many more keys than a scan's 8 pages of 2 land after the pin.
+			for i := 0; i < 40; i++ {
+				b.now = b.now.Add(100 * time.Millisecond)
+				id := put(b, b.now.Add(-50*time.Millisecond), "{}\n\n")
+				lists := b.st.Counts().Of(s3store.OpList)
+				c, err := b.s.Next(ctx, b.st, b.now, 10)
+				if err != nil || len(c) != 1 || c[0].ID != id {
+					t.Fatalf("task %d after the pin: scan handed out %+v (%v), want only %s", i, c, err, id)
+				}
+				b.s.Seen(c[0], shards.Settled)
+				if n := b.st.Counts().Of(s3store.OpList) - lists; n > 2 {
+					t.Fatalf("task %d after the pin: a scan cost %d LISTs", i, n)
+				}
+			}
+			if !b.s.Cursor().After(b.now.Add(-time.Second)) {
+				t.Fatalf("the cursor stayed at %v", b.s.Cursor())
+			}
+		})
+	}
+}

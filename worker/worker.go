@@ -114,7 +114,10 @@ type Config struct {
 
 // Event describes something that happened to a task in this worker.
 type Event struct {
-	Kind    string // claimed, succeeded, failed, dead, snoozed, canceled, lease_lost, rejected, released, corrupt
+	// Kind: claimed, succeeded, failed, dead, snoozed, canceled, lease_lost,
+	// rejected, released, corrupt (a corrupt object, or one whose reads
+	// kept failing, was skipped).
+	Kind    string
 	TaskID  string
 	Type    string
 	Attempt int
@@ -740,8 +743,15 @@ func (w *Worker) pollShard(ctx context.Context, shard int, iv clock.Interval, p 
 		}
 		v, err := taskio.Load(ctx, w.st, key)
 		if err != nil {
-			if w.reportLoad(key, err) {
+			switch {
+			case w.reportLoad(key, err):
 				w.settle(ctx, s, c, c.ETag, true)
+			case s.Failed(c, iv.Latest):
+				// Unreadable again and again (a 403 on this one object):
+				// skipped at its ETag rather than holding the shard.
+				w.stats.corrupt.Add(1)
+				w.log.Error("skipping an object whose reads keep failing", "key", c.Key, "failures", shards.MaxReadFailures, "err", err)
+				w.emit(Event{Kind: "corrupt", TaskID: c.ID, Err: err})
 			}
 			continue
 		}

@@ -3,8 +3,11 @@ package worker_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/s3queue/s3queue/producer"
 	"github.com/s3queue/s3queue/s3store"
@@ -87,5 +90,68 @@ func TestLostClaimResponseStillRunsTheTask(t *testing.T) {
 	}
 	if tk.Status != task.Succeeded || ran != 1 || tk.Attempt != 1 {
 		t.Fatalf("task %s after %d runs (attempt %d), want succeeded after one run", tk.Status, ran, tk.Attempt)
+	}
+}
+
+// A task object whose every read fails with something other than
+// not-found or corrupt (a 403 on that one object) is reported and skipped
+// after a few tries; it never pins the shard's scan, which keeps delivering
+// the tasks submitted after it, and past eight pages of history, at one
+// LIST a poll.
+func TestUnreadableObjectDoesNotStarveTheShard(t *testing.T) {
+	ctx := context.Background()
+	faults := s3store.NewFaults(mem.New())
+	st := s3store.NewCounter(faults)
+	p, err := producer.New(ctx, st, producer.Config{Shards: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	bad, _ := task.NewID(now.Add(-time.Minute), strings.NewReader(strings.Repeat("b", 16)))
+	badKey := task.Key(0, bad)
+	st.Put(ctx, badKey, []byte("{}\n\n"), s3store.PutOptions{})
+	faults.Inject(s3store.Fault{Op: s3store.OpGet, KeyPrefix: badKey, Err: errors.New("403 access denied")})
+	// More finished tasks after it than a scan's eight pages (1000 keys each).
+	for i := 0; i < 8*s3store.DefaultMaxKeys+10; i++ {
+		id, _ := task.NewID(now.Add(-50*time.Second+time.Duration(i)*time.Millisecond), strings.NewReader(strings.Repeat("f", 16)))
+		st.Put(ctx, task.Key(0, id), []byte("{}\n"), s3store.PutOptions{})
+	}
+	var corrupt atomic.Int64
+	w, err := worker.New(ctx, st, worker.Config{Shards: 1, OwnShards: []int{0}, ScanLag: time.Millisecond, Logger: quiet,
+		OnEvent: func(e worker.Event) {
+			if e.Kind == "corrupt" {
+				corrupt.Add(1)
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Handle("job", func(context.Context, *task.Task) (json.RawMessage, error) { return nil, nil })
+	deadline := time.Now().Add(20 * time.Second)
+	for i := 0; i < 10; i++ {
+		id, err := p.Submit(ctx, "job", nil, producer.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for {
+			w.Poll(ctx)
+			w.Wait()
+			if tk, _ := p.Get(ctx, id); tk.Status == task.Succeeded {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("task %d submitted after an unreadable object was never run (corrupt reports: %d)", i, corrupt.Load())
+			}
+		}
+	}
+	if corrupt.Load() != 1 {
+		t.Fatalf("the unreadable object was reported %d times, want once", corrupt.Load())
+	}
+	before := st.Counts().Of(s3store.OpList)
+	for i := 0; i < 5; i++ {
+		w.Poll(ctx)
+	}
+	if lists := st.Counts().Of(s3store.OpList) - before; lists > 5 {
+		t.Fatalf("5 idle polls cost %d LISTs", lists)
 	}
 }
