@@ -53,7 +53,11 @@ func (r *run) execute() {
 		defer func() {
 			if p := recover(); p != nil {
 				w.stats.panics.Add(1)
-				done <- outcome{err: fmt.Errorf("handler panicked: %v\n%s", p, debug.Stack())}
+				// The stack goes to the log; the task records the panic
+				// alone: goroutine ids and addresses would make its last
+				// error differ from run to run, and a stack is kilobytes.
+				w.log.Error("handler panicked", "task_id", r.v.Task.ID, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+				done <- outcome{err: fmt.Errorf("handler panicked: %v", p)}
 			}
 		}()
 		res, err := r.handler(hctx, own)
