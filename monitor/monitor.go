@@ -719,46 +719,118 @@ func (m *Monitor) expireRetention(ctx context.Context, key string, iv clock.Inte
 		return err
 	}
 	t := v.Task
-	if !t.Status.Terminal() || !t.Retired && !iv.After(t.UpdatedAt.Add(m.cfg.Retention)) {
+	hold := m.cfg.Retention
+	if t.IdempotencyKey != "" {
+		hold = max(hold, shards.MinKeyedRetention)
+	}
+	if !t.Status.Terminal() || !t.Retired && !iv.After(t.UpdatedAt.Add(hold)) {
 		m.known[key] = remember(v)
 		return nil
 	}
-	switch {
-	case t.Retired:
-		err = m.st.Delete(ctx, key, s3store.DeleteOptions{})
-	case m.manifest.DeleteHonoured():
-		err = m.st.Delete(ctx, key, s3store.DeleteOptions{IfMatch: v.ETag})
-	default:
-		now, cerr := m.clock.Now(ctx)
-		if cerr != nil {
-			return cerr
+	lost := func(err error) bool {
+		return errors.Is(err, s3store.ErrPreconditionFailed) || errors.Is(err, s3store.ErrConflict) || errors.Is(err, s3store.ErrNotFound)
+	}
+	if !t.Retired && !m.manifest.DeleteHonoured() {
+		now, err := m.clock.Now(ctx)
+		if err != nil {
+			return err
 		}
 		if err := t.Retire(now.Mid()); err != nil {
 			return err
 		}
-		if _, err = taskio.Update(ctx, m.st, t, v.ETag); err == nil {
-			err = m.st.Delete(ctx, key, s3store.DeleteOptions{})
+		if _, err := taskio.Update(ctx, m.st, t, v.ETag); lost(err) {
+			// Changed since it was read (requeued, or retired by another
+			// monitor): the sweeps see what it is now.
+			delete(m.known, key)
+			return nil
+		} else if err != nil {
+			return err
 		}
 	}
-	if errors.Is(err, s3store.ErrPreconditionFailed) || errors.Is(err, s3store.ErrConflict) || errors.Is(err, s3store.ErrNotFound) {
-		// Changed since it was read (requeued, or handled by another
-		// monitor): it is not ours to delete; the sweeps see what it is now.
-		delete(m.known, key)
-		return nil
+	// The record goes before its task: while a record names a task, no
+	// submit recreates that task as if its producer had crashed (see
+	// producer.Submit), so a record without its task never outlives
+	// retention, and a submit after it starts afresh.
+	var recDeleted bool
+	if t.IdempotencyKey != "" {
+		if recDeleted, err = m.expireRecord(ctx, t); err != nil {
+			return err
+		}
+	}
+	if t.Retired {
+		err = m.st.Delete(ctx, key, s3store.DeleteOptions{})
+	} else {
+		err = m.st.Delete(ctx, key, s3store.DeleteOptions{IfMatch: v.ETag})
+		if lost(err) {
+			// Requeued since it was read (the DELETE is atomic here): the
+			// task lives on, and so must its record.
+			delete(m.known, key)
+			if recDeleted {
+				m.restoreRecord(ctx, t)
+			}
+			return nil
+		}
 	}
 	if err != nil {
 		return err
 	}
-	// The record goes after its task: a record without a task only makes a
-	// later submit with the same key recreate that task id.
-	if t.IdempotencyKey != "" {
-		if err := m.st.Delete(ctx, shards.IdempotencyKey(t.IdempotencyKey), s3store.DeleteOptions{}); err != nil {
-			return err
-		}
-	}
 	delete(m.known, key)
 	st.Deleted++
 	return nil
+}
+
+// expireRecord deletes the idempotency record of t, which retention is
+// deleting, if the record names t; it reports whether it did. Like the
+// task, the record is deleted unconditionally only once it is final:
+// where conditional DELETE is honoured, DELETE If-Match; elsewhere it is
+// first marked retired by CAS (a retired record is never written again).
+func (m *Monitor) expireRecord(ctx context.Context, t *task.Task) (bool, error) {
+	key := shards.IdempotencyKey(t.IdempotencyKey)
+	for range 3 {
+		obj, err := m.st.Get(ctx, key)
+		if errors.Is(err, s3store.ErrNotFound) {
+			return false, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("expire idempotency record of task %s: %w", t.ID, err)
+		}
+		rec, perr := shards.ParseIdempotencyRecord(obj.Body)
+		switch {
+		case perr != nil:
+			// Nobody writes a corrupt record again (a submit refuses it),
+			// so it is final too.
+			m.log.Error("corrupt idempotency record; deleted with its task", "key", key, "task_id", t.ID, "err", perr)
+			err = m.st.Delete(ctx, key, s3store.DeleteOptions{})
+		case rec.ID != t.ID:
+			return false, nil // the key was claimed again after an earlier retention of t
+		case rec.Retired:
+			err = m.st.Delete(ctx, key, s3store.DeleteOptions{})
+		case m.manifest.DeleteHonoured():
+			err = m.st.Delete(ctx, key, s3store.DeleteOptions{IfMatch: obj.ETag})
+		default:
+			rec.Retired = true
+			if _, err = m.st.Put(ctx, key, rec.Encode(), s3store.PutOptions{IfMatch: obj.ETag}); err == nil {
+				err = m.st.Delete(ctx, key, s3store.DeleteOptions{})
+			}
+		}
+		switch {
+		case err == nil:
+			return true, nil
+		case !errors.Is(err, s3store.ErrPreconditionFailed) && !errors.Is(err, s3store.ErrConflict) && !errors.Is(err, s3store.ErrNotFound):
+			return false, fmt.Errorf("expire idempotency record of task %s: %w", t.ID, err)
+		}
+	}
+	return false, fmt.Errorf("expire idempotency record of task %s: it keeps changing", t.ID)
+}
+
+// restoreRecord writes back the record of t, a task requeued while
+// retention deleted it, so its key stays taken by it.
+func (m *Monitor) restoreRecord(ctx context.Context, t *task.Task) {
+	rec := shards.IdempotencyRecord{ID: t.ID}
+	_, err := m.st.Put(ctx, shards.IdempotencyKey(t.IdempotencyKey), rec.Encode(), s3store.PutOptions{IfNoneMatch: true})
+	if err != nil {
+		m.log.Warn("restore the idempotency record of a task requeued during retention", "task_id", t.ID, "err", err)
+	}
 }
 
 // randFloat draws from Config.Rand (under m.mu, held by Tick).

@@ -3,6 +3,8 @@ package monitor_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -550,5 +552,79 @@ func TestRetentionDecidesOnTheTaskItReads(t *testing.T) {
 	m.Tick(ctx)
 	if _, err := p.Get(ctx, id); err == nil {
 		t.Fatal("the task outlived its retention after its second completion")
+	}
+}
+
+// Retention of a task with an idempotency key races submits with the same
+// key at every step. However they interleave, the key never ends up with
+// two live tasks, and submits after retention agree on one id.
+func TestRetentionAndSubmitLeaveOneTaskPerIdempotencyKey(t *testing.T) {
+	for _, provider := range []string{s3store.DeleteIgnored, s3store.DeleteHonoured} {
+		for step := 1; step <= 4; step++ {
+			t.Run(fmt.Sprintf("%s/submit before retention's write %d", provider, step), func(t *testing.T) {
+				ctx := context.Background()
+				mst, srv, clk := fakeTime()
+				var base s3store.Store = mst
+				if provider == s3store.DeleteIgnored {
+					base = deleteIgnoring{mst}
+				}
+				p, err := producer.New(ctx, base, producer.Config{Shards: 2, Clock: clk})
+				if err != nil {
+					t.Fatal(err)
+				}
+				opts := producer.Options{IdempotencyKey: "k"}
+				old, _ := p.Submit(ctx, "t", nil, opts)
+				if _, err := p.Cancel(ctx, old); err != nil {
+					t.Fatal(err)
+				}
+				faulty := s3store.NewFaults(base)
+				m, _ := monitor.New(ctx, faulty, monitor.Config{Shards: 2, Retention: time.Hour, RepairAfter: 100 * time.Hour, Clock: clk})
+				m.Tick(ctx)
+				*srv = srv.Add(2 * time.Hour)
+
+				writes, fired := 0, false
+				var during string
+				hook := func(string) {
+					if writes++; writes == step {
+						fired = true
+						if during, err = p.Submit(ctx, "t", nil, opts); err != nil {
+							t.Errorf("submit during retention: %v", err)
+						}
+					}
+				}
+				faulty.Inject(s3store.Fault{Op: s3store.OpPut, Hook: hook})
+				faulty.Inject(s3store.Fault{Op: s3store.OpDelete, Hook: hook})
+				for range 2 {
+					m.Tick(ctx)
+				}
+				if !fired {
+					if step <= 2 {
+						t.Fatalf("retention made %d writes, want at least %d", writes, step)
+					}
+					t.Skipf("retention made %d writes here", writes)
+				}
+				faulty.Clear()
+				after, err := p.Submit(ctx, "t", nil, opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				again, _ := p.Submit(ctx, "t", nil, opts)
+				if again != after {
+					t.Fatalf("two submits after retention returned %s and %s", after, again)
+				}
+				if _, err := p.Get(ctx, after); err != nil {
+					t.Fatalf("submit returned %s, which does not exist: %v", after, err)
+				}
+				var live []string
+				for _, id := range []string{old, during, after} {
+					if tk, err := p.Get(ctx, id); err == nil && !tk.Status.Terminal() && !slices.Contains(live, id) {
+						live = append(live, id)
+					}
+				}
+				if len(live) > 1 {
+					t.Fatalf("live tasks for one idempotency key: %v (old %s, submitted during retention %s, after %s)", live, old, during, after)
+				}
+			})
+		}
 	}
 }

@@ -119,8 +119,8 @@ type Options struct {
 // Submit creates a task of type typ with input (any JSON-encodable value;
 // json.RawMessage and []byte are taken as JSON text) and returns its id.
 //
-// Requests: one PUT; with an idempotency key one more PUT (or, for a
-// duplicate, a failed PUT, a GET and a failed PUT).
+// Requests: one PUT; with an idempotency key one more PUT (see submitOnce
+// for a key already taken).
 func (p *Producer) Submit(ctx context.Context, typ string, input any, opts Options) (string, error) {
 	raw, err := encodeInput(input)
 	if err != nil {
@@ -170,48 +170,116 @@ func (p *Producer) Submit(ctx context.Context, typ string, input any, opts Optio
 	return t.ID, nil
 }
 
-// idempotencyRecord points an idempotency key at the task it created.
-type idempotencyRecord struct {
-	ID string `json:"id"`
-}
-
-// submitOnce claims the idempotency key first and then creates the task the
-// record names. A racing producer that loses the key creates the same task
-// id with create-if-absent: whichever of them writes the task first, the
-// record and the task agree, and a record whose task is not written yet
-// (its producer is slow or crashed) is completed rather than replaced.
+// submitOnce claims the idempotency key and then creates the task its
+// record names. Records are only ever created with If-None-Match, never
+// replaced, so the first producer to write the record decides the task id;
+// every other producer creates that same id with create-if-absent, or
+// finds it. What a producer that finds the record does:
+//
+//   - retired record (retention is deleting it), or the task exists: the
+//     key is taken by that task; return its id;
+//   - record younger than shards.RecordYoung: its producer may still be
+//     between its two writes (or crashed there): create the task,
+//     If-None-Match (a 412 means it exists);
+//   - older record and no task: read the record again. Gone: retention
+//     deleted it (it deletes the record before the task), so claim the key
+//     again. Still there: retention cannot have deleted the task (the
+//     record would be gone first), so its producer crashed long ago
+//     between its two writes: create the task.
+//
+// Requests: two PUTs for a new key; for a taken one a failed PUT, a GET and
+// either a HEAD (old record) or a failed PUT and its read-back GET (young
+// record).
 func (p *Producer) submitOnce(ctx context.Context, t *task.Task, spec task.Spec, now time.Time) (string, error) {
 	recKey := shards.IdempotencyKey(spec.IdempotencyKey)
-	body, _ := json.Marshal(idempotencyRecord{ID: t.ID})
-	_, err := p.st.Put(ctx, recKey, body, s3store.PutOptions{IfNoneMatch: true})
-	switch {
-	case err == nil:
-	case errors.Is(err, s3store.ErrPreconditionFailed), errors.Is(err, s3store.ErrConflict):
-		obj, gerr := p.st.Get(ctx, recKey)
-		if gerr != nil {
-			return "", fmt.Errorf("submit: read idempotency record: %w", gerr)
+	own := shards.IdempotencyRecord{ID: t.ID}.Encode()
+	for range 10 {
+		_, err := p.st.Put(ctx, recKey, own, s3store.PutOptions{IfNoneMatch: true})
+		switch {
+		case err == nil:
+			return p.createOnce(ctx, t)
+		case errors.Is(err, s3store.ErrPreconditionFailed), errors.Is(err, s3store.ErrConflict):
+		default:
+			return "", fmt.Errorf("submit: write idempotency record: %w", err)
 		}
-		var rec idempotencyRecord
-		if json.Unmarshal(obj.Body, &rec) != nil || !task.ValidID(rec.ID) {
-			return "", fmt.Errorf("submit: idempotency record %s is corrupt (%q)", recKey, obj.Body)
+		id, err := p.followRecord(ctx, recKey, t, spec, now)
+		if err != nil || id != "" {
+			return id, err
 		}
-		if rec.ID != t.ID {
-			spec.AvailableAt, _ = task.IDTime(rec.ID)
-			nt, nerr := task.New(rec.ID, task.ShardFor(rec.ID, p.manifest.Shards), spec, now)
-			if nerr != nil {
-				return "", fmt.Errorf("submit: %w", nerr)
-			}
-			t = nt
-		}
-	default:
-		return "", fmt.Errorf("submit: write idempotency record: %w", err)
+		// The record was deleted meanwhile (retention): claim the key again.
 	}
-	_, err = taskio.Create(ctx, p.st, t)
+	return "", fmt.Errorf("submit: idempotency record %s keeps changing; try again", recKey)
+}
+
+// followRecord reads the record at recKey, which another submit wrote, and
+// returns the task id it gives the key (creating that task if its producer
+// did not), or "" when the record is gone and the key is free again.
+func (p *Producer) followRecord(ctx context.Context, recKey string, t *task.Task, spec task.Spec, now time.Time) (string, error) {
+	rec, obj, err := p.readRecord(ctx, recKey)
+	switch {
+	case err != nil, obj == nil:
+		return "", err
+	case rec.Retired:
+		return rec.ID, nil
+	}
+	x := t
+	if rec.ID != t.ID {
+		spec.AvailableAt, _ = task.IDTime(rec.ID)
+		if x, err = task.New(rec.ID, task.ShardFor(rec.ID, p.manifest.Shards), spec, now); err != nil {
+			return "", fmt.Errorf("submit: %w", err)
+		}
+	}
+	iv, err := p.clock.Now(ctx)
+	if err != nil {
+		return "", fmt.Errorf("submit: %w", err)
+	}
+	if iv.Earliest.Sub(obj.LastModified) < shards.RecordYoung {
+		return p.createOnce(ctx, x)
+	}
+	switch _, err := p.st.Head(ctx, x.Key()); {
+	case err == nil:
+		return x.ID, nil
+	case !errors.Is(err, s3store.ErrNotFound):
+		return "", fmt.Errorf("submit: look for task %s: %w", x.ID, err)
+	}
+	again, obj, err := p.readRecord(ctx, recKey)
+	switch {
+	case err != nil, obj == nil:
+		return "", err
+	case again.Retired:
+		return again.ID, nil
+	case again.ID != rec.ID:
+		return "", nil // a new record: follow it from the start
+	}
+	return p.createOnce(ctx, x)
+}
+
+// readRecord reads an idempotency record; a missing one is (zero, nil, nil).
+func (p *Producer) readRecord(ctx context.Context, recKey string) (shards.IdempotencyRecord, *s3store.Object, error) {
+	obj, err := p.st.Get(ctx, recKey)
+	if errors.Is(err, s3store.ErrNotFound) {
+		return shards.IdempotencyRecord{}, nil, nil
+	}
+	if err != nil {
+		return shards.IdempotencyRecord{}, nil, fmt.Errorf("submit: read idempotency record: %w", err)
+	}
+	rec, err := shards.ParseIdempotencyRecord(obj.Body)
+	if err != nil {
+		return rec, nil, fmt.Errorf("submit: %s: %w", recKey, err)
+	}
+	return rec, &obj, nil
+}
+
+// createOnce creates t if it does not exist yet and returns its id.
+func (p *Producer) createOnce(ctx context.Context, t *task.Task) (string, error) {
+	_, err := taskio.Create(ctx, p.st, t)
 	switch {
 	case err == nil:
+		// A task completed from an old record lands far behind the scans:
+		// afterCreate announces it (its id's time is long past).
 		p.afterCreate(ctx, t)
 	case errors.Is(err, s3store.ErrPreconditionFailed), errors.Is(err, s3store.ErrConflict):
-		// The other producer wrote it: the same id, the same intent.
+		// The record's own producer wrote it: the same id, the same intent.
 	default:
 		return "", fmt.Errorf("submit: %w", err)
 	}

@@ -2,12 +2,14 @@ package producer_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/s3queue/s3queue/clock"
 	"github.com/s3queue/s3queue/producer"
 	"github.com/s3queue/s3queue/s3store"
 	"github.com/s3queue/s3queue/s3store/mem"
@@ -157,5 +159,98 @@ func TestSubmitBatchBoundsParallelism(t *testing.T) {
 	}
 	if st.peak != 3 {
 		t.Fatalf("peak parallel PUTs %d, want 3", st.peak)
+	}
+}
+
+// fakeTime makes a store whose server time the test moves, and a clock
+// whose local time moves with it.
+func fakeTime(t *testing.T) (*mem.Store, *time.Time, *clock.Authoritative) {
+	t.Helper()
+	st := mem.New()
+	start := time.Now()
+	server := start
+	st.SetNow(func() time.Time { return server })
+	local := time.Now()
+	c := clock.New(st, clock.Config{Local: func() time.Time { return local.Add(server.Sub(start)) }})
+	return st, &server, c
+}
+
+// What a submit does with an idempotency key whose record another submit
+// wrote, for each state the record and its task can be in.
+func TestIdempotentSubmitFollowsTheRecord(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name      string
+		age       time.Duration // of the record when the submit reads it
+		retired   bool
+		taskThere bool
+		want      string // "existing", "created"
+	}{
+		{"a young record whose producer has not written its task yet", 10 * time.Second, false, false, "created"},
+		{"an old record whose producer crashed before writing its task", time.Hour, false, false, "created"},
+		{"an old record whose task exists", time.Hour, false, true, "existing"},
+		{"a retired record: retention is deleting its task", time.Hour, true, true, "existing"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mst, srv, clk := fakeTime(t)
+			st := s3store.NewCounter(mst)
+			p, err := producer.New(ctx, st, producer.Config{Shards: 4, Clock: clk})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The other producer: its record, and perhaps its task.
+			x, err := p.Submit(ctx, "t", nil, producer.Options{IdempotencyKey: "k"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tc.taskThere {
+				mst.Delete(ctx, task.Key(task.ShardFor(x, 4), x), s3store.DeleteOptions{})
+			}
+			if tc.retired {
+				body, _ := json.Marshal(map[string]any{"id": x, "retired": true})
+				mst.Put(ctx, shards.IdempotencyKey("k"), body, s3store.PutOptions{})
+			}
+			*srv = srv.Add(tc.age)
+			before := st.Counts()
+			got, err := p.Submit(ctx, "t", nil, producer.Options{IdempotencyKey: "k"})
+			if err != nil || got != x {
+				t.Fatalf("submit = %s %v, want the record's task %s", got, err, x)
+			}
+			if _, err := p.Get(ctx, x); err != nil && tc.want == "created" {
+				t.Fatalf("the record's task was not created: %v", err)
+			}
+			d := st.Counts().Sub(before)
+			if tc.want == "existing" && d.Of(s3store.OpPut) != 1 {
+				t.Fatalf("a submit that found the key taken made %s, want one (failed) PUT", d)
+			}
+		})
+	}
+}
+
+// Producers racing on one key all return one id, and one task exists.
+func TestRacingIdempotentSubmitsCreateOneTask(t *testing.T) {
+	ctx := context.Background()
+	st := mem.New()
+	p, err := producer.New(ctx, st, producer.Config{Shards: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs := make([]producer.Request, 16)
+	for i := range reqs {
+		reqs[i] = producer.Request{Type: "t", Options: producer.Options{IdempotencyKey: "race"}}
+	}
+	res := p.SubmitBatch(ctx, reqs)
+	for _, r := range res {
+		if r.Err != nil || r.ID != res[0].ID {
+			t.Fatalf("results %+v: want one id for all", res)
+		}
+	}
+	n := 0
+	for s := range 4 {
+		page, _ := st.List(ctx, shards.TasksPrefix(s), s3store.ListOptions{})
+		n += len(page.Objects)
+	}
+	if n != 1 {
+		t.Fatalf("%d objects under tasks/, want 1", n)
 	}
 }

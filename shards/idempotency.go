@@ -3,6 +3,11 @@ package shards
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/s3queue/s3queue/task"
 )
 
 // IdempotencyKey is the object that records which task an idempotency key
@@ -11,3 +16,44 @@ func IdempotencyKey(key string) string {
 	sum := sha256.Sum256([]byte(key))
 	return "idempotency/" + hex.EncodeToString(sum[:16]) + ".json"
 }
+
+// IdempotencyRecord is the content of an idempotency key's object. Records
+// are only ever created with If-None-Match, never replaced, with one
+// exception: retention marks a record Retired by CAS before deleting it on
+// servers that ignore a conditional DELETE. A retired record is final: its
+// key stays taken by ID until the record is deleted, and anyone may delete it.
+type IdempotencyRecord struct {
+	ID      string `json:"id"`
+	Retired bool   `json:"retired,omitempty"`
+}
+
+// Encode returns the record's bytes.
+func (r IdempotencyRecord) Encode() []byte {
+	b, _ := json.Marshal(r)
+	return b
+}
+
+// ParseIdempotencyRecord parses a record's bytes.
+func ParseIdempotencyRecord(b []byte) (IdempotencyRecord, error) {
+	var r IdempotencyRecord
+	if json.Unmarshal(b, &r) != nil || !task.ValidID(r.ID) {
+		return r, fmt.Errorf("idempotency record is corrupt (%q)", truncate(b, 80))
+	}
+	return r, nil
+}
+
+// RecordYoung: a record written less than this long ago (by S3 time) may
+// belong to a producer still between its two writes (the record, then the
+// task), so a producer that finds it completes its task without looking.
+//
+// Retention deletes a keyed task's record before the task, so a record that
+// still exists means its task was not deleted by retention; and a task is
+// retained only once it has been finished for MinKeyedRetention, far longer
+// than RecordYoung, so a young record's task cannot be on its way out. A
+// producer would have to stall for MinKeyedRetention - RecordYoung between
+// reading a record and writing its task to break this.
+const RecordYoung = time.Minute
+
+// MinKeyedRetention is the shortest retention applied to a task with an
+// idempotency key, whatever the monitor's retention says (see RecordYoung).
+const MinKeyedRetention = 10 * time.Minute
