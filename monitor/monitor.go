@@ -826,7 +826,7 @@ func (m *Monitor) expireRecord(ctx context.Context, t *task.Task) (bool, error) 
 // restoreRecord writes back the record of t, a task requeued while
 // retention deleted it, so its key stays taken by it.
 func (m *Monitor) restoreRecord(ctx context.Context, t *task.Task) {
-	rec := shards.IdempotencyRecord{ID: t.ID}
+	rec := shards.IdempotencyRecord{ID: t.ID, Spec: shards.SpecHash(t.Type, t.Input)}
 	_, err := m.st.Put(ctx, shards.IdempotencyKey(t.IdempotencyKey), rec.Encode(), s3store.PutOptions{IfNoneMatch: true})
 	if err != nil {
 		m.log.Warn("restore the idempotency record of a task requeued during retention", "task_id", t.ID, "err", err)

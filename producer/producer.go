@@ -26,6 +26,11 @@ import (
 // ErrNotFound reports an unknown task id.
 var ErrNotFound = errors.New("task not found")
 
+// ErrIdempotencyConflict reports a Submit whose idempotency key is already
+// taken by a task of another type or input. Submit returns that task's id
+// with it.
+var ErrIdempotencyConflict = errors.New("idempotency key already used by a task of another type or input")
+
 // Config configures a Producer.
 type Config struct {
 	// Shards must match the queue's manifest; 0 accepts the queue's count.
@@ -110,7 +115,9 @@ type Options struct {
 	// while the handler runs.
 	Timeout time.Duration
 	// IdempotencyKey: a second Submit with the same key returns the first
-	// task's id instead of creating another, even when the two race.
+	// task's id instead of creating another, even when the two race. A
+	// second Submit with the same key but another type or input fails with
+	// ErrIdempotencyConflict (and the first task's id).
 	IdempotencyKey string
 	// ShardKey places tasks with the same key in the same shard.
 	ShardKey string
@@ -192,7 +199,7 @@ func (p *Producer) Submit(ctx context.Context, typ string, input any, opts Optio
 // record).
 func (p *Producer) submitOnce(ctx context.Context, t *task.Task, spec task.Spec, now time.Time) (string, error) {
 	recKey := shards.IdempotencyKey(spec.IdempotencyKey)
-	own := shards.IdempotencyRecord{ID: t.ID}.Encode()
+	own := shards.IdempotencyRecord{ID: t.ID, Spec: shards.SpecHash(t.Type, t.Input)}.Encode()
 	for range 10 {
 		_, err := p.st.Put(ctx, recKey, own, s3store.PutOptions{IfNoneMatch: true})
 		switch {
@@ -219,6 +226,8 @@ func (p *Producer) followRecord(ctx context.Context, recKey string, t *task.Task
 	switch {
 	case err != nil, obj == nil:
 		return "", err
+	case rec.Spec != "" && rec.Spec != shards.SpecHash(t.Type, t.Input):
+		return rec.ID, fmt.Errorf("submit: %w: the key is task %s", ErrIdempotencyConflict, rec.ID)
 	case rec.Retired:
 		return rec.ID, nil
 	}

@@ -254,3 +254,38 @@ func TestRacingIdempotentSubmitsCreateOneTask(t *testing.T) {
 		t.Fatalf("%d objects under tasks/, want 1", n)
 	}
 }
+
+// The same idempotency key with another type or input is a conflict, not
+// the first task.
+func TestIdempotencyKeyWithAnotherTypeOrInputIsAConflict(t *testing.T) {
+	ctx := context.Background()
+	p, st := setup(t)
+	first, err := p.Submit(ctx, "t", json.RawMessage(`{"a": 1}`), producer.Options{IdempotencyKey: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		typ   string
+		input json.RawMessage
+	}{{"another input", "t", json.RawMessage(`{"a":2}`)}, {"another type", "u", json.RawMessage(`{"a":1}`)}} {
+		t.Run(tc.name, func(t *testing.T) {
+			id, err := p.Submit(ctx, tc.typ, tc.input, producer.Options{IdempotencyKey: "k"})
+			if !errors.Is(err, producer.ErrIdempotencyConflict) || !strings.Contains(err.Error(), first) || id != first {
+				t.Fatalf("submit = %q, %v; want ErrIdempotencyConflict naming %s", id, err, first)
+			}
+		})
+	}
+	t.Run("the same input spelled differently is the same task", func(t *testing.T) {
+		if id, err := p.Submit(ctx, "t", json.RawMessage(`{ "a":1 }`), producer.Options{IdempotencyKey: "k"}); err != nil || id != first {
+			t.Fatalf("submit = %q, %v; want %s", id, err, first)
+		}
+	})
+	t.Run("a record written before the check is not checked", func(t *testing.T) {
+		body, _ := json.Marshal(map[string]string{"id": first})
+		st.Put(ctx, shards.IdempotencyKey("old"), body, s3store.PutOptions{})
+		if id, err := p.Submit(ctx, "u", nil, producer.Options{IdempotencyKey: "old"}); err != nil || id != first {
+			t.Fatalf("submit = %q, %v; want %s", id, err, first)
+		}
+	})
+}

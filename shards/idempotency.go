@@ -25,6 +25,19 @@ func IdempotencyKey(key string) string {
 type IdempotencyRecord struct {
 	ID      string `json:"id"`
 	Retired bool   `json:"retired,omitempty"`
+	// Spec is SpecHash of the task's type and input: a submit with the same
+	// key and another type or input is a conflict, not the same task.
+	// Records written before it existed have none and are not checked.
+	Spec string `json:"spec,omitempty"`
+}
+
+// SpecHash identifies a task's type and input (as stored: compact JSON).
+func SpecHash(typ string, input []byte) string {
+	h := sha256.New()
+	h.Write([]byte(typ))
+	h.Write([]byte{0})
+	h.Write(input)
+	return hex.EncodeToString(h.Sum(nil)[:16])
 }
 
 // Encode returns the record's bytes.
