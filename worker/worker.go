@@ -360,7 +360,7 @@ func (w *Worker) step(ctx context.Context) time.Duration {
 		if now.Before(m.nextOwnPoll) {
 			return time.Until(m.nextOwnPoll) // woken by a freed slot early
 		}
-		d := w.adapt(w.pollShards(ctx, w.cfg.OwnShards))
+		d := w.adapt(w.pollShards(ctx, w.cfg.OwnShards, false))
 		m.nextOwnPoll = now.Add(d)
 		return d
 	}
@@ -398,7 +398,7 @@ func (w *Worker) step(ctx context.Context) time.Duration {
 			if now.Sub(m.sleptAt) >= w.cfg.SleepScan && !now.Before(m.nextOwnPoll) {
 				// A slow safety scan: a producer that crashed between its
 				// PUT and its ring is still served.
-				p := w.pollShards(ctx, m.assign.Own)
+				p := w.pollShards(ctx, m.assign.Own, false)
 				if p.err != nil && ctx.Err() == nil {
 					w.log.Warn("safety scan while asleep", "err", p.err)
 				}
@@ -413,7 +413,8 @@ func (w *Worker) step(ctx context.Context) time.Duration {
 		}
 	}
 	if !now.Before(m.nextOwnPoll) {
-		p := w.pollShards(ctx, m.assign.Own)
+		// Full, it still peeks: a saturated member must see its backlog.
+		p := w.pollShards(ctx, m.assign.Own, true)
 		if p.claimed > 0 {
 			m.lastWork = now
 			if m.asleep {
@@ -464,7 +465,7 @@ func (w *Worker) drainShards(ctx context.Context, now time.Time) time.Duration {
 			wait = min(wait, next.Sub(now))
 			continue
 		}
-		p := w.pollShards(ctx, []int{s})
+		p := w.pollShards(ctx, []int{s}, false)
 		n, err := p.claimed, p.err
 		if err != nil && ctx.Err() == nil {
 			// Back off as if empty: the shard's leftovers wait for the
@@ -597,7 +598,7 @@ func (w *Worker) Wait() { w.inflight.Wait() }
 // many tasks it claimed. Tests drive it directly instead of Run.
 func (w *Worker) Poll(ctx context.Context) (int, error) {
 	if w.static() {
-		p := w.pollShards(ctx, w.cfg.OwnShards)
+		p := w.pollShards(ctx, w.cfg.OwnShards, false)
 		return p.claimed, p.err
 	}
 	w.fleetMu.Lock()
@@ -612,7 +613,7 @@ func (w *Worker) Poll(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	p := w.pollShards(ctx, append(append([]int(nil), a.Own...), a.Drain...))
+	p := w.pollShards(ctx, append(append([]int(nil), a.Own...), a.Drain...), false)
 	return p.claimed, p.err
 }
 
@@ -642,20 +643,26 @@ type pass struct {
 }
 
 // pollShards polls list once: for each shard, the candidates held from its
-// last listing, or a new listing.
-func (w *Worker) pollShards(ctx context.Context, list []int) (p pass) {
+// last listing, or a new listing. With every slot busy it claims nothing;
+// if peek, it then learns whether due work waits (see peek).
+func (w *Worker) pollShards(ctx context.Context, list []int, peek bool) (p pass) {
 	w.pollMu.Lock()
 	defer w.pollMu.Unlock()
 	if w.stopping.Load() || len(list) == 0 {
 		return p
 	}
-	if w.free() == 0 {
+	if w.free() == 0 && !peek {
 		p.full = true
 		return p
 	}
 	iv, err := w.clock.Now(ctx)
 	if err != nil {
 		p.err = err
+		return p
+	}
+	if w.free() == 0 {
+		p.full = true
+		p.err = w.peek(ctx, list, iv, &p)
 		return p
 	}
 	// Rotate the starting shard so that no shard starves when slots run
@@ -676,6 +683,46 @@ func (w *Worker) pollShards(ctx context.Context, list []int) (p pass) {
 }
 
 func (w *Worker) free() int { return cap(w.slots) - len(w.slots) }
+
+// peek learns, while every slot is busy, whether due work waits in list, so
+// that a saturated member asks for help (a member that only listed when a
+// slot was free would never see a backlog under long handlers). Candidates
+// held from a listing less than PollMax old say so for free; otherwise one
+// listing per shard refreshes them, and they are claimed as slots free up,
+// without another LIST. The member's own-shard polls come every PollMax
+// while it is full, so this costs at most one LIST per own shard per
+// PollMax, as an idle member's polls do.
+func (w *Worker) peek(ctx context.Context, list []int, iv clock.Interval, p *pass) error {
+	for _, shard := range list {
+		if h := w.held[shard]; h.fresh(w.cfg.PollMax) {
+			p.leftover = true
+			continue
+		}
+		cands, err := w.list(ctx, shard, iv, p)
+		if err != nil {
+			return err
+		}
+		w.held[shard] = held{at: time.Now(), cands: cands}
+		p.leftover = p.leftover || len(cands) > 0
+	}
+	return nil
+}
+
+// list lists shard for up to a poll's worth of tasks (PollBatch), or a
+// full set of slots under a backlog, so that slots freeing up one by one
+// are refilled from what is held, not by a LIST each. One more than that
+// tells whether work is left behind.
+func (w *Worker) list(ctx context.Context, shard int, iv clock.Interval, p *pass) ([]shards.Candidate, error) {
+	want := max(w.free(), cap(w.slots), int(math.Ceil(w.cfg.PollBatch))) + 1
+	cands, err := w.scan(shard, iv).Next(ctx, w.st, iv.Latest, want)
+	if err != nil {
+		return nil, err
+	}
+	p.capped = p.capped || len(cands) >= want
+	p.listed += len(cands)
+	p.lists = true
+	return cands, nil
+}
 
 func (w *Worker) scan(shard int, iv clock.Interval) *shards.Scan {
 	s, ok := w.scans[shard]
@@ -718,20 +765,11 @@ func (w *Worker) pollShard(ctx context.Context, shard int, iv clock.Interval, p 
 	cands := h.cands
 	if !h.fresh(w.cfg.PollMax) {
 		// Candidates held longer than PollMax are listed afresh (they stay
-		// unsettled in the scan, so the listing returns them again). One
-		// more than the free slots tells whether work is left behind.
+		// unsettled in the scan, so the listing returns them again).
 		var err error
-		// A listing returns up to a poll's worth of tasks (PollBatch), or
-		// a full set of slots under a backlog, so that slots freeing up
-		// one by one are refilled from what is held, not by a LIST each.
-		want := max(w.free(), cap(w.slots), int(math.Ceil(w.cfg.PollBatch))) + 1
-		cands, err = s.Next(ctx, w.st, iv.Latest, want)
-		if err != nil {
+		if cands, err = w.list(ctx, shard, iv, p); err != nil {
 			return err
 		}
-		p.capped = p.capped || len(cands) >= want
-		p.listed += len(cands)
-		p.lists = true
 		h.at = time.Now()
 	}
 	i := 0

@@ -155,3 +155,47 @@ func TestUnreadableObjectDoesNotStarveTheShard(t *testing.T) {
 		t.Fatalf("5 idle polls cost %d LISTs", lists)
 	}
 }
+
+// A member whose slots all filled without leaving work behind, and whose
+// handlers then keep running while a backlog arrives, still sees the
+// backlog (it peeks while full) and asks for help: a standby joins.
+func TestAFullMemberSeesALaterBacklogAndAsksForHelp(t *testing.T) {
+	st := s3store.NewCounter(mem.New())
+	f := newFleet(t, st, 4)
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	started := make(chan string, 100)
+	block := func(ctx context.Context, tk *task.Task) (json.RawMessage, error) {
+		started <- tk.ID
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil, nil
+	}
+	w0 := f.start(f.fast("first"), nil, block) // 2 slots
+	waitFor(t, "the first worker to join", 10*time.Second, func() bool { m, _ := w0.Member(); return m })
+	p, err := producer.New(f.ctx, st, producer.Config{Shards: 4, LeaseMargin: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		if _, err := p.Submit(f.ctx, "job", nil, producer.Options{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < 2; i++ {
+		select {
+		case <-started:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the member did not fill its slots")
+		}
+	}
+	w1 := f.start(f.fast("standby"), nil, block)
+	for i := 0; i < 6; i++ {
+		if _, err := p.Submit(f.ctx, "job", nil, producer.Options{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "the standby to join the full member", 10*time.Second, func() bool { m, _ := w1.Member(); return m })
+}
