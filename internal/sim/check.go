@@ -1,0 +1,299 @@
+package sim
+
+import (
+	"bytes"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/s3queue/s3queue/s3store"
+	"github.com/s3queue/s3queue/shards"
+	"github.com/s3queue/s3queue/task"
+)
+
+// Violation is one broken invariant.
+type Violation struct {
+	Invariant string
+	Task      string // task id, when it concerns one
+	Detail    string
+}
+
+func (v Violation) String() string {
+	if v.Task != "" {
+		return fmt.Sprintf("%s: task %s: %s", v.Invariant, v.Task, v.Detail)
+	}
+	return v.Invariant + ": " + v.Detail
+}
+
+// Invariants the checker proves, by name.
+const (
+	InvTransition   = "valid transition"      // each write of a task is a step of its state machine
+	InvBytesChange  = "every write changes the bytes"
+	InvFenced       = "outcomes are fenced"    // only the claim's own worker writes its outcome or renews it
+	InvOutcomeOnce  = "outcome written once"   // succeeded at most once per task
+	InvNotLost      = "nothing is lost"        // a live task is never deleted; an acknowledged task exists
+	InvRetention    = "retention is respected" // nothing deleted before its retention
+	InvIdempotent   = "one live task per idempotency key"
+	InvHonest       = "a failed call changed nothing" // a caller told "failed" made no change
+	InvLiveness     = "due tasks are picked up"
+	InvRunnable     = "a claimed task can run" // no handler starts with its lease already given up
+	InvAfterStop    = "nothing outlives Run"
+	InvDecodable    = "the queue writes only valid task objects"
+	InvNoResurrect  = "a deleted task stays deleted"
+	retentionMargin = 5 * time.Second // clock uncertainty the monitor may use
+)
+
+// check runs the checker over the finished run.
+func (w *world) check() Result {
+	res := Result{Plan: w.plan, Trace: w.srv.Trace(), Counts: w.srv.Counts(), Tasks: len(w.acked), Executions: len(w.execs)}
+	log := w.srv.Log()
+	res.log = log
+	end := time.Now()
+	var vs []Violation
+	add := func(inv, id, format string, args ...any) {
+		vs = append(vs, Violation{Invariant: inv, Task: id, Detail: fmt.Sprintf(format, args...)})
+	}
+
+	type state struct {
+		t        *task.Task
+		changed  time.Time // UpdatedAt of its last change of status (a retirement is not one)
+		deleted  bool
+		created  bool
+		succeeds int
+	}
+	tasks := make(map[string]*state)
+	liveByKey := make(map[string]map[string]bool) // idempotency key -> live task ids
+	setLive := func(t *task.Task, live bool) {
+		if t == nil || t.IdempotencyKey == "" {
+			return
+		}
+		m := liveByKey[t.IdempotencyKey]
+		if m == nil {
+			m = make(map[string]bool)
+			liveByKey[t.IdempotencyKey] = m
+		}
+		if live {
+			m[t.ID] = true
+		} else {
+			delete(m, t.ID)
+		}
+	}
+	isWorker := func(proc string) bool { return strings.HasPrefix(proc, "w") }
+
+	for _, e := range log {
+		if !strings.HasPrefix(e.Key, "tasks/") || shards.IsPointer(e.Key) {
+			continue
+		}
+		_, id, err := task.ParseKey(e.Key)
+		if err != nil {
+			continue // a foreign object the run planted
+		}
+		st := tasks[id]
+		if st == nil {
+			st = &state{}
+			tasks[id] = st
+		}
+		at := e.At.Format("15:04:05.000")
+		if e.New == nil { // a DELETE
+			prev := st.t
+			switch {
+			case prev == nil:
+			case !prev.Status.Terminal():
+				add(InvNotLost, id, "%s deleted it at %s while it was %s (%s)", e.Proc, at, prev.Status, e.Fault)
+			case e.At.Before(st.changed.Add(w.opts.Retention - retentionMargin)):
+				add(InvRetention, id, "%s deleted it at %s, %v after it finished, before the retention of %v",
+					e.Proc, at, e.At.Sub(st.changed).Round(time.Second), w.opts.Retention)
+			}
+			setLive(prev, false)
+			st.t, st.deleted = nil, true
+			continue
+		}
+		t, err := task.Decode(e.New)
+		if err != nil {
+			add(InvDecodable, id, "%s wrote an object that does not decode at %s: %v", e.Proc, at, err)
+			continue
+		}
+		if !e.Existed {
+			if st.deleted {
+				add(InvNoResurrect, id, "%s created it again at %s after it was deleted", e.Proc, at)
+			} else if st.created {
+				add(InvNoResurrect, id, "%s created it again at %s", e.Proc, at)
+			}
+			if t.Status != task.Pending {
+				add(InvTransition, id, "%s created it %s at %s", e.Proc, t.Status, at)
+			}
+			st.created = true
+		} else if prev := st.t; prev != nil {
+			if bytes.Equal(e.Old, e.New) {
+				add(InvBytesChange, id, "%s rewrote the same bytes at %s", e.Proc, at)
+			}
+			if t.Version <= prev.Version {
+				add(InvBytesChange, id, "%s wrote version %d over version %d at %s", e.Proc, t.Version, prev.Version, at)
+			}
+			if why := badStep(prev, t); why != "" {
+				add(InvTransition, id, "%s at %s: %s", e.Proc, at, why)
+			}
+			if prev.Status == task.Running && prev.Claim != nil && isWorker(e.Proc) && e.Proc != prev.Claim.Worker {
+				add(InvFenced, id, "%s wrote %s at %s over the claim of %s", e.Proc, t.Status, at, prev.Claim.Worker)
+			}
+		}
+		if t.Status == task.Succeeded && (st.t == nil || st.t.Status != task.Succeeded) {
+			st.succeeds++
+			if st.succeeds > 1 {
+				add(InvOutcomeOnce, id, "succeeded a second time at %s, by %s", at, e.Proc)
+			}
+		}
+		if st.t == nil || st.t.Status != t.Status {
+			st.changed = t.UpdatedAt
+		}
+		setLive(st.t, false)
+		st.t = t
+		setLive(t, !t.Status.Terminal())
+		if t.IdempotencyKey != "" && len(liveByKey[t.IdempotencyKey]) > 1 {
+			add(InvIdempotent, id, "at %s key %q has live tasks %v", at, t.IdempotencyKey, keys(liveByKey[t.IdempotencyKey]))
+		}
+	}
+
+	// What producers were told.
+	for id, a := range w.acked {
+		if st := tasks[id]; st == nil || !st.created {
+			add(InvNotLost, id, "%s was told it was submitted (key %q), but it was never written", a.proc, a.key)
+		}
+	}
+	for _, o := range w.ops {
+		if o.err == nil {
+			continue
+		}
+		for _, e := range log[o.from:o.to] {
+			if e.Proc != o.proc || !strings.HasPrefix(e.Key, "tasks/") || shards.IsPointer(e.Key) {
+				continue
+			}
+			add(InvHonest, idOf(e.Key), "%s %s %s was told %q, but it wrote %s at %s", o.proc, o.kind, o.id, o.err, e.Key, e.At.Format("15:04:05.000"))
+			break
+		}
+	}
+
+	// Liveness, after the quiet tail.
+	ids := make([]string, 0, len(tasks))
+	for id := range tasks {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		t := tasks[id].t
+		if t == nil {
+			continue
+		}
+		switch {
+		case t.Status == task.Pending && t.AvailableAt.Before(end.Add(-w.opts.Bound)):
+			add(InvLiveness, id, "pending and due since %s, %v before the end", t.AvailableAt.Format("15:04:05"), end.Sub(t.AvailableAt).Round(time.Second))
+		case t.Status == task.Running && t.Claim != nil && t.Claim.ExpiresAt.Before(end.Add(-w.opts.Bound)):
+			add(InvLiveness, id, "running under %s's lease, which expired at %s, %v before the end", t.Claim.Worker, t.Claim.ExpiresAt.Format("15:04:05"), end.Sub(t.Claim.ExpiresAt).Round(time.Second))
+		}
+	}
+
+	// Handlers, and processes after they stopped.
+	seen := make(map[string]int)
+	for _, x := range w.execs {
+		k := fmt.Sprintf("%s/%d", x.id, x.attempt)
+		seen[k]++
+		if seen[k] > 1 {
+			res.Duplicates++
+		}
+		if x.dead && !x.at.Before(w.quietAt.Add(time.Minute)) {
+			add(InvRunnable, x.id, "%s started attempt %d at %s with its context already canceled", x.worker, x.attempt, x.at.Format("15:04:05"))
+		}
+	}
+	for _, v := range w.srv.Violations() {
+		add(InvAfterStop, "", "%s", v)
+	}
+	res.Violations = vs
+	return res
+}
+
+// badStep says what is wrong with the write of next over prev, or "".
+func badStep(prev, next *task.Task) string {
+	from, to := prev.Status, next.Status
+	switch {
+	case from == task.Pending && to == task.Running:
+		if next.Claim == nil || next.Attempt != prev.Attempt+1 {
+			return fmt.Sprintf("claimed without a claim or with attempt %d after %d", next.Attempt, prev.Attempt)
+		}
+	case from == task.Pending && to == task.Canceled:
+	case from == task.Running && to == task.Running:
+		if prev.Claim == nil || next.Claim == nil || prev.Claim.ID != next.Claim.ID {
+			return "the claim changed while the task stayed running"
+		}
+	case from == task.Running && (to == task.Pending || to.Terminal()):
+		if next.Claim != nil {
+			return fmt.Sprintf("%s but still carries a claim", to)
+		}
+	case (from == task.Dead || from == task.Canceled) && to == task.Pending:
+		if next.Attempt != 0 {
+			return "requeued without resetting its attempts"
+		}
+	case from.Terminal() && to == from:
+		// A retirement tombstone: same outcome, marked for deletion.
+	default:
+		return fmt.Sprintf("%s -> %s is not a transition", from, to)
+	}
+	return ""
+}
+
+func keys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func idOf(key string) string {
+	if _, id, err := task.ParseKey(key); err == nil {
+		return id
+	}
+	return key
+}
+
+// Report renders a failed run: the plan, each violation, and the last
+// lines of the trace that touch each task concerned.
+func (r Result) Report(lines int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s\n", r.Plan)
+	fmt.Fprintf(&b, "replay: S3QUEUE_SIM_SEED=%d go test ./internal/sim -run 'TestSimulation' -v\n", r.Plan.Seed)
+	done := make(map[string]bool)
+	for _, v := range r.Violations {
+		fmt.Fprintf(&b, "VIOLATION %s\n", v)
+		if v.Task == "" || done[v.Task] {
+			continue
+		}
+		done[v.Task] = true
+		var touch []string
+		for _, l := range r.Trace {
+			if strings.Contains(l, v.Task) {
+				touch = append(touch, l)
+			}
+		}
+		if len(touch) > lines {
+			touch = touch[len(touch)-lines:]
+		}
+		fmt.Fprintf(&b, "  last %d requests touching %s:\n", len(touch), v.Task)
+		for _, l := range touch {
+			fmt.Fprintf(&b, "    %s\n", l)
+		}
+	}
+	return b.String()
+}
+
+// Faults counts the faults a run injected, by kind.
+func (r Result) Faults() map[string]int {
+	out := make(map[string]int)
+	for _, k := range []string{"error", "conflict", "lost", "delay", "zombie", "forbidden"} {
+		out[k] = r.Counts[k]
+	}
+	return out
+}
+
+var _ = s3store.OpPut

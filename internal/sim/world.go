@@ -1,0 +1,567 @@
+package sim
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/s3queue/s3queue/clock"
+	"github.com/s3queue/s3queue/monitor"
+	"github.com/s3queue/s3queue/producer"
+	"github.com/s3queue/s3queue/s3store"
+	"github.com/s3queue/s3queue/shards"
+	"github.com/s3queue/s3queue/task"
+	"github.com/s3queue/s3queue/worker"
+)
+
+// Options size a run. Zero fields take the defaults.
+type Options struct {
+	// Chaos is how long producers submit and faults and crashes happen
+	// (default 8m of virtual time); Quiet is the fault-free tail after it,
+	// in which every due task must be picked up (default 15m).
+	Chaos, Quiet time.Duration
+	// Retention of finished tasks (default 10m), short enough for
+	// retention to race requeues and resubmits within a run.
+	Retention time.Duration
+	// Bound is how long a due task may wait in the quiet tail, or a
+	// running one stay under an expired lease, before it is a violation
+	// (default 5m).
+	Bound time.Duration
+}
+
+func (o *Options) fill() {
+	if o.Chaos == 0 {
+		o.Chaos = 8 * time.Minute
+	}
+	if o.Quiet == 0 {
+		o.Quiet = 15 * time.Minute
+	}
+	if o.Retention == 0 {
+		o.Retention = 10 * time.Minute
+	}
+	if o.Bound == 0 {
+		o.Bound = 5 * time.Minute
+	}
+}
+
+// Plan is what a seed chose for a run.
+type Plan struct {
+	Seed                         uint64
+	Provider                     Provider
+	Shards, MaxPage              int
+	Workers, Monitors, Producers int
+	Leader                       bool
+	Faults                       Faults
+	Crashes                      int
+}
+
+func (p Plan) String() string {
+	return fmt.Sprintf("seed %d: provider %s, %d shards, pages of %d, %d workers, %d monitors (leader %v), %d producers, %d crashes, faults %+v",
+		p.Seed, p.Provider.Name, p.Shards, p.MaxPage, p.Workers, p.Monitors, p.Leader, p.Producers, p.Crashes, p.Faults)
+}
+
+// Result is what a run did and what the checker found.
+type Result struct {
+	Plan       Plan
+	Violations []Violation
+	Trace      []string
+	Counts     map[string]int
+	Tasks      int // tasks acknowledged to producers
+	Executions int // handler runs
+	Duplicates int // handler runs beyond the first per task attempt
+	log        []Entry
+}
+
+// world is one run: the server, the processes, and what producers were told.
+type world struct {
+	opts Options
+	plan Plan
+	srv  *Server
+	rng  *rand.Rand // the world's own decisions (who crashes when), one goroutine
+	root context.Context
+
+	mu      sync.Mutex
+	procs   map[string]*proc
+	nextID  map[string]int
+	acked   map[string]ack // task id -> what the producer was told
+	ops     []op
+	execs   []execution
+	quietAt time.Time
+	wg      sync.WaitGroup
+}
+
+// proc is one running process: a worker, monitor or producer.
+type proc struct {
+	name   string
+	kind   string
+	h      *Handle
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+type ack struct {
+	key  string // idempotency key
+	proc string
+}
+
+// op is one producer call and the span of the server's log it covers
+// (a producer makes its calls one at a time).
+type op struct {
+	proc, kind, id, key string
+	from, to            int // log indexes
+	err                 error
+}
+
+type execution struct {
+	id      string
+	attempt int
+	worker  string
+	at      time.Time
+	dead    bool // the context was already done when the handler started
+}
+
+// Run runs one seed. It must be called inside a synctest bubble.
+func Run(seed uint64, opts Options) Result {
+	opts.fill()
+	rng := rand.New(rand.NewPCG(seed, 0x5eed))
+	plan := Plan{
+		Seed:      seed,
+		Provider:  Providers[rng.IntN(len(Providers))],
+		Shards:    1 + rng.IntN(6),
+		MaxPage:   3 + rng.IntN(8),
+		Workers:   1 + rng.IntN(4),
+		Monitors:  1 + rng.IntN(2),
+		Producers: 1 + rng.IntN(2),
+		Leader:    rng.IntN(2) == 0,
+		Crashes:   rng.IntN(5),
+		Faults: Faults{
+			Error:     0.05 * rng.Float64(),
+			Conflict:  0.02 * rng.Float64(),
+			Lost:      0.05 * rng.Float64(),
+			Delay:     0.05 * rng.Float64(),
+			MaxDelay:  time.Duration(1+rng.IntN(40)) * time.Second,
+			Zombie:    rng.Float64(),
+			Forbidden: rng.IntN(3) == 0,
+		},
+	}
+	w := &world{opts: opts, plan: plan, rng: rng,
+		srv:   NewServer(plan.Provider, rand.New(rand.NewPCG(seed, 0x5e4e)), plan.MaxPage),
+		procs: make(map[string]*proc), nextID: make(map[string]int), acked: make(map[string]ack)}
+	ctx, cancel := context.WithCancel(context.Background())
+	w.root = ctx
+	w.setup()
+	w.srv.Start()
+	w.srv.SetFaults(plan.Faults)
+
+	for range plan.Monitors {
+		w.startMonitor()
+	}
+	for range plan.Workers {
+		w.startWorker()
+	}
+	var producers sync.WaitGroup
+	for i := range plan.Producers {
+		producers.Add(1)
+		go func() {
+			defer producers.Done()
+			w.produce(i)
+		}()
+	}
+	w.chaos()
+	producers.Wait()
+
+	// The quiet tail: no faults, every crashed process replaced.
+	w.srv.SetFaults(Faults{})
+	w.mu.Lock()
+	w.quietAt = time.Now()
+	w.mu.Unlock()
+	w.restoreFleet()
+	time.Sleep(opts.Quiet)
+
+	w.stopAll()
+	cancel()
+	w.wg.Wait()
+	w.srv.Close()
+
+	return w.check()
+}
+
+// setup writes the queue's manifest, recording the provider as a real
+// queue's creation would (the provider check itself draws random scratch
+// keys, which would make the schedule depend on more than the seed), and
+// plants an object under tasks/ that the server refuses to serve.
+func (w *world) setup() {
+	del := s3store.DeleteHonoured
+	if w.plan.Provider.IgnoreConditionalDelete {
+		del = s3store.DeleteIgnored
+	}
+	m := map[string]any{"format": shards.FormatVersion, "shards": w.plan.Shards, "created_at": time.Now().UTC(), "conditional_delete": del}
+	body, _ := json.Marshal(m)
+	w.srv.Put(shards.ManifestKey, body)
+	if w.plan.Faults.Forbidden {
+		// A foreign object whose GET is refused (403), sorting among the
+		// first task keys of shard 0.
+		key := shards.TasksPrefix(0) + "01A0000000FORBIDDENOBJECT.json"
+		w.srv.Put(key, []byte("{}\n\n"))
+		w.srv.SetForeign(key)
+	}
+}
+
+func (w *world) name(kind string) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.nextID[kind]++
+	return fmt.Sprintf("%s%d", kind, w.nextID[kind])
+}
+
+// seeded returns a random source for process name, from the seed alone.
+func (w *world) seeded(name string) io.Reader {
+	var key [32]byte
+	binary.LittleEndian.PutUint64(key[:], w.plan.Seed)
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	binary.LittleEndian.PutUint64(key[8:], h.Sum64())
+	return rand.NewChaCha8(key)
+}
+
+// procRand is a process's own source for the world's choices about it
+// (its clock, its settings), from the seed and its name alone.
+func (w *world) procRand(name string) *rand.Rand {
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	return rand.New(rand.NewPCG(w.plan.Seed, h.Sum64()))
+}
+
+// clockFor gives a process a local clock that is off by up to ten minutes
+// and drifts by up to 100 ppm: only S3 time may decide anything.
+func (w *world) clockFor(h *Handle) *clock.Authoritative {
+	rng := w.procRand(h.proc + "/clock")
+	skew := time.Duration(rng.Int64N(int64(20*time.Minute))) - 10*time.Minute
+	drift := (rng.Float64()*2 - 1) * 100e-6
+	base := time.Now()
+	local := func() time.Time {
+		e := time.Since(base)
+		return base.Add(skew + e + time.Duration(float64(e)*drift))
+	}
+	return clock.New(h, clock.Config{Local: local})
+}
+
+var discard = slog.New(slog.DiscardHandler)
+
+// spawn starts run as a process of kind, named name, and tracks it.
+func (w *world) spawn(kind, name string, run func(ctx context.Context, p *proc)) *proc {
+	ctx, cancel := context.WithCancel(w.root)
+	p := &proc{name: name, kind: kind, h: w.srv.Handle(name), cancel: cancel, done: make(chan struct{})}
+	w.mu.Lock()
+	w.procs[name] = p
+	w.mu.Unlock()
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		defer close(p.done)
+		run(ctx, p)
+		p.h.Stop()
+	}()
+	return p
+}
+
+// retry calls open until it succeeds or ctx ends (opening a queue makes
+// requests, which fail under faults).
+func retry[T any](ctx context.Context, open func() (T, error)) (T, bool) {
+	for {
+		v, err := open()
+		if err == nil {
+			return v, true
+		}
+		select {
+		case <-ctx.Done():
+			return v, false
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func (w *world) startWorker() *proc {
+	name := w.name("w")
+	rng := w.procRand(name)
+	concurrency := 1 + rng.IntN(3)
+	dedicated := rng.IntN(3) == 0
+	return w.spawn("w", name, func(ctx context.Context, p *proc) {
+		wk, ok := retry(ctx, func() (*worker.Worker, error) {
+			return worker.New(ctx, p.h, worker.Config{ID: p.name, Concurrency: concurrency, Dedicated: dedicated,
+				Rand: w.seeded(p.name), Clock: w.clockFor(p.h), Logger: discard, ShutdownGrace: 10 * time.Second})
+		})
+		if !ok {
+			return
+		}
+		wk.Handle(taskType, w.handler(p.name))
+		wk.Run(ctx)
+	})
+}
+
+func (w *world) startMonitor() *proc {
+	return w.spawn("m", w.name("m"), func(ctx context.Context, p *proc) {
+		m, ok := retry(ctx, func() (*monitor.Monitor, error) {
+			return monitor.New(ctx, p.h, monitor.Config{ID: p.name, Leader: w.plan.Leader, Retention: w.opts.Retention,
+				Rand: w.seeded(p.name), Clock: w.clockFor(p.h), Logger: discard})
+		})
+		if !ok {
+			return
+		}
+		m.Run(ctx)
+	})
+}
+
+const taskType = "sim"
+
+// handler runs a task as its id and attempt say, so that what a handler
+// does never depends on which worker runs it or when.
+func (w *world) handler(workerName string) worker.Handler {
+	return func(ctx context.Context, t *task.Task) (json.RawMessage, error) {
+		w.mu.Lock()
+		w.execs = append(w.execs, execution{id: t.ID, attempt: t.Attempt, worker: workerName, at: time.Now(), dead: ctx.Err() != nil})
+		w.mu.Unlock()
+		h := fnv.New64a()
+		fmt.Fprintf(h, "%d/%s/%d", w.plan.Seed, t.ID, t.Attempt)
+		x := h.Sum64()
+		d := time.Duration(50+x%8000) * time.Millisecond
+		sleep := func(d time.Duration) error {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(d):
+				return nil
+			}
+		}
+		switch p := (x >> 20) % 100; {
+		case p < 65:
+			if err := sleep(d); err != nil {
+				return nil, err
+			}
+			return json.RawMessage(fmt.Sprintf(`{"by":%q}`, workerName)), nil
+		case p < 77:
+			sleep(d)
+			return nil, errors.New("the handler failed")
+		case p < 82:
+			return nil, worker.Permanent(errors.New("the handler failed for good"))
+		case p < 87:
+			return nil, worker.RetryAfter(2*time.Second, errors.New("not now"))
+		case p < 93:
+			// Longer than any lease: renewals must keep it.
+			if err := sleep(45 * time.Second); err != nil {
+				return nil, err
+			}
+			return nil, nil
+		case p < 97:
+			time.Sleep(d) // ignores its context
+			return nil, nil
+		default:
+			panic("the handler panicked")
+		}
+	}
+}
+
+// produce submits, cancels, requeues and reads tasks for the chaos phase.
+func (w *world) produce(i int) {
+	rng := rand.New(rand.NewPCG(w.plan.Seed, uint64(100+i)))
+	n := 10 + rng.IntN(30)
+	end := time.Now().Add(w.opts.Chaos)
+	p := w.spawn("p", fmt.Sprintf("p%d", i+1), func(ctx context.Context, p *proc) {
+		var prod *producer.Producer
+		for j := 0; j < n && time.Now().Before(end) && ctx.Err() == nil; j++ {
+			time.Sleep(time.Duration(rng.Int64N(int64(w.opts.Chaos) / int64(n))))
+			if prod == nil {
+				var err error
+				prod, err = producer.New(ctx, p.h, producer.Config{Rand: w.seeded(p.name), Clock: w.clockFor(p.h), Logger: discard})
+				if err != nil {
+					prod = nil
+					continue
+				}
+			}
+			w.act(ctx, p, prod, rng, j)
+		}
+	})
+	<-p.done
+}
+
+// act makes one producer call and records what the producer was told.
+func (w *world) act(ctx context.Context, p *proc, prod *producer.Producer, rng *rand.Rand, j int) {
+	o := op{proc: p.name}
+	o.from = w.logLen()
+	defer func() {
+		o.to = w.logLen()
+		w.mu.Lock()
+		w.ops = append(w.ops, o)
+		w.mu.Unlock()
+	}()
+	switch x := rng.IntN(100); {
+	case x < 75:
+		o.kind = "submit"
+		opts := producer.Options{MaxAttempts: 1 + rng.IntN(4), Retry: &task.RetryPolicy{InitialDelay: task.Duration(time.Second), MaxDelay: task.Duration(20 * time.Second), Multiplier: 2}}
+		timeouts := []time.Duration{0, 5 * time.Second, 10 * time.Second, 20 * time.Second, 2 * time.Second, 3 * time.Second}
+		opts.Timeout = timeouts[rng.IntN(len(timeouts))]
+		if rng.IntN(5) == 0 {
+			opts.Delay = time.Duration(1+rng.IntN(60)) * time.Second
+		}
+		input := fmt.Sprintf(`{"n":%d}`, j)
+		if rng.IntN(3) == 0 {
+			opts.IdempotencyKey = fmt.Sprintf("key-%d", rng.IntN(6))
+			input = fmt.Sprintf(`{"key":%q}`, opts.IdempotencyKey)
+		}
+		o.key = opts.IdempotencyKey
+		o.id, o.err = prod.Submit(ctx, taskType, json.RawMessage(input), opts)
+		if o.err == nil {
+			w.mu.Lock()
+			w.acked[o.id] = ack{key: opts.IdempotencyKey, proc: p.name}
+			w.mu.Unlock()
+		}
+	case x < 85:
+		o.kind = "cancel"
+		o.id = w.someAcked(rng)
+		if o.id != "" {
+			_, o.err = prod.Cancel(ctx, o.id)
+		}
+	case x < 95:
+		o.kind = "requeue"
+		o.id = w.someAcked(rng)
+		if o.id != "" {
+			if t, err := prod.Get(ctx, o.id); err == nil && (t.Status == task.Dead || t.Status == task.Canceled) {
+				o.err = prod.Requeue(ctx, o.id)
+			}
+		}
+	default:
+		o.kind = "get"
+		o.id = w.someAcked(rng)
+		if o.id != "" {
+			_, o.err = prod.Get(ctx, o.id)
+		}
+	}
+}
+
+func (w *world) logLen() int {
+	w.srv.mu.Lock()
+	defer w.srv.mu.Unlock()
+	return len(w.srv.log)
+}
+
+func (w *world) someAcked(rng *rand.Rand) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.acked) == 0 {
+		return ""
+	}
+	ids := make([]string, 0, len(w.acked))
+	for id := range w.acked {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids[rng.IntN(len(ids))]
+}
+
+// chaos crashes or stops workers and monitors at random times during the
+// chaos phase, and starts replacements.
+func (w *world) chaos() {
+	var at []time.Duration
+	for range w.plan.Crashes {
+		at = append(at, time.Duration(w.rng.Int64N(int64(w.opts.Chaos))))
+	}
+	sort.Slice(at, func(i, j int) bool { return at[i] < at[j] })
+	start := time.Now()
+	for _, d := range at {
+		time.Sleep(time.Until(start.Add(d)))
+		victim := w.pick()
+		if victim == nil {
+			continue
+		}
+		if w.rng.IntN(3) == 0 {
+			victim.cancel() // a clean stop (SIGTERM)
+			<-victim.done
+		} else {
+			victim.h.Crash() // kill -9
+			victim.cancel()
+		}
+		time.Sleep(time.Duration(w.rng.Int64N(int64(time.Minute))))
+		if victim.kind == "w" {
+			w.startWorker()
+		} else {
+			w.startMonitor()
+		}
+	}
+	time.Sleep(time.Until(start.Add(w.opts.Chaos)))
+}
+
+// pick chooses a live worker or monitor, in name order.
+func (w *world) pick() *proc {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var live []*proc
+	for _, p := range w.procs {
+		select {
+		case <-p.done:
+			continue
+		default:
+		}
+		if p.kind != "p" && p.h.state.Load() == stateAlive {
+			live = append(live, p)
+		}
+	}
+	if len(live) == 0 {
+		return nil
+	}
+	sort.Slice(live, func(i, j int) bool { return live[i].name < live[j].name })
+	return live[w.rng.IntN(len(live))]
+}
+
+// restoreFleet makes sure the quiet tail has the planned number of live
+// workers and monitors.
+func (w *world) restoreFleet() {
+	count := func(kind string) int {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		n := 0
+		for _, p := range w.procs {
+			select {
+			case <-p.done:
+				continue
+			default:
+			}
+			if p.kind == kind && p.h.state.Load() == stateAlive {
+				n++
+			}
+		}
+		return n
+	}
+	for n := count("w"); n < w.plan.Workers; n++ {
+		w.startWorker()
+	}
+	for n := count("m"); n < w.plan.Monitors; n++ {
+		w.startMonitor()
+	}
+}
+
+// stopAll stops every process cleanly, in name order.
+func (w *world) stopAll() {
+	w.mu.Lock()
+	var all []*proc
+	for _, p := range w.procs {
+		all = append(all, p)
+	}
+	w.mu.Unlock()
+	sort.Slice(all, func(i, j int) bool { return all[i].name < all[j].name })
+	for _, p := range all {
+		p.cancel()
+	}
+	for _, p := range all {
+		<-p.done
+	}
+}
+
