@@ -28,7 +28,7 @@ func (v Violation) String() string {
 
 // Invariants the checker proves, by name.
 const (
-	InvTransition   = "valid transition"      // each write of a task is a step of its state machine
+	InvTransition   = "valid transition" // each write of a task is a step of its state machine
 	InvBytesChange  = "every write changes the bytes"
 	InvFenced       = "outcomes are fenced"    // only the claim's own worker writes its outcome or renews it
 	InvOutcomeOnce  = "outcome written once"   // succeeded at most once per task

@@ -564,4 +564,3 @@ func (w *world) stopAll() {
 		<-p.done
 	}
 }
-
