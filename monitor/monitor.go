@@ -18,6 +18,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -586,7 +587,11 @@ func (m *Monitor) notDueYet(o s3store.ObjectInfo, iv clock.Interval) bool {
 }
 
 // inspectPointer deletes a ready pointer whose task is no longer pending
-// (workers delete the ones they use; this catches the rest).
+// (workers delete the ones they use; this catches the rest). A pointer to a
+// live task is also how the monitor learns of a task that became live
+// below its shard's floor (a requeue, a late PUT, a task completed from an
+// old idempotency record): workers keep such pointers when they claim the
+// task, and the floor is lowered under it before the pointer goes.
 func (m *Monitor) inspectPointer(ctx context.Context, o s3store.ObjectInfo, iv clock.Interval, st *TickStats) error {
 	p, err := shards.ParsePointerKey(o.Key)
 	if err != nil {
@@ -606,9 +611,33 @@ func (m *Monitor) inspectPointer(ctx context.Context, o s3store.ObjectInfo, iv c
 	case err != nil:
 		return err
 	case v.Task.Status == task.Pending:
+		m.cover(v.Task.Shard, v.Task.Key(), iv)
 		return nil
+	case v.Task.Status == task.Running:
+		m.cover(v.Task.Shard, v.Task.Key(), iv)
 	}
 	return m.st.Delete(ctx, o.Key, s3store.DeleteOptions{})
+}
+
+// cover makes the sweeps of shard cover key, a live task's, from now on:
+// if the floor lies at or above it, the floor goes just below it and the
+// next sweep is due now; a sweep in progress (which may have started above
+// key, or passed it while it was finished) ends with its floor below key
+// too. Sweeps never raise a floor past a live key, so the task is watched
+// at the pace of live work until it finishes, however far back its key is.
+func (m *Monitor) cover(shard int, key string, iv clock.Interval) {
+	sw := m.sweeps[shard]
+	if sw == nil {
+		return // its first sweep starts from the first key
+	}
+	below := strings.TrimSuffix(key, ".json") // sorts just before key
+	if sw.floor >= key {
+		sw.floor = below
+		sw.every, sw.due = m.cfg.Interval, iv.Earliest
+	}
+	if sw.mid && (sw.lower == nil || *sw.lower > below) {
+		sw.lower = &below
+	}
 }
 
 func remember(v taskio.Versioned) known {

@@ -628,3 +628,55 @@ func TestRetentionAndSubmitLeaveOneTaskPerIdempotencyKey(t *testing.T) {
 		}
 	}
 }
+
+// A task requeued below its shard's floor is claimed through its pointer
+// (workers keep a pointer to an old task when they claim it), and its
+// worker dies. The monitor's pointer check lowers the floor under it, so
+// the lease's expiry is seen within minutes, not at the next full walk.
+func TestALiveTaskBelowTheFloorIsSweptAgain(t *testing.T) {
+	ctx := context.Background()
+	st, srv, clk := fakeTime()
+	p, _ := producer.New(ctx, st, producer.Config{Shards: 1, Clock: clk})
+	var ids []string
+	for range 3 {
+		id, _ := p.Submit(ctx, "t", nil, producer.Options{Timeout: 10 * time.Second})
+		if _, err := p.Cancel(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	x := ids[0]
+	m, _ := monitor.New(ctx, st, monitor.Config{Shards: 1, Interval: 5 * time.Second, StaleAfter: 10 * time.Second,
+		RepairAfter: time.Minute, SweepMax: time.Minute, FullSweep: 6 * time.Hour, Clock: clk})
+	tick := func() {
+		*srv = srv.Add(5 * time.Second)
+		if _, err := m.Tick(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 40 { // the floor passes the finished tasks
+		tick()
+	}
+	if err := p.Requeue(ctx, x); err != nil {
+		t.Fatal(err)
+	}
+	v, _ := taskio.LoadID(ctx, st, x, 1)
+	if err := v.Task.ClaimBy("w", "c1", srv.Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := taskio.Update(ctx, st, v.Task, v.ETag); err != nil {
+		t.Fatal(err)
+	}
+	// The worker dies at once, keeping the pointer as workers now do. The
+	// bound: the pointer is checked repair_after after it was written, at
+	// the shard's next sweep (sweep_max at most), then the task is swept
+	// and read once it has stayed unchanged for stale_after.
+	for i := range 36 { // 3 minutes; the full walk is 6 hours away
+		tick()
+		if got, _ := p.Get(ctx, x); got.Status == task.Pending {
+			t.Logf("re-dispatched after %d ticks", i+1)
+			return
+		}
+	}
+	t.Fatal("a task requeued below the floor, claimed and abandoned, was not re-dispatched within 3 minutes")
+}

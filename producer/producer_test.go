@@ -289,3 +289,51 @@ func TestIdempotencyKeyWithAnotherTypeOrInputIsAConflict(t *testing.T) {
 		}
 	})
 }
+
+// A task that becomes live far behind the shard scans (and perhaps below
+// the monitor's sweep floor) is announced by a ready pointer, through which
+// workers find it and the monitor learns to sweep it.
+func TestATaskLandingBehindTheScansIsAnnounced(t *testing.T) {
+	ctx := context.Background()
+	pointers := func(st s3store.Store) map[string]bool {
+		out := map[string]bool{}
+		for s := range 4 {
+			page, _ := st.List(ctx, shards.TasksPrefix(s), s3store.ListOptions{})
+			for _, o := range page.Objects {
+				if p, err := shards.ParsePointerKey(o.Key); err == nil {
+					out[p.ID] = true
+				}
+			}
+		}
+		return out
+	}
+	t.Run("a PUT that lands minutes late", func(t *testing.T) {
+		mst, srv, clk := fakeTime(t)
+		st := s3store.NewFaults(mst)
+		p, _ := producer.New(ctx, st, producer.Config{Shards: 4, Clock: clk})
+		st.Inject(s3store.Fault{Op: s3store.OpPut, KeyPrefix: "tasks/", Times: 1, Hook: func(string) { *srv = srv.Add(2 * time.Minute) }})
+		id, err := p.Submit(ctx, "t", nil, producer.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !pointers(mst)[id] {
+			t.Fatal("a task whose PUT landed 2 minutes after its id's time was not announced")
+		}
+	})
+	t.Run("a task completed from an old idempotency record", func(t *testing.T) {
+		mst, srv, clk := fakeTime(t)
+		p, _ := producer.New(ctx, mst, producer.Config{Shards: 4, Clock: clk})
+		x, _ := p.Submit(ctx, "t", nil, producer.Options{IdempotencyKey: "k"})
+		for k := range pointers(mst) {
+			t.Fatalf("pointer to %s before the test", k)
+		}
+		mst.Delete(ctx, task.Key(task.ShardFor(x, 4), x), s3store.DeleteOptions{}) // its producer crashed before writing it
+		*srv = srv.Add(time.Hour)
+		if id, err := p.Submit(ctx, "t", nil, producer.Options{IdempotencyKey: "k"}); err != nil || id != x {
+			t.Fatalf("submit = %s %v, want %s", id, err, x)
+		}
+		if !pointers(mst)[x] {
+			t.Fatal("a task created from an hour-old idempotency record was not announced")
+		}
+	})
+}
