@@ -6,7 +6,9 @@ package taskio
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/s3queue/s3queue/s3store"
 	"github.com/s3queue/s3queue/shards"
@@ -92,13 +94,42 @@ func put(ctx context.Context, st s3store.Store, t *task.Task, opts s3store.PutOp
 // claim id), so the object holds exactly these bytes only if this write
 // landed and nothing has overwritten it since. One GET, on the failure path
 // only.
+//
+// A read that fails too (the outage that lost the response goes on) is
+// tried again after a pause, up to verifyAttempts times: a caller told
+// "failed" about a write that landed would do it again (a second task, a
+// requeue reported as refused).
 func ownWrite(ctx context.Context, st s3store.Store, key string, body []byte) (etag string, ok bool) {
-	if ctx.Err() != nil {
-		return "", false
+	pause := verifyPause
+	for range verifyAttempts {
+		if ctx.Err() != nil {
+			return "", false
+		}
+		obj, err := st.Get(ctx, key)
+		switch {
+		case err == nil:
+			if !bytes.Equal(obj.Body, body) {
+				return "", false
+			}
+			return obj.ETag, true
+		case errors.Is(err, s3store.ErrNotFound):
+			return "", false
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return "", false
+		case <-t.C:
+		}
+		pause *= 4
 	}
-	obj, err := st.Get(ctx, key)
-	if err != nil || !bytes.Equal(obj.Body, body) {
-		return "", false
-	}
-	return obj.ETag, true
+	return "", false
 }
+
+// How often, and after what first pause, ownWrite reads an object back
+// when the read itself fails: 0.1 + 0.4 + 1.6 s of pauses in all.
+const (
+	verifyAttempts = 4
+	verifyPause    = 100 * time.Millisecond
+)

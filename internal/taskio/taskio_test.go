@@ -113,3 +113,22 @@ func TestALostResponseIsToldApartFromALostRace(t *testing.T) {
 		t.Fatalf("a claim that lost the race: got %v, want a precondition failure", err)
 	}
 }
+
+// When the read-back fails too (the outage that lost the response goes
+// on), it is tried again: a producer told "failed" about a task that
+// exists would submit it twice.
+func TestALostResponseIsRecognisedThroughAFailingReadBack(t *testing.T) {
+	ctx := context.Background()
+	st := s3store.NewFaults(mem.New())
+	now := time.Now()
+	id, _ := task.NewID(now, strings.NewReader(strings.Repeat("r", 16)))
+	tk, err := task.New(id, 0, task.Spec{Type: "t"}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Inject(s3store.Fault{Op: s3store.OpPut, Err: s3store.ErrInjected500, AfterWrite: true, Times: 1})
+	st.Inject(s3store.Fault{Op: s3store.OpGet, Err: s3store.ErrInjected503, Times: 2})
+	if _, err := taskio.Create(ctx, st, tk); err != nil {
+		t.Fatalf("a create that landed, its response lost and its first reads back failing: %v", err)
+	}
+}
