@@ -70,6 +70,14 @@ func (r *run) execute() {
 	defer deadline.Stop()
 	for {
 		select {
+		case <-w.stopped.Done():
+			// Run has returned and this handler ignored its shutdown: it
+			// runs on, but the worker sends nothing more for it. Its lease
+			// expires and the monitor re-dispatches the task.
+			renew.Stop()
+			deadline.Stop()
+			<-done
+			return
 		case o := <-done:
 			r.commit(o, context.Cause(hctx))
 			return
@@ -138,7 +146,8 @@ func (r *run) lost(cancel context.CancelCauseFunc) {
 // running under this claim and ErrCanceled when cancellation was requested
 // (the lease is still extended while the handler winds down).
 func (r *run) renew() error {
-	ctx, cancel := context.WithTimeout(context.Background(), r.v.Task.Timeout.D()/3)
+	// A renewal in flight when Run returns is abandoned with it.
+	ctx, cancel := context.WithTimeout(r.w.stopped, r.v.Task.Timeout.D()/3)
 	defer cancel()
 	canceled := false
 	err := r.update(ctx, func(t *task.Task, now time.Time) error {
@@ -213,6 +222,12 @@ func (r *run) update(ctx context.Context, change func(*task.Task, time.Time) err
 func (r *run) commit(o outcome, cause error) {
 	w := r.w
 	t0 := r.v.Task
+	if w.stopped.Err() != nil {
+		// Run has returned: the worker sends nothing more; the lease
+		// expires and the monitor re-dispatches the task.
+		w.log.Warn("handler returned after the worker stopped; its outcome is dropped", "task_id", t0.ID)
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var kind string

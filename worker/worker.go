@@ -157,6 +157,11 @@ type Worker struct {
 	inflight sync.WaitGroup
 	running  sync.Map // claim id -> *run
 	stopping atomic.Bool
+	// stopped ends when Run has returned: no run renews or commits after
+	// it (a handler that ignored its shutdown keeps running, and its lease
+	// expires).
+	stopped     context.Context
+	markStopped context.CancelFunc
 
 	stats struct {
 		claimed, succeeded, failed, dead, snoozed, canceled, leaseLost, rejected, released, corrupt, panics atomic.Int64
@@ -194,6 +199,7 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Worker, error) {
 	}
 	w.pointerShard.Store(-1)
 	w.view.Store(&memberView{})
+	w.stopped, w.markStopped = context.WithCancel(context.Background())
 	return w, nil
 }
 
@@ -299,7 +305,11 @@ func (w *Worker) emit(e Event) {
 
 // Run polls and runs tasks until ctx ends, then leaves the fleet, stops
 // claiming and drains: it waits up to ShutdownGrace for running handlers,
-// then cancels the rest and hands their tasks back to the queue.
+// then cancels the rest and hands their tasks back to the queue. A handler
+// that ignores its cancellation is waited for a little longer (up to 10s),
+// then left running: once Run has returned the worker sends no request for
+// it, not even a lease renewal, so its lease expires and the monitor
+// re-dispatches the task.
 func (w *Worker) Run(ctx context.Context) error {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
@@ -307,7 +317,9 @@ func (w *Worker) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			w.leave()
-			return w.drain()
+			err := w.drain()
+			w.markStopped()
+			return err
 		case <-timer.C:
 		case <-w.freed:
 			// A slot freed up: claim a held candidate now (no LIST), or if
@@ -579,12 +591,13 @@ func (w *Worker) drain() error {
 			v.(*run).cancel(ErrShutdown)
 		}
 	}
-	// Handlers that ignore their context are not waited for forever: their
-	// leases expire and the monitor re-dispatches the tasks.
+	// Handlers that ignore their context are not waited for forever: once
+	// Run returns their leases are no longer renewed, so they expire and
+	// the monitor re-dispatches the tasks.
 	select {
 	case <-done:
-	case <-time.After(10 * time.Second):
-		w.log.Warn("handlers still running after shutdown; their leases will expire")
+	case <-time.After(min(10*time.Second, max(time.Second, w.cfg.ShutdownGrace))):
+		w.log.Warn("handlers still running after shutdown; their leases are no longer renewed and will expire")
 	}
 	return nil
 }

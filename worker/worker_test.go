@@ -199,3 +199,66 @@ func TestAFullMemberSeesALaterBacklogAndAsksForHelp(t *testing.T) {
 	}
 	waitFor(t, "the standby to join the full member", 10*time.Second, func() bool { m, _ := w1.Member(); return m })
 }
+
+// Once Run has returned, no lease renewal is sent: a handler that ignores
+// its shutdown keeps running in the host process, but its lease expires so
+// the monitor can re-dispatch the task.
+func TestNoRenewalAfterRunReturns(t *testing.T) {
+	ctx := context.Background()
+	faults := s3store.NewFaults(mem.New())
+	p, err := producer.New(ctx, faults, producer.Config{Shards: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := p.Submit(ctx, "job", nil, producer.Options{Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var afterRun atomic.Bool
+	var writes atomic.Int64
+	faults.Inject(s3store.Fault{Op: s3store.OpPut, KeyPrefix: task.Key(0, id), Hook: func(string) {
+		if afterRun.Load() {
+			writes.Add(1)
+		}
+	}})
+	w, err := worker.New(ctx, faults, worker.Config{Shards: 1, OwnShards: []int{0}, PollMin: 10 * time.Millisecond, PollMax: 50 * time.Millisecond,
+		LeaseMargin: 100 * time.Millisecond, ShutdownGrace: 50 * time.Millisecond, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	started, release := make(chan struct{}), make(chan struct{})
+	defer close(release)
+	w.Handle("job", func(context.Context, *task.Task) (json.RawMessage, error) {
+		close(started)
+		<-release // ignores its context
+		return nil, nil
+	})
+	runCtx, stop := context.WithCancel(ctx)
+	ran := make(chan struct{})
+	go func() { w.Run(runCtx); close(ran) }()
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the task was not claimed")
+	}
+	stop()
+	select {
+	case <-ran:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return while a handler ignored its shutdown")
+	}
+	afterRun.Store(true)
+	tk, err := p.Get(ctx, id)
+	if err != nil || tk.Status != task.Running {
+		t.Fatalf("task after Run returned: %+v %v", tk, err)
+	}
+	// Wait past the lease's expiry, by several renewal intervals.
+	expires := tk.Claim.ExpiresAt
+	waitFor(t, "the lease to expire", 10*time.Second, func() bool { return time.Now().After(expires.Add(500 * time.Millisecond)) })
+	if n := writes.Load(); n > 0 {
+		t.Fatalf("%d writes to the task after Run returned, want none", n)
+	}
+	if now, _ := p.Get(ctx, id); now.Version != tk.Version {
+		t.Fatalf("the task was renewed after Run returned: version %d -> %d", tk.Version, now.Version)
+	}
+}
