@@ -337,3 +337,41 @@ func TestATaskLandingBehindTheScansIsAnnounced(t *testing.T) {
 		}
 	})
 }
+
+// lostResponse is a task write that lands but whose response is lost: the
+// store's retry then meets its own write (412).
+var lostResponse = s3store.Fault{Op: s3store.OpPut, KeyPrefix: "tasks/", KeySuffix: ".json", Err: s3store.ErrPreconditionFailed, AfterWrite: true, Times: 1}
+
+func setupFaults(t *testing.T) (*producer.Producer, *s3store.Faults, *mem.Store) {
+	t.Helper()
+	mst := mem.New()
+	st := s3store.NewFaults(mst)
+	p, err := producer.New(context.Background(), st, producer.Config{Shards: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, st, mst
+}
+
+// A submit (without an idempotency key) whose PUT landed with its response
+// lost returns the task's id: an error would invite a duplicate.
+func TestASubmitWhoseResponseWasLostReturnsItsID(t *testing.T) {
+	ctx := context.Background()
+	p, st, mst := setupFaults(t)
+	st.Inject(lostResponse)
+	id, err := p.Submit(ctx, "t", nil, producer.Options{})
+	if err != nil {
+		t.Fatalf("submit whose PUT landed: %v", err)
+	}
+	if _, err := p.Get(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for s := range 4 {
+		page, _ := mst.List(ctx, shards.TasksPrefix(s), s3store.ListOptions{})
+		n += len(page.Objects)
+	}
+	if n != 1 {
+		t.Fatalf("%d objects under tasks/, want the one task", n)
+	}
+}
