@@ -375,3 +375,46 @@ func TestASubmitWhoseResponseWasLostReturnsItsID(t *testing.T) {
 		t.Fatalf("%d objects under tasks/, want the one task", n)
 	}
 }
+
+// A requeue or cancel whose write landed with its response lost reports
+// success, and the requeue announces its task.
+func TestARequeueOrCancelWhoseResponseWasLostSucceeds(t *testing.T) {
+	ctx := context.Background()
+	t.Run("requeue", func(t *testing.T) {
+		p, st, mst := setupFaults(t)
+		id, _ := p.Submit(ctx, "t", nil, producer.Options{})
+		if _, err := p.Cancel(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		st.Inject(lostResponse)
+		if err := p.Requeue(ctx, id); err != nil {
+			t.Fatalf("requeue whose write landed: %v", err)
+		}
+		if got, _ := p.Get(ctx, id); got.Status != task.Pending {
+			t.Fatalf("status %s, want pending", got.Status)
+		}
+		announced := false
+		for s := range 4 {
+			page, _ := mst.List(ctx, shards.TasksPrefix(s), s3store.ListOptions{})
+			for _, o := range page.Objects {
+				if ptr, err := shards.ParsePointerKey(o.Key); err == nil && ptr.ID == id {
+					announced = true
+				}
+			}
+		}
+		if !announced {
+			t.Fatal("the requeued task was not announced")
+		}
+	})
+	t.Run("cancel", func(t *testing.T) {
+		p, st, _ := setupFaults(t)
+		id, _ := p.Submit(ctx, "t", nil, producer.Options{})
+		st.Inject(lostResponse)
+		if requested, err := p.Cancel(ctx, id); err != nil || requested {
+			t.Fatalf("cancel whose write landed: requested %v, %v", requested, err)
+		}
+		if got, _ := p.Get(ctx, id); got.Status != task.Canceled {
+			t.Fatalf("status %s, want canceled", got.Status)
+		}
+	})
+}
