@@ -51,7 +51,12 @@ func (w *world) check() Result {
 	res.log = log
 	end := time.Now()
 	var vs []Violation
+	reported := make(map[string]bool)
 	add := func(inv, id, format string, args ...any) {
+		if id != "" && reported[inv+id] {
+			return // the first break of an invariant per task tells the story
+		}
+		reported[inv+id] = true
 		vs = append(vs, Violation{Invariant: inv, Task: id, Detail: fmt.Sprintf(format, args...)})
 	}
 

@@ -94,3 +94,35 @@ func TestASeedReplaysExactly(t *testing.T) {
 		})
 	}
 }
+
+// TestHunt runs seeds in order, one at a time, until one breaks an
+// invariant, and says how many it took: S3QUEUE_SIM_HUNT=K tries up to K
+// seeds from S3QUEUE_SIM_FIRST. scripts/sim-teeth.sh uses it to measure how
+// fast the simulator catches each known defect put back.
+func TestHunt(t *testing.T) {
+	s := os.Getenv("S3QUEUE_SIM_HUNT")
+	if s == "" {
+		return
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatalf("S3QUEUE_SIM_HUNT=%q: %v", s, err)
+	}
+	first := uint64(1)
+	if f := os.Getenv("S3QUEUE_SIM_FIRST"); f != "" {
+		if first, err = strconv.ParseUint(f, 10, 64); err != nil {
+			t.Fatalf("S3QUEUE_SIM_FIRST=%q: %v", f, err)
+		}
+	}
+	for i := range n {
+		seed := first + uint64(i)
+		var res sim.Result
+		synctest.Test(t, func(t *testing.T) { res = sim.Run(seed, sim.Options{}) })
+		if len(res.Violations) > 0 {
+			t.Logf("caught after %d seeds\n%s", i+1, res.Report(30))
+			fmt.Printf("HUNT caught seed=%d seeds=%d invariant=%q\n", seed, i+1, res.Violations[0].Invariant)
+			return
+		}
+	}
+	fmt.Printf("HUNT none seeds=%d\n", n)
+}
