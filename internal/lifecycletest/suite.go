@@ -275,7 +275,8 @@ var cases = []struct {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				id, err := p.Submit(e.ctx, "echo", map[string]int{"producer": i}, producer.Options{IdempotencyKey: "order-42"})
+				// The same intent from each: a key reused with another input is a conflict.
+				id, err := p.Submit(e.ctx, "echo", map[string]int{"order": 42}, producer.Options{IdempotencyKey: "order-42"})
 				if err != nil {
 					t.Errorf("submit %d: %v", i, err)
 				}
