@@ -112,7 +112,8 @@ type Options struct {
 	// Retry is the backoff between attempts (default task.DefaultRetryPolicy).
 	Retry *task.RetryPolicy
 	// Timeout is the lease of one attempt (default 30s); workers renew it
-	// while the handler runs.
+	// while the handler runs. It must exceed twice Config.LeaseMargin (4s
+	// at the default margin), so a handler always gets time to run.
 	Timeout time.Duration
 	// IdempotencyKey: a second Submit with the same key returns the first
 	// task's id instead of creating another, even when the two race. A
@@ -131,6 +132,9 @@ type Options struct {
 func (p *Producer) Submit(ctx context.Context, typ string, input any, opts Options) (string, error) {
 	raw, err := encodeInput(input)
 	if err != nil {
+		return "", err
+	}
+	if err := p.checkTimeout(opts.Timeout); err != nil {
 		return "", err
 	}
 	now, err := p.clock.Now(ctx)
@@ -175,6 +179,23 @@ func (p *Producer) Submit(ctx context.Context, typ string, input any, opts Optio
 	}
 	p.afterCreate(ctx, t)
 	return t.ID, nil
+}
+
+// checkTimeout refuses a timeout that leaves a handler no real time. A
+// worker stops its handler lease_margin before the lease expires unless a
+// renewal got through, and renews halfway to that moment: with a timeout
+// of twice the margin or less, a handler would run at most the margin
+// before its first renewal had to land, and with one of the margin or
+// less its deadline would be past at claim. Above twice the margin it
+// always has more than the margin to run, renewed from then on.
+func (p *Producer) checkTimeout(timeout time.Duration) error {
+	if timeout == 0 {
+		timeout = task.DefaultTimeout
+	}
+	if least := 2 * p.cfg.LeaseMargin; timeout > 0 && timeout <= least {
+		return fmt.Errorf("submit: timeout %v is too short: it must exceed %v, twice the workers' lease margin (%v), or the handler gets no time to run", timeout, least, p.cfg.LeaseMargin)
+	}
+	return nil
 }
 
 // submitOnce claims the idempotency key and then creates the task its

@@ -41,6 +41,8 @@ func TestBadInputWritesNothing(t *testing.T) {
 		{"an empty type", "", nil, producer.Options{}, "type"},
 		{"a timeout under a second", "t", nil, producer.Options{Timeout: time.Millisecond}, "timeout"},
 		{"zero attempts allowed", "t", nil, producer.Options{MaxAttempts: -1}, "attempts"},
+		{"a timeout equal to the lease margin", "t", nil, producer.Options{Timeout: 2 * time.Second}, "must exceed 4s, twice the workers' lease margin"},
+		{"a timeout of twice the lease margin", "t", nil, producer.Options{Timeout: 4 * time.Second}, "must exceed 4s"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, st := setup(t)
@@ -417,4 +419,21 @@ func TestARequeueOrCancelWhoseResponseWasLostSucceeds(t *testing.T) {
 			t.Fatalf("status %s, want canceled", got.Status)
 		}
 	})
+}
+
+// A timeout above twice the lease margin is accepted, and the rule follows
+// the configured margin.
+func TestTimeoutAboveTwiceTheLeaseMarginIsAccepted(t *testing.T) {
+	ctx := context.Background()
+	p, _ := setup(t) // margin 2s
+	if _, err := p.Submit(ctx, "t", nil, producer.Options{Timeout: 4*time.Second + time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	q, err := producer.New(ctx, mem.New(), producer.Config{LeaseMargin: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Submit(ctx, "t", nil, producer.Options{Timeout: time.Second}); err != nil {
+		t.Fatalf("a 1s timeout with a 300ms margin: %v", err)
+	}
 }

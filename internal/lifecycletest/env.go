@@ -40,7 +40,7 @@ func setup(t *testing.T, newStore func(t *testing.T) s3store.Store) *env {
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	prod, err := producer.New(ctx, st, producer.Config{Shards: 4, Logger: log})
+	prod, err := producer.New(ctx, st, producer.Config{Shards: 4, Logger: log, LeaseMargin: 300 * time.Millisecond}) // the workers' margin
 	if err != nil {
 		t.Fatalf("producer: %v", err)
 	}
