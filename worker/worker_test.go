@@ -206,7 +206,7 @@ func TestAFullMemberSeesALaterBacklogAndAsksForHelp(t *testing.T) {
 func TestNoRenewalAfterRunReturns(t *testing.T) {
 	ctx := context.Background()
 	faults := s3store.NewFaults(mem.New())
-	p, err := producer.New(ctx, faults, producer.Config{Shards: 1})
+	p, err := producer.New(ctx, faults, producer.Config{Shards: 1, LeaseMargin: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
