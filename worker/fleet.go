@@ -31,6 +31,7 @@ type membership struct {
 	asleep    bool
 	sleptAt   time.Time
 	leaving   bool
+	shutdown  bool // leaving because Run ends: even the last member goes
 
 	standbyWait time.Duration // a standby's wait before its next read
 
@@ -122,7 +123,7 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 		want = min(n, 2*max(1, len(m.fleet.Live(iv, margin))))
 		m.asked = now
 	}
-	leaving := m.leaving
+	leaving, shutdown := m.leaving, m.shutdown
 	joining := !m.member
 	expiry := iv.Latest.Add(w.memberTTL())
 	f, etag, err := shards.UpdateFleet(ctx, w.st, m.fleet, m.etag, func(f *shards.Fleet) bool {
@@ -130,7 +131,7 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 		if joining && !(w.cfg.Dedicated || len(live) == 0 || f.Want > len(live) || !w.covered(*f, iv)) {
 			return false // decided on the object as it is now: not needed after all
 		}
-		if leaving && !w.mayLeave(live) {
+		if leaving && !shutdown && !w.mayLeave(live) {
 			leaving = false // the fleet changed: stay rather than empty it
 			return false
 		}
@@ -153,6 +154,11 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 			kept = append(kept, shards.Member{ID: w.cfg.ID, Joined: m.joined, ExpiresAt: expiry, Types: w.types(), Dedicated: w.cfg.Dedicated})
 		}
 		f.Members = kept
+		if leaving && len(f.Live(iv, margin)) == 0 {
+			// The last member leaves on shutdown: the doorbell was its
+			// own, and the next member starts awake.
+			f.Asleep = false
+		}
 		if want > f.Want {
 			f.Want, f.WantUntil = want, iv.Latest.Add(2*w.cfg.StandbyPoll)
 		}
@@ -176,7 +182,7 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 	}
 	if leaving {
 		w.log.Info("left the fleet", "members", len(f.Members))
-		m.member, m.leaving, m.asleep = false, false, false
+		m.member, m.leaving, m.asleep, m.shutdown = false, false, false, false
 		m.standbyWait = w.standbyWait(f)
 		m.assign = shards.Assignment{}
 		w.pointerShard.Store(-1)

@@ -345,7 +345,9 @@ func (w *Worker) Run(ctx context.Context) error {
 }
 
 // leave removes the worker from the fleet on shutdown, so its shards move
-// on at once instead of after its entry expires.
+// on at once instead of after its entry expires. Unlike an idle member's
+// leave it goes even as the last member: a worker started next (a restart)
+// then joins at once rather than after the entry expires.
 func (w *Worker) leave() {
 	w.fleetMu.Lock()
 	defer w.fleetMu.Unlock()
@@ -354,7 +356,7 @@ func (w *Worker) leave() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	w.fleet.leaving = true
+	w.fleet.leaving, w.fleet.shutdown = true, true
 	if err := w.syncFleet(ctx, time.Now()); err != nil {
 		w.log.Warn("leave the fleet; the entry will expire", "err", err)
 	}

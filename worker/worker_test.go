@@ -12,6 +12,7 @@ import (
 	"github.com/s3queue/s3queue/producer"
 	"github.com/s3queue/s3queue/s3store"
 	"github.com/s3queue/s3queue/s3store/mem"
+	"github.com/s3queue/s3queue/shards"
 	"github.com/s3queue/s3queue/task"
 	"github.com/s3queue/s3queue/worker"
 )
@@ -260,5 +261,48 @@ func TestNoRenewalAfterRunReturns(t *testing.T) {
 	}
 	if now, _ := p.Get(ctx, id); now.Version != tk.Version {
 		t.Fatalf("the task was renewed after Run returned: version %d -> %d", tk.Version, now.Version)
+	}
+}
+
+// A worker that stops (SIGTERM ends Run's context) leaves the fleet at
+// once, even as its last member, so a worker started right after (a
+// restart) joins and claims at once instead of idling until the old entry
+// expires (member_ttl + lease_margin, 32 s by default).
+func TestARestartedWorkerJoinsAtOnce(t *testing.T) {
+	st := mem.New()
+	f := newFleet(t, st, 4)
+	slow := func(id string) worker.Config {
+		cfg := f.fast(id)
+		cfg.MemberTTL = 30 * time.Second // the old entry would outlive the test's wait
+		return cfg
+	}
+	old := f.start(slow("old"), nil, nil)
+	waitFor(t, "the first worker to join", 10*time.Second, func() bool { m, _ := old.Member(); return m })
+	f.stop("old")
+	fl, _, err := shards.ReadFleet(f.ctx, st)
+	if err != nil || len(fl.Members) != 0 {
+		t.Fatalf("fleet after the last member stopped: %+v %v; want no members", fl, err)
+	}
+	ran := make(chan string, 1)
+	w := f.start(slow("new"), nil, func(_ context.Context, tk *task.Task) (json.RawMessage, error) {
+		ran <- tk.ID
+		return nil, nil
+	})
+	p, err := producer.New(f.ctx, st, producer.Config{Shards: 4, LeaseMargin: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := p.Submit(f.ctx, "job", nil, producer.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-ran:
+		if got != id {
+			t.Fatalf("ran %s, want %s", got, id)
+		}
+	case <-time.After(5 * time.Second):
+		m, _ := w.Member()
+		t.Fatalf("the restarted worker did not run a task within 5s (member: %v)", m)
 	}
 }
