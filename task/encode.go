@@ -69,6 +69,8 @@ func (t *Task) check() error {
 		return fmt.Errorf("version %d, want >= 1", t.Version)
 	case t.Attempt < 0:
 		return fmt.Errorf("negative attempt %d", t.Attempt)
+	case t.Snoozes < 0:
+		return fmt.Errorf("negative snoozes %d", t.Snoozes)
 	case t.MaxAttempts < 1:
 		return fmt.Errorf("max_attempts %d, want >= 1", t.MaxAttempts)
 	case t.Timeout <= 0:

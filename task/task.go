@@ -28,6 +28,10 @@ const (
 	MaxKeyBytes = 1024
 	// MaxAttemptsLimit is the largest accepted Spec.MaxAttempts.
 	MaxAttemptsLimit = 1000
+	// MaxSnoozes bounds the snoozes that give their attempt back: from the
+	// next one on, a snooze counts as a failed attempt, so a handler that
+	// always asks to retry later ends up dead instead of looping forever.
+	MaxSnoozes = 50
 
 	// DefaultMaxAttempts applies when Spec.MaxAttempts is 0.
 	DefaultMaxAttempts = 3
@@ -68,9 +72,12 @@ type Task struct {
 	Input  json.RawMessage `json:"input,omitempty"`
 	Shard  int             `json:"shard"`
 	Status Status          `json:"status"`
-	// Attempt counts attempts started (claims made) so far; a snooze gives
-	// its attempt back.
-	Attempt     int         `json:"attempt"`
+	// Attempt counts attempts started (claims made) so far; a snooze (up
+	// to MaxSnoozes) and a release at shutdown give their attempt back.
+	Attempt int `json:"attempt"`
+	// Snoozes counts the handler's requests to retry later (Snooze) since
+	// submit or the last requeue.
+	Snoozes     int         `json:"snoozes,omitempty"`
 	MaxAttempts int         `json:"max_attempts"`
 	Retry       RetryPolicy `json:"retry"`
 	// Timeout is the lease duration of one attempt.

@@ -3,6 +3,7 @@ package task
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -356,7 +357,7 @@ func TestSnooze(t *testing.T) {
 			t.Errorf("history entry = %+v", last)
 		}
 	})
-	t.Run("never exhausts attempts", func(t *testing.T) {
+	t.Run("gives attempts back up to MaxSnoozes, counted", func(t *testing.T) {
 		tk := newTask(t, func(s *Spec) { s.MaxAttempts = 1 })
 		now := t0
 		for i := range 10 {
@@ -364,8 +365,45 @@ func TestSnooze(t *testing.T) {
 			must(t, tk.ClaimBy("w", c, now))
 			must(t, tk.Snooze(c, 0, "", now))
 		}
-		if tk.Status != Pending || tk.Attempt != 0 {
-			t.Errorf("status %s attempt %d", tk.Status, tk.Attempt)
+		if tk.Status != Pending || tk.Attempt != 0 || tk.Snoozes != 10 {
+			t.Errorf("status %s attempt %d snoozes %d", tk.Status, tk.Attempt, tk.Snoozes)
+		}
+	})
+	t.Run("past MaxSnoozes a snooze is a failed attempt, so the task dies", func(t *testing.T) {
+		tk := newTask(t, func(s *Spec) { s.MaxAttempts = 3 })
+		now := t0
+		for i := 0; tk.Status == Pending; i++ {
+			if i > MaxSnoozes+3 {
+				t.Fatalf("still pending after %d snoozes (attempt %d)", i, tk.Attempt)
+			}
+			c := fmt.Sprint("c", i)
+			must(t, tk.ClaimBy("w", c, now))
+			must(t, tk.Snooze(c, time.Second, "busy", now))
+			now = tk.AvailableAt
+			if i < MaxSnoozes && tk.Attempt != 0 {
+				t.Fatalf("snooze %d used up an attempt", i+1)
+			}
+		}
+		if tk.Status != Dead || tk.Snoozes != MaxSnoozes+3 || tk.Attempt != 3 {
+			t.Fatalf("status %s snoozes %d attempt %d, want dead after %d snoozes", tk.Status, tk.Snoozes, tk.Attempt, MaxSnoozes+3)
+		}
+		if last := tk.History[len(tk.History)-1]; !strings.Contains(last.Reason, "attempts exhausted: snoozed more than 50 times: busy") {
+			t.Errorf("history entry = %+v", last)
+		}
+		must(t, tk.Requeue(now))
+		if tk.Snoozes != 0 || tk.Attempt != 0 {
+			t.Errorf("requeue kept snoozes %d attempt %d", tk.Snoozes, tk.Attempt)
+		}
+	})
+	t.Run("a release at shutdown is not counted", func(t *testing.T) {
+		tk := newTask(t, func(s *Spec) { s.MaxAttempts = 1 })
+		for i := range MaxSnoozes + 5 {
+			c := fmt.Sprint("c", i)
+			must(t, tk.ClaimBy("w", c, t0))
+			must(t, tk.Release(c, "worker shut down", t0))
+		}
+		if tk.Status != Pending || tk.Attempt != 0 || tk.Snoozes != 0 {
+			t.Errorf("status %s attempt %d snoozes %d", tk.Status, tk.Attempt, tk.Snoozes)
 		}
 	})
 	t.Run("requested cancel wins", func(t *testing.T) {

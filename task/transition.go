@@ -106,30 +106,62 @@ func (t *Task) Fail(claimID, errMsg string, permanent bool, now time.Time, rnd f
 
 // Snooze hands the attempt under claimID back without counting it (a handler
 // asked to retry later, exit code 75): → pending at now+delay, Attempt
-// decremented. If a cancel was requested the task goes to canceled instead.
-// delay must not be negative.
+// decremented, Snoozes incremented. Past MaxSnoozes a snooze counts as a
+// failed attempt instead: the attempt is kept, and the task goes to dead
+// once its attempts are used up (else pending at now+delay). If a cancel
+// was requested the task goes to canceled instead. delay must not be
+// negative.
 func (t *Task) Snooze(claimID string, delay time.Duration, reason string, now time.Time) error {
-	if err := t.fence("snooze", claimID); err != nil {
+	return t.handBack("snooze", claimID, delay, "snoozed", reason, true, now)
+}
+
+// Release hands the attempt under claimID back because the worker is
+// shutting down: → pending now, Attempt decremented. It is not the
+// handler's doing, so it never counts against MaxSnoozes. If a cancel was
+// requested the task goes to canceled instead.
+func (t *Task) Release(claimID, reason string, now time.Time) error {
+	return t.handBack("release", claimID, 0, "released", reason, false, now)
+}
+
+func (t *Task) handBack(op, claimID string, delay time.Duration, what, reason string, counted bool, now time.Time) error {
+	if err := t.fence(op, claimID); err != nil {
 		return err
 	}
 	if delay < 0 {
-		return fmt.Errorf("snooze task %s: %w: negative delay %s", t.ID, ErrInvalid, delay)
+		return fmt.Errorf("%s task %s: %w: negative delay %s", op, t.ID, ErrInvalid, delay)
 	}
 	now = now.UTC()
-	worker := t.Claim.Worker
-	attempt := t.Attempt
-	t.Claim = nil
-	t.Attempt = max(t.Attempt-1, 0)
-	r := "snoozed"
+	r := what
 	if reason != "" {
 		r += ": " + reason
 	}
 	if t.CancelRequested {
+		worker, attempt := t.Claim.Worker, t.Attempt
+		t.Claim = nil
+		t.Attempt = max(t.Attempt-1, 0)
 		t.CancelRequested = false
 		t.Status = Canceled
 		t.commit(now, &Transition{From: Running, To: Canceled, Worker: worker, Reason: "canceled instead of " + r, Attempt: attempt})
 		return nil
 	}
+	if counted {
+		t.Snoozes++
+		if t.Snoozes > MaxSnoozes {
+			// The handler keeps asking for later: this attempt counts.
+			msg := fmt.Sprintf("snoozed more than %d times", MaxSnoozes)
+			if reason != "" {
+				msg += ": " + reason
+			}
+			t.settleFailure(msg, false, now, nil)
+			if t.Status == Pending {
+				t.AvailableAt = now.Add(delay)
+			}
+			return nil
+		}
+	}
+	worker, attempt := t.Claim.Worker, t.Attempt
+	t.Claim = nil
+	t.Attempt = max(t.Attempt-1, 0)
 	t.Status = Pending
 	t.AvailableAt = now.Add(delay)
 	t.commit(now, &Transition{From: Running, To: Pending, Worker: worker, Reason: r, Attempt: attempt})
@@ -206,7 +238,7 @@ func (t *Task) CancelRunning(claimID string, now time.Time) error {
 }
 
 // Requeue gives a dead or canceled task a fresh start: → pending now with
-// Attempt 0. LastError is kept for the record. Errors: ErrNotRequeueable,
+// Attempt 0 and Snoozes 0. LastError is kept for the record. Errors: ErrNotRequeueable,
 // ErrRetired.
 func (t *Task) Requeue(now time.Time) error {
 	if t.Retired {
@@ -219,6 +251,7 @@ func (t *Task) Requeue(now time.Time) error {
 	now = now.UTC()
 	t.Status = Pending
 	t.Attempt = 0
+	t.Snoozes = 0
 	t.AvailableAt = now
 	t.Claim = nil
 	t.CancelRequested = false

@@ -235,7 +235,7 @@ func (r *run) commit(o outcome, cause error) {
 		switch {
 		case errors.Is(cause, ErrShutdown) && o.err != nil:
 			kind = "released"
-			return t.Snooze(r.claimID, 0, "worker shut down", now)
+			return t.Release(r.claimID, "worker shut down", now)
 		case o.err == nil:
 			kind = "succeeded"
 			err := t.Succeed(r.claimID, o.result, now)
