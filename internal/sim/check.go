@@ -85,6 +85,12 @@ func (w *world) check() Result {
 		}
 	}
 	isWorker := func(proc string) bool { return strings.HasPrefix(proc, "w") }
+	retention := func(t *task.Task) time.Duration {
+		if t.IdempotencyKey != "" {
+			return max(w.opts.Retention, shards.MinKeyedRetention)
+		}
+		return w.opts.Retention
+	}
 
 	for _, e := range log {
 		if !strings.HasPrefix(e.Key, "tasks/") || shards.IsPointer(e.Key) {
@@ -106,9 +112,9 @@ func (w *world) check() Result {
 			case prev == nil:
 			case !prev.Status.Terminal():
 				add(InvNotLost, id, "%s deleted it at %s while it was %s (%s)", e.Proc, at, prev.Status, e.Fault)
-			case e.At.Before(st.changed.Add(w.opts.Retention - retentionMargin)):
+			case e.At.Before(st.changed.Add(retention(prev) - retentionMargin)):
 				add(InvRetention, id, "%s deleted it at %s, %v after it finished, before the retention of %v",
-					e.Proc, at, e.At.Sub(st.changed).Round(time.Second), w.opts.Retention)
+					e.Proc, at, e.At.Sub(st.changed).Round(time.Second), retention(prev))
 			}
 			setLive(prev, false)
 			st.t, st.deleted = nil, true

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
+	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -329,13 +330,22 @@ func (s *Server) serve(r *request) {
 	default:
 		resp = s.apply(r, "")
 	}
-	if resp.etag != "" {
+	if r.op == s3store.OpList && resp.err == nil && debugLists {
+		var ks []string
+		for _, o := range resp.page.Objects {
+			ks = append(ks, fmt.Sprintf("%s(%d)", strings.TrimPrefix(o.Key, r.key), o.Size))
+		}
+		s.tracef("%s -> ok %v", r.describe(), ks)
+	} else if resp.etag != "" {
 		s.tracef("%s -> %s %s", r.describe(), outcome(resp.err), short(resp.etag))
 	} else {
 		s.tracef("%s -> %s", r.describe(), outcome(resp.err))
 	}
 	s.respond(r, resp)
 }
+
+// debugLists puts the keys each LIST returned in the trace.
+var debugLists = os.Getenv("S3QUEUE_SIM_TRACE_LISTS") != ""
 
 // respond delivers resp after a network latency drawn from the seed
 // (0.2-20 ms). Besides being realistic, distinct arrival instants keep

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -26,10 +27,11 @@ import (
 // Options size a run. Zero fields take the defaults.
 type Options struct {
 	// Chaos is how long producers submit and faults and crashes happen
-	// (default 8m of virtual time); Quiet is the fault-free tail after it,
-	// in which every due task must be picked up (default 15m).
+	// (default 14m of virtual time); Quiet is the fault-free tail after it,
+	// in which every due task must be picked up (default 12m).
 	Chaos, Quiet time.Duration
-	// Retention of finished tasks (default 10m), short enough for
+	// Retention of finished tasks (default 3m; tasks with an idempotency
+	// key are kept shards.MinKeyedRetention, 10m), short enough for
 	// retention to race requeues and resubmits within a run.
 	Retention time.Duration
 	// Bound is how long a due task may wait in the quiet tail, or a
@@ -40,13 +42,13 @@ type Options struct {
 
 func (o *Options) fill() {
 	if o.Chaos == 0 {
-		o.Chaos = 8 * time.Minute
+		o.Chaos = 14 * time.Minute
 	}
 	if o.Quiet == 0 {
-		o.Quiet = 15 * time.Minute
+		o.Quiet = 12 * time.Minute
 	}
 	if o.Retention == 0 {
-		o.Retention = 10 * time.Minute
+		o.Retention = 3 * time.Minute
 	}
 	if o.Bound == 0 {
 		o.Bound = 5 * time.Minute
@@ -62,11 +64,15 @@ type Plan struct {
 	Leader                       bool
 	Faults                       Faults
 	Crashes                      int
+	// Burst: one producer submits a burst of long tasks at once, more
+	// than the first member's slots can run soon: a member whose slots are
+	// full must ask for help.
+	Burst bool
 }
 
 func (p Plan) String() string {
-	return fmt.Sprintf("seed %d: provider %s, %d shards, pages of %d, %d workers, %d monitors (leader %v), %d producers, %d crashes, faults %+v",
-		p.Seed, p.Provider.Name, p.Shards, p.MaxPage, p.Workers, p.Monitors, p.Leader, p.Producers, p.Crashes, p.Faults)
+	return fmt.Sprintf("seed %d: provider %s, %d shards, pages of %d, %d workers, %d monitors (leader %v), %d producers (burst %v), %d crashes, faults %+v",
+		p.Seed, p.Provider.Name, p.Shards, p.MaxPage, p.Workers, p.Monitors, p.Leader, p.Producers, p.Burst, p.Crashes, p.Faults)
 }
 
 // Result is what a run did and what the checker found.
@@ -143,6 +149,7 @@ func Run(seed uint64, opts Options) Result {
 		Producers: 1 + rng.IntN(2),
 		Leader:    rng.IntN(2) == 0,
 		Crashes:   rng.IntN(5),
+		Burst:     rng.IntN(4) == 0,
 		Faults: Faults{
 			Error:     0.05 * rng.Float64(),
 			Conflict:  0.02 * rng.Float64(),
@@ -208,9 +215,11 @@ func (w *world) setup() {
 	body, _ := json.Marshal(m)
 	w.srv.Put(shards.ManifestKey, body)
 	if w.plan.Faults.Forbidden {
-		// A foreign object whose GET is refused (403), sorting among the
-		// first task keys of shard 0.
-		key := shards.TasksPrefix(0) + "01A0000000FORBIDDENOBJECT.json"
+		// An object named like a task, due at once, whose GET is refused
+		// (403): bad objects are reported and skipped, and never block
+		// the rest of their shard (invariant 7).
+		id, _ := task.NewID(time.Now(), w.seeded("forbidden"))
+		key := task.Key(task.ShardFor(id, w.plan.Shards), id)
 		w.srv.Put(key, []byte("{}\n\n"))
 		w.srv.SetForeign(key)
 	}
@@ -342,6 +351,9 @@ func (w *world) handler(workerName string) worker.Handler {
 				return nil
 			}
 		}
+		if bytes.Contains(t.Input, []byte(`"long"`)) {
+			return nil, sleep(20 * time.Second)
+		}
 		switch p := (x >> 20) % 100; {
 		case p < 65:
 			if err := sleep(d); err != nil {
@@ -362,7 +374,9 @@ func (w *world) handler(workerName string) worker.Handler {
 			}
 			return nil, nil
 		case p < 97:
-			time.Sleep(d) // ignores its context
+			// Ignores its context, past any shutdown grace: nothing of
+			// its worker may outlive Run.
+			time.Sleep(25*time.Second + 4*d)
 			return nil, nil
 		default:
 			panic("the handler panicked")
@@ -387,10 +401,31 @@ func (w *world) produce(i int) {
 					continue
 				}
 			}
+			if j == 0 && i == 0 && w.plan.Burst {
+				for k := range 30 {
+					w.submitLong(ctx, p, prod, k)
+				}
+				continue
+			}
 			w.act(ctx, p, prod, rng, j)
 		}
 	})
 	<-p.done
+}
+
+// submitLong submits one task of a burst: a long one, all of whose
+// attempts run 20 s and succeed.
+func (w *world) submitLong(ctx context.Context, p *proc, prod *producer.Producer, k int) {
+	o := op{proc: p.name, kind: "submit"}
+	o.from = w.logLen()
+	o.id, o.err = prod.Submit(ctx, taskType, json.RawMessage(fmt.Sprintf(`{"long":%d}`, k)), producer.Options{Timeout: 10 * time.Second})
+	o.to = w.logLen()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.ops = append(w.ops, o)
+	if o.err == nil {
+		w.acked[o.id] = ack{proc: p.name}
+	}
 }
 
 // act makes one producer call and records what the producer was told.
