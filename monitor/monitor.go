@@ -214,12 +214,19 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Monitor, error) {
 		lease: lease.New(st, c, LeaseKey, cfg.ID, lease.Config{TTL: 6 * cfg.Interval, Margin: cfg.LeaseMargin})}, nil
 }
 
-// Run ticks every Interval until ctx ends.
+// Run ticks every Interval until ctx ends, and returns nil then. A tick
+// that fails with an error that will not heal (wrapping
+// s3store.ErrUnusable: the bucket or root is gone, access is denied) ends
+// Run with that error; other errors are logged, and the next tick comes
+// at the usual pace.
 func (m *Monitor) Run(ctx context.Context) error {
 	t := time.NewTicker(m.cfg.Interval)
 	defer t.Stop()
 	for {
 		if _, err := m.Tick(ctx); err != nil && ctx.Err() == nil {
+			if errors.Is(err, s3store.ErrUnusable) {
+				return fmt.Errorf("monitor: %w", err)
+			}
 			m.log.Warn("tick", "err", err)
 		}
 		select {
@@ -235,9 +242,9 @@ const LeaseKey = "monitor-lease.json"
 
 // lead reports whether this monitor holds the leader lease, acquiring or
 // renewing it as needed (one PUT per two intervals while leading).
-func (m *Monitor) lead(ctx context.Context) bool {
+func (m *Monitor) lead(ctx context.Context) (bool, error) {
 	if m.lease.Valid(ctx) && time.Since(m.renewd) < 2*m.cfg.Interval {
-		return true
+		return true, nil
 	}
 	var err error
 	if m.lease.Epoch() > 0 {
@@ -246,14 +253,17 @@ func (m *Monitor) lead(ctx context.Context) bool {
 	if m.lease.Epoch() == 0 || err != nil {
 		err = m.lease.Acquire(ctx, nil)
 	}
+	if errors.Is(err, s3store.ErrUnusable) {
+		return false, fmt.Errorf("monitor lease: %w", err)
+	}
 	if err != nil {
 		if !errors.Is(err, lease.ErrHeld) {
 			m.log.Warn("monitor lease", "err", err)
 		}
-		return false
+		return false, nil
 	}
 	m.renewd = time.Now()
-	return true
+	return true, nil
 }
 
 // Leading reports whether this monitor holds the leader lease (always true
@@ -281,8 +291,10 @@ func (m *Monitor) Tick(ctx context.Context) (TickStats, error) {
 	defer m.mu.Unlock()
 	var st TickStats
 	var errs error
-	if m.cfg.Leader && !m.lead(ctx) {
-		return st, nil
+	if m.cfg.Leader {
+		if ok, err := m.lead(ctx); !ok {
+			return st, err
+		}
 	}
 	iv, err := m.clock.Now(ctx)
 	if err != nil {
@@ -402,7 +414,9 @@ func (m *Monitor) sweepPage(ctx context.Context, shard int, sw *sweep) (TickStat
 		if sw.settling {
 			sw.settled = o.Key
 		}
-		m.inspectLogged(ctx, o, iv, &st)
+		if err := m.inspectLogged(ctx, o, iv, &st); err != nil {
+			return st, err
+		}
 		if ctx.Err() != nil {
 			return st, ctx.Err()
 		}
@@ -456,7 +470,9 @@ func (m *Monitor) fullPage(ctx context.Context, shard int, sw *sweep) (TickStats
 			}
 		}
 		prev = o.Key
-		m.inspectLogged(ctx, o, iv, &st)
+		if err := m.inspectLogged(ctx, o, iv, &st); err != nil {
+			return st, err
+		}
 		if ctx.Err() != nil {
 			return st, ctx.Err()
 		}
@@ -483,10 +499,17 @@ func (m *Monitor) live(o s3store.ObjectInfo) bool {
 	return !ok || !k.corrupt || k.etag != o.ETag
 }
 
-func (m *Monitor) inspectLogged(ctx context.Context, o s3store.ObjectInfo, iv clock.Interval, st *TickStats) {
-	if err := m.inspect(ctx, o, iv, st); err != nil && ctx.Err() == nil {
+// inspectLogged inspects o and logs what went wrong; only an error that
+// will not heal (s3store.ErrUnusable) is returned, to end the tick.
+func (m *Monitor) inspectLogged(ctx context.Context, o s3store.ObjectInfo, iv clock.Interval, st *TickStats) error {
+	err := m.inspect(ctx, o, iv, st)
+	if errors.Is(err, s3store.ErrUnusable) {
+		return fmt.Errorf("inspect %s: %w", o.Key, err)
+	}
+	if err != nil && ctx.Err() == nil {
 		m.log.Warn("inspect task", "key", o.Key, "err", err)
 	}
+	return nil
 }
 
 // inspect decides what, if anything, one task object needs.

@@ -680,3 +680,69 @@ func TestALiveTaskBelowTheFloorIsSweptAgain(t *testing.T) {
 	}
 	t.Fatal("a task requeued below the floor, claimed and abandoned, was not re-dispatched within 3 minutes")
 }
+
+// A store that will not heal (bucket gone, access denied) ends Run with one
+// error; an error that may heal keeps the usual tick pace.
+func TestRunEndsOnAnUnusableStore(t *testing.T) {
+	ctx := context.Background()
+	gone := fmt.Errorf("%w: the bucket does not exist", s3store.ErrUnusable)
+	t.Run("listing fails", func(t *testing.T) {
+		st := s3store.NewFaults(mem.New())
+		m, err := monitor.New(ctx, st, monitor.Config{Shards: 2, Interval: 10 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.Inject(s3store.Fault{Op: s3store.OpList, Err: gone})
+		done := make(chan error, 1)
+		go func() { done <- m.Run(ctx) }()
+		select {
+		case err := <-done:
+			if !errors.Is(err, s3store.ErrUnusable) {
+				t.Fatalf("run ended with %v, want ErrUnusable", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("run did not end on an unusable store")
+		}
+	})
+	t.Run("a write to a task fails", func(t *testing.T) {
+		mst, srv, clk := fakeTime()
+		st := s3store.NewFaults(mst)
+		p, _ := producer.New(ctx, mst, producer.Config{Shards: 1, Clock: clk})
+		id, _ := p.Submit(ctx, "t", nil, producer.Options{Timeout: 10 * time.Second})
+		v, _ := taskio.LoadID(ctx, mst, id, 1)
+		if err := v.Task.ClaimBy("w", "c1", srv.Add(time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		taskio.Update(ctx, mst, v.Task, v.ETag)
+		m, _ := monitor.New(ctx, st, monitor.Config{Shards: 1, Clock: clk})
+		st.Inject(s3store.Fault{Op: s3store.OpPut, KeyPrefix: "tasks/", Err: gone})
+		for range 20 {
+			*srv = srv.Add(5 * time.Second)
+			if _, err := m.Tick(ctx); err != nil {
+				if !errors.Is(err, s3store.ErrUnusable) {
+					t.Fatalf("tick: %v, want ErrUnusable", err)
+				}
+				return
+			}
+		}
+		t.Fatal("ticks did not report that the re-dispatch's write is refused for good")
+	})
+	t.Run("an error that may heal keeps the pace", func(t *testing.T) {
+		faulty := s3store.NewFaults(mem.New())
+		st := s3store.NewCounter(faulty)
+		m, err := monitor.New(ctx, st, monitor.Config{Shards: 1, Interval: 20 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		faulty.Inject(s3store.Fault{Op: s3store.OpList, Err: s3store.ErrInjected503})
+		before := st.Counts().Of(s3store.OpList)
+		rctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		defer cancel()
+		if err := m.Run(rctx); err != nil {
+			t.Fatalf("run: %v, want nil when its context ends", err)
+		}
+		if n := st.Counts().Of(s3store.OpList) - before; n < 2 || n > 14 {
+			t.Fatalf("%d LISTs in 200ms at a 20ms interval: want one per tick", n)
+		}
+	})
+}
