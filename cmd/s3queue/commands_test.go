@@ -408,3 +408,49 @@ func TestDoctor(t *testing.T) {
 		t.Errorf("doctor --json = %+v", d)
 	}
 }
+
+// A mem:// store lives in one process: every command but the demo refuses
+// it, before it writes anything, with a message saying why.
+func TestOneShotCommandsRefuseMemStore(t *testing.T) {
+	id, _ := task.NewID(time.Now(), strings.NewReader(strings.Repeat("m", 64)))
+	for _, args := range [][]string{
+		{"submit", "--type", "x"},
+		{"get", id},
+		{"history", id},
+		{"cancel", id},
+		{"requeue", id},
+		{"list"},
+		{"stats"},
+		{"doctor"},
+		{"worker", "--exec", "x=cat"},
+		{"monitor"},
+	} {
+		t.Run(args[0], func(t *testing.T) {
+			// worker and monitor would otherwise run until canceled.
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			var out, errb syncBuffer
+			code := run(ctx, append(args, "--store", "mem://q"), strings.NewReader(""), &out, &errb)
+			r := cliResult{code, out.String(), errb.String()}
+			wantExit(t, r, exitUsage, "a mem:// store lives only in the memory of this process")
+			if r.stdout != "" {
+				t.Errorf("printed %q", r.stdout)
+			}
+		})
+	}
+	t.Run("from the environment", func(t *testing.T) {
+		t.Setenv("S3QUEUE_STORE", "mem://")
+		wantExit(t, cli(t, "", "submit", "--type", "x"), exitUsage, "vanish when 's3queue submit' exits")
+	})
+	t.Run("demo keeps it", func(t *testing.T) {
+		// A canceled context stops the demo right after it opened its
+		// store (a whole run takes seconds): it must get that far.
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		var out, errb syncBuffer
+		run(ctx, []string{"demo", "--tasks", "3", "--workers", "1", "--store", "mem://demo"}, strings.NewReader(""), &out, &errb)
+		if strings.Contains(errb.String(), "mem://") || strings.Contains(errb.String(), "usage") {
+			t.Errorf("demo --store mem:// refused: %s", errb.String())
+		}
+	})
+}

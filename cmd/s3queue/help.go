@@ -88,7 +88,7 @@ stats and doctor take --json. Flags may follow the command name and its
 arguments. Store URLs:
   s3://BUCKET/PREFIX?endpoint=http://127.0.0.1:9000&region=us-east-1&path_style=true
   file:///absolute/directory
-  mem://NAME (in this process only)
+  mem://NAME (in this process only: demo --store and tests; other commands refuse it)
 
 `)
 	fmt.Fprint(w, envHelp)

@@ -21,8 +21,15 @@ func (a *app) storeURL() (string, error) {
 	if url == "" {
 		return "", usageError("no store: pass --store URL, set S3QUEUE_STORE, or set store in queue.toml (for example --store file:///var/lib/s3queue)")
 	}
-	if _, err := storeurl.Parse(url); err != nil {
+	spec, err := storeurl.Parse(url)
+	if err != nil {
 		return "", withCode(exitUsage, err)
+	}
+	if spec.Scheme == storeurl.SchemeMem {
+		// A mem:// store lives in this process only: a task submitted
+		// there (or a worker waiting there) vanishes when the command
+		// exits, and no other process can ever reach it.
+		return "", usageError("%s: a mem:// store lives only in the memory of this process, so its queue would vanish when 's3queue %s' exits; use a file:///DIR or s3:// store (mem:// is for 's3queue demo --store' and for tests)", a.cmd.name, a.cmd.name)
 	}
 	return url, nil
 }

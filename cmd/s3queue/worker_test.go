@@ -235,9 +235,9 @@ func (s lyingStore) Put(ctx context.Context, key string, body []byte, _ s3store.
 func TestUnsupportedProviderIsExit4(t *testing.T) {
 	open := func(context.Context, string) (s3store.Store, error) { return lyingStore{mem.New()}, nil }
 	for _, args := range [][]string{
-		{"doctor", "--store", "mem://liar"},
-		{"worker", "--store", "mem://liar", "--exec", "x=cat"},
-		{"monitor", "--store", "mem://liar"},
+		{"doctor", "--store", "s3://liar"},
+		{"worker", "--store", "s3://liar", "--exec", "x=cat"},
+		{"monitor", "--store", "s3://liar"},
 	} {
 		t.Run(args[0], func(t *testing.T) {
 			var out, errb syncBuffer
