@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/s3queue/s3queue/s3store"
+	"github.com/s3queue/s3queue/shards"
 	"github.com/s3queue/s3queue/task"
 )
 
@@ -453,4 +454,47 @@ func TestOneShotCommandsRefuseMemStore(t *testing.T) {
 			t.Errorf("demo --store mem:// refused: %s", errb.String())
 		}
 	})
+}
+
+// The queue's own ready pointers sit beside the tasks: list and stats pass
+// over them without a word, and report only what is really foreign.
+func TestListAndStatsPassOverReadyPointers(t *testing.T) {
+	store, _ := newStore(t)
+	id := strings.TrimSpace(must(t, "submit", "--store", store, "--type", "x"))
+	must(t, "cancel", id, "--store", store)
+	must(t, "requeue", id, "--store", store) // announces the task with a pointer
+	st := openStore(t, store)
+	tk := getTask(t, store, id)
+	pointer := shards.PointerKey(tk.Shard, id, time.Now())
+	if _, err := st.Put(context.Background(), pointer, nil, s3store.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pointers := 0
+	for _, k := range storeKeys(t, store) {
+		if shards.IsPointer(k) {
+			pointers++
+		}
+	}
+	if pointers < 2 {
+		t.Fatalf("want the requeue's pointer and ours in the store, have %v", storeKeys(t, store))
+	}
+	foreign := task.ShardName(tk.Shard)
+	foreign = "tasks/" + foreign + "/notes.ready"
+	st.Put(context.Background(), foreign, []byte("x"), s3store.PutOptions{})
+
+	r := cli(t, "", "list", "--store", store)
+	if r.code != 0 || !strings.Contains(r.stdout, id) {
+		t.Fatalf("list: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	if strings.Count(r.stderr, "skipping") != 1 || !strings.Contains(r.stderr, "skipping "+foreign) {
+		t.Errorf("list reports %q, want only the foreign %s", r.stderr, foreign)
+	}
+	var qs queueStats
+	r = cli(t, "", "stats", "--store", store, "--json")
+	if err := json.Unmarshal([]byte(r.stdout), &qs); err != nil {
+		t.Fatalf("stats --json: %v\n%s", err, r.stdout)
+	}
+	if qs.Total != 1 || qs.Skipped != 1 || strings.Count(r.stderr, "skipping") != 1 {
+		t.Errorf("stats: total %d skipped %d, want 1 and 1 (the foreign object only); stderr %q", qs.Total, qs.Skipped, r.stderr)
+	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/s3queue/s3queue/internal/taskio"
 	"github.com/s3queue/s3queue/s3store"
+	"github.com/s3queue/s3queue/shards"
 	"github.com/s3queue/s3queue/task"
 )
 
@@ -29,8 +30,9 @@ type scanned struct {
 
 // scanTasks lists every object under tasks/ in key order (shard, then id)
 // and loads each one (one GET per task), calling fn in key order until it
-// returns false. Objects that are not task objects come with Err set, so
-// the caller reports and skips them (invariant 7).
+// returns false. The queue's own ready pointers (index entries beside the
+// tasks) are passed over silently. Other objects that are not task objects
+// come with Err set, so the caller reports and skips them (invariant 7).
 func scanTasks(ctx context.Context, st s3store.Store, fn func(scanned) bool) error {
 	after := ""
 	for {
@@ -38,7 +40,7 @@ func scanTasks(ctx context.Context, st s3store.Store, fn func(scanned) bool) err
 		if err != nil {
 			return fmt.Errorf("list tasks: %w", err)
 		}
-		objs := page.Objects
+		objs := taskObjects(page.Objects)
 		for len(objs) > 0 {
 			n := min(len(objs), 2*scanParallel)
 			batch := loadBatch(ctx, st, objs[:n])
@@ -57,6 +59,22 @@ func scanTasks(ctx context.Context, st s3store.Store, fn func(scanned) bool) err
 		}
 		after = page.Objects[len(page.Objects)-1].Key
 	}
+}
+
+// taskObjects drops the queue's ready pointers from a listing: they are
+// not tasks, and not foreign either. A key that only ends like one but does
+// not parse stays, to be reported.
+func taskObjects(objs []s3store.ObjectInfo) []s3store.ObjectInfo {
+	out := objs[:0:0]
+	for _, o := range objs {
+		if shards.IsPointer(o.Key) {
+			if _, err := shards.ParsePointerKey(o.Key); err == nil {
+				continue
+			}
+		}
+		out = append(out, o)
+	}
+	return out
 }
 
 func loadBatch(ctx context.Context, st s3store.Store, objs []s3store.ObjectInfo) []scanned {
