@@ -186,7 +186,12 @@ func UpdateFleet(ctx context.Context, st s3store.Store, f Fleet, etag string, ch
 		if err == nil {
 			return next, newTag, nil
 		}
-		if !errors.Is(err, s3store.ErrPreconditionFailed) && !errors.Is(err, s3store.ErrConflict) && !errors.Is(err, s3store.ErrNotFound) {
+		// A lost race: 412/409, or 404 when the object we read was deleted
+		// (If-Match on a missing key). A 404 to a create is no race but a
+		// store that cannot write: retrying it would only spin.
+		lost := errors.Is(err, s3store.ErrPreconditionFailed) || errors.Is(err, s3store.ErrConflict) ||
+			errors.Is(err, s3store.ErrNotFound) && etag != ""
+		if !lost || errors.Is(err, s3store.ErrUnusable) {
 			return f, etag, fmt.Errorf("write fleet: %w", err)
 		}
 		if f, etag, err = ReadFleet(ctx, st); err != nil && !errors.Is(err, ErrCorruptFleet) {

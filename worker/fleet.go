@@ -31,7 +31,8 @@ type membership struct {
 	asleep    bool
 	sleptAt   time.Time
 	leaving   bool
-	shutdown  bool // leaving because Run ends: even the last member goes
+	shutdown  bool    // leaving because Run ends: even the last member goes
+	retry     backoff // of the fleet requests, after a failure
 
 	standbyWait time.Duration // a standby's wait before its next read
 
@@ -338,12 +339,11 @@ func (w *Worker) holds(iv clock.Interval) bool {
 // sleep rings the doorbell's "asleep" side: the only member, idle, marks the
 // fleet asleep and then relies on producers to ring it. The same write
 // renews its entry for the longer asleep TTL.
-func (w *Worker) sleep(ctx context.Context, now time.Time) {
+func (w *Worker) sleep(ctx context.Context, now time.Time) error {
 	m := &w.fleet
 	iv, err := w.clock.Now(ctx)
 	if err != nil {
-		w.log.Warn("mark the fleet asleep", "err", err)
-		return
+		return err
 	}
 	expiry := iv.Latest.Add(asleepTTL * w.cfg.MemberTTL)
 	mine := false
@@ -361,18 +361,18 @@ func (w *Worker) sleep(ctx context.Context, now time.Time) {
 		return mine
 	})
 	if err != nil {
-		w.log.Warn("mark the fleet asleep", "err", err)
-		return
+		return err
 	}
 	m.fleet, m.etag, m.synced = f, etag, now
 	if !mine {
-		return // asleep already, or our entry is gone: the next renewal decides
+		return nil // asleep already, or our entry is gone: the next renewal decides
 	}
 	m.expiry, m.renewed = expiry, now
 	m.asleep, m.sleptAt = true, now
 	// One more scan once producers' cached views have caught up.
 	m.nextOwnPoll = now.Add(shards.FleetCacheTTL + 500*time.Millisecond)
 	w.log.Debug("asleep: watching the doorbell")
+	return nil
 }
 
 // wake clears the doorbell after this member found work itself.
@@ -398,12 +398,11 @@ func (w *Worker) wake(ctx context.Context, now time.Time) {
 
 // checkBell reads the fleet object while asleep; a ring (Asleep cleared by
 // a producer) wakes the member.
-func (w *Worker) checkBell(ctx context.Context, now time.Time) {
+func (w *Worker) checkBell(ctx context.Context, now time.Time) error {
 	m := &w.fleet
 	f, etag, err := w.readFleet(ctx)
 	if err != nil {
-		w.log.Warn("read the doorbell", "err", err)
-		return
+		return err
 	}
 	m.fleet, m.etag, m.synced = f, etag, now
 	if !f.Asleep {
@@ -412,4 +411,5 @@ func (w *Worker) checkBell(ctx context.Context, now time.Time) {
 		m.interval = w.cfg.PollMin
 		m.nextOwnPoll = now
 	}
+	return nil
 }

@@ -190,14 +190,14 @@ func (r *run) update(ctx context.Context, change func(*task.Task, time.Time) err
 			// The store already retried; one more round after a pause
 			// rides out a short outage. The re-read below decides whether
 			// our write landed after all.
-			if attempt >= 3 || ctx.Err() != nil {
+			if attempt >= 3 || ctx.Err() != nil || errors.Is(err, s3store.ErrUnusable) {
 				return err
 			}
 			w.log.Warn("write task; will retry", "task_id", t.ID, "err", err)
 			select {
 			case <-ctx.Done():
 				return err
-			case <-time.After(time.Duration(attempt+1) * 500 * time.Millisecond):
+			case <-time.After(500 * time.Millisecond << attempt):
 			}
 		}
 		// Someone else wrote the task (a cancel request, the monitor):

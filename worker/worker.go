@@ -131,7 +131,8 @@ type Stats struct {
 
 // Worker runs handlers for claimed tasks.
 type Worker struct {
-	st       s3store.Store
+	st       s3store.Store // guard
+	guard    *guarded
 	cfg      Config
 	clock    *clock.Authoritative
 	manifest shards.Manifest
@@ -173,12 +174,13 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Worker, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
+	g := newGuarded(st)
 	// The clock exists before the first request, so every response syncs it.
 	c := cfg.Clock
 	if c == nil {
-		c = clock.New(st, clock.Config{})
+		c = clock.New(g, clock.Config{})
 	}
-	m, err := shards.Open(ctx, st, cfg.Shards)
+	m, err := shards.Open(ctx, g, cfg.Shards)
 	if err != nil {
 		return nil, err
 	}
@@ -188,7 +190,7 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Worker, error) {
 		}
 	}
 	w := &Worker{
-		st: st, cfg: cfg, clock: c, manifest: m, rand: cfg.Rand,
+		st: g, guard: g, cfg: cfg, clock: c, manifest: m, rand: cfg.Rand,
 		log:       cfg.Logger.WithGroup("worker").With("worker_id", cfg.ID),
 		handlers:  make(map[string]Handler),
 		scans:     make(map[int]*shards.Scan),
@@ -317,9 +319,19 @@ func (w *Worker) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			w.leave()
-			err := w.drain()
+			err := w.drain(w.cfg.ShutdownGrace)
 			w.markStopped()
 			return err
+		case <-w.guard.gone:
+			// An error that will not heal: stop claiming, hand back what
+			// can be handed back, and end with the error rather than retry.
+			err := w.guard.unusable()
+			w.log.Error("the store is unusable; the worker stops", "err", err)
+			w.stopping.Store(true)
+			w.leave()
+			w.drain(0)
+			w.markStopped()
+			return fmt.Errorf("worker: %w", err)
 		case <-timer.C:
 		case <-w.freed:
 			// A slot freed up: claim a held candidate now (no LIST), or if
@@ -380,17 +392,16 @@ func (w *Worker) step(ctx context.Context) time.Duration {
 	}
 	due := (m.member && now.Sub(m.renewed) >= w.memberTTL()/3) || (!m.member && now.Sub(m.synced) >= m.standbyWait) ||
 		(m.saturated() && w.free() == 0) || m.leaving
-	if due {
-		if err := w.syncFleet(ctx, now); err != nil && ctx.Err() == nil {
-			w.log.Warn("fleet", "err", err)
-		}
-	} else if m.member && !m.asleep && now.Sub(m.synced) >= w.cfg.MemberTTL/6 {
-		if err := w.refreshView(ctx, now); err != nil && ctx.Err() == nil {
-			w.log.Warn("fleet", "err", err)
-		}
+	switch {
+	case !m.retry.ready(now):
+		// The last fleet request failed: it backs off.
+	case due:
+		w.fleetOp(ctx, now, "fleet", func() error { return w.syncFleet(ctx, now) })
+	case m.member && !m.asleep && now.Sub(m.synced) >= w.cfg.MemberTTL/6:
+		w.fleetOp(ctx, now, "fleet", func() error { return w.refreshView(ctx, now) })
 	}
 	if !m.member {
-		return max(m.standbyWait-time.Since(m.synced), 10*time.Millisecond)
+		return max(m.standbyWait-time.Since(m.synced), m.retry.until(now), 10*time.Millisecond)
 	}
 	iv, err := w.clock.Now(ctx)
 	if err != nil || !w.holds(iv) {
@@ -400,13 +411,14 @@ func (w *Worker) step(ctx context.Context) time.Duration {
 	if w.free() < cap(w.slots) {
 		m.lastWork = now // running handlers are work: a busy member is not idle
 	}
-	wait := w.memberTTL()/3 - time.Since(m.renewed)
+	// Until the renewal is due, or, if it is overdue, until its retry.
+	wait := max(w.memberTTL()/3-time.Since(m.renewed), m.retry.until(now))
 	// Asleep, the member keeps scanning until a scan has started after
 	// every producer's cached view of the fleet shows it asleep.
 	graceDone := now.Sub(m.sleptAt) >= w.cfg.AwakeGrace && m.lastPoll.After(m.sleptAt.Add(shards.FleetCacheTTL))
 	if m.asleep && graceDone {
-		if now.Sub(m.synced) >= w.cfg.BellPoll {
-			w.checkBell(ctx, now)
+		if now.Sub(m.synced) >= w.cfg.BellPoll && m.retry.ready(now) {
+			w.fleetOp(ctx, now, "read the doorbell", func() error { return w.checkBell(ctx, now) })
 		}
 		if m.asleep {
 			if now.Sub(m.sleptAt) >= w.cfg.SleepScan && !now.Before(m.nextOwnPoll) {
@@ -422,7 +434,7 @@ func (w *Worker) step(ctx context.Context) time.Duration {
 				}
 			}
 			if m.asleep {
-				return max(10*time.Millisecond, min(wait, w.cfg.BellPoll-time.Since(m.synced)))
+				return max(10*time.Millisecond, min(wait, w.cfg.BellPoll-time.Since(m.synced)), m.retry.until(now))
 			}
 		}
 	}
@@ -458,11 +470,27 @@ func (w *Worker) step(ctx context.Context) time.Duration {
 	switch {
 	case idle >= w.cfg.IdleLeave && w.nextToLeave(live):
 		m.leaving = true
-		return 0
-	case len(live) == 1 && !m.asleep && idle >= w.cfg.SleepAfter:
-		w.sleep(ctx, now)
+		return m.retry.until(now)
+	case len(live) == 1 && !m.asleep && idle >= w.cfg.SleepAfter && m.retry.ready(now):
+		w.fleetOp(ctx, now, "mark the fleet asleep", func() error { return w.sleep(ctx, now) })
 	}
 	return max(wait, 0)
+}
+
+// fleetOp runs op, a read or write of the fleet object, and backs off
+// after a failure: the next fleet request waits PollMin, doubling per
+// failure in a row up to MemberTTL/6 (still several tries before a
+// member's entry lapses).
+func (w *Worker) fleetOp(ctx context.Context, now time.Time, what string, op func() error) {
+	m := &w.fleet
+	err := op()
+	switch {
+	case err == nil:
+		m.retry.ok()
+	case ctx.Err() == nil:
+		d := m.retry.failed(now, w.cfg.PollMin, max(w.cfg.PollMin, w.cfg.MemberTTL/6), w.randFloat)
+		w.log.Warn(what, "err", err, "retry_in", d)
+	}
 }
 
 // drainShards sweeps the member's inactive shards for leftovers, each on
@@ -570,11 +598,11 @@ func (w *Worker) grow(d time.Duration) time.Duration {
 
 // drain waits for in-flight handlers within the grace period, then cancels
 // them with ErrShutdown; their tasks are handed back by their runners.
-func (w *Worker) drain() error {
+func (w *Worker) drain(graceFor time.Duration) error {
 	w.stopping.Store(true)
 	done := make(chan struct{})
 	go func() { w.inflight.Wait(); close(done) }()
-	grace := time.NewTimer(w.cfg.ShutdownGrace)
+	grace := time.NewTimer(graceFor)
 	defer grace.Stop()
 	select {
 	case <-done:

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"log/slog"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -304,5 +306,110 @@ func TestARestartedWorkerJoinsAtOnce(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		m, _ := w.Member()
 		t.Fatalf("the restarted worker did not run a task within 5s (member: %v)", m)
+	}
+}
+
+// lineCounter is a slog handler that counts records.
+type lineCounter struct{ n *atomic.Int64 }
+
+func (h lineCounter) Enabled(context.Context, slog.Level) bool  { return true }
+func (h lineCounter) Handle(context.Context, slog.Record) error { h.n.Add(1); return nil }
+func (h lineCounter) WithAttrs([]slog.Attr) slog.Handler        { return h }
+func (h lineCounter) WithGroup(string) slog.Handler             { return h }
+
+// A store that fails every request (the directory removed under a running
+// worker, an outage) costs a few requests and log lines a second while the
+// worker backs off, not a hot loop (before: ~100,000 warnings in 4 s).
+func TestAFailingStoreIsRetriedWithBackOff(t *testing.T) {
+	faults := s3store.NewFaults(mem.New())
+	st := s3store.NewCounter(faults)
+	f := newFleet(t, st, 2)
+	var lines atomic.Int64
+	cfg := f.fast("w")
+	cfg.Logger = slog.New(lineCounter{&lines})
+	w := f.start(cfg, nil, nil)
+	waitFor(t, "the worker to join", 10*time.Second, func() bool { m, _ := w.Member(); return m })
+	for _, op := range s3store.Ops() {
+		faults.Inject(s3store.Fault{Op: op, Err: s3store.ErrInjected503})
+	}
+	before, logged := st.Counts().Total(), lines.Load()
+	// Past a renewal, the entry's expiry, and several retries.
+	const window = 2 * time.Second
+	time.Sleep(window) // a rate over a fixed window, not a wait for work
+	reqs, logs := st.Counts().Total()-before, lines.Load()-logged
+	t.Logf("in %v of failures: %d requests, %d log lines (%s)", window, reqs, logs, st.Counts())
+	// MemberTTL 600ms, PollMax 50ms: polls at most every 50ms, fleet
+	// requests backing off from 10ms to 100ms.
+	if reqs > 150 || logs > 100 {
+		t.Fatalf("%d requests and %d log lines in %v of a failing store: a hot loop", reqs, logs, window)
+	}
+}
+
+// An error that will not heal (s3store.ErrUnusable: the bucket or root
+// gone, access denied) ends Run with that error, after handing back what
+// it can: here LISTs are denied, and the running task is released.
+func TestAnUnusableStoreEndsRun(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		ops      []s3store.Op
+		handBack bool // a task is running, and handed back
+	}{
+		{"every request refused", s3store.Ops(), false},
+		{"listing refused, the running task handed back", []s3store.Op{s3store.OpList}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			faults := s3store.NewFaults(mem.New())
+			p, err := producer.New(ctx, faults, producer.Config{Shards: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var id string
+			if tc.handBack {
+				if id, err = p.Submit(ctx, "job", nil, producer.Options{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			w, err := worker.New(ctx, faults, worker.Config{Shards: 1, Dedicated: true, PollMin: 10 * time.Millisecond, PollMax: 50 * time.Millisecond,
+				LeaseMargin: 100 * time.Millisecond, MemberTTL: 600 * time.Millisecond, Logger: quiet})
+			if err != nil {
+				t.Fatal(err)
+			}
+			started := make(chan struct{})
+			w.Handle("job", func(hctx context.Context, _ *task.Task) (json.RawMessage, error) {
+				close(started)
+				<-hctx.Done()
+				return nil, context.Cause(hctx)
+			})
+			ran := make(chan error, 1)
+			go func() { ran <- w.Run(ctx) }()
+			if tc.handBack {
+				select {
+				case <-started:
+				case <-ctx.Done():
+					t.Fatal("the task was not claimed")
+				}
+			} else {
+				waitFor(t, "the worker to join", 10*time.Second, func() bool { m, _ := w.Member(); return m })
+			}
+			gone := fmt.Errorf("%w: access denied", s3store.ErrUnusable)
+			for _, op := range tc.ops {
+				faults.Inject(s3store.Fault{Op: op, Err: gone})
+			}
+			select {
+			case err := <-ran:
+				if !errors.Is(err, s3store.ErrUnusable) {
+					t.Fatalf("Run returned %v, want the unusable store's error", err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("Run did not end on an unusable store")
+			}
+			if tc.handBack {
+				if tk, err := p.Get(ctx, id); err != nil || tk.Status != task.Pending {
+					t.Fatalf("task after Run ended: %+v %v, want it handed back (pending)", tk, err)
+				}
+			}
+		})
 	}
 }
