@@ -413,3 +413,60 @@ func TestAnUnusableStoreEndsRun(t *testing.T) {
 		})
 	}
 }
+
+// A worker that claims a task through a ready pointer leaves the pointer
+// for the monitor when the task's id is older than shards.FloorLag (the
+// task may lie below the monitor's sweep floor, which the monitor lowers
+// before deleting the pointer); its own scan settles the pointer and does
+// not read it again. A pointer to a younger task is deleted as before.
+func TestAPointerToAnOldTaskIsLeftForTheMonitor(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		age  time.Duration
+		kept bool
+	}{
+		{"young task: pointer deleted", 10 * time.Second, false},
+		{"task older than FloorLag: pointer kept", 2 * shards.FloorLag, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			st := s3store.NewCounter(mem.New())
+			w, err := worker.New(ctx, st, worker.Config{Shards: 1, OwnShards: []int{0}, ScanLookback: time.Millisecond, Logger: quiet})
+			if err != nil {
+				t.Fatal(err)
+			}
+			w.Handle("job", func(context.Context, *task.Task) (json.RawMessage, error) { return nil, nil })
+			now := time.Now()
+			id, _ := task.NewID(now.Add(-tc.age), strings.NewReader(strings.Repeat("o", 16)))
+			tk, err := task.New(id, 0, task.Spec{Type: "job"}, now.Add(-tc.age))
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := task.Marshal(tk)
+			for len(body)%4 != 0 {
+				body = append(body, '\n') // pending by size
+			}
+			st.Put(ctx, tk.Key(), body, s3store.PutOptions{})
+			// Requeued, or recreated: behind every cursor, announced.
+			if err := shards.Announce(ctx, st, tk, now, -1); err != nil {
+				t.Fatal(err)
+			}
+			pointer := shards.PointerKey(0, id, now)
+			if n, err := w.Poll(ctx); n != 1 || err != nil {
+				t.Fatalf("poll claimed %d (%v), want the task through its pointer", n, err)
+			}
+			w.Wait()
+			_, err = st.Head(ctx, pointer)
+			if kept := err == nil; kept != tc.kept {
+				t.Fatalf("pointer kept = %v (%v), want %v", kept, err, tc.kept)
+			}
+			before := st.Counts().Of(s3store.OpGet)
+			if n, err := w.Poll(ctx); n != 0 || err != nil {
+				t.Fatalf("second poll claimed %d (%v)", n, err)
+			}
+			if gets := st.Counts().Of(s3store.OpGet) - before; gets != 0 {
+				t.Fatalf("the scan read the task again through its kept pointer (%d GETs)", gets)
+			}
+		})
+	}
+}
