@@ -498,3 +498,74 @@ func TestListAndStatsPassOverReadyPointers(t *testing.T) {
 		t.Errorf("stats: total %d skipped %d, want 1 and 1 (the foreign object only); stderr %q", qs.Total, qs.Skipped, r.stderr)
 	}
 }
+
+// badFile puts a file in a file:// store's directory where the object key
+// lives, bypassing the store: what a crash, a full disk or an operator may
+// leave behind.
+func badFile(t *testing.T, dir, key string, data []byte) {
+	t.Helper()
+	segs := strings.Split(key, "/")
+	parts := []string{dir}
+	for _, s := range segs[:len(segs)-1] {
+		parts = append(parts, s+".dir")
+	}
+	parts = append(parts, segs[len(segs)-1]+".obj")
+	path := filepath.Join(parts...)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// One bad file in a file store's shard (empty, or cut inside the store's
+// header) is reported and skipped: list and stats show every other task and
+// exit 0, and a worker still serves the shard.
+func TestBadFileDoesNotBlockAShard(t *testing.T) {
+	store, dir := newStore(t)
+	cfg := writeConfig(t, "shards = 1\n"+fastWorker)
+	var ids []string
+	for range 3 {
+		ids = append(ids, submit(t, store, cfg, "x"))
+	}
+	// Keys before and after the good tasks: a zero-byte file, and one cut
+	// inside the store's header.
+	early, _ := task.NewID(time.Now().Add(-time.Minute), strings.NewReader(strings.Repeat("e", 64)))
+	late, _ := task.NewID(time.Now().Add(time.Minute), strings.NewReader(strings.Repeat("l", 64)))
+	badFile(t, dir, task.Key(0, early), nil)
+	badFile(t, dir, task.Key(0, late), []byte("s3qobj1 0123"))
+
+	r := cli(t, "", "list", "--store", store, "--config", cfg, "--limit", "0")
+	if r.code != 0 {
+		t.Fatalf("list: exit %d\n%s", r.code, r.stderr)
+	}
+	for _, id := range ids {
+		if !strings.Contains(r.stdout, id) {
+			t.Errorf("list lacks task %s:\n%s", id, r.stdout)
+		}
+	}
+	for _, key := range []string{task.Key(0, early), task.Key(0, late)} {
+		if !strings.Contains(r.stderr, "skipping "+key) {
+			t.Errorf("list does not report %s: %q", key, r.stderr)
+		}
+	}
+	r = cli(t, "", "stats", "--store", store, "--config", cfg, "--json")
+	var qs queueStats
+	if err := json.Unmarshal([]byte(r.stdout), &qs); r.code != 0 || err != nil {
+		t.Fatalf("stats: exit %d %v\n%s", r.code, err, r.stderr)
+	}
+	if qs.Total != 3 || qs.Skipped != 2 {
+		t.Errorf("stats: total %d skipped %d, want 3 and 2", qs.Total, qs.Skipped)
+	}
+
+	_, stop := background(t, "worker", "--store", store, "--config", cfg, "--exec", "x=true")
+	for _, id := range ids {
+		if got := waitTerminal(t, store, id); got.Status != task.Succeeded {
+			t.Errorf("task %s: %s", id, got.Status)
+		}
+	}
+	if code := stop(); code != 0 {
+		t.Errorf("worker exit %d", code)
+	}
+}

@@ -103,7 +103,7 @@ func (l *lister) visit(dir, base, partial string) error {
 		if e.key <= l.startAfter {
 			continue
 		}
-		h, size, err := readInfo(path)
+		h, size, err := listInfo(path)
 		if errors.Is(err, errNoObject) {
 			continue // deleted since ReadDir
 		}
@@ -117,4 +117,23 @@ func (l *lister) visit(dir, base, partial string) error {
 		l.page.Objects = append(l.page.Objects, s3store.ObjectInfo{Key: e.key, ETag: h.etag, Size: size, LastModified: h.modified})
 	}
 	return nil
+}
+
+// listInfo is readInfo for a listing, which one object file must never
+// stop: a file that cannot even be opened (its permissions) is listed with
+// what its directory entry says, and a Get of it reports why it cannot be
+// read.
+func listInfo(path string) (header, int64, error) {
+	h, size, err := readInfo(path)
+	if err == nil || errors.Is(err, errNoObject) {
+		return h, size, err
+	}
+	fi, serr := os.Lstat(path)
+	if errors.Is(serr, fs.ErrNotExist) {
+		return header{}, 0, errNoObject
+	}
+	if serr != nil {
+		return header{}, 0, err
+	}
+	return rawHeader(fi), fi.Size(), nil
 }

@@ -30,8 +30,18 @@ const (
 	headerLen = len(magic) + etagLen + 1 + stampLen + 1
 )
 
-// errCorrupt reports an object file this package did not write whole.
-var errCorrupt = errors.New("corrupt object file")
+// A file in the key space that this package did not write whole (empty,
+// cut inside its header, written by something else) is still an object, as
+// any S3 object is: its body is the file's bytes, its size the file's size,
+// and its ETag is made from the file's size and modification time, so it
+// changes when the file does and a conditional write or delete can replace
+// it. Such an object never stops a listing, and a reader sees bytes it
+// cannot decode (a corrupt task, reported and skipped) instead of a store
+// failure. A file whose header is whole but whose body does not match the
+// header's checksum keeps the header's ETag, so listings need not read
+// bodies; its body is the whole file, header included, so that no reader
+// mistakes damaged bytes for what was written.
+const rawETagPrefix = "raw-"
 
 type header struct {
 	etag     string
@@ -46,23 +56,33 @@ func newHeader(body []byte, now time.Time) header {
 	}
 }
 
+// rawHeader is the header of a file without one of ours.
+func rawHeader(fi fs.FileInfo) header {
+	return header{
+		etag:     fmt.Sprintf("%s%x-%x", rawETagPrefix, fi.Size(), fi.ModTime().UnixNano()),
+		modified: fi.ModTime().UTC(),
+	}
+}
+
 func (h header) encode() []byte {
 	return fmt.Appendf(make([]byte, 0, headerLen), "%s%s %0*d\n", magic, h.etag, stampLen, h.modified.UnixNano())
 }
 
-func parseHeader(b []byte) (header, error) {
+// parseHeader parses the header at the start of b; ok is false when b does
+// not start with a whole header of ours.
+func parseHeader(b []byte) (h header, ok bool) {
 	if len(b) < headerLen || string(b[:len(magic)]) != magic ||
 		b[len(magic)+etagLen] != ' ' || b[headerLen-1] != '\n' {
-		return header{}, errCorrupt
+		return header{}, false
 	}
 	nanos, err := strconv.ParseInt(string(b[headerLen-1-stampLen:headerLen-1]), 10, 64)
 	if err != nil {
-		return header{}, errCorrupt
+		return header{}, false
 	}
 	return header{
 		etag:     string(b[len(magic) : len(magic)+etagLen]),
 		modified: time.Unix(0, nanos).UTC(),
-	}, nil
+	}, true
 }
 
 // bodyMatches reports whether body is the one h was written for: the ETag
@@ -74,26 +94,34 @@ func (h header) bodyMatches(body []byte) bool {
 
 // readObject reads a whole object file, or returns errNoObject.
 func readObject(path string) (header, []byte, error) {
-	data, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return header{}, nil, errNoObject
 	}
 	if err != nil {
 		return header{}, nil, err
 	}
-	h, err := parseHeader(data)
+	defer f.Close()
+	fi, err := f.Stat()
 	if err != nil {
 		return header{}, nil, err
 	}
-	body := data[headerLen:]
-	if !h.bodyMatches(body) {
-		return header{}, nil, errCorrupt
+	data, err := io.ReadAll(f)
+	if err != nil {
+		return header{}, nil, err
 	}
-	return h, body, nil
+	h, ok := parseHeader(data)
+	switch {
+	case !ok:
+		return rawHeader(fi), data, nil
+	case !h.bodyMatches(data[headerLen:]):
+		return h, data, nil
+	}
+	return h, data[headerLen:], nil
 }
 
 // readInfo reads an object file's header and body size, or returns
-// errNoObject.
+// errNoObject. It reads no body.
 func readInfo(path string) (header, int64, error) {
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -103,22 +131,22 @@ func readInfo(path string) (header, int64, error) {
 		return header{}, 0, err
 	}
 	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return header{}, 0, err
+	}
 	var buf [headerLen]byte
 	if _, err := io.ReadFull(f, buf[:]); err != nil {
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			return header{}, 0, errCorrupt
+			return rawHeader(fi), fi.Size(), nil
 		}
 		return header{}, 0, err
 	}
-	h, err := parseHeader(buf[:])
-	if err != nil {
-		return header{}, 0, err
+	h, ok := parseHeader(buf[:])
+	if !ok {
+		return rawHeader(fi), fi.Size(), nil
 	}
-	st, err := f.Stat()
-	if err != nil {
-		return header{}, 0, err
-	}
-	return h, st.Size() - int64(headerLen), nil
+	return h, fi.Size() - int64(headerLen), nil
 }
 
 // writeTemp writes an object file under a temporary name in dir, synced to
