@@ -31,10 +31,11 @@ type membership struct {
 	asleep    bool
 	sleptAt   time.Time
 	leaving   bool
-	shutdown  bool    // leaving because Run ends: even the last member goes
-	retry     backoff // of the fleet requests, after a failure
+	shutdown  bool // leaving because Run ends: even the last member goes
 
 	standbyWait time.Duration // a standby's wait before its next read
+
+	retry backoff // of the fleet requests, after a failure
 
 	nextOwnPoll time.Time
 	interval    time.Duration

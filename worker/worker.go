@@ -317,11 +317,6 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer timer.Stop()
 	for {
 		select {
-		case <-ctx.Done():
-			w.leave()
-			err := w.drain(w.cfg.ShutdownGrace)
-			w.markStopped()
-			return err
 		case <-w.guard.gone:
 			// An error that will not heal: stop claiming, hand back what
 			// can be handed back, and end with the error rather than retry.
@@ -329,9 +324,14 @@ func (w *Worker) Run(ctx context.Context) error {
 			w.log.Error("the store is unusable; the worker stops", "err", err)
 			w.stopping.Store(true)
 			w.leave()
-			w.drain(0)
+			w.drainWithin(0)
 			w.markStopped()
 			return fmt.Errorf("worker: %w", err)
+		case <-ctx.Done():
+			w.leave()
+			err := w.drain()
+			w.markStopped()
+			return err
 		case <-timer.C:
 		case <-w.freed:
 			// A slot freed up: claim a held candidate now (no LIST), or if
@@ -598,7 +598,10 @@ func (w *Worker) grow(d time.Duration) time.Duration {
 
 // drain waits for in-flight handlers within the grace period, then cancels
 // them with ErrShutdown; their tasks are handed back by their runners.
-func (w *Worker) drain(graceFor time.Duration) error {
+func (w *Worker) drain() error { return w.drainWithin(w.cfg.ShutdownGrace) }
+
+// drainWithin is drain with another grace period.
+func (w *Worker) drainWithin(graceFor time.Duration) error {
 	w.stopping.Store(true)
 	done := make(chan struct{})
 	go func() { w.inflight.Wait(); close(done) }()
