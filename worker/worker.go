@@ -129,7 +129,10 @@ type Stats struct {
 	Claimed, Succeeded, Failed, Dead, Snoozed, Canceled, LeaseLost, Rejected, Released, Corrupt, Panics int64
 }
 
-// Worker runs handlers for claimed tasks.
+// Worker runs handlers for claimed tasks. Its Run ends like a shutdown, at
+// once, and returns the error, when any request meets an error that will
+// not heal (one wrapping s3store.ErrUnusable: the bucket or the local root
+// gone, access denied).
 type Worker struct {
 	st       s3store.Store // guard
 	guard    *guarded
@@ -315,18 +318,21 @@ func (w *Worker) emit(e Event) {
 func (w *Worker) Run(ctx context.Context) error {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
-	for {
+
+	// An error that will not heal ends Run as the end of ctx does (drain
+	// then returns the error).
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
 		select {
 		case <-w.guard.gone:
-			// An error that will not heal: stop claiming, hand back what
-			// can be handed back, and end with the error rather than retry.
-			err := w.guard.unusable()
-			w.log.Error("the store is unusable; the worker stops", "err", err)
 			w.stopping.Store(true)
-			w.leave()
-			w.drainWithin(0)
-			w.markStopped()
-			return fmt.Errorf("worker: %w", err)
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	for {
+		select {
 		case <-ctx.Done():
 			w.leave()
 			err := w.drain()
@@ -598,7 +604,17 @@ func (w *Worker) grow(d time.Duration) time.Duration {
 
 // drain waits for in-flight handlers within the grace period, then cancels
 // them with ErrShutdown; their tasks are handed back by their runners.
-func (w *Worker) drain() error { return w.drainWithin(w.cfg.ShutdownGrace) }
+//
+// On a store that will not heal (s3store.ErrUnusable) it cancels the
+// handlers at once, since waiting cannot help, and returns that error.
+func (w *Worker) drain() error {
+	if err := w.guard.unusable(); err != nil {
+		w.log.Error("the store is unusable; the worker stops", "err", err)
+		w.drainWithin(0)
+		return fmt.Errorf("worker: %w", err)
+	}
+	return w.drainWithin(w.cfg.ShutdownGrace)
+}
 
 // drainWithin is drain with another grace period.
 func (w *Worker) drainWithin(graceFor time.Duration) error {
