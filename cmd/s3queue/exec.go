@@ -65,6 +65,12 @@ func (h execHandler) handle(ctx context.Context, t *task.Task) (json.RawMessage,
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start command: %w", err)
 	}
+	if !running.add(cmd) {
+		// The process is exiting at once (a second signal): this command
+		// must not outlive it.
+		killGroup(cmd)
+	}
+	defer running.remove(cmd)
 	h.log.Debug("command started", "task_id", t.ID, "type", h.typ, "attempt", t.Attempt, "pid", cmd.Process.Pid)
 	waited := make(chan error, 1)
 	go func() { waited <- cmd.Wait() }()
@@ -109,6 +115,47 @@ func (h execHandler) handle(ctx context.Context, t *task.Task) (json.RawMessage,
 		return nil, withTail(fmt.Errorf("command ended: %v", cmd.ProcessState), tail)
 	}
 	return nil, withTail(fmt.Errorf("command exited with status %d", code), tail)
+}
+
+// running holds the commands running now, so that a forced exit (a second
+// SIGTERM or SIGINT) takes their process groups along: being groups of
+// their own, they get no signal meant for the worker, and would otherwise
+// be left running, re-parented to init.
+var running = &commandSet{cmds: map[*exec.Cmd]struct{}{}}
+
+type commandSet struct {
+	mu     sync.Mutex
+	cmds   map[*exec.Cmd]struct{}
+	killed bool
+}
+
+// add records a started command; false means killAll already ran, and the
+// caller must kill the command itself.
+func (s *commandSet) add(cmd *exec.Cmd) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.killed {
+		return false
+	}
+	s.cmds[cmd] = struct{}{}
+	return true
+}
+
+func (s *commandSet) remove(cmd *exec.Cmd) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.cmds, cmd)
+}
+
+// killAll sends SIGKILL to the process group of every running command, and
+// of every command started from now on.
+func (s *commandSet) killAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.killed = true
+	for cmd := range s.cmds {
+		killGroup(cmd)
+	}
 }
 
 // stop terminates the command's process group, politely first.

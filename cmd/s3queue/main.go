@@ -35,12 +35,23 @@ const (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := context.WithCancel(context.Background())
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	go func() {
-		// After the first signal, a second one kills the process the
-		// default way instead of waiting for a drain.
-		<-ctx.Done()
-		stop()
+		// The first signal stops the command (a worker drains); a second
+		// one exits at once, as the default action would, but first kills
+		// the process groups of the worker's running commands, which no
+		// signal meant for the worker reaches.
+		<-sigs
+		cancel()
+		sig := <-sigs
+		running.killAll()
+		code := exitRuntime
+		if s, ok := sig.(syscall.Signal); ok {
+			code = 128 + int(s)
+		}
+		os.Exit(code)
 	}()
 	os.Exit(run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }

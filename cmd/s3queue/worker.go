@@ -23,7 +23,8 @@ var workerCommand = &command{
 		"command sees S3QUEUE_TASK_ID, S3QUEUE_ATTEMPT and S3QUEUE_TASK_TYPE. At the task's\n" +
 		"timeout, or when the task is canceled or its lease lost, the group gets SIGTERM and 3s\n" +
 		"later SIGKILL. On SIGTERM/SIGINT the worker stops claiming and waits shutdown_grace for\n" +
-		"running tasks, then stops them and hands them back. The provider check runs first (exit 4).",
+		"running tasks, then stops them and hands them back; a second signal exits at once and\n" +
+		"kills the running commands' process groups. The provider check runs first (exit 4).",
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		execs := map[string]string{}
 		fs.Func("exec", "run `TYPE=COMMAND` for tasks of TYPE (repeatable)", func(v string) error {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -285,5 +286,73 @@ func TestWorkerDrainsOnSIGTERM(t *testing.T) {
 	got := getTask(t, store, id)
 	if got.Status != task.Pending || got.Attempt != 0 {
 		t.Errorf("after SIGTERM the task is %s at attempt %d, want pending at 0 (handed back)", got.Status, got.Attempt)
+	}
+}
+
+// A second SIGTERM exits the worker at once and takes its running commands
+// along: the shell and what it started, in their own process group, must
+// not be left running re-parented to init (defect 15).
+func TestSecondSIGTERMKillsRunningCommands(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a process")
+	}
+	store, _ := newStore(t)
+	// A long grace: the worker must not end by draining.
+	cfg := writeConfig(t, strings.Replace(fastWorker, `shutdown_grace = "2s"`, `shutdown_grace = "1m"`, 1))
+	id := submit(t, store, cfg, "slow", "--timeout", "1m")
+	pids := filepath.Join(t.TempDir(), "pids")
+	cmd := exec.Command(os.Args[0], "worker", "--store", store, "--config", cfg,
+		"--exec", "slow=sleep 300 & echo $$ $! > "+pids+".tmp; mv "+pids+".tmp "+pids+"; wait")
+	cmd.Env = append(os.Environ(), "S3QUEUE_TEST_RUN_MAIN=1")
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	var shell, child int
+	waitFor(t, "the command to start", func() bool {
+		b, err := os.ReadFile(pids)
+		return err == nil && len(b) > 0
+	})
+	b, _ := os.ReadFile(pids)
+	if n, err := fmt.Sscan(string(b), &shell, &child); n != 2 {
+		t.Fatalf("pids file %q: %v", b, err)
+	}
+	t.Cleanup(func() { syscall.Kill(-shell, syscall.SIGKILL) })
+	if got := getTask(t, store, id); got.Status != task.Running {
+		t.Fatalf("task is %s, want running", got.Status)
+	}
+
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	// Signals of one kind may merge while pending: signal until the worker
+	// is gone. The first starts a drain of a minute; only a second one
+	// ends the process now.
+	start := time.Now()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	cmd.Process.Signal(syscall.SIGTERM)
+	var err error
+wait:
+	for {
+		select {
+		case err = <-done:
+			break wait
+		case <-tick.C:
+			if time.Since(start) > 20*time.Second {
+				t.Fatalf("worker still running 20s after repeated SIGTERMs; stderr:\n%s", stderr.String())
+			}
+			cmd.Process.Signal(syscall.SIGTERM)
+		}
+	}
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 128+int(syscall.SIGTERM) {
+		t.Errorf("worker ended with %v, want exit status %d; stderr:\n%s", err, 128+int(syscall.SIGTERM), stderr.String())
+	}
+	for _, pid := range []int{shell, child} {
+		waitFor(t, fmt.Sprintf("process %d of the command to be gone", pid), func() bool {
+			return syscall.Kill(pid, 0) == syscall.ESRCH || isZombie(pid)
+		})
 	}
 }
