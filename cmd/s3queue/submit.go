@@ -47,10 +47,19 @@ var submitCommand = &command{
 			fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 
 			opts := a.cfg.SubmitOptions()
+			// Zero means "the default" to the producer; a 0 the user typed
+			// is a mistake to report, not a request for the default.
 			if set["max-attempts"] {
+				if maxAttempts <= 0 {
+					return usageError("submit: --max-attempts %d: want 1..%d (leave the flag out for the default, %d)", maxAttempts, task.MaxAttemptsLimit, opts.MaxAttempts)
+				}
 				opts.MaxAttempts = maxAttempts
 			}
 			if set["timeout"] {
+				if timeout <= 0 {
+					return usageError("submit: --timeout %s: want %s..%s (leave the flag out for the default, %s)",
+						shortDuration(timeout), shortDuration(task.MinTimeout), shortDuration(task.MaxTimeout), shortDuration(opts.Timeout))
+				}
 				opts.Timeout = timeout
 			}
 			opts.IdempotencyKey = idemKey
@@ -164,4 +173,16 @@ func validateSubmit(typ string, input json.RawMessage, opts producer.Options) er
 		return usageError("submit: %s", msg)
 	}
 	return nil
+}
+
+// shortDuration prints d without trailing zero units: 24h, not 24h0m0s.
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
