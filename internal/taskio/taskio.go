@@ -101,7 +101,7 @@ func put(ctx context.Context, st s3store.Store, t *task.Task, opts s3store.PutOp
 // requeue reported as refused).
 func ownWrite(ctx context.Context, st s3store.Store, key string, body []byte) (etag string, ok bool) {
 	pause := verifyPause
-	for range verifyAttempts {
+	for attempt := 1; ; attempt++ {
 		if ctx.Err() != nil {
 			return "", false
 		}
@@ -112,7 +112,7 @@ func ownWrite(ctx context.Context, st s3store.Store, key string, body []byte) (e
 				return "", false
 			}
 			return obj.ETag, true
-		case errors.Is(err, s3store.ErrNotFound):
+		case errors.Is(err, s3store.ErrNotFound), errors.Is(err, s3store.ErrUnusable), attempt == verifyAttempts:
 			return "", false
 		}
 		t := time.NewTimer(pause)
@@ -124,7 +124,6 @@ func ownWrite(ctx context.Context, st s3store.Store, key string, body []byte) (e
 		}
 		pause *= 4
 	}
-	return "", false
 }
 
 // How often, and after what first pause, ownWrite reads an object back
