@@ -64,6 +64,7 @@ const exitCodesHelp = `Exit codes:
   2  usage or bad input (bad flags, non-JSON or oversized input, bad config, layout mismatch)
   3  task not found
   4  provider unsupported (the store ignores conditional PUT)
+  5  store unusable (bucket or directory gone, access denied): retrying cannot help
   130, 143  a second SIGINT or SIGTERM: exited without finishing the shutdown
 `
 

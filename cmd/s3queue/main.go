@@ -32,6 +32,7 @@ const (
 	exitUsage       = 2 // bad flags, bad input, bad config, layout mismatch
 	exitNotFound    = 3 // no task with that id
 	exitUnsupported = 4 // the provider ignores conditional PUT
+	exitUnusable    = 5 // the store will not heal: bucket or directory gone, access denied
 )
 
 func main() {
@@ -250,6 +251,8 @@ func codeOf(err error) int {
 		return exitNotFound
 	case errors.Is(err, s3store.ErrUnsupportedProvider):
 		return exitUnsupported
+	case errors.Is(err, s3store.ErrUnusable):
+		return exitUnusable
 	case errors.Is(err, shards.ErrLayoutMismatch):
 		return exitUsage
 	}

@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"sort"
 	"strings"
 
 	"github.com/s3queue/s3queue/monitor"
+	"github.com/s3queue/s3queue/s3store"
 	"github.com/s3queue/s3queue/task"
 	"github.com/s3queue/s3queue/worker"
 )
@@ -73,6 +75,9 @@ var workerCommand = &command{
 			a.log.Info("worker started", "store", url, "worker_id", w.ID(), "types", strings.Join(types, ","),
 				"concurrency", wcfg.Concurrency)
 			err = w.Run(ctx)
+			if errors.Is(err, s3store.ErrUnusable) {
+				err = unusable(url, err)
+			}
 			s := w.Stats()
 			a.log.Info("worker stopped", "worker_id", w.ID(), "claimed", s.Claimed, "succeeded", s.Succeeded,
 				"failed", s.Failed, "dead", s.Dead, "snoozed", s.Snoozed, "canceled", s.Canceled,
@@ -104,10 +109,20 @@ var monitorCommand = &command{
 			}
 			a.log.Info("monitor started", "store", url, "interval", mcfg.Interval)
 			err = m.Run(ctx)
+			if errors.Is(err, s3store.ErrUnusable) {
+				err = unusable(url, err)
+			}
 			s := m.Stats()
 			a.log.Info("monitor stopped", "redispatched", s.Redispatched, "dead_lettered", s.DeadLettered,
 				"repaired", s.Repaired, "deleted", s.Deleted, "corrupt", s.Corrupt)
 			return err
 		}
 	},
+}
+
+// unusable is the one message a long-running command ends with when its
+// store will not heal (exit 5): retrying, or restarting the command, cannot
+// help until someone fixes the store.
+func unusable(url string, err error) error {
+	return fmt.Errorf("store %s is unusable, so the command stopped (fix the store, then start it again): %w", url, err)
 }

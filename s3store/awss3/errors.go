@@ -15,7 +15,9 @@ import (
 )
 
 // Configuration errors, beside the s3store sentinels. Both come from a store
-// that cannot work at all; callers report them and stop rather than retry.
+// that cannot work at all; callers report them and stop rather than retry:
+// both also wrap s3store.ErrUnusable, except an AccessDenied on a read of one
+// object (see translate).
 var (
 	// ErrNoSuchBucket: the bucket does not exist on the server (404
 	// NoSuchBucket, or 404 to CheckBucket's HeadBucket).
@@ -36,13 +38,31 @@ type translatedError struct {
 func (e *translatedError) Error() string   { return e.msg }
 func (e *translatedError) Unwrap() []error { return e.errs }
 
+// request is what a failed request addressed, which decides what some
+// answers mean.
+type request int
+
+const (
+	// bucketRequest: HeadBucket, LIST. A 404 without an error code can
+	// only mean a missing bucket.
+	bucketRequest request = iota
+	// objectRead: GET or HEAD of an object that may be anyone's (a LIST
+	// found it). An AccessDenied may be that object's own (an ACL of
+	// another account, an SSE-KMS key we may not use): one foreign object
+	// must not stop a process (invariant 7), so it is not ErrUnusable.
+	objectRead
+	// ownRequest: PUT, DELETE, and the HEAD of our own time-probe key: an
+	// AccessDenied is the policy's answer for the queue's prefix.
+	ownRequest
+)
+
 // translate is the one place provider errors become s3store sentinels (and
-// ErrNoSuchBucket / ErrAccessDenied). bucketOp says the request addressed the
-// bucket itself (HeadBucket, LIST), where a 404 without an error code can only
-// mean a missing bucket; a HEAD of an object in a missing bucket is
-// indistinguishable from a missing key. The message never contains the
-// secret key.
-func (s *Store) translate(err error, bucketOp bool) error {
+// ErrNoSuchBucket / ErrAccessDenied, with s3store.ErrUnusable: a missing
+// bucket or refused credentials will not heal by retrying). A HEAD of an
+// object in a missing bucket is indistinguishable from a missing key. The
+// message never contains the secret key.
+func (s *Store) translate(err error, req request) error {
+	bucketOp := req == bucketRequest
 	if err == nil {
 		return nil
 	}
@@ -65,6 +85,9 @@ func (s *Store) translate(err error, bucketOp bool) error {
 	wrap := func(sentinel error, format string, args ...any) error {
 		return &translatedError{msg: s.scrub(fmt.Sprintf(format, args...)), errs: []error{sentinel, err}}
 	}
+	unusable := func(sentinel error, format string, args ...any) error {
+		return &translatedError{msg: s.scrub(fmt.Sprintf(format, args...)), errs: []error{sentinel, s3store.ErrUnusable, err}}
+	}
 	// Only codes known to mean "no such key" or "lost race" become the
 	// sentinels: callers act on them (create the key, re-read and retry), so
 	// a 404 or 409 that means something else must not pass for one.
@@ -73,13 +96,15 @@ func (s *Store) translate(err error, bucketOp bool) error {
 	// backend) with 409 ObjectParentIsFile.
 	switch {
 	case code == "NoSuchBucket" || (bucketOp && status == 404 && isBodiless(code)):
-		return wrap(ErrNoSuchBucket, "no such bucket %q at %s (%s)", s.bucket, s.endpointName(err), said)
+		return unusable(ErrNoSuchBucket, "no such bucket %q at %s (%s)", s.bucket, s.endpointName(err), said)
 	case code == "InvalidAccessKeyId" || code == "XAdminUserNotFound":
-		return wrap(ErrAccessDenied, "access denied: the server does not know the access key (%s); check AWS_ACCESS_KEY_ID or the configured access key", said)
+		return unusable(ErrAccessDenied, "access denied: the server does not know the access key (%s); check AWS_ACCESS_KEY_ID or the configured access key", said)
 	case code == "SignatureDoesNotMatch":
-		return wrap(ErrAccessDenied, "access denied: the secret key does not match the access key (%s); check AWS_SECRET_ACCESS_KEY or the configured secret key", said)
+		return unusable(ErrAccessDenied, "access denied: the secret key does not match the access key (%s); check AWS_SECRET_ACCESS_KEY or the configured secret key", said)
+	case (code == "AccessDenied" || status == 403) && req == objectRead:
+		return wrap(ErrAccessDenied, "access denied to this object in bucket %q (%s); check the credentials and their permissions", s.bucket, said)
 	case code == "AccessDenied" || status == 403:
-		return wrap(ErrAccessDenied, "access denied to bucket %q (%s); check the credentials and their permissions", s.bucket, said)
+		return unusable(ErrAccessDenied, "access denied to bucket %q (%s); check the credentials and their permissions", s.bucket, said)
 	case code == "NoSuchKey" || (status == 404 && isBodiless(code)):
 		return wrap(s3store.ErrNotFound, "%s (%s)", s3store.ErrNotFound, said)
 	case code == "PreconditionFailed" || status == 412:

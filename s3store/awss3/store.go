@@ -175,7 +175,7 @@ func (s *Store) CheckBucket(ctx context.Context) error {
 	if err == nil {
 		return nil
 	}
-	err = s.translate(err, true)
+	err = s.translate(err, bucketRequest)
 	if errors.Is(err, ErrNoSuchBucket) || errors.Is(err, ErrAccessDenied) {
 		in := &s3.ListObjectsV2Input{Bucket: aws.String(s.bucket), MaxKeys: aws.Int32(1)}
 		if s.root != "" {
@@ -185,7 +185,7 @@ func (s *Store) CheckBucket(ctx context.Context) error {
 		if lerr == nil {
 			return nil
 		}
-		err = s.translate(lerr, true)
+		err = s.translate(lerr, bucketRequest)
 	}
 	return fmt.Errorf("awss3: check bucket: %w", err)
 }
@@ -209,12 +209,12 @@ func (s *Store) Get(ctx context.Context, key string) (s3store.Object, error) {
 		Key:    aws.String(s.key(key)),
 	})
 	if err != nil {
-		return s3store.Object{}, fmt.Errorf("awss3: get %q: %w", key, s.translate(err, false))
+		return s3store.Object{}, fmt.Errorf("awss3: get %q: %w", key, s.translate(err, objectRead))
 	}
 	defer out.Body.Close()
 	body, err := io.ReadAll(out.Body)
 	if err != nil {
-		return s3store.Object{}, fmt.Errorf("awss3: read %q: %w", key, s.translate(err, false))
+		return s3store.Object{}, fmt.Errorf("awss3: read %q: %w", key, s.translate(err, objectRead))
 	}
 	return s3store.Object{
 		Key:          key,
@@ -235,7 +235,7 @@ func (s *Store) Head(ctx context.Context, key string) (s3store.ObjectInfo, error
 		Key:    aws.String(s.key(key)),
 	})
 	if err != nil {
-		return s3store.ObjectInfo{}, fmt.Errorf("awss3: head %q: %w", key, s.translate(err, false))
+		return s3store.ObjectInfo{}, fmt.Errorf("awss3: head %q: %w", key, s.translate(err, objectRead))
 	}
 	return s3store.ObjectInfo{
 		Key:          key,
@@ -276,7 +276,7 @@ func (s *Store) Put(ctx context.Context, key string, body []byte, opts s3store.P
 	}
 	out, err := s.client.PutObject(ctx, in)
 	if err != nil {
-		return "", fmt.Errorf("awss3: put %q: %w", key, s.translate(err, false))
+		return "", fmt.Errorf("awss3: put %q: %w", key, s.translate(err, ownRequest))
 	}
 	return unquote(aws.ToString(out.ETag)), nil
 }
@@ -297,7 +297,7 @@ func (s *Store) Delete(ctx context.Context, key string, opts s3store.DeleteOptio
 	}
 	_, err := s.client.DeleteObject(ctx, in)
 	if err != nil {
-		err = s.translate(err, false)
+		err = s.translate(err, ownRequest)
 		if errors.Is(err, s3store.ErrNotFound) {
 			return nil
 		}
@@ -331,7 +331,7 @@ func (s *Store) List(ctx context.Context, prefix string, opts s3store.ListOption
 	if err != nil {
 		// A LIST addresses the bucket: a 404 without a code can only mean the
 		// bucket is missing.
-		return s3store.ListPage{}, fmt.Errorf("awss3: list %q: %w", prefix, s.translate(err, true))
+		return s3store.ListPage{}, fmt.Errorf("awss3: list %q: %w", prefix, s.translate(err, bucketRequest))
 	}
 	page := s3store.ListPage{
 		Objects:   make([]s3store.ObjectInfo, 0, len(out.Contents)),
@@ -366,7 +366,7 @@ func (s *Store) Now(ctx context.Context) (time.Time, error) {
 		Key:    aws.String(s.key(nowProbeKey)),
 	})
 	if err != nil {
-		if err = s.translate(err, false); !errors.Is(err, s3store.ErrNotFound) {
+		if err = s.translate(err, ownRequest); !errors.Is(err, s3store.ErrNotFound) {
 			return time.Time{}, fmt.Errorf("awss3: read server time: %w", err)
 		}
 	}

@@ -228,6 +228,62 @@ func TestErrorTranslation(t *testing.T) {
 	}
 }
 
+// A missing bucket and refused credentials will not heal by retrying: they
+// wrap s3store.ErrUnusable beside their own sentinel. An AccessDenied on a
+// read of one object may be that object's own and does not.
+func TestUnusableErrors(t *testing.T) {
+	get := func(s *Store) error { _, err := s.Get(context.Background(), "k"); return err }
+	head := func(s *Store) error { _, err := s.Head(context.Background(), "k"); return err }
+	put := func(s *Store) error {
+		_, err := s.Put(context.Background(), "k", []byte("x"), s3store.PutOptions{})
+		return err
+	}
+	del := func(s *Store) error { return s.Delete(context.Background(), "k", s3store.DeleteOptions{}) }
+	list := func(s *Store) error { _, err := s.List(context.Background(), "", s3store.ListOptions{}); return err }
+	now := func(s *Store) error { _, err := s.Now(context.Background()); return err }
+	for _, tt := range []struct {
+		name     string
+		status   int
+		code     string
+		call     func(*Store) error
+		sentinel error
+		unusable bool
+	}{
+		{"NoSuchBucket on LIST", 404, "NoSuchBucket", list, ErrNoSuchBucket, true},
+		{"NoSuchBucket on PUT", 404, "NoSuchBucket", put, ErrNoSuchBucket, true},
+		{"NoSuchBucket on GET", 404, "NoSuchBucket", get, ErrNoSuchBucket, true},
+		{"bodiless 404 on LIST", 404, "", list, ErrNoSuchBucket, true},
+		{"InvalidAccessKeyId on GET", 403, "InvalidAccessKeyId", get, ErrAccessDenied, true},
+		{"SignatureDoesNotMatch on PUT", 403, "SignatureDoesNotMatch", put, ErrAccessDenied, true},
+		{"XAdminUserNotFound on GET", 404, "XAdminUserNotFound", get, ErrAccessDenied, true},
+		{"AccessDenied on LIST", 403, "AccessDenied", list, ErrAccessDenied, true},
+		{"AccessDenied on PUT", 403, "AccessDenied", put, ErrAccessDenied, true},
+		{"AccessDenied on DELETE", 403, "AccessDenied", del, ErrAccessDenied, true},
+		{"bodiless 403 on the time probe", 403, "", now, ErrAccessDenied, true},
+		{"AccessDenied on GET of one object", 403, "AccessDenied", get, ErrAccessDenied, false},
+		{"bodiless 403 on HEAD of one object", 403, "", head, ErrAccessDenied, false},
+		{"NoSuchKey", 404, "NoSuchKey", get, s3store.ErrNotFound, false},
+		{"412", 412, "PreconditionFailed", put, s3store.ErrPreconditionFailed, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s, _ := setup(t, func(w http.ResponseWriter, r *http.Request) {
+				if tt.code == "" || r.Method == http.MethodHead {
+					w.WriteHeader(tt.status)
+					return
+				}
+				xmlError(w, tt.status, tt.code, "server says "+tt.code)
+			})
+			err := tt.call(s)
+			if !errors.Is(err, tt.sentinel) {
+				t.Fatalf("err = %v, want errors.Is %v", err, tt.sentinel)
+			}
+			if got := errors.Is(err, s3store.ErrUnusable); got != tt.unusable {
+				t.Errorf("errors.Is(%v, ErrUnusable) = %v, want %v", err, got, tt.unusable)
+			}
+		})
+	}
+}
+
 func TestSentinelErrorsKeepProviderError(t *testing.T) {
 	s, _ := setup(t, func(w http.ResponseWriter, r *http.Request) {
 		xmlError(w, 404, "NoSuchKey", "The specified key does not exist.")

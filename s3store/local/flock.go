@@ -16,3 +16,8 @@ func flockExclusive(f *os.File) error {
 		}
 	}
 }
+
+// accessible reports whether this process may list, read and write in dir.
+func accessible(dir string) error {
+	return os.NewSyscallError("access", syscall.Access(dir, 0o7))
+}

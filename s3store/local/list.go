@@ -35,7 +35,14 @@ func (s *Store) List(ctx context.Context, prefix string, opts s3store.ListOption
 		return s3store.ListPage{}, nil // no key can start with prefix
 	}
 	if err := l.visit(s.dirPath(dir), dir, partial); err != nil {
-		return s3store.ListPage{}, opError("list", prefix, err)
+		return s3store.ListPage{}, s.opError("list", prefix, err)
+	}
+	if l.missing {
+		// A directory the walk needed was missing: fine, unless it is the
+		// store's own.
+		if problem := s.rootProblem(); problem != nil {
+			return s3store.ListPage{}, s.opError("list", prefix, problem)
+		}
 	}
 	return l.page, nil
 }
@@ -45,6 +52,7 @@ type lister struct {
 	limit      int
 	page       s3store.ListPage
 	done       bool
+	missing    bool // a directory was missing
 }
 
 // entry is one directory entry, named by the smallest string its keys can
@@ -66,6 +74,7 @@ type entry struct {
 func (l *lister) visit(dir, base, partial string) error {
 	des, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
+		l.missing = true
 		return nil // never created, or pruned by a concurrent delete
 	}
 	if err != nil {

@@ -477,3 +477,68 @@ func TestZeroLengthBodies(t *testing.T) {
 		t.Fatal("empty object not listed")
 	}
 }
+
+// A store whose directory is gone, is not a directory or is closed to us
+// cannot serve anything until an operator acts: every request fails with
+// s3store.ErrUnusable, reads included (S3 answers NoSuchBucket, not
+// NoSuchKey, for a missing bucket).
+func TestUnusableRoot(t *testing.T) {
+	ctx := context.Background()
+	calls := map[string]func(s3store.Store) error{
+		"get":  func(s s3store.Store) error { _, err := s.Get(ctx, "tasks/a"); return err },
+		"head": func(s s3store.Store) error { _, err := s.Head(ctx, "tasks/a"); return err },
+		"put": func(s s3store.Store) error {
+			_, err := s.Put(ctx, "tasks/b", []byte("x"), s3store.PutOptions{})
+			return err
+		},
+		"create": func(s s3store.Store) error {
+			_, err := s.Put(ctx, "tasks/b", []byte("x"), s3store.PutOptions{IfNoneMatch: true})
+			return err
+		},
+		"delete": func(s s3store.Store) error { return s.Delete(ctx, "tasks/a", s3store.DeleteOptions{}) },
+		"list":   func(s s3store.Store) error { _, err := s.List(ctx, "tasks/", s3store.ListOptions{}); return err },
+	}
+	for _, tc := range []struct {
+		name   string
+		damage func(t *testing.T, dir string)
+		want   string
+	}{
+		{"removed", func(t *testing.T, dir string) { os.RemoveAll(dir) }, "is gone"},
+		{"replaced by a file", func(t *testing.T, dir string) {
+			os.RemoveAll(dir)
+			os.WriteFile(dir, []byte("x"), 0o644)
+		}, "not a directory"},
+		{"closed to us", func(t *testing.T, dir string) {
+			if os.Geteuid() == 0 {
+				t.Skip("root passes every permission check")
+			}
+			os.Chmod(dir, 0)
+			t.Cleanup(func() { os.Chmod(dir, 0o755) })
+		}, "permission denied"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "store")
+			s := open(t, dir)
+			put(t, s, "tasks/a", "x", s3store.PutOptions{})
+			tc.damage(t, dir)
+			for name, call := range calls {
+				err := call(s)
+				if !errors.Is(err, s3store.ErrUnusable) || !strings.Contains(err.Error(), tc.want) {
+					t.Errorf("%s: %v, want ErrUnusable saying %q", name, err, tc.want)
+				}
+				if errors.Is(err, s3store.ErrNotFound) {
+					t.Errorf("%s: %v is also not-found", name, err)
+				}
+			}
+		})
+	}
+	t.Run("a missing key is still not found", func(t *testing.T) {
+		s := open(t, t.TempDir())
+		if _, err := s.Get(ctx, "tasks/none"); !errors.Is(err, s3store.ErrNotFound) || errors.Is(err, s3store.ErrUnusable) {
+			t.Errorf("get of a missing key: %v", err)
+		}
+		if page, err := s.List(ctx, "tasks/", s3store.ListOptions{}); err != nil || len(page.Objects) != 0 {
+			t.Errorf("list of a missing prefix: %v %v", page, err)
+		}
+	})
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
@@ -66,14 +67,45 @@ var (
 
 // opError wraps err for op on key. It is the one place where this backend's
 // conditions become the store's sentinel errors.
-func opError(op, key string, err error) error {
+//
+// A missing file and a failed system call are checked against the root
+// first: with the store's directory removed, replaced by a file or closed to
+// us, every request fails (or finds nothing) until an operator acts, which
+// is s3store.ErrUnusable, as a missing bucket is on S3, not a missing key
+// or a passing failure.
+func (s *Store) opError(op, key string, err error) error {
 	switch {
-	case errors.Is(err, errNoObject):
-		err = s3store.ErrNotFound
 	case errors.Is(err, errETagMismatch), errors.Is(err, errObjectExists):
 		err = fmt.Errorf("%w (%v)", s3store.ErrPreconditionFailed, err)
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+	default:
+		if problem := s.rootProblem(); problem != nil {
+			err = problem
+		} else if errors.Is(err, errNoObject) {
+			err = s3store.ErrNotFound
+		}
 	}
 	return fmt.Errorf("local: %s %q: %w", op, key, err)
+}
+
+// rootProblem reports why the store's directory cannot serve requests, or
+// nil: one stat (and one access check), on failure paths only.
+func (s *Store) rootProblem() error {
+	fi, err := os.Stat(s.root)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("%w: the store directory %s is gone", s3store.ErrUnusable, s.root)
+	case errors.Is(err, fs.ErrPermission):
+		return fmt.Errorf("%w: permission denied on the store directory %s (%v)", s3store.ErrUnusable, s.root, err)
+	case err != nil:
+		return nil // not conclusive: let the request's own error speak
+	case !fi.IsDir():
+		return fmt.Errorf("%w: the store directory %s is not a directory", s3store.ErrUnusable, s.root)
+	}
+	if err := accessible(s.root); err != nil {
+		return fmt.Errorf("%w: permission denied on the store directory %s (%v)", s3store.ErrUnusable, s.root, err)
+	}
+	return nil
 }
 
 // Get implements s3store.Store. A missing key is s3store.ErrNotFound.
@@ -83,11 +115,11 @@ func (s *Store) Get(ctx context.Context, key string) (s3store.Object, error) {
 	}
 	defer s.publishNow()
 	if err := checkKey(key); err != nil {
-		return s3store.Object{}, opError("get", key, err)
+		return s3store.Object{}, s.opError("get", key, err)
 	}
 	h, body, err := readObject(s.objectPath(key))
 	if err != nil {
-		return s3store.Object{}, opError("get", key, err)
+		return s3store.Object{}, s.opError("get", key, err)
 	}
 	return s3store.Object{Key: key, Body: body, ETag: h.etag, LastModified: h.modified}, nil
 }
@@ -99,11 +131,11 @@ func (s *Store) Head(ctx context.Context, key string) (s3store.ObjectInfo, error
 	}
 	defer s.publishNow()
 	if err := checkKey(key); err != nil {
-		return s3store.ObjectInfo{}, opError("head", key, err)
+		return s3store.ObjectInfo{}, s.opError("head", key, err)
 	}
 	h, size, err := readInfo(s.objectPath(key))
 	if err != nil {
-		return s3store.ObjectInfo{}, opError("head", key, err)
+		return s3store.ObjectInfo{}, s.opError("head", key, err)
 	}
 	return s3store.ObjectInfo{Key: key, ETag: h.etag, Size: size, LastModified: h.modified}, nil
 }
@@ -119,7 +151,7 @@ func (s *Store) Put(ctx context.Context, key string, body []byte, opts s3store.P
 	defer s.publishNow()
 	etag, err := s.put(key, body, opts)
 	if err != nil {
-		return "", opError("put", key, err)
+		return "", s.opError("put", key, err)
 	}
 	return etag, nil
 }
@@ -199,7 +231,7 @@ func (s *Store) Delete(ctx context.Context, key string, opts s3store.DeleteOptio
 	}
 	defer s.publishNow()
 	if err := s.remove(key, opts); err != nil {
-		return opError("delete", key, err)
+		return s.opError("delete", key, err)
 	}
 	return nil
 }
