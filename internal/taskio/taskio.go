@@ -79,7 +79,7 @@ func put(ctx context.Context, st s3store.Store, t *task.Task, opts s3store.PutOp
 	}
 	etag, err := st.Put(ctx, t.Key(), body, opts)
 	if err != nil {
-		if landed, ok := ownWrite(ctx, st, t.Key(), body); ok {
+		if landed, ok := ownWrite(ctx, st, t, body, opts.IfNoneMatch); ok {
 			return Versioned{Task: t, ETag: landed}, nil
 		}
 		return Versioned{}, fmt.Errorf("write task %s: %w", t.ID, err)
@@ -95,23 +95,33 @@ func put(ctx context.Context, st s3store.Store, t *task.Task, opts s3store.PutOp
 // landed and nothing has overwritten it since. One GET, on the failure path
 // only.
 //
+// The object may also have moved on since (a worker claimed the task just
+// created, a cancel was requested): it descends from this write if it is
+// the same task, created at the same instant, at a later version, and, for
+// a write that added a history entry, still lists that entry. Then the
+// write landed, and the ETag returned is StaleETag: the next conditional
+// write fails and its caller re-reads.
+//
 // A read that fails too (the outage that lost the response goes on) is
 // tried again after a pause, up to verifyAttempts times: a caller told
 // "failed" about a write that landed would do it again (a second task, a
 // requeue reported as refused).
-func ownWrite(ctx context.Context, st s3store.Store, key string, body []byte) (etag string, ok bool) {
+func ownWrite(ctx context.Context, st s3store.Store, t *task.Task, body []byte, create bool) (etag string, ok bool) {
 	pause := verifyPause
 	for attempt := 1; ; attempt++ {
 		if ctx.Err() != nil {
 			return "", false
 		}
-		obj, err := st.Get(ctx, key)
+		obj, err := st.Get(ctx, t.Key())
 		switch {
 		case err == nil:
-			if !bytes.Equal(obj.Body, body) {
-				return "", false
+			if bytes.Equal(obj.Body, body) {
+				return obj.ETag, true
 			}
-			return obj.ETag, true
+			if descends(obj.Body, t, create) {
+				return StaleETag, true
+			}
+			return "", false
 		case errors.Is(err, s3store.ErrNotFound), errors.Is(err, s3store.ErrUnusable), attempt == verifyAttempts:
 			return "", false
 		}
@@ -124,6 +134,36 @@ func ownWrite(ctx context.Context, st s3store.Store, key string, body []byte) (e
 		}
 		pause *= 4
 	}
+}
+
+// StaleETag is the ETag of a write that landed and was overwritten since:
+// no object has it, so a write conditional on it fails.
+const StaleETag = "landed-then-overwritten"
+
+// descends reports whether body is a later version of the task t would
+// have written.
+func descends(body []byte, t *task.Task, create bool) bool {
+	cur, err := task.Decode(body)
+	if err != nil || cur.ID != t.ID || !cur.CreatedAt.Equal(t.CreatedAt) || cur.Version <= t.Version {
+		return false
+	}
+	if create {
+		return true
+	}
+	if len(t.History) == 0 {
+		return false
+	}
+	mine := t.History[len(t.History)-1]
+	if !mine.At.Equal(t.UpdatedAt) {
+		return false // this write added no entry (a renewal): nothing to recognise it by
+	}
+	for _, h := range cur.History {
+		if h.At.Equal(mine.At) && h.From == mine.From && h.To == mine.To && h.Worker == mine.Worker &&
+			h.Reason == mine.Reason && h.Attempt == mine.Attempt {
+			return true
+		}
+	}
+	return false
 }
 
 // How often, and after what first pause, ownWrite reads an object back

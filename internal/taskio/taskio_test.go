@@ -132,3 +132,63 @@ func TestALostResponseIsRecognisedThroughAFailingReadBack(t *testing.T) {
 		t.Fatalf("a create that landed, its response lost and its first reads back failing: %v", err)
 	}
 }
+
+// A write that landed with its response lost, and that someone else has
+// written over since (a worker claimed the task just created, a cancel was
+// requested of the task just claimed), still landed; the ETag it reports
+// makes the next conditional write fail, so its caller re-reads.
+func TestALostResponseIsRecognisedAfterTheTaskMovedOn(t *testing.T) {
+	ctx := context.Background()
+	inner := mem.New()
+	st := s3store.NewFaults(inner)
+	now := time.Now()
+	id, _ := task.NewID(now, strings.NewReader(strings.Repeat("s", 16)))
+	tk, err := task.New(id, 0, task.Spec{Type: "t"}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// meanwhile is what another process does between the write and its
+	// read-back.
+	meanwhile := func(change func(*task.Task) error) {
+		st.Inject(s3store.Fault{Op: s3store.OpPut, Err: s3store.ErrInjected500, AfterWrite: true, Times: 1})
+		st.Inject(s3store.Fault{Op: s3store.OpGet, Times: 1, Hook: func(string) {
+			v, err := taskio.Load(ctx, inner, tk.Key())
+			if err == nil {
+				err = change(v.Task)
+			}
+			if err == nil {
+				_, err = taskio.Update(ctx, inner, v.Task, v.ETag)
+			}
+			if err != nil {
+				t.Errorf("meanwhile: %v", err)
+			}
+		}})
+	}
+
+	meanwhile(func(x *task.Task) error { return x.ClaimBy("w2", "theirs", now) })
+	v, err := taskio.Create(ctx, st, tk)
+	if err != nil {
+		t.Fatalf("a create that landed and was claimed before its read-back: %v", err)
+	}
+	if v.ETag != taskio.StaleETag {
+		t.Fatalf("create: reported ETag %q, want the stale marker", v.ETag)
+	}
+
+	cur, _ := taskio.Load(ctx, inner, tk.Key())
+	done := cur.Task.Clone()
+	if err := done.Fail("theirs", "boom", false, now.Add(time.Second), nil); err != nil {
+		t.Fatal(err)
+	}
+	meanwhile(func(x *task.Task) error { _, err := x.Cancel(now.Add(2 * time.Second)); return err })
+	if _, err := taskio.Update(ctx, st, done, cur.ETag); err != nil {
+		t.Fatalf("an update that landed and was written over before its read-back: %v", err)
+	}
+
+	late := cur.Task.Clone() // a write that lost the race is still told so
+	if err := late.Succeed("theirs", nil, now); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := taskio.Update(ctx, st, late, cur.ETag); !errors.Is(err, s3store.ErrPreconditionFailed) {
+		t.Fatalf("a write that lost the race: got %v, want a precondition failure", err)
+	}
+}
