@@ -622,7 +622,7 @@ func (m *Monitor) inspectPointer(ctx context.Context, o s3store.ObjectInfo, iv c
 		m.log.Error("malformed ready pointer; skipped", "key", o.Key, "err", err)
 		return nil
 	}
-	if !iv.After(p.At.Add(m.cfg.RepairAfter)) {
+	if !iv.After(p.At.Add(max(m.cfg.RepairAfter, shards.PointerGrace))) {
 		return nil // workers have not had their chance yet
 	}
 	// Decide on the task object itself: a cached view may be from before

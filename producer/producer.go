@@ -301,19 +301,51 @@ func (p *Producer) readRecord(ctx context.Context, recKey string) (shards.Idempo
 }
 
 // createOnce creates t if it does not exist yet and returns its id.
+//
+// A task completed from an old record may lie below the monitor's sweep
+// floor: it is announced first and written after (see
+// shards.MayLieBelowFloor).
 func (p *Producer) createOnce(ctx context.Context, t *task.Task) (string, error) {
-	_, err := taskio.Create(ctx, p.st, t)
-	switch {
-	case err == nil:
-		// A task completed from an old record lands far behind the scans:
-		// afterCreate announces it (its id's time is long past).
-		p.afterCreate(ctx, t)
-	case errors.Is(err, s3store.ErrPreconditionFailed), errors.Is(err, s3store.ErrConflict):
-		// The record's own producer wrote it: the same id, the same intent.
-	default:
+	now, err := p.clock.Now(ctx)
+	if err != nil {
 		return "", fmt.Errorf("submit: %w", err)
 	}
-	return t.ID, nil
+	var announced time.Time
+	if shards.MayLieBelowFloor(t.ID, now.Latest) {
+		if err := p.announce(ctx, t); err != nil {
+			return "", fmt.Errorf("submit: %w", err)
+		}
+		announced = time.Now()
+	}
+	for range 3 {
+		_, err = taskio.Create(ctx, p.st, t)
+		switch {
+		case err == nil:
+			if announced.IsZero() || time.Since(announced) > shards.PointerGrace/2 {
+				p.afterCreate(ctx, t)
+			} else {
+				p.ring(ctx, t.ID)
+			}
+			return t.ID, nil
+		case errors.Is(err, s3store.ErrPreconditionFailed):
+			// It exists: the record's own producer wrote it, the same id
+			// and the same intent.
+			return t.ID, nil
+		case errors.Is(err, s3store.ErrConflict):
+			// A concurrent conditional write: it may or may not land, so
+			// look before saying the task exists.
+			_, herr := p.st.Head(ctx, t.Key())
+			if herr == nil {
+				return t.ID, nil
+			}
+			if !errors.Is(herr, s3store.ErrNotFound) {
+				return "", fmt.Errorf("submit: look for task %s: %w", t.ID, herr)
+			}
+		default:
+			return "", fmt.Errorf("submit: %w", err)
+		}
+	}
+	return "", fmt.Errorf("submit: %w", err)
 }
 
 // afterCreate makes sure a member will find t: it rings the doorbell if
@@ -473,25 +505,50 @@ func (p *Producer) Cancel(ctx context.Context, id string) (requested bool, err e
 // retention has begun to delete (task.ErrRetired) is refused: it is gone.
 // Requests: a GET, a PUT, the announcement's PUT (and a doorbell ring if
 // the fleet sleeps).
+//
+// A task whose id may lie below the monitor's sweep floor (older than
+// shards.FloorLag) is announced first and written after, so that a
+// requeue whose announcement cannot be written fails without changing
+// anything, rather than leave a pending task only the monitor's full walk
+// would find (see shards.MayLieBelowFloor).
 func (p *Producer) Requeue(ctx context.Context, id string) error {
 	var t *task.Task
+	var announced time.Time // local time of the write-ahead pointer, if any
 	err := p.modify(ctx, id, func(cur *task.Task, now time.Time) error {
+		if err := cur.Requeue(now); err != nil {
+			return err
+		}
 		t = cur
-		return cur.Requeue(now)
+		if !shards.MayLieBelowFloor(cur.ID, now) || !announced.IsZero() && time.Since(announced) < shards.PointerGrace/2 {
+			return nil
+		}
+		if err := p.announce(ctx, cur); err != nil {
+			return err
+		}
+		announced = time.Now()
+		return nil
 	})
 	if err != nil {
 		return err
 	}
-	now, err := p.clock.Now(ctx)
-	if err == nil {
-		err = shards.Announce(ctx, p.st, t, now.Latest, p.fleet.ShardFor(ctx, t.Type, now, p.manifest.Shards))
-	}
-	if err != nil {
-		// The requeue itself is done; the monitor's repair announces it.
-		p.log.Warn("announce requeued task", "task_id", id, "err", err)
+	if announced.IsZero() || time.Since(announced) > shards.PointerGrace/2 {
+		if err := p.announce(ctx, t); err != nil {
+			// A young task: the monitor's repair announces it.
+			p.log.Warn("announce requeued task", "task_id", id, "err", err)
+		}
 	}
 	p.ring(ctx, id)
 	return nil
+}
+
+// announce writes a ready pointer to t in a shard whose member runs its
+// type, stamped with the time now.
+func (p *Producer) announce(ctx context.Context, t *task.Task) error {
+	now, err := p.clock.Now(ctx)
+	if err != nil {
+		return fmt.Errorf("announce task %s: %w", t.ID, err)
+	}
+	return shards.Announce(ctx, p.st, t, now.Latest, p.fleet.ShardFor(ctx, t.Type, now, p.manifest.Shards))
 }
 
 // modify applies change to task id by read-modify-write, re-reading on a

@@ -437,3 +437,54 @@ func TestTimeoutAboveTwiceTheLeaseMarginIsAccepted(t *testing.T) {
 		t.Fatalf("a 1s timeout with a 300ms margin: %v", err)
 	}
 }
+
+// A requeue of a task old enough to lie below the monitor's sweep floor
+// writes its ready pointer first: when the pointer cannot be written the
+// requeue fails and changes nothing, instead of leaving a pending task that
+// only the monitor's full walk (hours) would find.
+func TestARequeueBelowTheFloorIsAnnouncedBeforeItIsWritten(t *testing.T) {
+	ctx := context.Background()
+	mst, server, c := fakeTime(t)
+	st := s3store.NewFaults(mst)
+	p, err := producer.New(ctx, st, producer.Config{Shards: 4, Clock: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := p.Submit(ctx, "t", nil, producer.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Cancel(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	*server = server.Add(shards.FloorLag + time.Minute)
+	c.Sync(ctx)
+
+	st.Inject(s3store.Fault{Op: s3store.OpPut, KeySuffix: ".ready", Err: s3store.ErrInjected503})
+	if err := p.Requeue(ctx, id); err == nil {
+		t.Fatal("a requeue whose announcement could not be written reported success")
+	}
+	if got, _ := p.Get(ctx, id); got.Status != task.Canceled {
+		t.Fatalf("after the failed requeue the task is %s, want it still canceled", got.Status)
+	}
+
+	st.Clear()
+	if err := p.Requeue(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := p.Get(ctx, id); got.Status != task.Pending {
+		t.Fatalf("status %s, want pending", got.Status)
+	}
+	pointers := 0
+	for s := range 4 {
+		page, _ := mst.List(ctx, shards.TasksPrefix(s), s3store.ListOptions{})
+		for _, o := range page.Objects {
+			if ptr, err := shards.ParsePointerKey(o.Key); err == nil && ptr.ID == id {
+				pointers++
+			}
+		}
+	}
+	if pointers != 1 {
+		t.Fatalf("%d pointers to the requeued task, want 1", pointers)
+	}
+}

@@ -89,3 +89,25 @@ func Announce(ctx context.Context, st s3store.Store, t *task.Task, now time.Time
 // again (a requeue, a late PUT, an orphaned idempotency record completed),
 // and the sweeps must be told of it.
 const FloorLag = time.Minute
+
+// MayLieBelowFloor reports whether task id's time is older than FloorLag
+// by now (the latest the S3 clock can be): the task may lie below the
+// monitor's sweep floor.
+//
+// Whoever makes such a task live (a requeue, a retry, an orphaned
+// idempotency record completed) writes its ready pointer first and the
+// task after: a pointer that cannot be written then fails the change
+// before it is made, instead of leaving a live task nobody can find but
+// the full walk. Workers leave pointers to such tasks in place; the
+// monitor deletes them, no sooner than PointerGrace after their time,
+// once it has lowered its floor under a live task or found the task
+// finished. A writer whose task write lands more than PointerGrace/2
+// after its pointer writes the pointer again.
+func MayLieBelowFloor(id string, now time.Time) bool {
+	at, err := task.IDTime(id)
+	return err == nil && now.Sub(at) > FloorLag
+}
+
+// PointerGrace is the least time after a ready pointer's time before the
+// monitor may delete it (see MayLieBelowFloor).
+const PointerGrace = 30 * time.Second

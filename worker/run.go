@@ -231,7 +231,8 @@ func (r *run) commit(o outcome, cause error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var kind string
-	err := r.update(ctx, func(t *task.Task, now time.Time) error {
+	var announced time.Time // local time of the write-ahead pointer, if any
+	decide := func(t *task.Task, now time.Time) error {
 		switch {
 		case errors.Is(cause, ErrShutdown) && o.err != nil:
 			kind = "released"
@@ -264,6 +265,23 @@ func (r *run) commit(o outcome, cause error) {
 			kind = "failed"
 		}
 		return nil
+	}
+	err := r.update(ctx, func(t *task.Task, now time.Time) error {
+		if err := decide(t, now); err != nil {
+			return err
+		}
+		if t.Status != task.Pending || !shards.MayLieBelowFloor(t.ID, now) ||
+			!announced.IsZero() && time.Since(announced) < shards.PointerGrace/2 {
+			return nil
+		}
+		// Back to pending with an id that may lie below the monitor's
+		// floor: the pointer goes first (see shards.MayLieBelowFloor). If
+		// it cannot be written, nothing changes and the lease expires.
+		if err := shards.Announce(ctx, w.st, t, now, int(w.pointerShard.Load())); err != nil {
+			return err
+		}
+		announced = time.Now()
+		return nil
 	})
 	if errors.Is(err, ErrLeaseLost) {
 		w.stats.rejected.Add(1)
@@ -291,7 +309,7 @@ func (r *run) commit(o outcome, cause error) {
 		w.stats.released.Add(1)
 	}
 	w.emit(Event{Kind: kind, TaskID: t0.ID, Type: t0.Type, Attempt: t0.Attempt, Err: o.err})
-	if r.v.Task.Status == task.Pending {
+	if r.v.Task.Status == task.Pending && (announced.IsZero() || time.Since(announced) > shards.PointerGrace/2) {
 		// Back behind the scan cursors: announce it.
 		iv, _ := w.clock.Now(ctx)
 		if err := shards.Announce(ctx, w.st, r.v.Task, iv.Latest, int(w.pointerShard.Load())); err != nil {

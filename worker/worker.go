@@ -872,13 +872,15 @@ func (w *Worker) pollShard(ctx context.Context, shard int, iv clock.Interval, p 
 			// longer pending; one to a task we cannot run stays for a
 			// worker that can.
 			done := ok || v.Task.Status != task.Pending
-			if c.Pointer && done && !v.Task.Status.Terminal() && mayLieBelowFloor(v.Task.ID, iv) {
-				// A live task whose id is older than FloorLag may lie below
-				// the monitor's sweep floor: its pointer is how the monitor
-				// learns of it, and the monitor deletes it after lowering
-				// its floor (were this worker to die, the task would
-				// otherwise wait for the full walk). Settled at its ETag,
-				// this scan does not hand it out again.
+			if c.Pointer && done && shards.MayLieBelowFloor(v.Task.ID, iv.Latest) {
+				// A task whose id is older than FloorLag may lie below the
+				// monitor's sweep floor: its pointer is how the monitor
+				// learns of it (were this worker to die, the task would
+				// otherwise wait for the full walk), and the monitor
+				// deletes it after lowering its floor. A finished one may
+				// be about to be requeued: requeues write the pointer
+				// first. Settled at its ETag, this scan does not hand it
+				// out again.
 				done = false
 			}
 			if c.Pointer {
@@ -893,13 +895,6 @@ func (w *Worker) pollShard(ctx context.Context, shard int, iv clock.Interval, p 
 	w.held[shard] = h
 	p.leftover = p.leftover || len(h.cands) > 0
 	return nil
-}
-
-// mayLieBelowFloor reports whether task id's time is older than
-// shards.FloorLag by the latest the S3 clock can be.
-func mayLieBelowFloor(id string, iv clock.Interval) bool {
-	idt, err := task.IDTime(id)
-	return err == nil && iv.Latest.Sub(idt) > shards.FloorLag
 }
 
 // settle marks a candidate handled, deleting a pointer that is done with.
