@@ -10,21 +10,34 @@ import (
 	"time"
 )
 
-// ErrUnsupportedProvider reports a server that does not honour conditional
-// PUT; the queue refuses to run on it, since every claim relies on If-Match.
-var ErrUnsupportedProvider = errors.New("provider does not honour conditional PUT")
+// ErrUnsupportedProvider reports a server that does not honour a
+// conditional write the queue relies on; the queue refuses to run on it.
+// The error wrapping it says what was measured.
+var ErrUnsupportedProvider = errors.New("unsupported provider")
 
 // Conditional DELETE behaviours.
 const (
-	DeleteHonoured = "honoured" // a stale If-Match DELETE is refused (AWS, versitygw)
-	DeleteIgnored  = "ignored"  // the object is deleted anyway (MinIO)
+	DeleteHonoured = "honoured" // a stale If-Match DELETE is refused (AWS, versitygw, SeaweedFS)
+	DeleteIgnored  = "ignored"  // the object is deleted anyway (MinIO, gofakes3)
+)
+
+// Answers to a PUT with If-Match on a missing key that leave the key
+// missing. The queue treats both alike: a write that cannot land because
+// the object it read is gone.
+const (
+	MissingNotFound     = "404" // AWS, MinIO, versitygw, SeaweedFS
+	MissingPrecondition = "412" // gofakes3 ("the object does not exist")
 )
 
 // ProviderReport is what CheckProvider found.
 type ProviderReport struct {
-	CreateIfAbsent    bool          // a second If-None-Match: * PUT was refused with 412
-	StaleIfMatch      bool          // a PUT with a stale If-Match was refused with 412
-	IfMatchMissingKey bool          // If-Match on a missing key gave 404, without creating it
+	CreateIfAbsent bool // a second If-None-Match: * PUT was refused with 412
+	StaleIfMatch   bool // a PUT with a stale If-Match was refused with 412
+	// IfMatchMissingKey: a PUT with If-Match on a missing key was refused
+	// and did not create the key; IfMatchMissing says how (MissingNotFound
+	// or MissingPrecondition), or what happened instead.
+	IfMatchMissingKey bool
+	IfMatchMissing    string
 	ConditionalDelete string        // DeleteHonoured or DeleteIgnored
 	ServerTime        time.Time     // from the server
 	Skew              time.Duration // server time minus this machine's wall clock (informational)
@@ -32,7 +45,7 @@ type ProviderReport struct {
 }
 
 // Supported returns nil when the queue can run on the provider, or an
-// error that says what is missing.
+// error that says exactly what was measured to be missing.
 func (r ProviderReport) Supported() error {
 	var missing []string
 	if !r.CreateIfAbsent {
@@ -42,12 +55,16 @@ func (r ProviderReport) Supported() error {
 		missing = append(missing, "a PUT with a stale If-Match overwrote the object instead of failing with 412")
 	}
 	if !r.IfMatchMissingKey {
-		missing = append(missing, "a PUT with If-Match on a missing key did not fail with 404")
+		missing = append(missing, "a PUT with If-Match on a missing key "+r.IfMatchMissing+" instead of failing with 404 or 412")
 	}
 	if len(missing) == 0 {
 		return nil
 	}
-	return fmt.Errorf("%w: %s; s3queue cannot claim tasks safely on this server", ErrUnsupportedProvider, strings.Join(missing, "; "))
+	what := "it does not honour conditional PUT"
+	if r.CreateIfAbsent && r.StaleIfMatch {
+		what = "it honours conditional PUT on existing keys, but not on a missing one"
+	}
+	return fmt.Errorf("%w: %s: %s; s3queue cannot claim tasks safely on this server", ErrUnsupportedProvider, what, strings.Join(missing, "; "))
 }
 
 // CheckProvider verifies, on scratch keys under prefix, that the server
@@ -113,8 +130,23 @@ func CheckProvider(ctx context.Context, st Store, prefix string) (ProviderReport
 	_, err = st.Put(ctx, missing, []byte("x"), PutOptions{IfMatch: e2})
 	switch {
 	case errors.Is(err, ErrNotFound):
-		r.IfMatchMissingKey = true
-	case err == nil, errors.Is(err, ErrPreconditionFailed):
+		r.IfMatchMissingKey, r.IfMatchMissing = true, MissingNotFound
+	case err == nil:
+		r.IfMatchMissing = "created the key"
+	case errors.Is(err, ErrPreconditionFailed), errors.Is(err, ErrConflict):
+		// gofakes3 answers 412 "the object does not exist". As good as a
+		// 404 if nothing was created: every caller takes a 412 as "the
+		// object changed", re-reads, and finds it gone.
+		r.Requests++
+		_, herr := st.Head(ctx, missing)
+		switch {
+		case errors.Is(herr, ErrNotFound):
+			r.IfMatchMissingKey, r.IfMatchMissing = true, MissingPrecondition
+		case herr == nil:
+			r.IfMatchMissing = "failed with 412 but created the key"
+		default:
+			return fail("look for the missing key after a 412", herr)
+		}
 	default:
 		return fail("update a missing key", err)
 	}

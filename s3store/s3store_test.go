@@ -3,10 +3,12 @@ package s3store_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/s3queue/s3queue/s3store"
 	"github.com/s3queue/s3queue/s3store/mem"
+	"github.com/s3queue/s3queue/s3store/storetest/fakes3"
 )
 
 func TestCounterCountsByTypeAndOutcome(t *testing.T) {
@@ -100,4 +102,83 @@ func TestCheckProvider(t *testing.T) {
 		}
 		t.Log(err)
 	})
+	t.Run("gofakes3's 412 on If-Match of a missing key is accepted: nothing is created", func(t *testing.T) {
+		st := fakes3.Start(t).Store(t, "q")
+		r, err := s3store.CheckProvider(ctx, st, "doctor/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Supported(); err != nil {
+			t.Fatalf("gofakes3 reported unsupported: %v", err)
+		}
+		if !r.IfMatchMissingKey || r.IfMatchMissing != s3store.MissingPrecondition || r.ConditionalDelete != s3store.DeleteIgnored {
+			t.Errorf("report = %+v, want If-Match on a missing key refused with 412 and conditional DELETE ignored", r)
+		}
+		if page, err := st.List(ctx, "", s3store.ListOptions{}); err != nil || len(page.Objects) != 0 {
+			t.Errorf("check left %v (%v)", page.Objects, err)
+		}
+	})
+	for _, tc := range []struct {
+		name  string
+		store s3store.Store
+		want  string
+	}{
+		{"a 412 that created the key is refused, and the message says so", missing412{mem.New(), true},
+			"it honours conditional PUT on existing keys, but not on a missing one: a PUT with If-Match on a missing key failed with 412 but created the key"},
+		{"an If-Match on a missing key that creates it is refused, and the message says so", createsMissing{mem.New()},
+			"it honours conditional PUT on existing keys, but not on a missing one: a PUT with If-Match on a missing key created the key instead"},
+		{"a provider ignoring every condition is said not to honour conditional PUT", ignoring{mem.New()},
+			"it does not honour conditional PUT: a second PUT with If-None-Match: * overwrote the object"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := s3store.CheckProvider(ctx, tc.store, "doctor/")
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = r.Supported()
+			if !errors.Is(err, s3store.ErrUnsupportedProvider) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Supported() = %v, want ErrUnsupportedProvider saying %q", err, tc.want)
+			}
+		})
+	}
+	t.Run("a 412 without creating the key is accepted", func(t *testing.T) {
+		r, err := s3store.CheckProvider(ctx, missing412{mem.New(), false}, "doctor/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Supported(); err != nil || r.IfMatchMissing != s3store.MissingPrecondition {
+			t.Fatalf("Supported() = %v, IfMatchMissing %q", err, r.IfMatchMissing)
+		}
+	})
+}
+
+// missing412 answers a PUT with If-Match on a missing key with 412, as
+// gofakes3 does, creating the key first if create is set.
+type missing412 struct {
+	*mem.Store
+	create bool
+}
+
+func (s missing412) Put(ctx context.Context, key string, body []byte, opts s3store.PutOptions) (string, error) {
+	if opts.IfMatch != "" {
+		if _, err := s.Store.Head(ctx, key); errors.Is(err, s3store.ErrNotFound) {
+			if s.create {
+				s.Store.Put(ctx, key, body, s3store.PutOptions{})
+			}
+			return "", s3store.ErrPreconditionFailed
+		}
+	}
+	return s.Store.Put(ctx, key, body, opts)
+}
+
+// createsMissing writes a PUT with If-Match on a missing key.
+type createsMissing struct{ *mem.Store }
+
+func (s createsMissing) Put(ctx context.Context, key string, body []byte, opts s3store.PutOptions) (string, error) {
+	if opts.IfMatch != "" {
+		if _, err := s.Store.Head(ctx, key); errors.Is(err, s3store.ErrNotFound) {
+			opts.IfMatch = ""
+		}
+	}
+	return s.Store.Put(ctx, key, body, opts)
 }

@@ -1,5 +1,6 @@
 // Package storetest is the conformance suite every s3store backend passes:
-// the embedded ones on every `go test`, MinIO and versitygw in integration/.
+// the embedded ones and awss3 against gofakes3 (in-process, see package
+// fakes3) on every `go test`, MinIO and versitygw in integration/.
 // It pins down the provider behaviours the queue relies on (see the table in
 // docs/storage.md) and nothing a real S3 server would not also do.
 package storetest
@@ -29,6 +30,14 @@ type Options struct {
 	// ParentKeys says what the server does with an object "dir" and an
 	// object "dir/child" side by side. The queue's layout never needs both.
 	ParentKeys ParentKeys
+	// IfMatchMissing is what a PUT with If-Match on a missing key answers:
+	// s3store.MissingNotFound ("" too: S3's 404) or
+	// s3store.MissingPrecondition (gofakes3's 412). Either way nothing may
+	// be created.
+	IfMatchMissing string
+	// ConditionalDelete is what a DELETE with a stale If-Match does:
+	// s3store.DeleteHonoured or s3store.DeleteIgnored; "" accepts either.
+	ConditionalDelete string
 }
 
 // ParentKeys are the measured behaviours for "dir" beside "dir/child".
@@ -152,8 +161,15 @@ var cases = []testCase{
 	}},
 	{"if-match on a missing key is not found", func(ctx context.Context, t *testing.T, s s3store.Store, opts Options) {
 		_, err := s.Put(ctx, "nothing-here", []byte("x"), s3store.PutOptions{IfMatch: "0123456789abcdef0123456789abcdef"})
-		if !errors.Is(err, s3store.ErrNotFound) {
-			t.Fatalf("if-match on missing key: want ErrNotFound, got %v", err)
+		switch opts.IfMatchMissing {
+		case s3store.MissingPrecondition:
+			if !errors.Is(err, s3store.ErrPreconditionFailed) {
+				t.Fatalf("if-match on missing key: provider listed as answering 412 answered %v: update docs/storage.md", err)
+			}
+		default:
+			if !errors.Is(err, s3store.ErrNotFound) {
+				t.Fatalf("if-match on missing key: want ErrNotFound, got %v", err)
+			}
 		}
 		if _, err := s.Get(ctx, "nothing-here"); !errors.Is(err, s3store.ErrNotFound) {
 			t.Fatalf("failed if-match created the key: %v", err)
@@ -176,17 +192,23 @@ var cases = []testCase{
 		mustPut(ctx, t, s, "cd", []byte("v2"), s3store.PutOptions{IfMatch: e1})
 		err := s.Delete(ctx, "cd", s3store.DeleteOptions{IfMatch: e1})
 		_, getErr := s.Get(ctx, "cd")
+		got := ""
 		switch {
 		case errors.Is(err, s3store.ErrPreconditionFailed):
 			if getErr != nil {
 				t.Fatalf("refused conditional delete still removed the object: %v", getErr)
 			}
+			got = s3store.DeleteHonoured
 		case err == nil:
 			if !errors.Is(getErr, s3store.ErrNotFound) {
 				t.Fatalf("conditional delete reported success but the object remains (get: %v)", getErr)
 			}
+			got = s3store.DeleteIgnored
 		default:
 			t.Fatalf("conditional delete: want ErrPreconditionFailed or success, got %v", err)
+		}
+		if opts.ConditionalDelete != "" && got != opts.ConditionalDelete {
+			t.Fatalf("conditional delete %s, but the provider is listed as %s: update docs/storage.md", got, opts.ConditionalDelete)
 		}
 	}},
 	{"queue-shaped keys round-trip through put, get and list", func(ctx context.Context, t *testing.T, s s3store.Store, opts Options) {
