@@ -228,7 +228,9 @@ func (r *run) commit(o outcome, cause error) {
 		w.log.Warn("handler returned after the worker stopped; its outcome is dropped", "task_id", t0.ID)
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	// A commit still in flight when Run returns is abandoned with it:
+	// nothing of the worker outlives Run, and the lease expires.
+	ctx, cancel := context.WithTimeout(w.stopped, time.Minute)
 	defer cancel()
 	var kind string
 	var announced time.Time // local time of the write-ahead pointer, if any

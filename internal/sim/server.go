@@ -589,6 +589,7 @@ func (h *Handle) Crash() { h.srv.crash(h) }
 func (h *Handle) Stop() { h.state.CompareAndSwap(stateAlive, stateStopped) }
 
 func (h *Handle) do(ctx context.Context, r *request) response {
+	r.h = h
 	switch h.state.Load() {
 	case stateCrashed:
 		// A dead process's requests fail, and take time, so a loop that
@@ -605,7 +606,7 @@ func (h *Handle) do(ctx context.Context, r *request) response {
 	if err := ctx.Err(); err != nil {
 		return response{err: err}
 	}
-	r.h, r.sent, r.reply = h, time.Now(), make(chan response, 1)
+	r.sent, r.reply = time.Now(), make(chan response, 1)
 	h.srv.enqueue(r)
 	var resp response
 	select {
