@@ -4,7 +4,9 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
+	"hash/fnv"
 	"io"
+	mathrand "math/rand/v2"
 	"sync"
 )
 
@@ -39,12 +41,25 @@ func randHex(r io.Reader, n int) string {
 	return hex.EncodeToString(b)
 }
 
-// randFloat returns a uniform float in [0,1) for jitter (retry delays,
-// standby reads), drawn from the worker's source.
+// randFloat returns a uniform float in [0,1) for jitter (standby reads,
+// back-off), drawn from the worker's source. Only the Run goroutine calls
+// it: draws from several goroutines would come in an order the Go
+// scheduler picks, and a seeded run would not replay.
 func (w *Worker) randFloat() float64 {
 	var b [8]byte
 	if _, err := io.ReadFull(w.rand, b[:]); err != nil {
 		panic("worker: read random bytes: " + err.Error())
 	}
 	return float64(binary.BigEndian.Uint64(b[:])>>11) / (1 << 53)
+}
+
+// claimRand is one attempt's own source of jitter (its retry delay),
+// seeded by its claim id, which the worker's source drew: an attempt
+// commits from its own goroutine, and draws from the shared source would
+// depend on which attempt got there first.
+func claimRand(claimID string) func() float64 {
+	h := fnv.New64a()
+	h.Write([]byte(claimID))
+	r := mathrand.New(mathrand.NewPCG(h.Sum64(), 0x6a177e5))
+	return r.Float64
 }

@@ -248,14 +248,14 @@ func (r *run) commit(o outcome, cause error) {
 			// The result cannot be stored (too large, not JSON): a
 			// permanent failure, recorded now rather than left to expire.
 			kind = "dead"
-			return t.Fail(r.claimID, "handler result refused: "+err.Error(), true, now, w.randFloat)
+			return t.Fail(r.claimID, "handler result refused: "+err.Error(), true, now, claimRand(r.claimID))
 		}
 		var ra retryAfterError
 		if errors.As(o.err, &ra) {
 			kind = "snoozed"
 			return t.Snooze(r.claimID, ra.delay, o.err.Error(), now)
 		}
-		if err := t.Fail(r.claimID, o.err.Error(), IsPermanent(o.err), now, w.randFloat); err != nil {
+		if err := t.Fail(r.claimID, o.err.Error(), IsPermanent(o.err), now, claimRand(r.claimID)); err != nil {
 			return err
 		}
 		switch t.Status {
