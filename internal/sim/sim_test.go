@@ -44,8 +44,9 @@ func seeds(t *testing.T, short int) []uint64 {
 	return out
 }
 
-// shortSeeds is how many seeds every `go test` runs.
-const shortSeeds = 0
+// shortSeeds is how many seeds every `go test` runs (about a minute on two
+// cores with the race detector).
+const shortSeeds = 150
 
 // Every seed's run keeps every invariant.
 func TestSimulation(t *testing.T) {
@@ -55,7 +56,11 @@ func TestSimulation(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				res := sim.Run(seed, sim.Options{})
 				if len(res.Violations) > 0 {
-					t.Errorf("%d violations\n%s", len(res.Violations), res.Report(30))
+					// Say whether the seed replays the same break (see
+					// TestASeedReplaysExactly on why one may not).
+					again := sim.Run(seed, sim.Options{})
+					same := len(again.Violations) > 0 && again.Violations[0] == res.Violations[0]
+					t.Errorf("%d violations (a second run of the seed: same first violation %v)\n%s", len(res.Violations), same, res.Report(30))
 				}
 				if testing.Verbose() {
 					t.Logf("%s\ntasks %d, executions %d (duplicates %d), requests %v", res.Plan, res.Tasks, res.Executions, res.Duplicates, res.Counts)
@@ -66,32 +71,39 @@ func TestSimulation(t *testing.T) {
 }
 
 // A seed replays exactly: two runs of one seed serve the same requests in
-// the same order with the same fates. Anything else that decides what
-// happens (a global random source, map order, a goroutine per poll) shows
-// up here as a diverging trace.
+// the same order with the same fates. Anything that decides what happens
+// outside the seed (a global random source, map order, draws from one
+// source by several goroutines) shows up as a diverging trace.
+//
+// Not every seed replays: Go's scheduler still picks the order in which
+// goroutines of one process run when they become runnable at the same
+// virtual instant, and the case of a select when several are ready. The
+// test holds the rate of exact replays at or above what is measured today
+// (docs/reliability.md), so a new source of divergence fails it.
 func TestASeedReplaysExactly(t *testing.T) {
-	if shortSeeds == 0 {
-		return
+	const seeds, atLeast = 12, 8
+	exact := 0
+	for seed := uint64(1); seed <= seeds; seed++ {
+		var traces [2][]string
+		for i := range traces {
+			synctest.Test(t, func(t *testing.T) { traces[i] = sim.Run(seed, sim.Options{}).Trace })
+		}
+		a, b := traces[0], traces[1]
+		i := 0
+		for i < len(a) && i < len(b) && a[i] == b[i] {
+			i++
+		}
+		if i == len(a) && i == len(b) {
+			exact++
+			continue
+		}
+		lo := max(0, i-3)
+		t.Logf("seed %d diverges at request %d of %d:\nfirst run:\n  %s\nsecond run:\n  %s", seed, i, len(a),
+			strings.Join(a[lo:min(i+2, len(a))], "\n  "), strings.Join(b[lo:min(i+2, len(b))], "\n  "))
 	}
-	for _, seed := range []uint64{1, 2, 3, 4, 5, 6, 7, 8} {
-		t.Run(fmt.Sprint(seed), func(t *testing.T) {
-			t.Parallel()
-			var traces [2][]string
-			for i := range traces {
-				synctest.Test(t, func(t *testing.T) { traces[i] = sim.Run(seed, sim.Options{}).Trace })
-			}
-			a, b := traces[0], traces[1]
-			for i := 0; i < len(a) && i < len(b); i++ {
-				if a[i] != b[i] {
-					lo := max(0, i-5)
-					t.Fatalf("seed %d diverges at request %d of %d:\nfirst run:\n  %s\nsecond run:\n  %s", seed, i, len(a),
-						strings.Join(a[lo:min(i+3, len(a))], "\n  "), strings.Join(b[lo:min(i+3, len(b))], "\n  "))
-				}
-			}
-			if len(a) != len(b) {
-				t.Fatalf("seed %d: %d requests, then %d", seed, len(a), len(b))
-			}
-		})
+	t.Logf("%d of %d seeds replayed exactly", exact, seeds)
+	if exact < atLeast {
+		t.Errorf("only %d of %d seeds replayed exactly, fewer than the %d measured when this test was written", exact, seeds, atLeast)
 	}
 }
 
