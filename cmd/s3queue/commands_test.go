@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/s3queue/s3queue/s3store"
+	"github.com/s3queue/s3queue/s3store/storetest/fakes3"
 	"github.com/s3queue/s3queue/shards"
 	"github.com/s3queue/s3queue/task"
 )
@@ -568,6 +569,30 @@ func TestBadFileDoesNotBlockAShard(t *testing.T) {
 		if got := waitTerminal(t, store, id); got.Status != task.Succeeded {
 			t.Errorf("task %s: %s", id, got.Status)
 		}
+	}
+	if code := stop(); code != 0 {
+		t.Errorf("worker exit %d", code)
+	}
+}
+
+// gofakes3 answers 412 to If-Match on a missing key, without creating it:
+// doctor accepts it and says what it measured, and a queue runs on it.
+func TestGoFakeS3(t *testing.T) {
+	srv := fakes3.Start(t)
+	fakes3.SetCredentials(t)
+	store := srv.StoreURL(t, "q")
+	out := must(t, "doctor", "--store", store)
+	for _, re := range []string{`If-Match on missing key\s+ok\s+refused with 412, nothing created`,
+		`conditional DELETE\s+ignored`, `result\s+ok`} {
+		if !regexp.MustCompile(re).MatchString(out) {
+			t.Errorf("doctor output lacks %s:\n%s", re, out)
+		}
+	}
+	cfg := writeConfig(t, fastWorker)
+	id := submit(t, store, cfg, "echo", "--input", `{"on":"gofakes3"}`)
+	_, stop := background(t, "worker", "--store", store, "--config", cfg, "--exec", "echo=cat")
+	if got := waitTerminal(t, store, id); got.Status != task.Succeeded || string(got.Result) != `{"on":"gofakes3"}` {
+		t.Errorf("task on gofakes3: %s %s (%s)", got.Status, got.Result, got.LastError)
 	}
 	if code := stop(); code != 0 {
 		t.Errorf("worker exit %d", code)

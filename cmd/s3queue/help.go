@@ -63,7 +63,7 @@ const exitCodesHelp = `Exit codes:
   1  runtime error (store unreachable, request failed, task in the wrong state, demo failed)
   2  usage or bad input (bad flags, non-JSON or oversized input, bad config, layout mismatch)
   3  task not found
-  4  provider unsupported (the store ignores conditional PUT)
+  4  provider unsupported (the store does not honour conditional PUT)
   5  store unusable (bucket or directory gone, access denied): retrying cannot help
   130, 143  a second SIGINT or SIGTERM: exited without finishing the shutdown
 `

@@ -89,7 +89,7 @@ var submitCommand = &command{
 				return err
 			}
 
-			st, _, err := a.openStore(ctx)
+			st, url, err := a.openStore(ctx)
 			if err != nil {
 				return err
 			}
@@ -97,7 +97,7 @@ var submitCommand = &command{
 			pcfg.Logger = a.log
 			p, err := producer.New(ctx, st, pcfg)
 			if err != nil {
-				return err
+				return unsupported(url, err)
 			}
 			id, err := p.Submit(ctx, typ, raw, opts)
 			if err != nil {

@@ -26,7 +26,8 @@ var workerCommand = &command{
 		"timeout, or when the task is canceled or its lease lost, the group gets SIGTERM and 3s\n" +
 		"later SIGKILL. On SIGTERM/SIGINT the worker stops claiming and waits shutdown_grace for\n" +
 		"running tasks, then stops them and hands them back; a second signal exits at once and\n" +
-		"kills the running commands' process groups. The provider check runs first (exit 4).",
+		"kills the running commands' process groups. A worker that creates the queue checks the\n" +
+		"provider first (exit 4 if it is unsupported); later ones trust the queue's manifest.",
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		execs := map[string]string{}
 		fs.Func("exec", "run `TYPE=COMMAND` for tasks of TYPE (repeatable)", func(v string) error {
@@ -56,14 +57,11 @@ var workerCommand = &command{
 			if err != nil {
 				return err
 			}
-			if err := a.checkProvider(ctx, st, url); err != nil {
-				return err
-			}
 			wcfg := a.cfg.Worker()
 			wcfg.Logger = a.log
 			w, err := worker.New(ctx, st, wcfg)
 			if err != nil {
-				return err
+				return unsupported(url, err)
 			}
 			types := make([]string, 0, len(handlers))
 			for typ, cmd := range handlers {
@@ -90,22 +88,20 @@ var workerCommand = &command{
 var monitorCommand = &command{
 	name: "monitor", nargs: 0,
 	summary: "re-dispatch expired leases, repair lost tasks, apply retention, until SIGTERM/SIGINT",
-	details: "Sweeps every shard each [monitor] interval. Several monitors may run at once. The provider\n" +
-		"check runs first (exit 4).",
+	details: "Sweeps every shard each [monitor] interval. Several monitors may run at once. A monitor that\n" +
+		"creates the queue checks the provider first (exit 4 if it is unsupported); later ones trust\n" +
+		"the queue's manifest.",
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		return func(ctx context.Context, _ []string) error {
 			st, url, err := a.openStore(ctx)
 			if err != nil {
 				return err
 			}
-			if err := a.checkProvider(ctx, st, url); err != nil {
-				return err
-			}
 			mcfg := a.cfg.Monitor()
 			mcfg.Logger = a.log
 			m, err := monitor.New(ctx, st, mcfg)
 			if err != nil {
-				return err
+				return unsupported(url, err)
 			}
 			a.log.Info("monitor started", "store", url, "interval", mcfg.Interval)
 			err = m.Run(ctx)
@@ -125,4 +121,13 @@ var monitorCommand = &command{
 // help until someone fixes the store.
 func unusable(url string, err error) error {
 	return fmt.Errorf("store %s is unusable, so the command stopped (fix the store, then start it again): %w", url, err)
+}
+
+// unsupported points an unsupported-provider error (met when the command
+// creates the queue: shards.Open checks the provider then) at doctor.
+func unsupported(url string, err error) error {
+	if errors.Is(err, s3store.ErrUnsupportedProvider) {
+		return fmt.Errorf("store %s: %w (run 's3queue doctor' for details)", url, err)
+	}
+	return err
 }
