@@ -3,8 +3,10 @@ package sim_test
 import (
 	"fmt"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 
@@ -50,6 +52,14 @@ const shortSeeds = 150
 
 // Every seed's run keeps every invariant.
 func TestSimulation(t *testing.T) {
+	var sum summary
+	t.Cleanup(func() {
+		line := sum.String()
+		t.Log(line)
+		if os.Getenv("S3QUEUE_SIM_SEEDS") != "" {
+			fmt.Println(line) // the soak's figures, for docs/reliability.md
+		}
+	})
 	for _, seed := range seeds(t, shortSeeds) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			t.Parallel()
@@ -62,12 +72,58 @@ func TestSimulation(t *testing.T) {
 					same := len(again.Violations) > 0 && again.Violations[0] == res.Violations[0]
 					t.Errorf("%d violations (a second run of the seed: same first violation %v)\n%s", len(res.Violations), same, res.Report(30))
 				}
+				sum.add(res)
 				if testing.Verbose() {
 					t.Logf("%s\ntasks %d, executions %d (duplicates %d), requests %v", res.Plan, res.Tasks, res.Executions, res.Duplicates, res.Counts)
 				}
 			})
 		})
 	}
+}
+
+// summary adds up what the seeds of a run did.
+type summary struct {
+	mu                                           sync.Mutex
+	seeds, failed, tasks, executions, duplicates int
+	requests                                     int
+	faults                                       map[string]int
+}
+
+func (s *summary) add(r sim.Result) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.faults == nil {
+		s.faults = make(map[string]int)
+	}
+	s.seeds++
+	if len(r.Violations) > 0 {
+		s.failed++
+	}
+	s.tasks += r.Tasks
+	s.executions += r.Executions
+	s.duplicates += r.Duplicates
+	for _, op := range []string{"PUT", "GET", "HEAD", "LIST", "DELETE"} {
+		s.requests += r.Counts[op]
+	}
+	for k, v := range r.Faults() {
+		s.faults[k] += v
+	}
+}
+
+func (s *summary) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	keys := make([]string, 0, len(s.faults))
+	for k := range s.faults {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var f []string
+	for _, k := range keys {
+		f = append(f, fmt.Sprintf("%s %d", k, s.faults[k]))
+	}
+	return fmt.Sprintf("SIM seeds %d (with violations %d), tasks acknowledged %d, handler runs %d (beyond the first per attempt %d), requests served %d, faults: %s",
+		s.seeds, s.failed, s.tasks, s.executions, s.duplicates, s.requests, strings.Join(f, ", "))
 }
 
 // A seed replays exactly: two runs of one seed serve the same requests in
