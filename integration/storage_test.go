@@ -57,14 +57,14 @@ func TestServerSmoke(t *testing.T) {
 func TestConformance_MinIO(t *testing.T) {
 	srv := harness.MinIO(t)
 	storetest.RunWith(t, func(t *testing.T) s3store.Store { return newStore(t, srv) },
-		storetest.Options{ParentKeys: storetest.ParentKeysHidden})
+		storetest.Options{ParentKeys: storetest.ParentKeysHidden, ConditionalDelete: s3store.DeleteIgnored})
 }
 
 func TestConformance_VersityGW(t *testing.T) {
 	srv := harness.Versity(t)
 	// The posix backend stores keys as files and directories.
 	storetest.RunWith(t, func(t *testing.T) s3store.Store { return newStore(t, srv) },
-		storetest.Options{ParentKeys: storetest.ParentKeysRefused})
+		storetest.Options{ParentKeys: storetest.ParentKeysRefused, ConditionalDelete: s3store.DeleteHonoured})
 }
 
 // TestStoreURL opens a store the way users do, from an s3:// URL with the
