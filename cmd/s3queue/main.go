@@ -31,7 +31,7 @@ const (
 	exitRuntime     = 1 // store unreachable, a request failed, a task in the wrong state
 	exitUsage       = 2 // bad flags, bad input, bad config, layout mismatch
 	exitNotFound    = 3 // no task with that id
-	exitUnsupported = 4 // the provider ignores conditional PUT
+	exitUnsupported = 4 // the provider does not honour conditional PUT
 	exitUnusable    = 5 // the store will not heal: bucket or directory gone, access denied
 )
 
