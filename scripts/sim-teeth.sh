@@ -35,7 +35,7 @@ for d in "${defects[@]}"; do
 		printf 'defect %-3s the patch no longer applies: %s\n' "$d" "$(head -1 "$work/apply.log")"
 		continue
 	fi
-	out=$(cd "$work/tree" && S3QUEUE_SIM_HUNT=$SEEDS go test -count=1 -run '^TestHunt$' ./internal/sim 2>&1 |
+	out=$(cd "$work/tree" && S3QUEUE_SIM_HUNT=$SEEDS go test -v -count=1 -run '^TestHunt$' ./internal/sim 2>&1 |
 		grep -E '^HUNT|^FAIL|cannot|undefined|panic' | head -3 || true)
 	printf 'defect %-3s %s\n' "$d" "${out//$'\n'/ }"
 done
