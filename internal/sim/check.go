@@ -62,6 +62,7 @@ func (w *world) check() Result {
 
 	type state struct {
 		t        *task.Task
+		dueAt    time.Time // pending: when it became due (or was written, if later)
 		changed  time.Time // UpdatedAt of its last change of status (a retirement is not one)
 		deleted  bool
 		created  bool
@@ -147,6 +148,19 @@ func (w *world) check() Result {
 			}
 			if prev.Status == task.Running && prev.Claim != nil && isWorker(e.Proc) && e.Proc != prev.Claim.Worker {
 				add(InvFenced, id, "%s wrote %s at %s over the claim of %s", e.Proc, t.Status, at, prev.Claim.Worker)
+			}
+		}
+		// In the quiet tail a due task is claimed within the bound.
+		switch {
+		case t.Status == task.Pending:
+			st.dueAt = t.AvailableAt
+			if e.At.After(st.dueAt) {
+				st.dueAt = e.At
+			}
+		case t.Status == task.Running && st.t != nil && st.t.Status == task.Pending:
+			if !st.dueAt.Before(w.quietAt) && e.At.Sub(st.dueAt) > w.opts.Bound {
+				add(InvLiveness, id, "due at %s in the quiet tail, claimed only at %s, %v later",
+					st.dueAt.Format("15:04:05"), at, e.At.Sub(st.dueAt).Round(time.Second))
 			}
 		}
 		if t.Status == task.Succeeded && (st.t == nil || st.t.Status != task.Succeeded) {

@@ -64,15 +64,19 @@ type Plan struct {
 	Leader                       bool
 	Faults                       Faults
 	Crashes                      int
-	// Burst: one producer submits a burst of long tasks at once, more
-	// than the first member's slots can run soon: a member whose slots are
-	// full must ask for help.
+	// Burst: at the start of the quiet tail a producer submits a burst of
+	// long tasks, four per slot the fleet can bring to bear: a member whose slots
+	// are full must ask for help, or the burst waits past the bound.
 	Burst bool
+	// Racer: a producer requeues finished tasks, and submits again the
+	// idempotency keys of finished tasks, at the moment retention deletes
+	// them.
+	Racer bool
 }
 
 func (p Plan) String() string {
-	return fmt.Sprintf("seed %d: provider %s, %d shards, pages of %d, %d workers, %d monitors (leader %v), %d producers (burst %v), %d crashes, faults %+v",
-		p.Seed, p.Provider.Name, p.Shards, p.MaxPage, p.Workers, p.Monitors, p.Leader, p.Producers, p.Burst, p.Crashes, p.Faults)
+	return fmt.Sprintf("seed %d: provider %s, %d shards, pages of %d, %d workers, %d monitors (leader %v), %d producers (burst %v, racer %v), %d crashes, faults %+v",
+		p.Seed, p.Provider.Name, p.Shards, p.MaxPage, p.Workers, p.Monitors, p.Leader, p.Producers, p.Burst, p.Racer, p.Crashes, p.Faults)
 }
 
 // Result is what a run did and what the checker found.
@@ -150,6 +154,7 @@ func Run(seed uint64, opts Options) Result {
 		Leader:    rng.IntN(2) == 0,
 		Crashes:   rng.IntN(5),
 		Burst:     rng.IntN(4) == 0,
+		Racer:     rng.IntN(2) == 0,
 		Faults: Faults{
 			Error:     0.05 * rng.Float64(),
 			Conflict:  0.02 * rng.Float64(),
@@ -183,6 +188,13 @@ func Run(seed uint64, opts Options) Result {
 			w.produce(i)
 		}()
 	}
+	if plan.Racer {
+		producers.Add(1)
+		go func() {
+			defer producers.Done()
+			w.race()
+		}()
+	}
 	w.chaos()
 	producers.Wait()
 
@@ -192,6 +204,9 @@ func Run(seed uint64, opts Options) Result {
 	w.quietAt = time.Now()
 	w.mu.Unlock()
 	w.restoreFleet()
+	if plan.Burst {
+		w.burst()
+	}
 	time.Sleep(opts.Quiet)
 
 	w.stopAll()
@@ -352,7 +367,7 @@ func (w *world) handler(workerName string) worker.Handler {
 			}
 		}
 		if bytes.Contains(t.Input, []byte(`"long"`)) {
-			return nil, sleep(20 * time.Second)
+			return nil, sleep(30 * time.Second)
 		}
 		switch p := (x >> 20) % 100; {
 		case p < 65:
@@ -401,16 +416,40 @@ func (w *world) produce(i int) {
 					continue
 				}
 			}
-			if j == 0 && i == 0 && w.plan.Burst {
-				for k := range 30 {
-					w.submitLong(ctx, p, prod, k)
-				}
-				continue
-			}
 			w.act(ctx, p, prod, rng, j)
 		}
 	})
 	<-p.done
+}
+
+// burst submits, at the start of the quiet tail, four long tasks per slot
+// the fleet can bring to bear, at once. A shard has one member, so that is
+// the slots of the min(workers, shards) smallest live workers.
+func (w *world) burst() {
+	var each []int
+	w.mu.Lock()
+	for _, p := range w.procs {
+		if p.kind == "w" && p.h.state.Load() == stateAlive {
+			each = append(each, 1+w.procRand(p.name).IntN(3))
+		}
+	}
+	w.mu.Unlock()
+	sort.Ints(each)
+	slots := 0
+	for _, n := range each[:min(len(each), w.plan.Shards)] {
+		slots += n
+	}
+	w.spawn("p", "pburst", func(ctx context.Context, p *proc) {
+		prod, ok := retry(ctx, func() (*producer.Producer, error) {
+			return producer.New(ctx, p.h, producer.Config{Rand: w.seeded(p.name), Clock: w.clockFor(p.h), Logger: discard})
+		})
+		if !ok {
+			return
+		}
+		for k := range 4 * slots {
+			w.submitLong(ctx, p, prod, k)
+		}
+	})
 }
 
 // submitLong submits one task of a burst: a long one, all of whose
@@ -500,6 +539,76 @@ func (w *world) someAcked(rng *rand.Rand) string {
 	}
 	sort.Strings(ids)
 	return ids[rng.IntN(len(ids))]
+}
+
+// race requeues finished tasks, and submits again the idempotency keys of
+// finished ones, at the moment retention deletes them: the requeue, or the
+// resubmit, lands among the monitor's requests for that deletion.
+func (w *world) race() {
+	rng := rand.New(rand.NewPCG(w.plan.Seed, 0x7ace))
+	end := time.Now().Add(w.opts.Chaos)
+	p := w.spawn("p", "prace", func(ctx context.Context, p *proc) {
+		prod, ok := retry(ctx, func() (*producer.Producer, error) {
+			return producer.New(ctx, p.h, producer.Config{Rand: w.seeded(p.name), Clock: w.clockFor(p.h), Logger: discard})
+		})
+		if !ok {
+			return
+		}
+		for time.Now().Before(end) && ctx.Err() == nil {
+			time.Sleep(time.Duration(2+rng.IntN(5)) * time.Second)
+			id := w.someAcked(rng)
+			if id == "" {
+				continue
+			}
+			t, err := prod.Get(ctx, id)
+			if err != nil || !t.Status.Terminal() {
+				continue
+			}
+			hold := w.opts.Retention
+			if t.IdempotencyKey != "" {
+				hold = max(hold, shards.MinKeyedRetention)
+			}
+			due := t.UpdatedAt.Add(hold)
+			if d := time.Until(due); d > time.Minute || d < -30*time.Second {
+				continue // not near its retention
+			}
+			// From just before it is due until well after: each try lands
+			// somewhere among the monitor's requests.
+			time.Sleep(max(0, time.Until(due.Add(-time.Second))))
+			for k := 0; k < 15 && ctx.Err() == nil; k++ {
+				if t.IdempotencyKey != "" {
+					w.resubmit(ctx, p, prod, t)
+				} else if t.Status != task.Succeeded {
+					o := op{proc: p.name, kind: "requeue", id: id, from: w.logLen()}
+					o.err = prod.Requeue(ctx, id)
+					o.to = w.logLen()
+					w.record(o)
+				}
+				time.Sleep(time.Duration(200+rng.IntN(1800)) * time.Millisecond)
+			}
+		}
+	})
+	<-p.done
+}
+
+// resubmit submits again the task of an idempotency key.
+func (w *world) resubmit(ctx context.Context, p *proc, prod *producer.Producer, t *task.Task) {
+	o := op{proc: p.name, kind: "submit", key: t.IdempotencyKey, from: w.logLen()}
+	o.id, o.err = prod.Submit(ctx, taskType, t.Input, producer.Options{IdempotencyKey: t.IdempotencyKey,
+		MaxAttempts: t.MaxAttempts, Timeout: t.Timeout.D(), Retry: &t.Retry})
+	o.to = w.logLen()
+	w.record(o)
+	if o.err == nil {
+		w.mu.Lock()
+		w.acked[o.id] = ack{key: t.IdempotencyKey, proc: p.name}
+		w.mu.Unlock()
+	}
+}
+
+func (w *world) record(o op) {
+	w.mu.Lock()
+	w.ops = append(w.ops, o)
+	w.mu.Unlock()
 }
 
 // chaos crashes or stops workers and monitors at random times during the
