@@ -64,9 +64,11 @@ type Plan struct {
 	Leader                       bool
 	Faults                       Faults
 	Crashes                      int
-	// Burst: at the start of the quiet tail a producer submits a burst of
-	// long tasks, four per slot the fleet can bring to bear: a member whose slots
-	// are full must ask for help, or the burst waits past the bound.
+	// Burst: at the start of the quiet tail a producer submits long tasks
+	// (8 minutes each), one every 3 seconds, half as many as the fleet has
+	// slots: the first member fills up one task at a time, and must see
+	// the ones that come after and ask for help, or they wait past the
+	// bound.
 	Burst bool
 	// Racer: a producer requeues finished tasks, and submits again the
 	// idempotency keys of finished tasks, at the moment retention deletes
@@ -367,7 +369,7 @@ func (w *world) handler(workerName string) worker.Handler {
 			}
 		}
 		if bytes.Contains(t.Input, []byte(`"long"`)) {
-			return nil, sleep(30 * time.Second)
+			return nil, sleep(8 * time.Minute)
 		}
 		switch p := (x >> 20) % 100; {
 		case p < 65:
@@ -422,9 +424,14 @@ func (w *world) produce(i int) {
 	<-p.done
 }
 
-// burst submits, at the start of the quiet tail, four long tasks per slot
-// the fleet can bring to bear, at once. A shard has one member, so that is
-// the slots of the min(workers, shards) smallest live workers.
+// burst submits, at the start of the quiet tail, one long task every 3
+// seconds, half as many as the fleet has slots to run them at once (a
+// task that waits in a full member's shard reaches another member through
+// the monitor's repair, which routes at random: the slack keeps that
+// within the bound). A shard has one member, so the fleet's slots are
+// those of the min(workers, shards) smallest live workers. Each claim finds one task, so the first member fills up
+// without seeing more waiting; the tasks after that arrive while it is
+// full, and it must see them and ask for help.
 func (w *world) burst() {
 	var each []int
 	w.mu.Lock()
@@ -446,14 +453,15 @@ func (w *world) burst() {
 		if !ok {
 			return
 		}
-		for k := range 4 * slots {
+		for k := range (slots + 1) / 2 {
 			w.submitLong(ctx, p, prod, k)
+			time.Sleep(3 * time.Second)
 		}
 	})
 }
 
 // submitLong submits one task of a burst: a long one, all of whose
-// attempts run 20 s and succeed.
+// attempts run 8 minutes and succeed.
 func (w *world) submitLong(ctx context.Context, p *proc, prod *producer.Producer, k int) {
 	o := op{proc: p.name, kind: "submit"}
 	o.from = w.logLen()
@@ -554,33 +562,48 @@ func (w *world) race() {
 		if !ok {
 			return
 		}
+		// watched: finished tasks it has seen, by when retention is due.
+		watched := make(map[string]time.Time)
 		for time.Now().Before(end) && ctx.Err() == nil {
-			time.Sleep(time.Duration(2+rng.IntN(5)) * time.Second)
-			id := w.someAcked(rng)
-			if id == "" {
+			var t *task.Task
+			next, nextID := end, ""
+			for id, due := range watched {
+				if due.Before(next) || due.Equal(next) && id < nextID {
+					next, nextID = due, id
+				}
+			}
+			if nextID != "" && time.Until(next) < 3*time.Second {
+				delete(watched, nextID)
+				time.Sleep(max(0, time.Until(next.Add(-time.Second))))
+				var err error
+				if t, err = prod.Get(ctx, nextID); err != nil || !t.Status.Terminal() {
+					continue
+				}
+			} else {
+				time.Sleep(min(time.Duration(1+rng.IntN(3))*time.Second, max(0, time.Until(next.Add(-2*time.Second)))))
+				id := w.someAcked(rng)
+				if id == "" {
+					continue
+				}
+				if t, err := prod.Get(ctx, id); err == nil && t.Status.Terminal() && (t.IdempotencyKey != "" || t.Status != task.Succeeded) {
+					hold := w.opts.Retention
+					if t.IdempotencyKey != "" {
+						hold = max(hold, shards.MinKeyedRetention)
+					}
+					if due := t.UpdatedAt.Add(hold); due.After(time.Now()) {
+						watched[id] = due
+					}
+				}
 				continue
-			}
-			t, err := prod.Get(ctx, id)
-			if err != nil || !t.Status.Terminal() {
-				continue
-			}
-			hold := w.opts.Retention
-			if t.IdempotencyKey != "" {
-				hold = max(hold, shards.MinKeyedRetention)
-			}
-			due := t.UpdatedAt.Add(hold)
-			if d := time.Until(due); d > time.Minute || d < -30*time.Second {
-				continue // not near its retention
 			}
 			// From just before it is due until well after: each try lands
 			// somewhere among the monitor's requests.
-			time.Sleep(max(0, time.Until(due.Add(-time.Second))))
 			for k := 0; k < 15 && ctx.Err() == nil; k++ {
 				if t.IdempotencyKey != "" {
 					w.resubmit(ctx, p, prod, t)
 				} else if t.Status != task.Succeeded {
-					o := op{proc: p.name, kind: "requeue", id: id, from: w.logLen()}
-					o.err = prod.Requeue(ctx, id)
+					o := op{proc: p.name, kind: "requeue", id: t.ID, from: w.logLen()}
+					o.err = prod.Requeue(ctx, t.ID)
 					o.to = w.logLen()
 					w.record(o)
 				}
