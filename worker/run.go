@@ -186,7 +186,7 @@ func (r *run) update(ctx context.Context, change func(*task.Task, time.Time) err
 			r.v = nv
 			return nil
 		}
-		if !errors.Is(err, s3store.ErrPreconditionFailed) && !errors.Is(err, s3store.ErrConflict) {
+		if !errors.Is(err, s3store.ErrPreconditionFailed) && !errors.Is(err, s3store.ErrConflict) && !errors.Is(err, s3store.ErrNotFound) {
 			// The store already retried; one more round after a pause
 			// rides out a short outage. The re-read below decides whether
 			// our write landed after all.
@@ -252,8 +252,23 @@ func (r *run) commit(o outcome, cause error) {
 		}
 		var ra retryAfterError
 		if errors.As(o.err, &ra) {
-			kind = "snoozed"
-			return t.Snooze(r.claimID, ra.delay, o.err.Error(), now)
+			if err := t.Snooze(r.claimID, ra.delay, o.err.Error(), now); err != nil {
+				return err
+			}
+			// Past task.MaxSnoozes a snooze is a failed attempt, and a
+			// cancel requested meanwhile wins.
+			switch t.Status {
+			case task.Dead:
+				kind = "dead"
+			case task.Canceled:
+				kind = "canceled"
+			case task.Pending:
+				kind = "snoozed"
+				if t.Attempt == r.v.Task.Attempt {
+					kind = "failed"
+				}
+			}
+			return nil
 		}
 		if err := t.Fail(r.claimID, o.err.Error(), IsPermanent(o.err), now, claimRand(r.claimID)); err != nil {
 			return err
