@@ -693,6 +693,20 @@ func (w *Worker) Member() (bool, shards.Assignment) {
 	return v.member, v.assign
 }
 
+// ScanCursors reports, for each shard the worker has scanned, how far its
+// scan has got: every key of an earlier time has been handled. A cursor
+// that stops advancing while its shard receives work is a starved shard
+// (the simulator checks that none does).
+func (w *Worker) ScanCursors() map[int]time.Time {
+	w.pollMu.Lock()
+	defer w.pollMu.Unlock()
+	out := make(map[int]time.Time, len(w.scans))
+	for shard, s := range w.scans {
+		out[shard] = s.Cursor()
+	}
+	return out
+}
+
 // pass is what one poll of some shards did.
 type pass struct {
 	claimed  int  // tasks claimed

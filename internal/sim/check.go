@@ -39,9 +39,11 @@ const (
 	InvLiveness     = "due tasks are picked up"
 	InvRunnable     = "a claimed task can run" // no handler starts with its lease already given up
 	InvAfterStop    = "nothing outlives Run"
+	InvCursor       = "scan cursors advance" // a member's cursor passes every key older than its lag
 	InvDecodable    = "the queue writes only valid task objects"
 	InvNoResurrect  = "a deleted task stays deleted"
 	retentionMargin = 5 * time.Second // clock uncertainty the monitor may use
+	cursorLag       = time.Minute     // how far a member's scan may trail its shard's keys
 )
 
 // check runs the checker over the finished run.
@@ -229,6 +231,29 @@ func (w *world) check() Result {
 		}
 		if x.dead && !x.at.Before(w.quietAt.Add(time.Minute)) {
 			add(InvRunnable, x.id, "%s started attempt %d at %s with its context already canceled", x.worker, x.attempt, x.at.Format("15:04:05"))
+		}
+	}
+	// Every member's scan of its own shards has passed every key that is
+	// more than cursorLag old: a cursor held by a key it never settles
+	// starves the rest of its shard.
+	for _, c := range w.cursors {
+		var newest time.Time
+		for key := range w.srv.Objects(shards.TasksPrefix(c.shard)) {
+			var at time.Time
+			if p, err := shards.ParsePointerKey(key); err == nil {
+				at = p.At
+			} else if _, id, err := task.ParseKey(key); err == nil {
+				at, _ = task.IDTime(id)
+			} else {
+				continue
+			}
+			if at.Before(end.Add(-cursorLag)) && at.After(newest) {
+				newest = at
+			}
+		}
+		if c.at.Before(newest.Add(-cursorLag)) {
+			add(InvCursor, "", "%s's scan of shard %d stands at %s, behind keys of %s", c.worker, c.shard,
+				c.at.Format("15:04:05"), newest.Format("15:04:05"))
 		}
 	}
 	for _, v := range w.srv.Violations() {

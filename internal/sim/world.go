@@ -107,6 +107,7 @@ type world struct {
 	acked   map[string]ack // task id -> what the producer was told
 	ops     []op
 	execs   []execution
+	cursors []cursor
 	quietAt time.Time
 	wg      sync.WaitGroup
 }
@@ -115,6 +116,7 @@ type world struct {
 type proc struct {
 	name   string
 	kind   string
+	wk     *worker.Worker // a worker, once open (under world.mu)
 	h      *Handle
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -210,6 +212,7 @@ func Run(seed uint64, opts Options) Result {
 		w.burst()
 	}
 	time.Sleep(opts.Quiet)
+	w.cursors = w.readCursors()
 
 	w.stopAll()
 	cancel()
@@ -330,6 +333,9 @@ func (w *world) startWorker() *proc {
 			return
 		}
 		wk.Handle(taskType, w.handler(p.name))
+		w.mu.Lock()
+		p.wk = wk
+		w.mu.Unlock()
 		wk.Run(ctx)
 	})
 }
@@ -686,6 +692,41 @@ func (w *world) pick() *proc {
 	}
 	sort.Slice(live, func(i, j int) bool { return live[i].name < live[j].name })
 	return live[w.rng.IntN(len(live))]
+}
+
+// cursor is where a member's scan of one of its own shards stood at the
+// end of the quiet tail.
+type cursor struct {
+	worker string
+	shard  int
+	at     time.Time
+}
+
+// readCursors reads the scan cursors of every live member's own shards.
+func (w *world) readCursors() []cursor {
+	w.mu.Lock()
+	var wks []*proc
+	for _, p := range w.procs {
+		if p.wk != nil && p.h.state.Load() == stateAlive {
+			wks = append(wks, p)
+		}
+	}
+	w.mu.Unlock()
+	sort.Slice(wks, func(i, j int) bool { return wks[i].name < wks[j].name })
+	var out []cursor
+	for _, p := range wks {
+		member, a := p.wk.Member()
+		if !member {
+			continue
+		}
+		at := p.wk.ScanCursors()
+		for _, s := range a.Own {
+			if c, ok := at[s]; ok {
+				out = append(out, cursor{worker: p.name, shard: s, at: c})
+			}
+		}
+	}
+	return out
 }
 
 // restoreFleet makes sure the quiet tail has the planned number of live
