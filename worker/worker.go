@@ -148,6 +148,7 @@ type Worker struct {
 	fleet        membership
 	unhandled    map[string]string // task key -> type: pending tasks seen that no known member could run (under pollMu)
 	view         atomic.Pointer[memberView]
+	cursors      atomic.Pointer[map[int]time.Time] // the scans' cursors after the last poll
 	pointerShard atomic.Int64 // where retries are announced (-1: the task's own shard)
 
 	mu       sync.Mutex
@@ -697,14 +698,26 @@ func (w *Worker) Member() (bool, shards.Assignment) {
 // scan has got: every key of an earlier time has been handled. A cursor
 // that stops advancing while its shard receives work is a starved shard
 // (the simulator checks that none does).
+//
+// It reads what the last poll published, without waiting for a poll in
+// progress.
 func (w *Worker) ScanCursors() map[int]time.Time {
-	w.pollMu.Lock()
-	defer w.pollMu.Unlock()
-	out := make(map[int]time.Time, len(w.scans))
-	for shard, s := range w.scans {
-		out[shard] = s.Cursor()
+	out := make(map[int]time.Time)
+	if c := w.cursors.Load(); c != nil {
+		for shard, at := range *c {
+			out[shard] = at
+		}
 	}
 	return out
+}
+
+// publishCursors publishes the scans' cursors (under pollMu).
+func (w *Worker) publishCursors() {
+	c := make(map[int]time.Time, len(w.scans))
+	for shard, s := range w.scans {
+		c[shard] = s.Cursor()
+	}
+	w.cursors.Store(&c)
 }
 
 // pass is what one poll of some shards did.
@@ -724,6 +737,7 @@ type pass struct {
 func (w *Worker) pollShards(ctx context.Context, list []int, peek bool) (p pass) {
 	w.pollMu.Lock()
 	defer w.pollMu.Unlock()
+	defer w.publishCursors()
 	if w.stopping.Load() || len(list) == 0 {
 		return p
 	}
