@@ -242,12 +242,27 @@ func (w *world) check() Result {
 		}
 	}
 
-	// Handlers, and processes after they stopped.
-	seen := make(map[string]int)
-	for _, x := range w.execs {
-		k := fmt.Sprintf("%s/%d", x.id, x.attempt)
-		seen[k]++
-		if seen[k] > 1 {
+	// Handlers, and processes after they stopped. A duplicate execution is
+	// one whose claim ended without an outcome of its own (its lease was
+	// lost, its worker died) and whose task ran again (invariant 5: counted,
+	// not hidden).
+	settled := make(map[string]bool) // claim ids that wrote their own outcome
+	for _, e := range log {
+		if !strings.HasPrefix(e.Key, "tasks/") || shards.IsPointer(e.Key) || e.Old == nil || e.New == nil {
+			continue
+		}
+		prev, err1 := task.Decode(e.Old)
+		next, err2 := task.Decode(e.New)
+		if err1 == nil && err2 == nil && prev.Status == task.Running && next.Status != task.Running && prev.Claim != nil && e.Proc == prev.Claim.Worker {
+			settled[prev.Claim.ID] = true
+		}
+	}
+	last := make(map[string]int) // task id -> index of its last execution
+	for i, x := range w.execs {
+		last[x.id] = i
+	}
+	for i, x := range w.execs {
+		if !settled[x.claim] && last[x.id] > i {
 			res.Duplicates++
 		}
 		if x.dead && !x.at.Before(w.quietAt.Add(time.Minute)) {

@@ -122,7 +122,7 @@ func (s *summary) String() string {
 	for _, k := range keys {
 		f = append(f, fmt.Sprintf("%s %d", k, s.faults[k]))
 	}
-	return fmt.Sprintf("SIM seeds %d (with violations %d), tasks acknowledged %d, handler runs %d (beyond the first per attempt %d), requests served %d, faults: %s",
+	return fmt.Sprintf("SIM seeds %d (with violations %d), tasks acknowledged %d, handler runs %d (duplicates after a lost lease %d), requests served %d, faults: %s",
 		s.seeds, s.failed, s.tasks, s.executions, s.duplicates, s.requests, strings.Join(f, ", "))
 }
 

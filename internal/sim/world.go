@@ -89,7 +89,7 @@ type Result struct {
 	Counts     map[string]int
 	Tasks      int // tasks acknowledged to producers
 	Executions int // handler runs
-	Duplicates int // handler runs beyond the first per task attempt
+	Duplicates int // handler runs whose claim was lost (no outcome of its own) before the task ran again
 	log        []Entry
 }
 
@@ -137,6 +137,7 @@ type op struct {
 
 type execution struct {
 	id      string
+	claim   string
 	attempt int
 	worker  string
 	at      time.Time
@@ -360,7 +361,11 @@ const taskType = "sim"
 func (w *world) handler(workerName string) worker.Handler {
 	return func(ctx context.Context, t *task.Task) (json.RawMessage, error) {
 		w.mu.Lock()
-		w.execs = append(w.execs, execution{id: t.ID, attempt: t.Attempt, worker: workerName, at: time.Now(), dead: ctx.Err() != nil})
+		claim := ""
+		if t.Claim != nil {
+			claim = t.Claim.ID
+		}
+		w.execs = append(w.execs, execution{id: t.ID, claim: claim, attempt: t.Attempt, worker: workerName, at: time.Now(), dead: ctx.Err() != nil})
 		w.mu.Unlock()
 		h := fnv.New64a()
 		fmt.Fprintf(h, "%d/%s/%d", w.plan.Seed, t.ID, t.Attempt)
