@@ -149,7 +149,7 @@ type Worker struct {
 	unhandled    map[string]string // task key -> type: pending tasks seen that no known member could run (under pollMu)
 	view         atomic.Pointer[memberView]
 	cursors      atomic.Pointer[map[int]time.Time] // the scans' cursors after the last poll
-	pointerShard atomic.Int64 // where retries are announced (-1: the task's own shard)
+	pointerShard atomic.Int64                      // where retries are announced (-1: the task's own shard)
 
 	mu       sync.Mutex
 	handlers map[string]Handler
