@@ -341,26 +341,38 @@ func (w *Worker) Run(ctx context.Context) error {
 			return err
 		case <-timer.C:
 		case <-w.freed:
-			// A slot freed up: claim a held candidate now (no LIST), or if
-			// the last poll stopped for lack of slots, poll again soon
-			// rather than after PollMax.
-			w.fleetMu.Lock()
-			t := time.Now().Add(w.fleet.interval)
-			own := w.fleet.assign.Own
-			if w.static() {
-				own = w.cfg.OwnShards
-			}
-			if w.holding(own) {
-				t = time.Now()
-			}
-			if t.Before(w.fleet.nextOwnPoll) {
-				w.fleet.nextOwnPoll = t
-			}
-			w.fleet.fullSince, w.fleet.backlog = time.Time{}, false // no longer full
-			w.fleetMu.Unlock()
+			w.slotFreed()
+		}
+		// When the timer and a freed slot are both ready, select picks one
+		// at random: take the freed slot either way, so that what happens
+		// next does not depend on that pick (a seeded simulation replays).
+		select {
+		case <-w.freed:
+			w.slotFreed()
+		default:
 		}
 		timer.Reset(w.step(ctx))
 	}
+}
+
+// slotFreed reacts to a handler that finished: claim a held candidate now
+// (no LIST), or if the last poll stopped for lack of slots, poll again soon
+// rather than after PollMax.
+func (w *Worker) slotFreed() {
+	w.fleetMu.Lock()
+	defer w.fleetMu.Unlock()
+	t := time.Now().Add(w.fleet.interval)
+	own := w.fleet.assign.Own
+	if w.static() {
+		own = w.cfg.OwnShards
+	}
+	if w.holding(own) {
+		t = time.Now()
+	}
+	if t.Before(w.fleet.nextOwnPoll) {
+		w.fleet.nextOwnPoll = t
+	}
+	w.fleet.fullSince, w.fleet.backlog = time.Time{}, false // no longer full
 }
 
 // leave removes the worker from the fleet on shutdown, so its shards move
