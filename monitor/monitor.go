@@ -252,6 +252,13 @@ func (m *Monitor) lead(ctx context.Context) (bool, error) {
 	}
 	if m.lease.Epoch() == 0 || err != nil {
 		err = m.lease.Acquire(ctx, nil)
+		if err == nil {
+			// Leading again after another monitor led: the floors this one
+			// kept may lie above tasks made live meanwhile (the other one
+			// learnt of them). Sweeps start over from each shard's first
+			// key, one walk of the retained history per change of leader.
+			m.sweeps = make(map[int]*sweep)
+		}
 	}
 	if errors.Is(err, s3store.ErrUnusable) {
 		return false, fmt.Errorf("monitor lease: %w", err)
@@ -634,8 +641,19 @@ func (m *Monitor) inspectPointer(ctx context.Context, o s3store.ObjectInfo, iv c
 	case err != nil:
 		return err
 	case v.Task.Status == task.Pending:
+		// Still pending this long after its pointer's time: the pointer
+		// was passed over (a scan read the task before the requeue that
+		// wrote the pointer first had landed, and settled it). Announce
+		// the task afresh; this pointer has done its part.
 		m.cover(v.Task.Shard, v.Task.Key(), iv)
-		return nil
+		if v.Task.Due(iv.Earliest) {
+			if _, err := m.announce(ctx, v.Task); err != nil {
+				return err
+			}
+			st.Repaired++
+		} else {
+			return nil
+		}
 	case v.Task.Status == task.Running:
 		m.cover(v.Task.Shard, v.Task.Key(), iv)
 	}
@@ -782,7 +800,10 @@ func (m *Monitor) expireRetention(ctx context.Context, key string, iv clock.Inte
 	lost := func(err error) bool {
 		return errors.Is(err, s3store.ErrPreconditionFailed) || errors.Is(err, s3store.ErrConflict) || errors.Is(err, s3store.ErrNotFound)
 	}
-	if !t.Retired && !m.manifest.DeleteHonoured() {
+	// A keyed task is tombstoned first on every provider: its record goes
+	// before it (see below), and a requeue landing between the two would
+	// otherwise leave a live task whose key is free for a second one.
+	if !t.Retired && (!m.manifest.DeleteHonoured() || t.IdempotencyKey != "") {
 		now, err := m.clock.Now(ctx)
 		if err != nil {
 			return err
@@ -803,9 +824,9 @@ func (m *Monitor) expireRetention(ctx context.Context, key string, iv clock.Inte
 	// submit recreates that task as if its producer had crashed (see
 	// producer.Submit), so a record without its task never outlives
 	// retention, and a submit after it starts afresh.
-	var recDeleted bool
+	// (A keyed task is retired by now: nothing can requeue it.)
 	if t.IdempotencyKey != "" {
-		if recDeleted, err = m.expireRecord(ctx, t); err != nil {
+		if _, err = m.expireRecord(ctx, t); err != nil {
 			return err
 		}
 	}
@@ -815,11 +836,8 @@ func (m *Monitor) expireRetention(ctx context.Context, key string, iv clock.Inte
 		err = m.st.Delete(ctx, key, s3store.DeleteOptions{IfMatch: v.ETag})
 		if lost(err) {
 			// Requeued since it was read (the DELETE is atomic here): the
-			// task lives on, and so must its record.
+			// task lives on.
 			delete(m.known, key)
-			if recDeleted {
-				m.restoreRecord(ctx, t)
-			}
 			return nil
 		}
 	}
@@ -873,16 +891,6 @@ func (m *Monitor) expireRecord(ctx context.Context, t *task.Task) (bool, error) 
 		}
 	}
 	return false, fmt.Errorf("expire idempotency record of task %s: it keeps changing", t.ID)
-}
-
-// restoreRecord writes back the record of t, a task requeued while
-// retention deleted it, so its key stays taken by it.
-func (m *Monitor) restoreRecord(ctx context.Context, t *task.Task) {
-	rec := shards.IdempotencyRecord{ID: t.ID, Spec: shards.SpecHash(t.Type, t.Input)}
-	_, err := m.st.Put(ctx, shards.IdempotencyKey(t.IdempotencyKey), rec.Encode(), s3store.PutOptions{IfNoneMatch: true})
-	if err != nil {
-		m.log.Warn("restore the idempotency record of a task requeued during retention", "task_id", t.ID, "err", err)
-	}
 }
 
 // randFloat draws from Config.Rand (under m.mu, held by Tick).

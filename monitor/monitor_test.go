@@ -746,3 +746,65 @@ func TestRunEndsOnAnUnusableStore(t *testing.T) {
 		}
 	})
 }
+
+// A requeue that lands while retention deletes a keyed task (before its
+// first write: the record, or the tombstone) leaves one live task for the
+// key, on every provider: a keyed task is tombstoned first everywhere, so
+// its record is never deleted while the task can still come back.
+func TestRetentionAndRequeueLeaveOneTaskPerIdempotencyKey(t *testing.T) {
+	for _, provider := range []string{s3store.DeleteIgnored, s3store.DeleteHonoured} {
+		t.Run(provider, func(t *testing.T) {
+			ctx := context.Background()
+			mst, srv, clk := fakeTime()
+			var base s3store.Store = mst
+			if provider == s3store.DeleteIgnored {
+				base = deleteIgnoring{mst}
+			}
+			p, err := producer.New(ctx, base, producer.Config{Shards: 2, Clock: clk})
+			if err != nil {
+				t.Fatal(err)
+			}
+			opts := producer.Options{IdempotencyKey: "k"}
+			old, _ := p.Submit(ctx, "t", nil, opts)
+			if _, err := p.Cancel(ctx, old); err != nil {
+				t.Fatal(err)
+			}
+			faulty := s3store.NewFaults(base)
+			m, _ := monitor.New(ctx, faulty, monitor.Config{Shards: 2, Retention: time.Hour, RepairAfter: 100 * time.Hour, Clock: clk})
+			m.Tick(ctx)
+			*srv = srv.Add(2 * time.Hour)
+
+			fired := false
+			hook := func(string) {
+				if !fired {
+					fired = true
+					if err := p.Requeue(ctx, old); err != nil {
+						t.Errorf("requeue during retention: %v", err)
+					}
+				}
+			}
+			faulty.Inject(s3store.Fault{Op: s3store.OpPut, Hook: hook})
+			faulty.Inject(s3store.Fault{Op: s3store.OpDelete, Hook: hook})
+			for range 2 {
+				m.Tick(ctx)
+			}
+			if !fired {
+				t.Fatal("retention made no write")
+			}
+			faulty.Clear()
+			after, err := p.Submit(ctx, "t", nil, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var live []string
+			for _, id := range []string{old, after} {
+				if tk, err := p.Get(ctx, id); err == nil && !tk.Status.Terminal() && !slices.Contains(live, id) {
+					live = append(live, id)
+				}
+			}
+			if len(live) > 1 {
+				t.Fatalf("live tasks for one key: %v", live)
+			}
+		})
+	}
+}

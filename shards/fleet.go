@@ -211,9 +211,10 @@ const FleetCacheTTL = 2 * time.Second
 // FleetCacheTTL. It is safe for concurrent use.
 type FleetCache struct {
 	// Rand is the source of ShardFor's random choice; nil means
-	// crypto/rand.Reader. Set it before first use. It is read under the
-	// cache's lock, so it need not be safe for concurrent use.
-	Rand io.Reader
+	// crypto/rand.Reader. Set it before first use. It is read under a lock
+	// of its own, so it need not be safe for concurrent use.
+	Rand   io.Reader
+	randMu sync.Mutex // draws from Rand; not mu, which a read holds across its GET
 
 	st     s3store.Store
 	margin time.Duration
@@ -266,8 +267,8 @@ func (c *FleetCache) ShardFor(ctx context.Context, typ string, now clock.Interva
 
 // intN draws a uniform int in [0, n) from c.Rand.
 func (c *FleetCache) intN(n int) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.randMu.Lock()
+	defer c.randMu.Unlock()
 	r := c.Rand
 	if r == nil {
 		r = rand.Reader

@@ -610,7 +610,7 @@ func (w *world) race() {
 			// From just before it is due until well after: each try lands
 			// somewhere among the monitor's requests.
 			for k := 0; k < 15 && ctx.Err() == nil; k++ {
-				if t.IdempotencyKey != "" {
+				if t.IdempotencyKey != "" && (k%2 == 0 || t.Status == task.Succeeded) {
 					w.resubmit(ctx, p, prod, t)
 				} else if t.Status != task.Succeeded {
 					o := op{proc: p.name, kind: "requeue", id: t.ID, from: w.logLen()}
