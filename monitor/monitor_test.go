@@ -563,24 +563,8 @@ func TestRetentionAndSubmitLeaveOneTaskPerIdempotencyKey(t *testing.T) {
 		for step := 1; step <= 4; step++ {
 			t.Run(fmt.Sprintf("%s/submit before retention's write %d", provider, step), func(t *testing.T) {
 				ctx := context.Background()
-				mst, srv, clk := fakeTime()
-				var base s3store.Store = mst
-				if provider == s3store.DeleteIgnored {
-					base = deleteIgnoring{mst}
-				}
-				p, err := producer.New(ctx, base, producer.Config{Shards: 2, Clock: clk})
-				if err != nil {
-					t.Fatal(err)
-				}
-				opts := producer.Options{IdempotencyKey: "k"}
-				old, _ := p.Submit(ctx, "t", nil, opts)
-				if _, err := p.Cancel(ctx, old); err != nil {
-					t.Fatal(err)
-				}
-				faulty := s3store.NewFaults(base)
-				m, _ := monitor.New(ctx, faulty, monitor.Config{Shards: 2, Retention: time.Hour, RepairAfter: 100 * time.Hour, Clock: clk})
-				m.Tick(ctx)
-				*srv = srv.Add(2 * time.Hour)
+				p, faulty, m, old, opts := keyedTaskDueForRetention(t, provider)
+				var err error
 
 				writes, fired := 0, false
 				var during string
@@ -755,24 +739,7 @@ func TestRetentionAndRequeueLeaveOneTaskPerIdempotencyKey(t *testing.T) {
 	for _, provider := range []string{s3store.DeleteIgnored, s3store.DeleteHonoured} {
 		t.Run(provider, func(t *testing.T) {
 			ctx := context.Background()
-			mst, srv, clk := fakeTime()
-			var base s3store.Store = mst
-			if provider == s3store.DeleteIgnored {
-				base = deleteIgnoring{mst}
-			}
-			p, err := producer.New(ctx, base, producer.Config{Shards: 2, Clock: clk})
-			if err != nil {
-				t.Fatal(err)
-			}
-			opts := producer.Options{IdempotencyKey: "k"}
-			old, _ := p.Submit(ctx, "t", nil, opts)
-			if _, err := p.Cancel(ctx, old); err != nil {
-				t.Fatal(err)
-			}
-			faulty := s3store.NewFaults(base)
-			m, _ := monitor.New(ctx, faulty, monitor.Config{Shards: 2, Retention: time.Hour, RepairAfter: 100 * time.Hour, Clock: clk})
-			m.Tick(ctx)
-			*srv = srv.Add(2 * time.Hour)
+			p, faulty, m, old, opts := keyedTaskDueForRetention(t, provider)
 
 			fired := false
 			hook := func(string) {
@@ -807,4 +774,32 @@ func TestRetentionAndRequeueLeaveOneTaskPerIdempotencyKey(t *testing.T) {
 			}
 		})
 	}
+}
+
+// keyedTaskDueForRetention sets up, on a store that honours or ignores a
+// conditional DELETE (provider), a canceled task with idempotency key "k"
+// whose retention is due, and a monitor (through faulty, with no rules yet)
+// that has swept once before the clock moved past the retention.
+func keyedTaskDueForRetention(t *testing.T, provider string) (*producer.Producer, *s3store.Faults, *monitor.Monitor, string, producer.Options) {
+	t.Helper()
+	ctx := context.Background()
+	mst, srv, clk := fakeTime()
+	var base s3store.Store = mst
+	if provider == s3store.DeleteIgnored {
+		base = deleteIgnoring{mst}
+	}
+	p, err := producer.New(ctx, base, producer.Config{Shards: 2, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := producer.Options{IdempotencyKey: "k"}
+	old, _ := p.Submit(ctx, "t", nil, opts)
+	if _, err := p.Cancel(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	faulty := s3store.NewFaults(base)
+	m, _ := monitor.New(ctx, faulty, monitor.Config{Shards: 2, Retention: time.Hour, RepairAfter: 100 * time.Hour, Clock: clk})
+	m.Tick(ctx)
+	*srv = srv.Add(2 * time.Hour)
+	return p, faulty, m, old, opts
 }
