@@ -826,7 +826,7 @@ func (m *Monitor) expireRetention(ctx context.Context, key string, iv clock.Inte
 	// retention, and a submit after it starts afresh.
 	// (A keyed task is retired by now: nothing can requeue it.)
 	if t.IdempotencyKey != "" {
-		if _, err = m.expireRecord(ctx, t); err != nil {
+		if err = m.expireRecord(ctx, t); err != nil {
 			return err
 		}
 	}
@@ -850,19 +850,19 @@ func (m *Monitor) expireRetention(ctx context.Context, key string, iv clock.Inte
 }
 
 // expireRecord deletes the idempotency record of t, which retention is
-// deleting, if the record names t; it reports whether it did. Like the
+// deleting, if the record names t. Like the
 // task, the record is deleted unconditionally only once it is final:
 // where conditional DELETE is honoured, DELETE If-Match; elsewhere it is
 // first marked retired by CAS (a retired record is never written again).
-func (m *Monitor) expireRecord(ctx context.Context, t *task.Task) (bool, error) {
+func (m *Monitor) expireRecord(ctx context.Context, t *task.Task) error {
 	key := shards.IdempotencyKey(t.IdempotencyKey)
 	for range 3 {
 		obj, err := m.st.Get(ctx, key)
 		if errors.Is(err, s3store.ErrNotFound) {
-			return false, nil
+			return nil
 		}
 		if err != nil {
-			return false, fmt.Errorf("expire idempotency record of task %s: %w", t.ID, err)
+			return fmt.Errorf("expire idempotency record of task %s: %w", t.ID, err)
 		}
 		rec, perr := shards.ParseIdempotencyRecord(obj.Body)
 		switch {
@@ -872,7 +872,7 @@ func (m *Monitor) expireRecord(ctx context.Context, t *task.Task) (bool, error) 
 			m.log.Error("corrupt idempotency record; deleted with its task", "key", key, "task_id", t.ID, "err", perr)
 			err = m.st.Delete(ctx, key, s3store.DeleteOptions{})
 		case rec.ID != t.ID:
-			return false, nil // the key was claimed again after an earlier retention of t
+			return nil // the key was claimed again after an earlier retention of t
 		case rec.Retired:
 			err = m.st.Delete(ctx, key, s3store.DeleteOptions{})
 		case m.manifest.DeleteHonoured():
@@ -885,12 +885,12 @@ func (m *Monitor) expireRecord(ctx context.Context, t *task.Task) (bool, error) 
 		}
 		switch {
 		case err == nil:
-			return true, nil
+			return nil
 		case !errors.Is(err, s3store.ErrPreconditionFailed) && !errors.Is(err, s3store.ErrConflict) && !errors.Is(err, s3store.ErrNotFound):
-			return false, fmt.Errorf("expire idempotency record of task %s: %w", t.ID, err)
+			return fmt.Errorf("expire idempotency record of task %s: %w", t.ID, err)
 		}
 	}
-	return false, fmt.Errorf("expire idempotency record of task %s: it keeps changing", t.ID)
+	return fmt.Errorf("expire idempotency record of task %s: it keeps changing", t.ID)
 }
 
 // randFloat draws from Config.Rand (under m.mu, held by Tick).
