@@ -14,6 +14,12 @@ step "servers"
 server_env=$(scripts/servers.sh)
 eval "$server_env"
 
+step "go mod tidy"
+if ! tidy=$(go mod tidy -diff 2>&1); then
+	printf 'go.mod/go.sum are not tidy; run `go mod tidy`:\n%s\n' "$tidy" >&2
+	exit 1
+fi
+
 step "go vet"
 go vet ./...
 

@@ -1,7 +1,9 @@
 package sim_test
 
 import (
+	"crypto/sha256"
 	"fmt"
+	"io"
 	"os"
 	"sort"
 	"strconv"
@@ -188,4 +190,36 @@ func TestHunt(t *testing.T) {
 		}
 	}
 	fmt.Printf("HUNT none seeds=%d\n", n)
+}
+
+// TestFingerprint prints one digest of the request trace per seed:
+// S3QUEUE_SIM_FINGERPRINT=K runs K seeds from S3QUEUE_SIM_FIRST. A refactor
+// that must not change behaviour keeps every line identical (compare the
+// output before and after with diff).
+func TestFingerprint(t *testing.T) {
+	s := os.Getenv("S3QUEUE_SIM_FINGERPRINT")
+	if s == "" {
+		return
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatalf("S3QUEUE_SIM_FINGERPRINT=%q: %v", s, err)
+	}
+	first := uint64(1)
+	if f := os.Getenv("S3QUEUE_SIM_FIRST"); f != "" {
+		if first, err = strconv.ParseUint(f, 10, 64); err != nil {
+			t.Fatalf("S3QUEUE_SIM_FIRST=%q: %v", f, err)
+		}
+	}
+	for i := range n {
+		seed := first + uint64(i)
+		var res sim.Result
+		synctest.Test(t, func(t *testing.T) { res = sim.Run(seed, sim.Options{}) })
+		h := sha256.New()
+		for _, line := range res.Trace {
+			io.WriteString(h, line)
+			h.Write([]byte{'\n'})
+		}
+		fmt.Printf("FINGERPRINT seed=%d requests=%d violations=%d sha256=%x\n", seed, len(res.Trace), len(res.Violations), h.Sum(nil)[:8])
+	}
 }
