@@ -32,8 +32,8 @@ type Config struct {
 	MaxAge time.Duration
 	// Local is this machine's clock. Only differences between its readings
 	// are used, through Go's monotonic clock, so a skewed wall clock does not
-	// matter. Tests inject a skewed one to prove it. Default time.Now.
-	Local func() time.Time
+	// matter. Tests inject a skewed one to prove it. Default System().
+	Local Local
 	// DriftPPM bounds how fast the local monotonic clock may drift from the
 	// server's, in parts per million (default 200).
 	DriftPPM float64
@@ -47,7 +47,7 @@ func (c *Config) fill() {
 		c.MaxAge = 30 * time.Second
 	}
 	if c.Local == nil {
-		c.Local = time.Now
+		c.Local = System()
 	}
 	if c.DriftPPM <= 0 {
 		c.DriftPPM = 200
@@ -96,7 +96,7 @@ type Authoritative struct {
 // remote store does), the clock syncs from them for free.
 func New(src Source, cfg Config) *Authoritative {
 	cfg.fill()
-	c := &Authoritative{src: src, cfg: cfg, base: cfg.Local()}
+	c := &Authoritative{src: src, cfg: cfg, base: cfg.Local.Now()}
 	if st, ok := src.(s3store.Store); ok {
 		s3store.WatchDates(st, c.Observe)
 	}
@@ -121,7 +121,7 @@ func (c *Authoritative) Observe(s s3store.DateSample) {
 	if rtt < 0 {
 		rtt = 0
 	}
-	recv := c.elapsed(c.cfg.Local())
+	recv := c.elapsed(c.cfg.Local.Now())
 	sent := recv - rtt - publishSlack
 	lo := s.Date.Add(-recv)
 	hi := s.Date.Add(c.cfg.Resolution - sent)
@@ -156,7 +156,7 @@ func (c *Authoritative) Observe(s s3store.DateSample) {
 // Now returns bounds on the server's current time. It issues a request
 // only when no response in the last MaxAge gave it a sample.
 func (c *Authoritative) Now(ctx context.Context) (Interval, error) {
-	now := c.cfg.Local()
+	now := c.cfg.Local.Now()
 	e := c.elapsed(now)
 	c.mu.Lock()
 	fresh := c.have && e-c.lastSeen <= c.cfg.MaxAge
@@ -165,7 +165,7 @@ func (c *Authoritative) Now(ctx context.Context) (Interval, error) {
 		if err := c.Sync(ctx); err != nil {
 			return Interval{}, err
 		}
-		now = c.cfg.Local()
+		now = c.cfg.Local.Now()
 		e = c.elapsed(now)
 	}
 	c.mu.Lock()
@@ -176,7 +176,7 @@ func (c *Authoritative) Now(ctx context.Context) (Interval, error) {
 
 // Sync asks the source for its time now, whatever samples the clock has.
 func (c *Authoritative) Sync(ctx context.Context) error {
-	sent := time.Now()
+	sent := c.cfg.Local.Now()
 	t, err := c.src.Now(ctx)
 	if err != nil {
 		return fmt.Errorf("read server time: %w", err)
@@ -184,7 +184,7 @@ func (c *Authoritative) Sync(ctx context.Context) error {
 	c.mu.Lock()
 	c.requests++
 	c.mu.Unlock()
-	c.Observe(s3store.DateSample{Date: t, Sent: sent, Received: time.Now()})
+	c.Observe(s3store.DateSample{Date: t, Sent: sent, Received: c.cfg.Local.Now()})
 	return nil
 }
 

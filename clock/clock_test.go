@@ -26,7 +26,7 @@ func TestSkewedLocalClocksMakeTheSameDecisions(t *testing.T) {
 	var clocks []*clock.Authoritative
 	for _, skew := range skews {
 		local := func() time.Time { return time.Now().Add(skew) }
-		clocks = append(clocks, clock.New(st, clock.Config{Local: local}))
+		clocks = append(clocks, clock.New(st, clock.Config{Local: clock.LocalFunc(local)}))
 	}
 	if _, err := st.Get(ctx, "anything"); err == nil {
 		t.Fatal("expected not found")
@@ -85,7 +85,7 @@ func TestRequestsTimeWhenItHasNoRecentSample(t *testing.T) {
 	st := mem.New()
 	counter := s3store.NewCounter(st)
 	local := time.Now()
-	c := clock.New(counter, clock.Config{MaxAge: 30 * time.Second, Local: func() time.Time { return local }})
+	c := clock.New(counter, clock.Config{MaxAge: 30 * time.Second, Local: clock.LocalFunc(func() time.Time { return local })})
 	if _, err := c.Now(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +128,7 @@ func TestElapsedTimeComesFromTheLocalMonotonicClock(t *testing.T) {
 	server := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	st.SetNow(func() time.Time { return server })
 	local := time.Now()
-	c := clock.New(st, clock.Config{Local: func() time.Time { return local }, MaxAge: time.Hour})
+	c := clock.New(st, clock.Config{Local: clock.LocalFunc(func() time.Time { return local }), MaxAge: time.Hour})
 	c.Sync(ctx)
 	local = local.Add(20 * time.Second)
 	iv, _ := c.Now(ctx)

@@ -20,7 +20,7 @@ func setup(t *testing.T) (*mem.Store, *time.Time, func(holder string, skew time.
 	server := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
 	st.SetNow(func() time.Time { return server })
 	mk := func(holder string, skew time.Duration) *lease.Lease {
-		c := clock.New(st, clock.Config{Local: func() time.Time { return time.Now().Add(skew) }})
+		c := clock.New(st, clock.Config{Local: clock.LocalFunc(func() time.Time { return time.Now().Add(skew) })})
 		return lease.New(st, c, "shard-leases/000.json", holder, lease.Config{TTL: 30 * time.Second, Margin: 2 * time.Second})
 	}
 	return st, &server, mk

@@ -27,7 +27,7 @@ func fakeTime() (*mem.Store, *time.Time, *clock.Authoritative) {
 	server := start
 	st.SetNow(func() time.Time { return server })
 	local := time.Now()
-	c := clock.New(st, clock.Config{Local: func() time.Time { return local.Add(server.Sub(start)) }})
+	c := clock.New(st, clock.Config{Local: clock.LocalFunc(func() time.Time { return local.Add(server.Sub(start)) })})
 	return st, &server, c
 }
 

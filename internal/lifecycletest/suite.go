@@ -391,7 +391,7 @@ var cases = []struct {
 	{"a worker whose wall clock is 10 minutes off decides exactly as the others", func(t *testing.T, e *env) {
 		for _, skew := range []time.Duration{-10 * time.Minute, 10 * time.Minute} {
 			cfg := e.workerConfig(fmt.Sprintf("skewed%+v", skew))
-			cfg.Clock = clock.New(e.st, clock.Config{Local: func() time.Time { return time.Now().Add(skew) }})
+			cfg.Clock = clock.New(e.st, clock.Config{Local: clock.LocalFunc(func() time.Time { return time.Now().Add(skew) })})
 			type start struct {
 				id string
 				at time.Time

@@ -282,7 +282,7 @@ func (w *world) clockFor(h *Handle) *clock.Authoritative {
 		e := time.Since(base)
 		return base.Add(skew + e + time.Duration(float64(e)*drift))
 	}
-	return clock.New(h, clock.Config{Local: local})
+	return clock.New(h, clock.Config{Local: clock.LocalFunc(local)})
 }
 
 var discard = slog.New(slog.DiscardHandler)
