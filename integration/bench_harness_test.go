@@ -55,6 +55,7 @@ import (
 	"github.com/s3queue/s3queue/monitor"
 	"github.com/s3queue/s3queue/producer"
 	"github.com/s3queue/s3queue/s3store"
+	"github.com/s3queue/s3queue/s3store/mem"
 	"github.com/s3queue/s3queue/s3store/storeurl"
 	"github.com/s3queue/s3queue/shards"
 	"github.com/s3queue/s3queue/task"
@@ -203,6 +204,39 @@ func (c *classCounter) List(ctx context.Context, prefix string, opts s3store.Lis
 func (c *classCounter) Now(ctx context.Context) (time.Time, error) { return c.by[classClock].Now(ctx) }
 
 func (c *classCounter) WatchDates(fn func(s3store.DateSample)) { s3store.WatchDates(c.inner, fn) }
+
+// TestBenchClassCounter checks the benchmarks' accounting on an in-memory
+// store: each request is counted once, by type, in the class of the key it
+// touches (refused and not-found requests too: S3 bills them), and a
+// clock's HEAD in classClock.
+func TestBenchClassCounter(t *testing.T) {
+	ctx := context.Background()
+	c := newClassCounter(mem.New())
+	c.Put(ctx, shards.FleetKey, []byte("{}"), s3store.PutOptions{})
+	c.Put(ctx, shards.FleetKey, []byte("{}"), s3store.PutOptions{IfNoneMatch: true})
+	c.Get(ctx, shards.FleetKey)
+	c.List(ctx, shards.TasksPrefix(0), s3store.ListOptions{})
+	c.List(ctx, shards.TasksPrefix(1), s3store.ListOptions{})
+	c.Get(ctx, shards.TasksPrefix(1)+"missing")
+	c.Head(ctx, shards.ManifestKey)
+	c.Delete(ctx, "elsewhere", s3store.DeleteOptions{})
+	c.Now(ctx)
+	want := map[string]cost.Requests{
+		classFleet:    {PUT: 2, GET: 1},
+		classScan0:    {LIST: 1},
+		classScanN:    {LIST: 1},
+		classTask:     {GET: 1},
+		classManifest: {HEAD: 1},
+		classOther:    {DELETE: 1},
+		classClock:    {HEAD: 1},
+	}
+	got := c.counts()
+	for _, cl := range classes {
+		if got[cl] != want[cl] {
+			t.Errorf("class %s: counted %v, want %v", cl, got[cl], want[cl])
+		}
+	}
+}
 
 // Sources of requests.
 const (
