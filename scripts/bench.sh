@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench.sh runs the benchmarks of integration/bench_test.go against MinIO
+# bench.sh runs the benchmarks of integration/bench_*_test.go against MinIO
 # started the way the tests start it (`make bench`): it builds the servers
 # like scripts/test.sh (scripts/servers.sh, cached), then runs every
 # benchmark once and keeps the output in .cache/bench/bench-TIMESTAMP.txt
@@ -8,7 +8,7 @@
 #   scripts/bench.sh                   every benchmark (about 60 minutes)
 #   scripts/bench.sh 'HeavyLoad|Raw'   those matching a -bench regexp
 #
-# Environment (see integration/bench_test.go):
+# Environment (see integration/bench_*_test.go):
 #   S3QUEUE_BENCH_WINDOW=3m        measurement window of the workload and idle benchmarks
 #   S3QUEUE_BENCH_WARMUP=2m        load before a workload benchmark's window opens
 #   S3QUEUE_BENCH_SEGMENT=5m       also report the window in segments (default off)

@@ -18,7 +18,7 @@ var costCommand = &command{
 		"GET/HEAD $0.0004 per 1,000, DELETE free) from three rates: requests per task, per worker-hour\n" +
 		"(what every worker costs whatever the load) and per fleet-hour (what the fleet costs whatever\n" +
 		"its size: the anchor member, the monitor). --profile picks rates measured by the benchmarks\n" +
-		"(integration/bench_test.go, docs/performance.md); --per-task, --idle-per-worker-hour and\n" +
+		"(integration/bench_*_test.go, docs/performance.md); --per-task, --idle-per-worker-hour and\n" +
 		"--idle-per-fleet-hour replace them, as TYPE=NUMBER lists: \"PUT=3.1,GET=1.2,LIST=0.05\".\n" +
 		"Touches no store.",
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {

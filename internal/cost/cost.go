@@ -1,6 +1,6 @@
 // Package cost turns counted S3 requests into a monthly bill at S3 Standard
 // list prices. It is the arithmetic behind `s3queue cost` and the
-// benchmarks' dollar figures (integration/bench_test.go, docs/performance.md):
+// benchmarks' dollar figures (integration/bench_*_test.go, docs/performance.md):
 // the requests themselves always come from an s3store.Counter in a real run,
 // never from an estimate.
 //

@@ -1,7 +1,7 @@
 package cost
 
 // Measured rates: the defaults of `s3queue cost`. Each comes from one run
-// of a benchmark in integration/bench_test.go against MinIO (make bench) on
+// of a benchmark in integration/bench_*_test.go against MinIO (make bench) on
 // 2026-11-26; docs/performance.md has the runs, the windows and the
 // arithmetic. The workload windows open after 2 minutes under load, so the
 // back-offs of quiet sweeps are past their first steps; what a 3-minute
