@@ -43,7 +43,7 @@ var ConfigKeys = &settings.Section[Config]{
 			"The longest wait between sweeps of a shard that held only finished tasks.").
 			Must(settings.Positive),
 		settings.Duration("full_sweep", func(c *Config) *time.Duration { return &c.FullSweep }, 6*time.Hour,
-			"How often the retained history of finished tasks at the head of each shard is walked in full.").
+			"How often the retained history of finished tasks at the head of each shard, which sweeps start past, is walked in full (retention there, lost requeue announcements).").
 			Economy(24 * time.Hour).Must(settings.Positive),
 		settings.Bool("leader", func(c *Config) *bool { return &c.Leader }, false,
 			"true: several monitors elect one sweeper with a lease; false: every monitor sweeps."),

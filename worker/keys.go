@@ -40,7 +40,7 @@ var ConfigKeys = &settings.Section[Config]{
 			"How far back a new worker's first scan looks.").
 			Must(settings.Positive),
 		settings.Duration("lease_margin", func(c *Config) *time.Duration { return &c.LeaseMargin }, 2*time.Second,
-			"A handler whose lease could not be renewed is stopped this long before the lease expires by S3 time.").
+			"A handler whose lease could not be renewed is stopped this long before the lease expires by S3 time; a fleet member stops counting as live this long before its entry expires, for the workers and for submit and requeue alike.").
 			Must(settings.Positive),
 		settings.Duration("shutdown_grace", func(c *Config) *time.Duration { return &c.ShutdownGrace }, 30*time.Second,
 			"How long a worker told to stop waits for running handlers before handing their tasks back.").
@@ -51,7 +51,7 @@ var ConfigKeys = &settings.Section[Config]{
 		settings.Bool("dedicated", func(c *Config) *bool { return &c.Dedicated }, false,
 			"true: the worker is always a fleet member and never stands by or leaves when idle."),
 		settings.Duration("member_ttl", func(c *Config) *time.Duration { return &c.MemberTTL }, 30*time.Second,
-			"How long a member's fleet entry lasts without renewal; members renew every third of it.").
+			"How long a member's fleet entry lasts without renewal; members renew every third of it. At least 3 × lease_margin.").
 			Economy(90 * time.Second).Must(settings.Positive),
 		settings.Duration("standby_poll", func(c *Config) *time.Duration { return &c.StandbyPoll }, 25*time.Second,
 			"How often a standby reads the fleet object to see whether it is needed.").
