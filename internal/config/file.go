@@ -103,20 +103,34 @@ func tomlError(path string, err error) error {
 // unknownKeys reports the keys of the file (in file order) that name no
 // declared key, no section and nothing in [handlers].
 func unknownKeys(path string, inFile []toml.Key, declared []settings.Bound) error {
-	known := map[string]bool{handlersTable: true}
+	isKey := make(map[string]bool)
+	sections := map[string]bool{handlersTable: true}
 	var names []string
 	for _, k := range declared {
-		known[k.Name] = true
+		isKey[k.Name] = true
 		if section, _, ok := strings.Cut(k.Name, "."); ok {
-			known[section] = true
+			sections[section] = true
 		}
 		names = append(names, k.Name)
+	}
+	// known: a key, a section, or inside a key's value (a table where a
+	// value should be, which the key's type check reports) or [handlers].
+	known := func(k toml.Key) bool {
+		if len(k) == 1 && sections[k[0]] || k[0] == handlersTable {
+			return true
+		}
+		for i := 1; i <= len(k); i++ {
+			if isKey[toml.Key(k[:i]).String()] {
+				return true
+			}
+		}
+		return false
 	}
 	seen := make(map[string]bool)
 	var msgs []string
 	for _, k := range inFile {
 		name := k.String()
-		if known[name] || k[0] == handlersTable {
+		if known(k) {
 			continue
 		}
 		// Report a whole unknown table once, not each key inside it.

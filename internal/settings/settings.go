@@ -60,9 +60,9 @@ type keyDecl[S any] struct {
 	check             func(*S) error
 }
 
-// Qualified returns the key's dotted name: "worker.poll_min", or "store"
+// qualified returns the key's dotted name: "worker.poll_min", or "store"
 // at the top level.
-func (sec *Section[S]) Qualified(name string) string {
+func (sec *Section[S]) qualified(name string) string {
 	if sec.Name == "" {
 		return name
 	}
@@ -83,7 +83,7 @@ func (sec *Section[S]) Fill(s *S) {
 func (sec *Section[S]) Validate(s *S) error {
 	for _, k := range sec.Keys {
 		if err := k.decl().check(s); err != nil {
-			return fmt.Errorf("%s: %w", sec.Qualified(k.Name()), err)
+			return fmt.Errorf("%s: %w", sec.qualified(k.Name()), err)
 		}
 	}
 	for _, r := range sec.Rules {
@@ -149,7 +149,7 @@ func (sec *Section[S]) Bind(s *S) Table {
 	t := Table{Name: sec.Name}
 	for _, k := range sec.Keys {
 		d := k.decl()
-		b := Bound{Name: sec.Qualified(k.Name()), Doc: d.doc, Default: d.def, Economy: d.economy,
+		b := Bound{Name: sec.qualified(k.Name()), Doc: d.doc, Default: d.def, Economy: d.economy,
 			reset:   func() { d.reset(s) },
 			setTOML: func(raw any) error { return d.setTOML(s, raw) },
 			setText: func(text string) error { return d.setText(s, text) },
@@ -162,7 +162,7 @@ func (sec *Section[S]) Bind(s *S) Table {
 	for _, r := range sec.Rules {
 		keys := make([]string, len(r.Keys))
 		for i, k := range r.Keys {
-			keys[i] = sec.Qualified(k)
+			keys[i] = sec.qualified(k)
 		}
 		check := r.Check
 		t.Rules = append(t.Rules, BoundRule{Keys: keys, Check: func() error { return check(s) }})
