@@ -11,13 +11,11 @@ package monitor
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"strings"
 	"sync"
 	"time"
@@ -30,7 +28,8 @@ import (
 	"github.com/s3queue/s3queue/task"
 )
 
-// Config configures a Monitor. Zero fields take the defaults.
+// Config configures a Monitor. Zero (or negative) fields take the
+// defaults, and every field is checked, as ConfigKeys declares them.
 type Config struct {
 	// Shards must match the queue's manifest; 0 accepts the queue's count.
 	Shards int
@@ -156,42 +155,8 @@ type known struct {
 
 // New opens the queue in st for a monitor.
 func New(ctx context.Context, st s3store.Store, cfg Config) (*Monitor, error) {
-	if cfg.Interval <= 0 {
-		cfg.Interval = 5 * time.Second
-	}
-	if cfg.PageSize <= 0 {
-		cfg.PageSize = 1000
-	}
-	if cfg.LeaseMargin <= 0 {
-		cfg.LeaseMargin = 2 * time.Second
-	}
-	if cfg.RepairAfter <= 0 {
-		cfg.RepairAfter = time.Minute
-	}
-	if cfg.Retention == 0 && !cfg.KeepForever {
-		cfg.Retention = 7 * 24 * time.Hour
-	}
-	if cfg.ID == "" {
-		host, _ := os.Hostname()
-		cfg.ID = fmt.Sprintf("%s-%d", host, os.Getpid())
-	}
-	if cfg.StaleAfter <= 0 {
-		cfg.StaleAfter = 10 * time.Second
-	}
-	if cfg.SweepMax <= 0 {
-		cfg.SweepMax = 10 * time.Minute
-	}
-	if cfg.FullSweep <= 0 {
-		cfg.FullSweep = 6 * time.Hour
-	}
-	if cfg.Retention < 0 {
-		return nil, fmt.Errorf("monitor: retention %v must not be negative", cfg.Retention)
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.Rand == nil {
-		cfg.Rand = rand.Reader
+	if err := cfg.fill(); err != nil {
+		return nil, err
 	}
 	// The clock exists before the first request, so every response syncs it.
 	c := cfg.Clock

@@ -37,7 +37,8 @@ import (
 // the task is canceled, or the worker shuts down (context.Cause says which).
 type Handler func(ctx context.Context, t *task.Task) (json.RawMessage, error)
 
-// Config configures a Worker. Zero fields take the defaults.
+// Config configures a Worker. Zero fields take the defaults, and every
+// field is checked, as ConfigKeys declares them.
 type Config struct {
 	// ID names the worker in claims and logs (default host-pid-random).
 	ID string
@@ -215,46 +216,7 @@ func (c *Config) fill() error {
 		host, _ := os.Hostname()
 		c.ID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), randHex(c.Rand, 3))
 	}
-	if c.Concurrency == 0 {
-		c.Concurrency = 4
-	}
-	if c.PollMin == 0 {
-		c.PollMin = 200 * time.Millisecond
-	}
-	if c.PollMax == 0 {
-		c.PollMax = 5 * time.Second
-	}
-	if c.PollMultiplier == 0 {
-		c.PollMultiplier = 2
-	}
-	if c.PollBatch == 0 {
-		c.PollBatch = 3
-	}
-	if c.ScanLag == 0 {
-		c.ScanLag = 5 * time.Second
-	}
-	if c.ScanLookback == 0 {
-		c.ScanLookback = time.Hour
-	}
-	if c.LeaseMargin == 0 {
-		c.LeaseMargin = 2 * time.Second
-	}
-	defaults := []struct {
-		d   *time.Duration
-		def time.Duration
-	}{
-		{&c.MemberTTL, 30 * time.Second}, {&c.StandbyPoll, 25 * time.Second}, {&c.IdleLeave, time.Minute},
-		{&c.SleepAfter, 30 * time.Second}, {&c.BellPoll, 2 * time.Second}, {&c.SleepScan, time.Minute},
-		{&c.AwakeGrace, 5 * time.Second}, {&c.DrainMax, 10 * time.Minute},
-	}
-	for _, d := range defaults {
-		if *d.d == 0 {
-			*d.d = d.def
-		}
-	}
-	if c.ShutdownGrace == 0 {
-		c.ShutdownGrace = 30 * time.Second
-	}
+	ConfigKeys.Fill(c)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -262,22 +224,7 @@ func (c *Config) fill() error {
 }
 
 func (c *Config) validate() error {
-	switch {
-	case c.Concurrency < 1 || c.Concurrency > 10000:
-		return fmt.Errorf("worker: concurrency %d out of range 1..10000", c.Concurrency)
-	case c.PollMin <= 0 || c.PollMax < c.PollMin:
-		return fmt.Errorf("worker: poll interval min %v must be positive and at most max %v", c.PollMin, c.PollMax)
-	case c.PollMultiplier < 1:
-		return fmt.Errorf("worker: poll multiplier %v must be at least 1", c.PollMultiplier)
-	case c.PollBatch <= 0:
-		return fmt.Errorf("worker: poll batch %v must be positive", c.PollBatch)
-	case c.ScanLag < 0 || c.ScanLookback < 0 || c.LeaseMargin < 0 || c.ShutdownGrace < 0 || c.StandbyPoll < 0 ||
-		c.IdleLeave < 0 || c.SleepAfter < 0 || c.BellPoll < 0 || c.SleepScan < 0 || c.AwakeGrace < 0 || c.DrainMax < 0:
-		return fmt.Errorf("worker: durations must not be negative")
-	case c.MemberTTL < 3*c.LeaseMargin:
-		return fmt.Errorf("worker: member ttl %v must be at least three lease margins (%v)", c.MemberTTL, 3*c.LeaseMargin)
-	}
-	return nil
+	return ConfigKeys.Validate(c)
 }
 
 // ID returns the worker's id.

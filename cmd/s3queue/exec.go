@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/s3queue/s3queue/internal/config"
 	"github.com/s3queue/s3queue/task"
 	"github.com/s3queue/s3queue/worker"
 )
@@ -52,9 +53,9 @@ func (h execHandler) handle(ctx context.Context, t *task.Task) (json.RawMessage,
 	stderr := &tailBuffer{max: stderrTail}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	cmd.Env = append(os.Environ(),
-		"S3QUEUE_TASK_ID="+t.ID,
-		"S3QUEUE_ATTEMPT="+strconv.Itoa(t.Attempt),
-		"S3QUEUE_TASK_TYPE="+t.Type,
+		config.EnvTaskID+"="+t.ID,
+		config.EnvAttempt+"="+strconv.Itoa(t.Attempt),
+		config.EnvTaskType+"="+t.Type,
 	)
 	// A process group of its own, so that stopping the command stops
 	// everything it started.

@@ -66,7 +66,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			code = exitRuntime
 		}
 	}()
-	a := &app{stdin: stdin, stdout: stdout, stderr: stderr, getenv: os.Getenv, open: storeurl.Open}
+	a := &app{stdin: stdin, stdout: stdout, stderr: stderr, environ: os.Environ, open: storeurl.Open}
 	return a.report(a.dispatch(ctx, args))
 }
 
@@ -74,7 +74,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 type app struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
-	getenv         func(string) string
+	// environ lists the environment (os.Environ; tests substitute).
+	environ func() []string
 	// open opens a store URL (storeurl.Open; tests substitute stores).
 	open func(ctx context.Context, url string) (s3store.Store, error)
 
@@ -212,7 +213,7 @@ func (a *app) loadConfig() error {
 			path = "queue.toml"
 		}
 	}
-	cfg, err := config.Load(path, a.getenv)
+	cfg, err := config.LoadEnviron(path, a.environ())
 	if err != nil {
 		return usageError("%v", err)
 	}

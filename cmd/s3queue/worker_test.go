@@ -247,7 +247,7 @@ func TestUnsupportedProviderIsExit4(t *testing.T) {
 	} {
 		t.Run(args[0], func(t *testing.T) {
 			var out, errb syncBuffer
-			a := &app{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: func(string) string { return "" }, open: open}
+			a := &app{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, environ: func() []string { return nil }, open: open}
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			code := a.report(a.dispatch(ctx, args))
@@ -454,7 +454,7 @@ func TestWorkerAndMonitorTrustTheManifest(t *testing.T) {
 			watch := func() *scratchWatch { return &scratchWatch{Store: openStore(t, store)} }
 			start := func(w *scratchWatch) {
 				var out, errb syncBuffer
-				a := &app{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: func(string) string { return "" },
+				a := &app{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, environ: func() []string { return nil },
 					open: func(context.Context, string) (s3store.Store, error) { return w, nil }}
 				ctx, cancel := context.WithCancel(context.Background())
 				defer cancel()

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -365,38 +364,6 @@ func TestNewLoggerHonoursLevelAndFormat(t *testing.T) {
 	}
 }
 
-// The example file documents every key with its default value, so loading
-// it must give exactly the defaults.
-func TestExampleFileDocumentsEveryKeyWithItsDefault(t *testing.T) {
-	path := filepath.Join("..", "..", "queue.toml.example")
-	c, err := Load(path, envMap(nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.Source = ""
-	if !reflect.DeepEqual(c, Default()) {
-		t.Errorf("queue.toml.example is not the defaults:\n got %+v\nwant %+v", c, Default())
-	}
-	text, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, k := range Keys() {
-		name := k[strings.LastIndex(k, ".")+1:]
-		section := ""
-		if i := strings.LastIndex(k, "."); i >= 0 {
-			section = k[:i]
-		}
-		re := regexp.MustCompile(`(?m)^#? ?` + regexp.QuoteMeta(name) + ` = `)
-		if !re.Match(sectionText(string(text), section)) {
-			t.Errorf("queue.toml.example does not show key %s", k)
-		}
-		if !regexp.MustCompile(`(?m)^# .*\n` + `#? ?` + regexp.QuoteMeta(name) + ` = `).Match(sectionText(string(text), section)) {
-			t.Errorf("queue.toml.example has no comment line above key %s", k)
-		}
-	}
-}
-
 // A copy of the example with the economy profile chosen gets the economy
 // profile: the example sets none of the keys the profile changes.
 func TestExampleFileTakesTheEconomyProfile(t *testing.T) {
@@ -416,29 +383,6 @@ func TestExampleFileTakesTheEconomyProfile(t *testing.T) {
 	if want.Worker().PollBatch != 30 {
 		t.Fatalf("economy poll_batch %v, want 30", want.Worker().PollBatch)
 	}
-}
-
-// sectionText returns the part of a TOML text in [section] ("" for the top
-// level, before the first table).
-func sectionText(text, section string) []byte {
-	re := regexp.MustCompile(`(?m)^#? ?\[([a-z]+)\]\s*$`)
-	locs := re.FindAllStringSubmatchIndex(text, -1)
-	if section == "" {
-		if len(locs) == 0 {
-			return []byte(text)
-		}
-		return []byte(text[:locs[0][0]])
-	}
-	for i, l := range locs {
-		if text[l[2]:l[3]] == section {
-			end := len(text)
-			if i+1 < len(locs) {
-				end = locs[i+1][0]
-			}
-			return []byte(text[l[1]:end])
-		}
-	}
-	return nil
 }
 
 // member_ttl = 3 × lease_margin is the boundary: it loads, and the worker
@@ -489,5 +433,61 @@ func TestExplicitKeysWinOverTheProfile(t *testing.T) {
 	if c.Worker().PollBatch != 5 || c.Monitor().Interval != 7*time.Second || c.Worker().PollMax != time.Minute {
 		t.Fatalf("poll_batch %v interval %v poll_max %v: want 5 and 7s set explicitly, 1m from the profile",
 			c.Worker().PollBatch, c.Monitor().Interval, c.Worker().PollMax)
+	}
+}
+
+func TestUnknownEnvironmentVariablesAreErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		environ []string
+		want    string // "" accepts
+	}{
+		{"misspelt", []string{"S3QUEUE_WORKER_POLL_MINN=1s"},
+			"environment: unknown variable S3QUEUE_WORKER_POLL_MINN (did you mean S3QUEUE_WORKER_POLL_MIN?)"},
+		{"top level", []string{"S3QUEUE_STOR=file:///q"}, "unknown variable S3QUEUE_STOR (did you mean S3QUEUE_STORE?)"},
+		{"far from any key", []string{"S3QUEUE_COLOUR=blue"}, "environment: unknown variable S3QUEUE_COLOUR"},
+		{"handlers have no variables", []string{"S3QUEUE_HANDLERS_RESIZE=cat"}, "unknown variable S3QUEUE_HANDLERS_RESIZE"},
+		// A handler the worker command runs may run s3queue submit.
+		{"set for handlers", []string{"S3QUEUE_TASK_ID=x", "S3QUEUE_ATTEMPT=1", "S3QUEUE_TASK_TYPE=t"}, ""},
+		{"test suites", []string{"S3QUEUE_TEST_RUN_MAIN=1", "S3QUEUE_SIM_SEEDS=3", "S3QUEUE_BENCH_WINDOW=1m", "S3QUEUE_MINIO_IMAGE=m"}, ""},
+		{"empty overrides nothing", []string{"S3QUEUE_WORKER_POLL_MINN="}, ""},
+		{"other prefixes", []string{"HOME=/root", "S3QUEUEX=1"}, ""},
+		{"known", []string{"S3QUEUE_WORKER_POLL_MIN=1s", "PATH=/bin"}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := LoadEnviron("", tc.environ)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("refused: %v", err)
+			case tc.want != "" && (err == nil || !strings.HasPrefix(err.Error(), tc.want) && !strings.Contains(err.Error(), tc.want)):
+				t.Errorf("error %v, want %q", err, tc.want)
+			}
+		})
+	}
+	c, err := LoadEnviron("", []string{"S3QUEUE_WORKER_POLL_MIN=1s"})
+	if err != nil || c.Worker().PollMin != time.Second {
+		t.Errorf("LoadEnviron did not apply S3QUEUE_WORKER_POLL_MIN: %v, %v", c.Worker().PollMin, err)
+	}
+}
+
+// The economy profile changes exactly the keys declared with an economy
+// value, to those values.
+func TestEconomyProfile(t *testing.T) {
+	def, err := Load("", envMap(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eco, err := Load("", envMap(map[string]string{"S3QUEUE_PROFILE": "economy"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eco.Profile = def.Profile
+	want := def
+	want.WorkerSection.PollMax, want.WorkerSection.PollBatch = time.Minute, 30
+	want.WorkerSection.BellPoll, want.WorkerSection.MemberTTL = 30*time.Second, 90*time.Second
+	want.WorkerSection.StandbyPoll, want.WorkerSection.SleepScan = 2*time.Minute, 5*time.Minute
+	want.MonitorSection.Interval, want.MonitorSection.FullSweep, want.MonitorSection.RepairAfter = 30*time.Second, 24*time.Hour, 3*time.Minute
+	if !reflect.DeepEqual(eco, want) {
+		t.Errorf("economy profile:\n got %+v\nwant %+v", eco, want)
 	}
 }

@@ -1,0 +1,97 @@
+package config
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/s3queue/s3queue/internal/settings"
+)
+
+// EnvPrefix starts every environment override: S3QUEUE_<SECTION>_<KEY>.
+const EnvPrefix = "S3QUEUE_"
+
+// EnvStore names the store URL's environment variable.
+const EnvStore = EnvPrefix + "STORE"
+
+// The variables the worker command sets for the commands it runs: the
+// task's id, its attempt (1 for the first) and its type. A handler may
+// itself run s3queue, so they are not configuration keys, and not errors.
+const (
+	EnvTaskID   = EnvPrefix + "TASK_ID"
+	EnvAttempt  = EnvPrefix + "ATTEMPT"
+	EnvTaskType = EnvPrefix + "TASK_TYPE"
+)
+
+// reservedEnv are the S3QUEUE_* variables that name no key and are no
+// mistake, in one place: those the worker command sets for handlers, and
+// those of the test suites, the simulator, the benchmarks and the test
+// servers (integration/harness). A name ending in "_" reserves every
+// variable it starts.
+var reservedEnv = []string{
+	EnvTaskID, EnvAttempt, EnvTaskType,
+	EnvPrefix + "TEST_", EnvPrefix + "SIM_", EnvPrefix + "BENCH_",
+	EnvPrefix + "MINIO_IMAGE", EnvPrefix + "VERSITYGW_IMAGE",
+}
+
+// EnvName is the environment variable that overrides key ("worker.poll_min"
+// → S3QUEUE_WORKER_POLL_MIN).
+func EnvName(key string) string {
+	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))
+}
+
+// applyEnv applies the variables that name keys, recording in src the keys
+// they set. names, if not nil, are all the S3QUEUE_* variables set: one
+// that names no key and is not reserved is an error.
+func applyEnv(keys []settings.Bound, env func(string) string, names []string, src map[string]string) error {
+	if err := unknownEnv(keys, env, names); err != nil {
+		return err
+	}
+	for _, k := range keys {
+		name := EnvName(k.Name)
+		v := env(name)
+		if v == "" {
+			continue
+		}
+		if err := k.SetText(v); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		src[k.Name] = name
+	}
+	return nil
+}
+
+func unknownEnv(keys []settings.Bound, env func(string) string, names []string) error {
+	known := make(map[string]bool, len(keys))
+	vars := make([]string, 0, len(keys))
+	for _, k := range keys {
+		known[EnvName(k.Name)] = true
+		vars = append(vars, EnvName(k.Name))
+	}
+	var msgs []string
+	sort.Strings(names)
+	for _, name := range names {
+		// An empty variable overrides nothing, so it cannot mislead.
+		if known[name] || reserved(name) || env(name) == "" {
+			continue
+		}
+		msg := "unknown variable " + name
+		if s := suggest(name, vars); s != "" {
+			msg += fmt.Sprintf(" (did you mean %s?)", s)
+		}
+		msgs = append(msgs, msg)
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("environment: %s", strings.Join(msgs, "; "))
+}
+
+func reserved(name string) bool {
+	for _, r := range reservedEnv {
+		if name == r || strings.HasSuffix(r, "_") && strings.HasPrefix(name, r) {
+			return true
+		}
+	}
+	return false
+}

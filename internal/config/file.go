@@ -1,0 +1,192 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+
+	"github.com/s3queue/s3queue/internal/settings"
+	"github.com/s3queue/s3queue/task"
+)
+
+// handlersTable is the table of task types and their commands.
+const handlersTable = "handlers"
+
+// decodeFile applies the TOML text of the file at path, recording in src
+// the keys it set.
+func (c *Config) decodeFile(path, text string, tables []settings.Table, src map[string]string) error {
+	var doc map[string]any
+	md, err := toml.Decode(text, &doc)
+	if err != nil {
+		return tomlError(path, err)
+	}
+	sections := map[string]map[string]any{"": doc}
+	for _, name := range append(tableNames(tables), handlersTable) {
+		v, ok := doc[name]
+		if !ok {
+			continue
+		}
+		table, isTable := v.(map[string]any)
+		if !isTable {
+			return fmt.Errorf("%s: %s: want a table [%s], got %s", path, name, name, settings.Describe(v))
+		}
+		sections[name] = table
+	}
+	if err := unknownKeys(path, md.Keys(), keys(tables)); err != nil {
+		return err
+	}
+	for _, t := range tables {
+		for _, k := range t.Keys {
+			raw, ok := sections[t.Name][strings.TrimPrefix(k.Name, t.Name+".")]
+			if !ok {
+				continue
+			}
+			if err := k.SetTOML(raw); err != nil {
+				return fmt.Errorf("%s: %s: %w", path, k.Name, err)
+			}
+			src[k.Name] = path
+		}
+	}
+	return c.decodeHandlers(path, sections[handlersTable])
+}
+
+// tableNames returns the names of the sections that are tables.
+func tableNames(tables []settings.Table) []string {
+	var out []string
+	for _, t := range tables {
+		if t.Name != "" {
+			out = append(out, t.Name)
+		}
+	}
+	return out
+}
+
+func (c *Config) decodeHandlers(path string, table map[string]any) error {
+	types := make([]string, 0, len(table))
+	for typ := range table {
+		types = append(types, typ)
+	}
+	sort.Strings(types)
+	for _, typ := range types {
+		key := handlersTable + "." + quoteKey(typ)
+		cmd, ok := table[typ].(string)
+		if !ok {
+			return fmt.Errorf("%s: %s: want a quoted command line, got %s", path, key, settings.Describe(table[typ]))
+		}
+		if err := task.ValidType(typ); err != nil {
+			return fmt.Errorf("%s: %s: %v", path, key, err)
+		}
+		if strings.TrimSpace(cmd) == "" {
+			return fmt.Errorf("%s: %s: empty command", path, key)
+		}
+		c.Handlers[typ] = cmd
+	}
+	return nil
+}
+
+func tomlError(path string, err error) error {
+	var pe toml.ParseError
+	if errors.As(err, &pe) {
+		msg := strings.TrimPrefix(pe.Message, "toml: ")
+		if pe.Position.Line > 0 {
+			return fmt.Errorf("%s: line %d: %s", path, pe.Position.Line, msg)
+		}
+		return fmt.Errorf("%s: %s", path, msg)
+	}
+	return fmt.Errorf("%s: %s", path, strings.TrimPrefix(err.Error(), "toml: "))
+}
+
+// unknownKeys reports the keys of the file (in file order) that name no
+// declared key, no section and nothing in [handlers].
+func unknownKeys(path string, inFile []toml.Key, declared []settings.Bound) error {
+	isKey := make(map[string]bool)
+	sections := map[string]bool{handlersTable: true}
+	var names []string
+	for _, k := range declared {
+		isKey[k.Name] = true
+		if section, _, ok := strings.Cut(k.Name, "."); ok {
+			sections[section] = true
+		}
+		names = append(names, k.Name)
+	}
+	// known: a key, a section, or inside a key's value (a table where a
+	// value should be, which the key's type check reports) or [handlers].
+	known := func(k toml.Key) bool {
+		if len(k) == 1 && sections[k[0]] || k[0] == handlersTable {
+			return true
+		}
+		for i := 1; i <= len(k); i++ {
+			if isKey[toml.Key(k[:i]).String()] {
+				return true
+			}
+		}
+		return false
+	}
+	seen := make(map[string]bool)
+	var msgs []string
+	for _, k := range inFile {
+		name := k.String()
+		if known(k) {
+			continue
+		}
+		// Report a whole unknown table once, not each key inside it.
+		if len(k) > 1 && seen[toml.Key(k[:len(k)-1]).String()] {
+			seen[name] = true
+			continue
+		}
+		seen[name] = true
+		msg := "unknown key " + name
+		if s := suggest(name, names); s != "" {
+			msg += fmt.Sprintf(" (did you mean %s?)", s)
+		}
+		msgs = append(msgs, msg)
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s: %s", path, strings.Join(msgs, "; "))
+}
+
+func quoteKey(s string) string {
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
+			return strconv.Quote(s)
+		}
+	}
+	return s
+}
+
+// suggest returns the name among names closest to name, if one is close.
+func suggest(name string, names []string) string {
+	best, bestD := "", 3
+	for _, n := range names {
+		if d := editDistance(name, n); d < bestD {
+			best, bestD = n, d
+		}
+	}
+	return best
+}
+
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}

@@ -1,0 +1,76 @@
+package monitor
+
+import (
+	"crypto/rand"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/s3queue/s3queue/internal/settings"
+	"github.com/s3queue/s3queue/shards"
+)
+
+// ConfigKeys declares the keys of queue.toml's [monitor] table, each once:
+// the Config field it sets, its default (which New gives a field that is
+// zero or negative), its economy profile value, its check (which New
+// applies) and its doc line.
+var ConfigKeys = &settings.Section[Config]{
+	Name:          "monitor",
+	NegativeUnset: true,
+	Keys: []settings.Key[Config]{
+		settings.Duration("interval", func(c *Config) *time.Duration { return &c.Interval }, 5*time.Second,
+			"Time between two ticks: shards with live work are swept every tick, quiet shards less and less often (up to sweep_max).").
+			Economy(30 * time.Second).Must(settings.Positive),
+		settings.Int("page_size", func(c *Config) *int { return &c.PageSize }, 1000,
+			"How many task keys one sweep lists per shard and tick (1..1000).").
+			Must(settings.IntRange(1, 1000)),
+		settings.Int("shards_per_tick", func(c *Config) *int { return &c.ShardsPerTick }, 0,
+			"How many of the shards due for a sweep one tick visits; 0: all of them.").
+			Must(settings.IntRange(0, shards.MaxShards)),
+		settings.Duration("lease_margin", func(c *Config) *time.Duration { return &c.LeaseMargin }, 2*time.Second,
+			"A running task's lease is taken over only once S3 time is certainly past its expiry plus this margin.").
+			Must(settings.Positive),
+		settings.Duration("repair_after", func(c *Config) *time.Duration { return &c.RepairAfter }, time.Minute,
+			"A pending task due this long without being claimed is announced to the workers again.").
+			// Tasks wait up to a poll_max for the member's listing: the
+			// repair must not take that wait for a lost announcement.
+			Economy(3 * time.Minute).Must(settings.Positive),
+		settings.Duration("stale_after", func(c *Config) *time.Duration { return &c.StaleAfter }, 10*time.Second,
+			"A task object is read only once its ETag has stayed the same this long.").
+			Must(settings.Positive),
+		settings.Duration("sweep_max", func(c *Config) *time.Duration { return &c.SweepMax }, 10*time.Minute,
+			"The longest wait between sweeps of a shard that held only finished tasks.").
+			Must(settings.Positive),
+		settings.Duration("full_sweep", func(c *Config) *time.Duration { return &c.FullSweep }, 6*time.Hour,
+			"How often the retained history of finished tasks at the head of each shard, which sweeps start past, is walked in full (retention there, lost requeue announcements).").
+			Economy(24 * time.Hour).Must(settings.Positive),
+		settings.Bool("leader", func(c *Config) *bool { return &c.Leader }, false,
+			"true: several monitors elect one sweeper with a lease; false: every monitor sweeps."),
+		settings.Duration("retention", func(c *Config) *time.Duration { return &c.Retention }, 7*24*time.Hour,
+			"Finished tasks (succeeded, dead, canceled) are deleted this long after their last change; \"0\" keeps them forever.").
+			Must(settings.NotNegative).
+			Unset(func(c *Config) bool { return c.Retention == 0 && !c.KeepForever }),
+	},
+}
+
+// fill gives unset fields their defaults and validates the result.
+// ShardsPerTick's 0 (all shards) becomes a number in New, once the
+// manifest is read.
+func (c *Config) fill() error {
+	ConfigKeys.Fill(c)
+	if c.ID == "" {
+		host, _ := os.Hostname()
+		c.ID = fmt.Sprintf("%s-%d", host, os.Getpid())
+	}
+	if err := ConfigKeys.Validate(c); err != nil {
+		return err
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Rand == nil {
+		c.Rand = rand.Reader
+	}
+	return nil
+}

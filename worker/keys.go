@@ -1,0 +1,131 @@
+package worker
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/s3queue/s3queue/internal/settings"
+	"github.com/s3queue/s3queue/shards"
+)
+
+// ConfigKeys declares the keys of queue.toml's [worker] table, each once:
+// the Config field it sets, its default (which New gives a zero field),
+// its economy profile value, its check (which New applies) and its doc
+// line.
+var ConfigKeys = &settings.Section[Config]{
+	Name: "worker",
+	Keys: []settings.Key[Config]{
+		settings.String("id", func(c *Config) *string { return &c.ID }, "",
+			"The worker's name in claims, task histories and logs; \"\" picks HOST-PID-RANDOM.").
+			Must(checkID),
+		settings.Int("concurrency", func(c *Config) *int { return &c.Concurrency }, 4,
+			"How many tasks one worker process runs at once (1..10000).").
+			Must(settings.IntRange(1, 10000)),
+		settings.Duration("poll_min", func(c *Config) *time.Duration { return &c.PollMin }, 200*time.Millisecond,
+			"The shortest wait after a poll that found work.").
+			Must(settings.Positive),
+		settings.Duration("poll_max", func(c *Config) *time.Duration { return &c.PollMax }, 5*time.Second,
+			"The longest wait between polls of an idle worker (at least poll_min).").
+			Economy(time.Minute).Must(settings.Positive),
+		settings.Float("poll_multiplier", func(c *Config) *float64 { return &c.PollMultiplier }, 2,
+			"Growth of the wait per empty poll (1..100).").
+			Must(settings.FloatRange(1, 100)),
+		settings.Float("poll_batch", func(c *Config) *float64 { return &c.PollBatch }, 3,
+			"Tasks a poll should find, on average, once work is flowing: it sets the wait after a poll that found work (at least poll_min).").
+			Economy(30).Must(settings.FloatRange(0.01, 100000)),
+		settings.Duration("scan_lag", func(c *Config) *time.Duration { return &c.ScanLag }, 5*time.Second,
+			"How late a task's PUT may land and still be found by the shard scans.").
+			Must(settings.Positive),
+		settings.Duration("scan_lookback", func(c *Config) *time.Duration { return &c.ScanLookback }, time.Hour,
+			"How far back a new worker's first scan looks.").
+			Must(settings.Positive),
+		settings.Duration("lease_margin", func(c *Config) *time.Duration { return &c.LeaseMargin }, 2*time.Second,
+			"A handler whose lease could not be renewed is stopped this long before the lease expires by S3 time; a fleet member stops counting as live this long before its entry expires, for the workers and for submit and requeue alike.").
+			Must(settings.Positive),
+		settings.Duration("shutdown_grace", func(c *Config) *time.Duration { return &c.ShutdownGrace }, 30*time.Second,
+			"How long a worker told to stop waits for running handlers before handing their tasks back.").
+			Must(settings.Positive),
+		settings.Ints("own_shards", func(c *Config) *[]int { return &c.OwnShards }, nil,
+			"Pins the worker to these shards; it takes no part in the fleet. Empty: the worker joins the fleet.").
+			Must(checkShardList),
+		settings.Bool("dedicated", func(c *Config) *bool { return &c.Dedicated }, false,
+			"true: the worker is always a fleet member and never stands by or leaves when idle."),
+		settings.Duration("member_ttl", func(c *Config) *time.Duration { return &c.MemberTTL }, 30*time.Second,
+			"How long a member's fleet entry lasts without renewal; members renew every third of it. At least 3 × lease_margin.").
+			Economy(90 * time.Second).Must(settings.Positive),
+		settings.Duration("standby_poll", func(c *Config) *time.Duration { return &c.StandbyPoll }, 25*time.Second,
+			"How often a standby reads the fleet object to see whether it is needed.").
+			Economy(2 * time.Minute).Must(settings.Positive),
+		settings.Duration("idle_leave", func(c *Config) *time.Duration { return &c.IdleLeave }, time.Minute,
+			"A member other than the first leaves the fleet after this long without finding work.").
+			Must(settings.Positive),
+		settings.Duration("sleep_after", func(c *Config) *time.Duration { return &c.SleepAfter }, 30*time.Second,
+			"The last member goes to sleep at the doorbell after this long without finding work.").
+			Must(settings.Positive),
+		settings.Duration("bell_poll", func(c *Config) *time.Duration { return &c.BellPoll }, 2*time.Second,
+			"How often a sleeping member reads the doorbell.").
+			Economy(30 * time.Second).Must(settings.Positive),
+		settings.Duration("sleep_scan", func(c *Config) *time.Duration { return &c.SleepScan }, time.Minute,
+			"How often a sleeping member still scans its shard.").
+			Economy(5 * time.Minute).Must(settings.Positive),
+		settings.Duration("awake_grace", func(c *Config) *time.Duration { return &c.AwakeGrace }, 5*time.Second,
+			"How long a member that has just marked itself asleep keeps scanning (more than 2s).").
+			Must(checkAwakeGrace),
+		settings.Duration("drain_max", func(c *Config) *time.Duration { return &c.DrainMax }, 10*time.Minute,
+			"The longest wait between sweeps of shards that receive no new tasks.").
+			Must(settings.Positive),
+	},
+	Rules: []settings.Rule[Config]{
+		{Keys: []string{"poll_min", "poll_max"}, Check: func(c *Config) error {
+			if c.PollMin > c.PollMax {
+				return fmt.Errorf("worker.poll_min (%v) is more than worker.poll_max (%v)", c.PollMin, c.PollMax)
+			}
+			return nil
+		}},
+		// A member renews its fleet entry every third of member_ttl and
+		// counts as live only until its expiry minus lease_margin.
+		{Keys: []string{"member_ttl", "lease_margin"}, Check: func(c *Config) error {
+			if c.MemberTTL < 3*c.LeaseMargin {
+				return fmt.Errorf("worker.member_ttl (%v) is less than 3 × worker.lease_margin (3 × %v = %v)", c.MemberTTL, c.LeaseMargin, 3*c.LeaseMargin)
+			}
+			return nil
+		}},
+	},
+}
+
+func checkID(s string) error {
+	if len(s) > 128 {
+		return fmt.Errorf("worker id is %d bytes, over 128", len(s))
+	}
+	for _, r := range s {
+		if r < 0x21 || r > 0x7e {
+			return fmt.Errorf("worker id %q must be printable ASCII without spaces", s)
+		}
+	}
+	return nil
+}
+
+func checkShardList(l []int) error {
+	seen := make(map[int]bool)
+	for _, s := range l {
+		if s < 0 || s >= shards.MaxShards {
+			return fmt.Errorf("shard %d out of range 0..%d", s, shards.MaxShards-1)
+		}
+		if seen[s] {
+			return fmt.Errorf("shard %d listed twice", s)
+		}
+		seen[s] = true
+	}
+	return nil
+}
+
+// checkAwakeGrace checks AwakeGrace against the producers' fleet cache: a
+// member that marked itself asleep keeps scanning this long, so that a
+// producer still holding an older view of the fleet (one it did not ring
+// the doorbell for) cannot leave a task unseen.
+func checkAwakeGrace(d time.Duration) error {
+	if d <= shards.FleetCacheTTL {
+		return fmt.Errorf("duration %v must be more than %v, the producers' fleet cache TTL: a member going to sleep keeps scanning this long, until no producer can still see it awake and skip ringing the doorbell", d, shards.FleetCacheTTL)
+	}
+	return nil
+}
