@@ -23,7 +23,7 @@ import (
 // workload: 50 elastic workers, 100K tasks/day (1.16 tasks/s), a 100 ms
 // handler, over S3QUEUE_BENCH_WINDOW (default 3 minutes) after the fleet
 // settled and a warm-up under load; with default settings, and with
-// profile = "economy" (internal/config.EconomyProfile).
+// profile = "economy" (the keys' declared Economy values).
 func BenchmarkSeedWorkload(b *testing.B) {
 	for _, c := range []struct {
 		name   string
