@@ -360,6 +360,7 @@ func TestMonitorAppliesRetention(t *testing.T) {
 	})
 	f.waitEvent(t, "succeeded", id)
 	stopWorker()
+	key := task.Key(f.get(t, id).Shard, id)
 
 	// Two hours later by S3 time, the finished task is past its retention.
 	later := time.Now().Add(2 * time.Hour)
@@ -369,7 +370,6 @@ func TestMonitorAppliesRetention(t *testing.T) {
 		t.Fatal(err)
 	}
 	stop := runUntilStopped(t, "monitor", m.Run)
-	key := task.Key(f.get(t, id).Shard, id)
 	timeout := time.After(deadline)
 	for deleted := false; !deleted; {
 		select {
