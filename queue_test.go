@@ -43,22 +43,53 @@ func (s *signalStore) Delete(ctx context.Context, key string, opts s3store.Delet
 	return err
 }
 
-// fixture is a queue on a fresh in-memory store, and its workers' events.
+// fixture is a queue, its store (setup's) and its workers' events.
 type fixture struct {
 	q      *s3queue.Queue
 	store  *signalStore
 	events chan s3queue.Event
 }
 
-// setup opens a queue whose workers poll often and report their events.
+// datelessStore hides its store's response dates, so that a clock on it
+// learns S3 time only by asking (one Now request per clock, while its
+// sample is fresh), and counts those requests. It signals every LIST.
+type datelessStore struct {
+	s3store.Store // an interface: mem.Store's WatchDates is not promoted
+	nows          atomic.Int32
+	lists         chan struct{}
+}
+
+func (s *datelessStore) Now(ctx context.Context) (time.Time, error) {
+	s.nows.Add(1)
+	return s.Store.Now(ctx)
+}
+
+func (s *datelessStore) List(ctx context.Context, prefix string, opts s3store.ListOptions) (s3store.ListPage, error) {
+	select {
+	case s.lists <- struct{}{}:
+	default:
+	}
+	return s.Store.List(ctx, prefix, opts)
+}
+
+// setup opens a queue on a fresh in-memory store, whose workers poll often
+// and report their events.
 func setup(t *testing.T, cfg s3queue.Config) *fixture {
 	t.Helper()
-	f := &fixture{store: &signalStore{Store: mem.New(), deleted: make(chan string, 64)},
-		events: make(chan s3queue.Event, 256)}
+	st := &signalStore{Store: mem.New(), deleted: make(chan string, 64)}
+	f := setupOn(t, st, cfg)
+	f.store = st
+	return f
+}
+
+// setupOn is setup on the store st.
+func setupOn(t *testing.T, st s3store.Store, cfg s3queue.Config) *fixture {
+	t.Helper()
+	f := &fixture{events: make(chan s3queue.Event, 256)}
 	cfg.Logger = quiet
 	cfg.Worker.PollMin, cfg.Worker.PollMax = 50*time.Millisecond, 100*time.Millisecond
 	cfg.Worker.OnEvent = func(e s3queue.Event) { f.events <- e }
-	q, err := s3queue.OpenStore(context.Background(), f.store, cfg)
+	q, err := s3queue.OpenStore(context.Background(), st, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -439,5 +470,40 @@ func TestListAndStats(t *testing.T) {
 	}
 	if s.Shards != 16 || s.ServerTime.IsZero() {
 		t.Errorf("Stats: %d shards at %v, want 16 at a server time", s.Shards, s.ServerTime)
+	}
+}
+
+// TestOneClock: the producer, the worker and the monitor of a queue share
+// one authoritative clock, so S3 time is asked for once, not once per
+// service.
+func TestOneClock(t *testing.T) {
+	st := &datelessStore{Store: mem.New(), lists: make(chan struct{}, 1)}
+	f := setupOn(t, st, s3queue.Config{})
+	opened := st.nows.Load() // creating a queue checks the provider, which reads the time
+	id := f.submit(t, "resize", nil, s3queue.SubmitOptions{})
+	if n := st.nows.Load() - opened; n != 1 {
+		t.Fatalf("%d time requests for a submit, want 1", n)
+	}
+
+	m, err := f.q.NewMonitor(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	select { // drop any LIST before the monitor's
+	case <-st.lists:
+	default:
+	}
+	runUntilStopped(t, "monitor", m.Run)
+	select { // a tick reads the clock before it lists
+	case <-st.lists:
+	case <-time.After(deadline):
+		t.Fatalf("the monitor did not list within %v", deadline)
+	}
+	f.runWorker(t, map[string]s3queue.Handler{
+		"resize": func(context.Context, *s3queue.Task) (json.RawMessage, error) { return nil, nil },
+	})
+	f.waitEvent(t, "succeeded", id)
+	if n := st.nows.Load() - opened; n != 1 {
+		t.Errorf("%d time requests for a submit, a monitor tick and a task run, want 1: the services do not share the queue's clock", n)
 	}
 }
