@@ -1,0 +1,147 @@
+package s3queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/s3queue/s3queue/clock"
+	"github.com/s3queue/s3queue/internal/config"
+	"github.com/s3queue/s3queue/producer"
+	"github.com/s3queue/s3queue/s3store"
+	"github.com/s3queue/s3queue/s3store/storeurl"
+)
+
+// Config configures a Queue. Zero fields take the defaults; LoadConfig fills
+// it from queue.toml and the environment.
+type Config struct {
+	// Store is the URL of the store Open opens:
+	// s3://BUCKET[/PREFIX]?endpoint=URL&region=REGION&path_style=true,
+	// file:///ABSOLUTE/DIR, or mem://NAME (one process only). S3 credentials
+	// come from the standard AWS environment and profiles, never from the
+	// URL. OpenStore ignores it.
+	Store string
+	// Shards is the queue's shard count; 0 accepts the queue's count (16 for
+	// a new queue). It applies to the producer, the workers and the
+	// monitors: the Shards fields of Producer, Worker and Monitor are
+	// ignored.
+	Shards int
+	// Logger receives the logs of the queue and its services (default
+	// slog.Default()); the Logger of Producer, Worker or Monitor, if set,
+	// wins for that service.
+	Logger *slog.Logger
+	// Submit holds the defaults of Submit and SubmitBatch.
+	Submit SubmitDefaults
+	// Producer tunes submission and task management. Its LeaseMargin, when
+	// zero, is Worker.LeaseMargin: the producer judges which workers are
+	// live by the workers' margin.
+	Producer ProducerConfig
+	// Worker configures the workers of NewWorker.
+	Worker WorkerConfig
+	// Monitor configures the monitors of NewMonitor.
+	Monitor MonitorConfig
+}
+
+// SubmitDefaults are the settings a task gets when its SubmitOptions leave
+// them zero (queue.toml's [submit]).
+type SubmitDefaults struct {
+	// MaxAttempts before a task is dead (0: 3).
+	MaxAttempts int
+	// Timeout is the lease of one attempt (0: 30s).
+	Timeout time.Duration
+	// Retry is the backoff between attempts (nil: task.DefaultRetryPolicy).
+	Retry *RetryPolicy
+}
+
+// LoadConfig reads the queue.toml at path (none when path is ""), applies
+// the S3QUEUE_* environment overrides read through env (os.Getenv in
+// production; nil reads none), and returns the Config they describe, with
+// a Logger writing to os.Stderr at [log]'s level and format. The file's
+// [handlers] table is for the s3queue command: Go code registers Go
+// handlers with Worker.Handle. Errors name the file or variable and the key.
+func LoadConfig(path string, env func(string) string) (Config, error) {
+	c, err := config.Load(path, env)
+	if err != nil {
+		return Config{}, fmt.Errorf("s3queue: load config: %w", err)
+	}
+	p, so := c.Producer(), c.SubmitOptions()
+	return Config{
+		Store:    c.Store,
+		Shards:   p.Shards,
+		Logger:   c.NewLogger(os.Stderr),
+		Submit:   SubmitDefaults{MaxAttempts: so.MaxAttempts, Timeout: so.Timeout, Retry: so.Retry},
+		Producer: p,
+		Worker:   c.Worker(),
+		Monitor:  c.Monitor(),
+	}, nil
+}
+
+// Queue is one queue in one store: it submits and manages tasks, and makes
+// the workers and monitors that run and tend them. Every service made from
+// it shares its store and its authoritative clock. It is safe for
+// concurrent use.
+type Queue struct {
+	cfg      Config
+	store    s3store.Store
+	clock    *clock.Authoritative
+	producer *producer.Producer
+	log      *slog.Logger
+	// where names the store in errors, with its secrets redacted.
+	where string
+}
+
+// Open opens the store at cfg.Store and the queue in it, creating the queue
+// if the store has none (the first queue created in a bucket checks that
+// the provider honours conditional writes). It sends a request or two (the
+// queue's manifest).
+func Open(ctx context.Context, cfg Config) (*Queue, error) {
+	if cfg.Store == "" {
+		return nil, errors.New("s3queue: open: no store URL: set Config.Store to " + storeurl.Forms)
+	}
+	st, err := storeurl.Open(ctx, cfg.Store)
+	if err != nil {
+		// storeurl's errors never carry secrets.
+		return nil, fmt.Errorf("s3queue: open: %w", err)
+	}
+	return open(ctx, st, storeurl.Redact(cfg.Store), cfg)
+}
+
+// OpenStore opens the queue in st, as Open does, for a store built in code
+// (an awss3.Store with credentials of its own, a wrapped store, a test
+// double). cfg.Store is ignored but for naming the store in errors.
+func OpenStore(ctx context.Context, st s3store.Store, cfg Config) (*Queue, error) {
+	if st == nil {
+		return nil, errors.New("s3queue: open: nil store")
+	}
+	where := "the store"
+	if cfg.Store != "" {
+		where = storeurl.Redact(cfg.Store)
+	}
+	return open(ctx, st, where, cfg)
+}
+
+func open(ctx context.Context, st s3store.Store, where string, cfg Config) (*Queue, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	// The clock exists before the first request, so every response syncs it.
+	q := &Queue{cfg: cfg, store: st, clock: clock.New(st, clock.Config{}),
+		log: cfg.Logger.WithGroup("queue"), where: where}
+	pc := cfg.Producer
+	pc.Shards, pc.Clock = cfg.Shards, q.clock
+	if pc.Logger == nil {
+		pc.Logger = cfg.Logger
+	}
+	if pc.LeaseMargin == 0 {
+		pc.LeaseMargin = cfg.Worker.LeaseMargin
+	}
+	p, err := producer.New(ctx, st, pc)
+	if err != nil {
+		return nil, fmt.Errorf("s3queue: open queue in %s: %w", where, err)
+	}
+	q.producer = p
+	return q, nil
+}

@@ -1,0 +1,147 @@
+package s3queue
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/s3queue/s3queue/producer"
+	"github.com/s3queue/s3queue/task"
+)
+
+// Task is a task as stored in the bucket: its spec, status, attempts,
+// result, last error and history.
+type Task = task.Task
+
+// Status is where a task is in its life.
+type Status = task.Status
+
+// The statuses of a task. Succeeded, Dead and Canceled are final, until a
+// Requeue of a dead or canceled task.
+const (
+	Pending   = task.Pending
+	Running   = task.Running
+	Succeeded = task.Succeeded
+	Dead      = task.Dead
+	Canceled  = task.Canceled
+)
+
+// Transition is one entry of a task's history.
+type Transition = task.Transition
+
+// RetryPolicy is the backoff between a task's attempts.
+type RetryPolicy = task.RetryPolicy
+
+// SubmitOptions are the per-task settings of Submit: delay or run time,
+// attempts, retry policy, timeout, idempotency key, shard key. Zero
+// MaxAttempts, Timeout and Retry take Config.Submit.
+type SubmitOptions = producer.Options
+
+// Request is one task of a SubmitBatch.
+type Request = producer.Request
+
+// Result is the outcome of one Request: the task's id, or why it was not
+// submitted.
+type Result = producer.Result
+
+// Errors of Submit, Get, Cancel and Requeue, tested with errors.Is.
+var (
+	// ErrNotFound: no task has this id (or retention deleted it).
+	ErrNotFound = producer.ErrNotFound
+	// ErrIdempotencyConflict: the idempotency key is taken by a task of
+	// another type or input; Submit returns that task's id with it.
+	ErrIdempotencyConflict = producer.ErrIdempotencyConflict
+	// ErrTerminal: Cancel of a task that already finished.
+	ErrTerminal = task.ErrTerminal
+	// ErrNotRequeueable: Requeue of a task that is not dead or canceled.
+	ErrNotRequeueable = task.ErrNotRequeueable
+	// ErrRetired: the task expired by retention and is being deleted.
+	ErrRetired = task.ErrRetired
+)
+
+// Submit creates a task of type typ with input (any JSON-encodable value;
+// json.RawMessage and []byte are taken as JSON text) and returns its id.
+// It costs one PUT, two with an idempotency key. With
+// ErrIdempotencyConflict it also returns the id of the task that holds the
+// key.
+func (q *Queue) Submit(ctx context.Context, typ string, input any, opts SubmitOptions) (string, error) {
+	id, err := q.producer.Submit(ctx, typ, input, q.withDefaults(opts))
+	if err != nil {
+		return id, fmt.Errorf("s3queue: task type %q: %w", typ, err)
+	}
+	return id, nil
+}
+
+// SubmitBatch submits reqs with a bounded number of requests in flight
+// (Config.Producer.BatchParallelism) and returns one Result per request, in
+// order. A request that fails does not stop the others.
+func (q *Queue) SubmitBatch(ctx context.Context, reqs []Request) []Result {
+	withDefaults := make([]Request, len(reqs))
+	for i, r := range reqs {
+		r.Options = q.withDefaults(r.Options)
+		withDefaults[i] = r
+	}
+	out := q.producer.SubmitBatch(ctx, withDefaults)
+	for i := range out {
+		if out[i].Err != nil {
+			out[i].Err = fmt.Errorf("s3queue: task type %q: %w", reqs[i].Type, out[i].Err)
+		}
+	}
+	return out
+}
+
+func (q *Queue) withDefaults(o SubmitOptions) SubmitOptions {
+	d := q.cfg.Submit
+	if o.MaxAttempts == 0 {
+		o.MaxAttempts = d.MaxAttempts
+	}
+	if o.Timeout == 0 {
+		o.Timeout = d.Timeout
+	}
+	if o.Retry == nil {
+		o.Retry = d.Retry
+	}
+	return o
+}
+
+// Get returns the task with id (one GET), or an error wrapping ErrNotFound.
+func (q *Queue) Get(ctx context.Context, id string) (*Task, error) {
+	t, err := q.producer.Get(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("s3queue: get: %w", err)
+	}
+	return t, nil
+}
+
+// History returns the task's transitions, oldest first (one GET). It keeps
+// the first transition and the last 31; Task.HistoryDropped counts the
+// others.
+func (q *Queue) History(ctx context.Context, id string) ([]Transition, error) {
+	h, err := q.producer.History(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("s3queue: history: %w", err)
+	}
+	return h, nil
+}
+
+// Cancel cancels task id. A pending task is canceled at once; a running one
+// is asked to stop, and its handler's context is canceled no later than the
+// worker's next lease renewal (context.Cause is ErrCanceled). It reports
+// whether the task was running. A finished task is ErrTerminal.
+func (q *Queue) Cancel(ctx context.Context, id string) (requested bool, err error) {
+	requested, err = q.producer.Cancel(ctx, id)
+	if err != nil {
+		return false, fmt.Errorf("s3queue: cancel: %w", err)
+	}
+	return requested, nil
+}
+
+// Requeue takes a dead or canceled task back to pending with a fresh budget
+// of attempts (its last error is kept), and announces it to the workers.
+// Any other status is ErrNotRequeueable; a task that retention has begun to
+// delete is ErrRetired.
+func (q *Queue) Requeue(ctx context.Context, id string) error {
+	if err := q.producer.Requeue(ctx, id); err != nil {
+		return fmt.Errorf("s3queue: requeue: %w", err)
+	}
+	return nil
+}
