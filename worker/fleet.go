@@ -414,3 +414,51 @@ func (w *Worker) checkBell(ctx context.Context, now time.Time) error {
 	}
 	return nil
 }
+
+// leave removes the worker from the fleet on shutdown, so its shards move
+// on at once instead of after its entry expires. Unlike an idle member's
+// leave it goes even as the last member: a worker started next (a restart)
+// then joins at once rather than after the entry expires.
+func (w *Worker) leave() {
+	w.fleetMu.Lock()
+	defer w.fleetMu.Unlock()
+	if !w.fleet.member {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	w.fleet.leaving, w.fleet.shutdown = true, true
+	if err := w.syncFleet(ctx, time.Now()); err != nil {
+		w.log.Warn("leave the fleet; the entry will expire", "err", err)
+	}
+}
+
+// fleetOp runs op, a read or write of the fleet object, and backs off
+// after a failure: the next fleet request waits PollMin, doubling per
+// failure in a row up to MemberTTL/6 (still several tries before a
+// member's entry lapses).
+func (w *Worker) fleetOp(ctx context.Context, now time.Time, what string, op func() error) {
+	m := &w.fleet
+	err := op()
+	switch {
+	case err == nil:
+		m.retry.ok()
+	case ctx.Err() == nil:
+		d := m.retry.failed(now, w.cfg.PollMin, max(w.cfg.PollMin, w.cfg.MemberTTL/6), w.randFloat)
+		w.log.Warn(what, "err", err, "retry_in", d)
+	}
+}
+
+// memberView is what Member reports, published by the Run goroutine.
+type memberView struct {
+	member bool
+	assign shards.Assignment
+	fleet  shards.Fleet
+}
+
+// Member reports whether the worker is a member of the fleet and which
+// shards it polls.
+func (w *Worker) Member() (bool, shards.Assignment) {
+	v := w.view.Load()
+	return v.member, v.assign
+}
