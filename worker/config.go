@@ -76,6 +76,12 @@ type Config struct {
 	Logger        *slog.Logger
 	// Clock, if set, is shared with other components of this process.
 	Clock *clock.Authoritative
+	// Local is the local monotonic clock that paces the worker: poll
+	// intervals, renewals, back-off, shutdown grace (default clock.System()).
+	// It never decides whether a task or a lease is due; the authoritative
+	// clock does, which the worker creates on Local unless Clock is set.
+	// Tests drive time with clock.Manual.
+	Local clock.Local
 	// OnEvent, if set, is called for every task event (observability).
 	OnEvent func(Event)
 	// Rand is the source of every random draw: the default worker id,
@@ -150,6 +156,9 @@ func (c *Config) fill() error {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.Local == nil {
+		c.Local = clock.System()
 	}
 	return c.validate()
 }

@@ -3,14 +3,21 @@ package worker
 import (
 	"context"
 	"errors"
+	"math"
+	"time"
+
 	"github.com/s3queue/s3queue/clock"
 	"github.com/s3queue/s3queue/internal/taskio"
 	"github.com/s3queue/s3queue/s3store"
 	"github.com/s3queue/s3queue/shards"
 	"github.com/s3queue/s3queue/task"
-	"math"
-	"time"
 )
+
+// Discovery finds due tasks in the shards and claims them: each shard's
+// scan lists it from its cursor (shards.Scan), the tasks a listing returns
+// beyond the free slots are prefetched for the slots that free up next,
+// and each claim is a CAS on the task object. A claimed task goes to
+// dispatch (dispatch.go). Only the scheduler runs discovery.
 
 // ScanCursors reports, for each shard the worker has scanned, how far its
 // scan has got: every key of an earlier time has been handled. A cursor
@@ -29,7 +36,7 @@ func (w *Worker) ScanCursors() map[int]time.Time {
 	return out
 }
 
-// publishCursors publishes the scans' cursors (under pollMu).
+// publishCursors publishes the scans' cursors for ScanCursors.
 func (w *Worker) publishCursors() {
 	c := make(map[int]time.Time, len(w.scans))
 	for shard, s := range w.scans {
@@ -42,19 +49,17 @@ func (w *Worker) publishCursors() {
 type pass struct {
 	claimed  int  // tasks claimed
 	listed   int  // due candidates its LISTs returned: the arrivals since the last
-	lists    bool // it listed, rather than only claiming held candidates
+	lists    bool // it listed, rather than only claiming prefetched candidates
 	capped   bool // a listing returned as many as it asked for: more may be due
 	full     bool // every slot was busy at the end
 	leftover bool // due candidates were left behind for lack of slots
 	err      error
 }
 
-// pollShards polls list once: for each shard, the candidates held from its
-// last listing, or a new listing. With every slot busy it claims nothing;
+// pollShards polls list once: for each shard, the candidates prefetched by
+// its last listing, or a new listing. With every slot busy it claims nothing;
 // if peek, it then learns whether due work waits (see peek).
 func (w *Worker) pollShards(ctx context.Context, list []int, peek bool) (p pass) {
-	w.pollMu.Lock()
-	defer w.pollMu.Unlock()
 	defer w.publishCursors()
 	if w.stopping.Load() || len(list) == 0 {
 		return p
@@ -93,14 +98,14 @@ func (w *Worker) pollShards(ctx context.Context, list []int, peek bool) (p pass)
 // peek learns, while every slot is busy, whether due work waits in list, so
 // that a saturated member asks for help (a member that only listed when a
 // slot was free would never see a backlog under long handlers). Candidates
-// held from a listing less than PollMax old say so for free; otherwise one
+// prefetched by a listing less than PollMax old say so for free; otherwise one
 // listing per shard refreshes them, and they are claimed as slots free up,
 // without another LIST. The member's own-shard polls come every PollMax
 // while it is full, so this costs at most one LIST per own shard per
 // PollMax, as an idle member's polls do.
 func (w *Worker) peek(ctx context.Context, list []int, iv clock.Interval, p *pass) error {
 	for _, shard := range list {
-		if h := w.held[shard]; h.fresh(w.cfg.PollMax) {
+		if pf := w.prefetched[shard]; pf.fresh(w.now(), w.cfg.PollMax) {
 			p.leftover = true
 			continue
 		}
@@ -108,7 +113,7 @@ func (w *Worker) peek(ctx context.Context, list []int, iv clock.Interval, p *pas
 		if err != nil {
 			return err
 		}
-		w.held[shard] = held{at: time.Now(), cands: cands}
+		w.prefetched[shard] = prefetch{at: w.now(), cands: cands}
 		p.leftover = p.leftover || len(cands) > 0
 	}
 	return nil
@@ -116,7 +121,7 @@ func (w *Worker) peek(ctx context.Context, list []int, iv clock.Interval, p *pas
 
 // list lists shard for up to a poll's worth of tasks (PollBatch), or a
 // full set of slots under a backlog, so that slots freeing up one by one
-// are refilled from what is held, not by a LIST each. One more than that
+// are refilled from what is prefetched, not by a LIST each. One more than that
 // tells whether work is left behind.
 func (w *Worker) list(ctx context.Context, shard int, iv clock.Interval, p *pass) ([]shards.Candidate, error) {
 	want := max(w.free(), cap(w.slots), int(math.Ceil(w.cfg.PollBatch))) + 1
@@ -139,44 +144,46 @@ func (w *Worker) scan(shard int, iv clock.Interval) *shards.Scan {
 	return s
 }
 
-// held is what one listing of a shard returned beyond the free slots, kept
-// for the slots that free up next: a worker with few slots then pays one
-// LIST per poll_batch tasks, not one per slot's worth.
-type held struct {
+// prefetch is what one listing of a shard returned beyond the free slots,
+// kept for the slots that free up next: a worker with few slots then pays
+// one LIST per poll_batch tasks, not one per slot's worth.
+type prefetch struct {
 	at    time.Time // local time of the listing
 	cands []shards.Candidate
 }
 
-// holding reports whether candidates held for one of these shards are
-// still fresh enough to claim.
-func (w *Worker) holding(list []int) bool {
-	w.pollMu.Lock()
-	defer w.pollMu.Unlock()
+// hasPrefetched reports whether candidates prefetched for one of these
+// shards are still fresh enough to claim at local time now.
+func (w *Worker) hasPrefetched(now time.Time, list []int) bool {
 	for _, s := range list {
-		if w.held[s].fresh(w.cfg.PollMax) {
+		if w.prefetched[s].fresh(now, w.cfg.PollMax) {
 			return true
 		}
 	}
 	return false
 }
 
-// fresh reports whether h holds candidates listed less than maxAge ago.
-func (h held) fresh(maxAge time.Duration) bool {
-	return len(h.cands) > 0 && time.Since(h.at) < maxAge
+// fresh reports whether pf has candidates listed less than maxAge before
+// local time now.
+func (pf prefetch) fresh(now time.Time, maxAge time.Duration) bool {
+	return len(pf.cands) > 0 && now.Sub(pf.at) < maxAge
 }
 
+// pollShard claims what shard offers, its prefetched candidates or a new
+// listing's, while slots are free, and prefetches the rest.
 func (w *Worker) pollShard(ctx context.Context, shard int, iv clock.Interval, p *pass) error {
 	s := w.scan(shard, iv)
-	h := w.held[shard]
-	cands := h.cands
-	if !h.fresh(w.cfg.PollMax) {
-		// Candidates held longer than PollMax are listed afresh (they stay
-		// unsettled in the scan, so the listing returns them again).
+	pf := w.prefetched[shard]
+	cands := pf.cands
+	if !pf.fresh(w.now(), w.cfg.PollMax) {
+		// Candidates prefetched longer than PollMax ago are listed afresh
+		// (they stay unsettled in the scan, so the listing returns them
+		// again).
 		var err error
 		if cands, err = w.list(ctx, shard, iv, p); err != nil {
 			return err
 		}
-		h.at = time.Now()
+		pf.at = w.now()
 	}
 	i := 0
 	for ; i < len(cands) && w.free() > 0; i++ {
@@ -192,7 +199,7 @@ func (w *Worker) pollShard(ctx context.Context, shard int, iv clock.Interval, p 
 				w.settle(ctx, s, c, c.ETag, true)
 			case s.Failed(c, iv.Latest):
 				// Unreadable again and again (a 403 on this one object):
-				// skipped at its ETag rather than holding the shard.
+				// skipped at its ETag rather than pinning the shard.
 				w.stats.corrupt.Add(1)
 				w.log.Error("skipping an object whose reads keep failing", "key", c.Key, "failures", shards.MaxReadFailures, "err", err)
 				w.emit(Event{Kind: "corrupt", TaskID: c.ID, Err: err})
@@ -235,9 +242,9 @@ func (w *Worker) pollShard(ctx context.Context, shard int, iv clock.Interval, p 
 			w.settle(ctx, s, c, settledAt, done)
 		}
 	}
-	h.cands = append([]shards.Candidate(nil), cands[i:]...)
-	w.held[shard] = h
-	p.leftover = p.leftover || len(h.cands) > 0
+	pf.cands = append([]shards.Candidate(nil), cands[i:]...)
+	w.prefetched[shard] = pf
+	p.leftover = p.leftover || len(pf.cands) > 0
 	return nil
 }
 
@@ -288,22 +295,18 @@ func (w *Worker) tryClaim(ctx context.Context, v taskio.Versioned, iv clock.Inte
 	}
 	h := w.handler(t.Type)
 	if h == nil {
-		if !w.forward(ctx, t, iv) && len(w.unhandled) < 1000 {
-			w.unhandled[t.Key()] = t.Type
-		}
+		w.forwardOrKeep(ctx, t, iv)
 		return false, v.ETag
 	}
 	if !dueNow(t, iv) || w.stopping.Load() {
 		return false, ""
 	}
-	select {
-	case w.slots <- struct{}{}:
-	default:
+	if !w.reserveSlot() {
 		return false, ""
 	}
 	claimID := randHex(w.rand, 12)
 	if err := t.ClaimBy(w.cfg.ID, claimID, iv.Latest); err != nil {
-		<-w.slots
+		w.unreserveSlot()
 		return false, ""
 	}
 	// A claim that landed with its response lost (the store's retry then
@@ -314,13 +317,11 @@ func (w *Worker) tryClaim(ctx context.Context, v taskio.Versioned, iv clock.Inte
 		if !errors.Is(err, s3store.ErrPreconditionFailed) && !errors.Is(err, s3store.ErrConflict) {
 			w.log.Warn("claim", "task_id", t.ID, "err", err)
 		}
-		<-w.slots
+		w.unreserveSlot()
 		return false, ""
 	}
 	w.stats.claimed.Add(1)
 	w.emit(Event{Kind: "claimed", TaskID: t.ID, Type: t.Type, Attempt: t.Attempt})
-	r := &run{w: w, v: nv, claimID: claimID, handler: h}
-	w.inflight.Add(1)
-	go r.execute()
+	w.dispatch(nv, claimID, h)
 	return true, nv.ETag
 }

@@ -2,13 +2,23 @@ package worker
 
 import (
 	"context"
+	"maps"
+	"slices"
+
 	"github.com/s3queue/s3queue/clock"
 	"github.com/s3queue/s3queue/internal/taskio"
 	"github.com/s3queue/s3queue/shards"
 	"github.com/s3queue/s3queue/task"
-	"maps"
-	"slices"
 )
+
+// forwardOrKeep forwards a pending task of a type this worker has no
+// handler for, or, when no member can run it yet, keeps it (up to 1000)
+// for forwardWaiting to forward once the fleet changes.
+func (w *Worker) forwardOrKeep(ctx context.Context, t *task.Task, iv clock.Interval) {
+	if !w.forward(ctx, t, iv) && len(w.unhandled) < 1000 {
+		w.unhandled[t.Key()] = t.Type
+	}
+}
 
 // forward sends a pending task this worker cannot run to a shard whose
 // member can, by a ready pointer there. Producers route by type already;
@@ -33,8 +43,6 @@ func (w *Worker) forward(ctx context.Context, t *task.Task, iv clock.Interval) b
 // forwardWaiting retries forwarding the pending tasks no member could run,
 // after the fleet changed.
 func (w *Worker) forwardWaiting(ctx context.Context) {
-	w.pollMu.Lock()
-	defer w.pollMu.Unlock()
 	if len(w.unhandled) == 0 {
 		return
 	}

@@ -2,26 +2,50 @@ package worker
 
 import (
 	"context"
-	"github.com/s3queue/s3queue/shards"
 	"time"
+
+	"github.com/s3queue/s3queue/shards"
 )
 
-// slotFreed reacts to a handler that finished: claim a held candidate now
-// (no LIST), or if the last poll stopped for lack of slots, poll again soon
-// rather than after PollMax.
+// pacing decides when the own shards are polled next: adaptively, at the
+// pace work arrives, growing while they are empty. It is the scheduler's,
+// like membership.
+type pacing struct {
+	next     time.Time     // local time of the next poll of the own shards
+	interval time.Duration // the current poll interval
+	lastPoll time.Time     // local time of the last listing of the own shards
+	rate     float64       // recent arrival rate, tasks/s, from polls that found work
+	capped   bool          // the last listing returned all it asked for: a backlog
+}
+
+// reset polls at once, then every interval (PollMin: work may be flowing).
+func (p *pacing) reset(interval time.Duration, now time.Time) {
+	p.interval = interval
+	p.next = now
+}
+
+// sweeps paces the slow sweeps of a member's drain shards (its inactive
+// ones), each on its own back-off.
+type sweeps struct {
+	next  map[int]time.Time     // local time of each shard's next sweep
+	every map[int]time.Duration // each shard's current back-off
+}
+
+// slotFreed reacts to a handler that finished: claim a prefetched candidate
+// now (no LIST), or if the last poll stopped for lack of slots, poll again
+// soon rather than after PollMax.
 func (w *Worker) slotFreed() {
-	w.fleetMu.Lock()
-	defer w.fleetMu.Unlock()
-	t := time.Now().Add(w.fleet.interval)
+	now := w.now()
+	t := now.Add(w.pace.interval)
 	own := w.fleet.assign.Own
 	if w.static() {
 		own = w.cfg.OwnShards
 	}
-	if w.holding(own) {
-		t = time.Now()
+	if w.hasPrefetched(now, own) {
+		t = now
 	}
-	if t.Before(w.fleet.nextOwnPoll) {
-		w.fleet.nextOwnPoll = t
+	if t.Before(w.pace.next) {
+		w.pace.next = t
 	}
 	w.fleet.fullSince, w.fleet.backlog = time.Time{}, false // no longer full
 }
@@ -29,13 +53,13 @@ func (w *Worker) slotFreed() {
 // drainShards sweeps the member's inactive shards for leftovers, each on
 // its own back-off, and returns how long until the next one is due.
 func (w *Worker) drainShards(ctx context.Context, now time.Time) time.Duration {
-	m := &w.fleet
-	if m.drainNext == nil {
-		m.drainNext, m.drainEvery = map[int]time.Time{}, map[int]time.Duration{}
+	sw := &w.sweep
+	if sw.next == nil {
+		sw.next, sw.every = map[int]time.Time{}, map[int]time.Duration{}
 	}
 	wait := w.cfg.DrainMax
-	for _, s := range m.assign.Drain {
-		next, ok := m.drainNext[s]
+	for _, s := range w.fleet.assign.Drain {
+		next, ok := sw.next[s]
 		if ok && now.Before(next) {
 			wait = min(wait, next.Sub(now))
 			continue
@@ -49,13 +73,13 @@ func (w *Worker) drainShards(ctx context.Context, now time.Time) time.Duration {
 		}
 		// Leftovers are there at the first sweep, or come from producers
 		// whose 2-second view of the fleet is stale: the back-off is steep.
-		every := m.drainEvery[s]
+		every := sw.every[s]
 		if n > 0 || every == 0 {
 			every = w.cfg.PollMin
 		} else {
 			every = min(max(4*every, 2*shards.FleetCacheTTL), w.cfg.DrainMax)
 		}
-		m.drainEvery[s], m.drainNext[s] = every, now.Add(every)
+		sw.every[s], sw.next[s] = every, now.Add(every)
 		wait = min(wait, every)
 	}
 	return wait
@@ -65,11 +89,11 @@ func (w *Worker) drainShards(ctx context.Context, now time.Time) time.Duration {
 // finding work, growing by the multiplier while idle, PollMax while every
 // slot is busy (a freed slot wakes Run anyway).
 func (w *Worker) adapt(p pass) time.Duration {
-	m := &w.fleet
+	m := &w.pace
 	if m.interval == 0 {
 		m.interval = w.cfg.PollMin
 	}
-	now := time.Now()
+	now := w.now()
 	since := now.Sub(m.lastPoll)
 	if p.lists {
 		m.lastPoll = now // the time of the last listing, which the pace is measured from
@@ -94,7 +118,7 @@ func (w *Worker) adapt(p pass) time.Duration {
 	}
 	switch {
 	case p.full:
-		// Busy: no poll until a slot frees (see Run). Held candidates
+		// Busy: no poll until a slot frees (see Run). Prefetched candidates
 		// fill it at once; after them, list again soon if the last listing
 		// was cut short (a backlog), else at the pace.
 		m.interval = paced()
@@ -106,7 +130,7 @@ func (w *Worker) adapt(p pass) time.Duration {
 		w.log.Warn("poll", "err", p.err)
 		m.interval = w.grow(m.interval)
 	case !p.lists:
-		// Only held candidates, all claimed: list at the pace, or at once
+		// Only prefetched candidates, all claimed: list at the pace, or at once
 		// after a listing that was cut short.
 		if m.capped {
 			m.interval = w.cfg.PollMin

@@ -5,7 +5,15 @@
 // handler for.
 //
 // The worker must not decide anything by the local wall clock: lease and
-// availability decisions use the authoritative S3 clock.
+// availability decisions use the authoritative S3 clock. Its local clock
+// (Config.Local) only paces its work.
+//
+// The files follow the path of a task: config.go (Config and its
+// defaults), worker.go (the Worker and Run's scheduler loop), fleet.go
+// (fleet membership, the doorbell), pacing.go (when to poll), discover.go
+// (listing the shards and claiming), dispatch.go (handing claimed tasks to
+// handler slots), forward.go (tasks of a type this worker cannot run),
+// run.go (one handler run: renewals and the fenced commit) and shutdown.go.
 package worker
 
 import (
@@ -40,24 +48,29 @@ type Worker struct {
 	guard    *guarded
 	cfg      Config
 	clock    *clock.Authoritative
+	local    clock.Local // cfg.Local
 	manifest shards.Manifest
 	log      *slog.Logger
 	rand     io.Reader // cfg.Rand behind a lock
 
-	pollMu sync.Mutex // one discovery pass at a time (Run and Poll)
+	// The scheduler's state belongs to the goroutine running Run (or to a
+	// test calling poll instead of Run): no lock guards it, so none is held
+	// across a request.
+	fleet      membership
+	pace       pacing
+	sweep      sweeps
+	scans      map[int]*shards.Scan
+	prefetched map[int]prefetch
+	rotate     int
+	unhandled  map[string]string // task key -> type: pending tasks seen that no known member could run
 
-	fleetMu      sync.Mutex // guards fleet; taken before pollMu
-	fleet        membership
-	unhandled    map[string]string // task key -> type: pending tasks seen that no known member could run (under pollMu)
+	// Published by the scheduler for other goroutines.
 	view         atomic.Pointer[memberView]
 	cursors      atomic.Pointer[map[int]time.Time] // the scans' cursors after the last poll
 	pointerShard atomic.Int64                      // where retries are announced (-1: the task's own shard)
 
 	mu       sync.Mutex
 	handlers map[string]Handler
-	scans    map[int]*shards.Scan
-	held     map[int]held // under pollMu
-	rotate   int
 
 	slots    chan struct{}
 	freed    chan struct{}
@@ -84,7 +97,7 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Worker, error) {
 	// The clock exists before the first request, so every response syncs it.
 	c := cfg.Clock
 	if c == nil {
-		c = clock.New(g, clock.Config{})
+		c = clock.New(g, clock.Config{Local: cfg.Local})
 	}
 	m, err := shards.Open(ctx, g, cfg.Shards)
 	if err != nil {
@@ -96,14 +109,14 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Worker, error) {
 		}
 	}
 	w := &Worker{
-		st: g, guard: g, cfg: cfg, clock: c, manifest: m, rand: cfg.Rand,
-		log:       cfg.Logger.WithGroup("worker").With("worker_id", cfg.ID),
-		handlers:  make(map[string]Handler),
-		scans:     make(map[int]*shards.Scan),
-		held:      make(map[int]held),
-		unhandled: make(map[string]string),
-		slots:     make(chan struct{}, cfg.Concurrency),
-		freed:     make(chan struct{}, 1),
+		st: g, guard: g, cfg: cfg, clock: c, local: cfg.Local, manifest: m, rand: cfg.Rand,
+		log:        cfg.Logger.WithGroup("worker").With("worker_id", cfg.ID),
+		handlers:   make(map[string]Handler),
+		scans:      make(map[int]*shards.Scan),
+		prefetched: make(map[int]prefetch),
+		unhandled:  make(map[string]string),
+		slots:      make(chan struct{}, cfg.Concurrency),
+		freed:      make(chan struct{}, 1),
 	}
 	w.pointerShard.Store(-1)
 	w.view.Store(&memberView{})
@@ -111,6 +124,7 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Worker, error) {
 	return w, nil
 }
 
+// ID returns the worker's id.
 func (w *Worker) ID() string { return w.cfg.ID }
 
 // Handle registers h for tasks of type typ. Register handlers before Run.
@@ -139,19 +153,22 @@ func (w *Worker) emit(e Event) {
 	}
 }
 
+// now reads the local clock: it paces work and never decides what is due.
+func (w *Worker) now() time.Time { return w.local.Now() }
+
 // Run polls and runs tasks until ctx ends, then leaves the fleet, stops
-// claiming and drains: it waits up to ShutdownGrace for running handlers,
-// then cancels the rest and hands their tasks back to the queue. A handler
-// that ignores its cancellation is waited for a little longer (up to 10s),
-// then left running: once Run has returned the worker sends no request for
-// it, not even a lease renewal, so its lease expires and the monitor
-// re-dispatches the task.
+// claiming and finishes its handlers: it waits up to ShutdownGrace for
+// running handlers, then cancels the rest and hands their tasks back to the
+// queue. A handler that ignores its cancellation is waited for a little
+// longer (up to 10s), then left running: once Run has returned the worker
+// sends no request for it, not even a lease renewal, so its lease expires
+// and the monitor re-dispatches the task.
 func (w *Worker) Run(ctx context.Context) error {
-	timer := time.NewTimer(0)
+	timer := w.local.NewTimer(0)
 	defer timer.Stop()
 
-	// An error that will not heal ends Run as the end of ctx does (drain
-	// then returns the error).
+	// An error that will not heal ends Run as the end of ctx does
+	// (finishHandlers then returns the error).
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
@@ -166,10 +183,10 @@ func (w *Worker) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			w.leave()
-			err := w.drain()
+			err := w.finishHandlers()
 			w.markStopped()
 			return err
-		case <-timer.C:
+		case <-timer.C():
 		case <-w.freed:
 			w.slotFreed()
 		}
@@ -189,33 +206,22 @@ func (w *Worker) Run(ctx context.Context) error {
 // member's own shards, slow sweeps of its drain shards, the doorbell — and
 // returns how long to wait before the next step.
 func (w *Worker) step(ctx context.Context) time.Duration {
-	w.fleetMu.Lock()
-	defer w.fleetMu.Unlock()
-	m := &w.fleet
-	now := time.Now()
+	now := w.now()
 	if w.static() {
-		if now.Before(m.nextOwnPoll) {
-			return time.Until(m.nextOwnPoll) // woken by a freed slot early
+		if now.Before(w.pace.next) {
+			return clock.Until(w.local, w.pace.next) // woken by a freed slot early
 		}
 		d := w.adapt(w.pollShards(ctx, w.cfg.OwnShards, false))
-		m.nextOwnPoll = now.Add(d)
+		w.pace.next = now.Add(d)
 		return d
 	}
-	due := (m.member && now.Sub(m.renewed) >= w.memberTTL()/3) || (!m.member && now.Sub(m.synced) >= m.standbyWait) ||
-		(m.saturated() && w.free() == 0) || m.leaving
-	switch {
-	case !m.retry.ready(now):
-		// The last fleet request failed: it backs off.
-	case due:
-		w.fleetOp(ctx, now, "fleet", func() error { return w.syncFleet(ctx, now) })
-	case m.member && !m.asleep && now.Sub(m.synced) >= w.cfg.MemberTTL/6:
-		w.fleetOp(ctx, now, "fleet", func() error { return w.refreshView(ctx, now) })
-	}
+	m := &w.fleet
+	w.tendFleet(ctx, now)
 	if !m.member {
-		return max(m.standbyWait-time.Since(m.synced), m.retry.until(now), 10*time.Millisecond)
+		return max(m.standbyWait-clock.Since(w.local, m.synced), m.retry.until(now), 10*time.Millisecond)
 	}
 	iv, err := w.clock.Now(ctx)
-	if err != nil || !w.holds(iv) {
+	if err != nil || !w.certainlyMember(iv) {
 		// Our entry may have lapsed: poll nothing until a renewal lands.
 		return max(w.cfg.PollMin, time.Second)
 	}
@@ -223,92 +229,66 @@ func (w *Worker) step(ctx context.Context) time.Duration {
 		m.lastWork = now // running handlers are work: a busy member is not idle
 	}
 	// Until the renewal is due, or, if it is overdue, until its retry.
-	wait := max(w.memberTTL()/3-time.Since(m.renewed), m.retry.until(now))
-	// Asleep, the member keeps scanning until a scan has started after
-	// every producer's cached view of the fleet shows it asleep.
-	graceDone := now.Sub(m.sleptAt) >= w.cfg.AwakeGrace && m.lastPoll.After(m.sleptAt.Add(shards.FleetCacheTTL))
-	if m.asleep && graceDone {
-		if now.Sub(m.synced) >= w.cfg.BellPoll && m.retry.ready(now) {
-			w.fleetOp(ctx, now, "read the doorbell", func() error { return w.checkBell(ctx, now) })
-		}
-		if m.asleep {
-			if now.Sub(m.sleptAt) >= w.cfg.SleepScan && !now.Before(m.nextOwnPoll) {
-				// A slow safety scan: a producer that crashed between its
-				// PUT and its ring is still served.
-				p := w.pollShards(ctx, m.assign.Own, false)
-				if p.err != nil && ctx.Err() == nil {
-					w.log.Warn("safety scan while asleep", "err", p.err)
-				}
-				m.nextOwnPoll = now.Add(w.cfg.SleepScan)
-				if p.claimed > 0 {
-					w.wake(ctx, now)
-				}
-			}
-			if m.asleep {
-				return max(10*time.Millisecond, min(wait, w.cfg.BellPoll-time.Since(m.synced)), m.retry.until(now))
-			}
-		}
+	wait := max(w.memberTTL()/3-clock.Since(w.local, m.renewed), m.retry.until(now))
+	if d, asleep := w.atTheDoorbell(ctx, now, wait); asleep {
+		return d
 	}
-	if !now.Before(m.nextOwnPoll) {
-		// Full, it still peeks: a saturated member must see its backlog.
-		p := w.pollShards(ctx, m.assign.Own, true)
-		if p.claimed > 0 {
-			m.lastWork = now
-			if m.asleep {
-				w.wake(ctx, now)
-			}
-		}
-		// Saturated: every slot busy for a while, and the last listing left
-		// due work behind. Then the member asks for more members.
-		switch {
-		case !p.full:
-			m.fullSince, m.backlog = time.Time{}, false
-		case m.fullSince.IsZero():
-			m.fullSince, m.backlog = now, p.leftover
-		default:
-			m.backlog = m.backlog || p.leftover
-		}
-		m.nextOwnPoll = now.Add(w.adapt(p))
+	if !now.Before(w.pace.next) {
+		w.pollOwn(ctx, now)
 	}
-	wait = min(wait, time.Until(m.nextOwnPoll))
+	wait = min(wait, clock.Until(w.local, w.pace.next))
 	wait = min(wait, w.drainShards(ctx, now))
-
-	live := m.fleet.Live(iv, w.cfg.LeaseMargin)
-	// Idle means no work for a while and for two polls: a member paced to
-	// list once a minute (poll_batch at a trickle) is not idle between
-	// its listings.
-	idle := now.Sub(m.lastWork) - 2*m.interval
-	switch {
-	case idle >= w.cfg.IdleLeave && w.nextToLeave(live):
-		m.leaving = true
-		return m.retry.until(now)
-	case len(live) == 1 && !m.asleep && idle >= w.cfg.SleepAfter && m.retry.ready(now):
-		w.fleetOp(ctx, now, "mark the fleet asleep", func() error { return w.sleep(ctx, now) })
+	if w.idle(ctx, now, iv) {
+		return m.retry.until(now) // leaving: at once, or when the fleet's back-off ends
 	}
 	return max(wait, 0)
 }
 
-// Poll runs one discovery pass over every shard the worker may poll (its
+// pollOwn polls the member's own shards and notes whether it is saturated.
+// Full, it still peeks: a saturated member must see its backlog.
+func (w *Worker) pollOwn(ctx context.Context, now time.Time) {
+	m := &w.fleet
+	p := w.pollShards(ctx, m.assign.Own, true)
+	if p.claimed > 0 {
+		m.lastWork = now
+		if m.asleep {
+			w.wake(ctx, now)
+		}
+	}
+	// Saturated: every slot busy for a while, and the last listing left
+	// due work behind. Then the member asks for more members.
+	switch {
+	case !p.full:
+		m.fullSince, m.backlog = time.Time{}, false
+	case m.fullSince.IsZero():
+		m.fullSince, m.backlog = now, p.leftover
+	default:
+		m.backlog = m.backlog || p.leftover
+	}
+	w.pace.next = now.Add(w.adapt(p))
+}
+
+// poll runs one discovery pass over every shard the worker may poll (its
 // own, its drain shards, or its static list), after joining the fleet if
-// the rules let it or re-reading it if already a member, and starts handlers for what it claims. It returns how
-// many tasks it claimed. Tests drive it directly instead of Run.
-func (w *Worker) Poll(ctx context.Context) (int, error) {
+// the rules let it or re-reading it if already a member, and starts
+// handlers for what it claims. It returns how many tasks it claimed. Tests
+// call it instead of Run, never while Run runs: both own the scheduler's
+// state.
+func (w *Worker) poll(ctx context.Context) (int, error) {
 	if w.static() {
 		p := w.pollShards(ctx, w.cfg.OwnShards, false)
 		return p.claimed, p.err
 	}
-	w.fleetMu.Lock()
 	var err error
 	if !w.fleet.member {
-		err = w.syncFleet(ctx, time.Now())
+		err = w.syncFleet(ctx, w.now())
 	} else {
-		err = w.refreshView(ctx, time.Now())
+		err = w.refreshView(ctx, w.now())
 	}
-	a := w.fleet.assign
-	w.fleetMu.Unlock()
 	if err != nil {
 		return 0, err
 	}
+	a := w.fleet.assign
 	p := w.pollShards(ctx, append(append([]int(nil), a.Own...), a.Drain...), false)
 	return p.claimed, p.err
 }
