@@ -50,9 +50,9 @@ func (w *Worker) slotFreed() {
 	w.fleet.fullSince, w.fleet.backlog = time.Time{}, false // no longer full
 }
 
-// drainShards sweeps the member's inactive shards for leftovers, each on
+// sweepDrainShards sweeps the member's inactive shards for leftovers, each on
 // its own back-off, and returns how long until the next one is due.
-func (w *Worker) drainShards(ctx context.Context, now time.Time) time.Duration {
+func (w *Worker) sweepDrainShards(ctx context.Context, now time.Time) time.Duration {
 	sw := &w.sweep
 	if sw.next == nil {
 		sw.next, sw.every = map[int]time.Time{}, map[int]time.Duration{}
@@ -130,8 +130,8 @@ func (w *Worker) adapt(p pass) time.Duration {
 		w.log.Warn("poll", "err", p.err)
 		m.interval = w.grow(m.interval)
 	case !p.lists:
-		// Only prefetched candidates, all claimed: list at the pace, or at once
-		// after a listing that was cut short.
+		// Only prefetched candidates, all claimed: list at the pace, or at
+		// once after a listing that was cut short.
 		if m.capped {
 			m.interval = w.cfg.PollMin
 		}

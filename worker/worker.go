@@ -249,7 +249,7 @@ func (w *Worker) step(ctx context.Context) time.Duration {
 		w.pollOwn(ctx, now)
 	}
 	wait = min(wait, clock.Until(w.local, w.pace.next))
-	wait = min(wait, w.drainShards(ctx, now))
+	wait = min(wait, w.sweepDrainShards(ctx, now))
 	if w.idle(ctx, now, iv) {
 		return m.retry.until(now) // leaving: at once, or when the fleet's back-off ends
 	}
