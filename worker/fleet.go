@@ -12,8 +12,9 @@ import (
 
 // membership is the worker's place in the fleet object: standing by,
 // polling its share of the shards as a member, or asleep at the doorbell.
+// When to poll is pacing's (pacing.go).
 //
-// Only the Run goroutine (or a test calling Tick) touches it.
+// Only the scheduler (Run's goroutine, or a test calling poll) touches it.
 type membership struct {
 	fleet   shards.Fleet
 	etag    string
@@ -36,21 +37,14 @@ type membership struct {
 	standbyWait time.Duration // a standby's wait before its next read
 
 	retry backoff // of the fleet requests, after a failure
-
-	nextOwnPoll time.Time
-	interval    time.Duration
-	lastPoll    time.Time // local time of the last poll of the own shards
-	rate        float64   // recent arrival rate, tasks/s, from polls that found work
-	capped      bool      // the last listing returned all it asked for: a backlog
-	drainNext   map[int]time.Time
-	drainEvery  map[int]time.Duration
 }
 
-// saturated reports that the member has had every slot busy for a while
-// with due work left behind, and has not asked for help in the last while.
-func (m *membership) saturated() bool {
-	return m.backlog && !m.fullSince.IsZero() && time.Since(m.fullSince) >= saturatedAfter &&
-		time.Since(m.asked) >= saturatedAfter
+// saturated reports that, at local time now, the member has had every slot
+// busy for a while with due work left behind, and has not asked for help in
+// the last while.
+func (m *membership) saturated(now time.Time) bool {
+	return m.backlog && !m.fullSince.IsZero() && now.Sub(m.fullSince) >= saturatedAfter &&
+		now.Sub(m.asked) >= saturatedAfter
 }
 
 // saturatedAfter is how long a member stays full with a backlog before it
@@ -121,7 +115,7 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 		m.joined = iv.Latest
 	}
 	want := 0
-	if m.saturated() && w.free() == 0 {
+	if m.saturated(w.now()) && w.free() == 0 {
 		want = min(n, 2*max(1, len(m.fleet.Live(iv, margin))))
 		m.asked = now
 	}
@@ -195,8 +189,7 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 		w.log.Info("joined the fleet", "members", len(f.Members))
 		m.member = true
 		m.lastWork = now
-		m.interval = w.cfg.PollMin
-		m.nextOwnPoll = now
+		w.pace.reset(w.cfg.PollMin, now)
 	}
 	m.expiry, m.renewed = expiry, now
 	a, _ := f.Assign(w.cfg.ID, iv, margin, n)
@@ -331,9 +324,9 @@ func (w *Worker) nextToLeave(live []shards.Member) bool {
 	return false
 }
 
-// holds reports whether our fleet entry is certainly still ours, so we may
-// poll: a member that cannot renew stops before anyone prunes it.
-func (w *Worker) holds(iv clock.Interval) bool {
+// certainlyMember reports whether our fleet entry is certainly still ours,
+// so we may poll: a member that cannot renew stops before anyone prunes it.
+func (w *Worker) certainlyMember(iv clock.Interval) bool {
 	return w.fleet.member && iv.Before(w.fleet.expiry.Add(-w.cfg.LeaseMargin))
 }
 
@@ -371,7 +364,7 @@ func (w *Worker) sleep(ctx context.Context, now time.Time) error {
 	m.expiry, m.renewed = expiry, now
 	m.asleep, m.sleptAt = true, now
 	// One more scan once producers' cached views have caught up.
-	m.nextOwnPoll = now.Add(shards.FleetCacheTTL + 500*time.Millisecond)
+	w.pace.next = now.Add(shards.FleetCacheTTL + 500*time.Millisecond)
 	w.log.Debug("asleep: watching the doorbell")
 	return nil
 }
@@ -380,8 +373,7 @@ func (w *Worker) sleep(ctx context.Context, now time.Time) error {
 func (w *Worker) wake(ctx context.Context, now time.Time) {
 	m := &w.fleet
 	m.asleep = false
-	m.interval = w.cfg.PollMin
-	m.nextOwnPoll = now
+	w.pace.reset(w.cfg.PollMin, now)
 	if !m.fleet.Asleep {
 		return
 	}
@@ -409,8 +401,126 @@ func (w *Worker) checkBell(ctx context.Context, now time.Time) error {
 	if !f.Asleep {
 		w.log.Debug("the doorbell rang")
 		m.asleep = false
-		m.interval = w.cfg.PollMin
-		m.nextOwnPoll = now
+		w.pace.reset(w.cfg.PollMin, now)
 	}
 	return nil
+}
+
+// leave removes the worker from the fleet on shutdown, so its shards move
+// on at once instead of after its entry expires. Unlike an idle member's
+// leave it goes even as the last member: a worker started next (a restart)
+// then joins at once rather than after the entry expires.
+func (w *Worker) leave() {
+	if !w.fleet.member {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	w.fleet.leaving, w.fleet.shutdown = true, true
+	if err := w.syncFleet(ctx, w.now()); err != nil {
+		w.log.Warn("leave the fleet; the entry will expire", "err", err)
+	}
+}
+
+// tendFleet sends the fleet request that is due, if any: a member's
+// renewal, a standby's read, a leave or a call for help (syncFleet), or a
+// member's re-read of the view between renewals (refreshView).
+func (w *Worker) tendFleet(ctx context.Context, now time.Time) {
+	m := &w.fleet
+	due := (m.member && now.Sub(m.renewed) >= w.memberTTL()/3) || (!m.member && now.Sub(m.synced) >= m.standbyWait) ||
+		(m.saturated(now) && w.free() == 0) || m.leaving
+	switch {
+	case !m.retry.ready(now):
+		// The last fleet request failed: it backs off.
+	case due:
+		w.fleetOp(ctx, now, "fleet", func() error { return w.syncFleet(ctx, now) })
+	case m.member && !m.asleep && now.Sub(m.synced) >= w.cfg.MemberTTL/6:
+		w.fleetOp(ctx, now, "fleet", func() error { return w.refreshView(ctx, now) })
+	}
+}
+
+// atTheDoorbell runs the member's step while it sleeps: it reads the
+// doorbell every BellPoll and scans its shards every SleepScan. asleep
+// reports that it still sleeps, and then d is the wait before the next
+// step. A member keeps scanning after marking itself asleep until a scan
+// has started after every producer's cached view of the fleet shows it
+// asleep.
+func (w *Worker) atTheDoorbell(ctx context.Context, now time.Time, wait time.Duration) (d time.Duration, asleep bool) {
+	m := &w.fleet
+	graceDone := now.Sub(m.sleptAt) >= w.cfg.AwakeGrace && w.pace.lastPoll.After(m.sleptAt.Add(shards.FleetCacheTTL))
+	if !m.asleep || !graceDone {
+		return 0, false
+	}
+	if now.Sub(m.synced) >= w.cfg.BellPoll && m.retry.ready(now) {
+		w.fleetOp(ctx, now, "read the doorbell", func() error { return w.checkBell(ctx, now) })
+	}
+	if !m.asleep {
+		return 0, false
+	}
+	if now.Sub(m.sleptAt) >= w.cfg.SleepScan && !now.Before(w.pace.next) {
+		// A slow safety scan: a producer that crashed between its PUT and
+		// its ring is still served.
+		p := w.pollShards(ctx, m.assign.Own, false)
+		if p.err != nil && ctx.Err() == nil {
+			w.log.Warn("safety scan while asleep", "err", p.err)
+		}
+		w.pace.next = now.Add(w.cfg.SleepScan)
+		if p.claimed > 0 {
+			w.wake(ctx, now)
+		}
+	}
+	if !m.asleep {
+		return 0, false
+	}
+	return max(10*time.Millisecond, min(wait, w.cfg.BellPoll-clock.Since(w.local, m.synced)), m.retry.until(now)), true
+}
+
+// idle lets a member that has found no work for a while leave the fleet
+// (the newest elastic member, one at a time) or, as its only member, put
+// the fleet to sleep. It reports whether the member is now leaving.
+func (w *Worker) idle(ctx context.Context, now time.Time, iv clock.Interval) (leaving bool) {
+	m := &w.fleet
+	live := m.fleet.Live(iv, w.cfg.LeaseMargin)
+	// Idle means no work for a while and for two polls: a member paced to
+	// list once a minute (poll_batch at a trickle) is not idle between
+	// its listings.
+	idle := now.Sub(m.lastWork) - 2*w.pace.interval
+	switch {
+	case idle >= w.cfg.IdleLeave && w.nextToLeave(live):
+		m.leaving = true
+		return true
+	case len(live) == 1 && !m.asleep && idle >= w.cfg.SleepAfter && m.retry.ready(now):
+		w.fleetOp(ctx, now, "mark the fleet asleep", func() error { return w.sleep(ctx, now) })
+	}
+	return false
+}
+
+// fleetOp runs op, a read or write of the fleet object, and backs off
+// after a failure: the next fleet request waits PollMin, doubling per
+// failure in a row up to MemberTTL/6 (still several tries before a
+// member's entry lapses).
+func (w *Worker) fleetOp(ctx context.Context, now time.Time, what string, op func() error) {
+	m := &w.fleet
+	err := op()
+	switch {
+	case err == nil:
+		m.retry.ok()
+	case ctx.Err() == nil:
+		d := m.retry.failed(now, w.cfg.PollMin, max(w.cfg.PollMin, w.cfg.MemberTTL/6), w.randFloat)
+		w.log.Warn(what, "err", err, "retry_in", d)
+	}
+}
+
+// memberView is what Member reports, published by the scheduler.
+type memberView struct {
+	member bool
+	assign shards.Assignment
+	fleet  shards.Fleet
+}
+
+// Member reports whether the worker is a member of the fleet and which
+// shards it polls.
+func (w *Worker) Member() (bool, shards.Assignment) {
+	v := w.view.Load()
+	return v.member, v.assign
 }

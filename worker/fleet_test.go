@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/s3queue/s3queue/producer"
@@ -24,7 +25,8 @@ import (
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-// fleet runs workers on one store until the test ends.
+// fleet runs workers on one store until the test ends. Fleet tests run in
+// a synctest bubble: time is virtual, and waiting for it costs nothing.
 type fleet struct {
 	t      *testing.T
 	ctx    context.Context
@@ -78,6 +80,8 @@ func (f *fleet) stop(id string) {
 	stop()
 }
 
+// waitFor advances the bubble's virtual time in steps of 10ms until cond
+// holds, or fails the test after within.
 func waitFor(t *testing.T, what string, within time.Duration, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(within)
@@ -113,88 +117,92 @@ func shares(ws []*worker.Worker, n int) (own, drain map[int][]int, exact bool) {
 }
 
 func TestShardsSpreadEvenlyAndRebalanceAsWorkersJoinAndLeave(t *testing.T) {
-	f := newFleet(t, mem.New(), 8)
-	var ws []*worker.Worker
-	fair := func(members int) func() bool {
-		return func() bool {
-			own, drain, exact := shares(ws, 8)
-			if !exact || len(own) != members {
-				return false
-			}
-			for i := range own {
-				// One active shard each; the inactive ones shared out
-				// within one of each other.
-				if len(own[i]) != 1 || len(drain[i]) > (8-members+members-1)/members {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFleet(t, mem.New(), 8)
+		var ws []*worker.Worker
+		fair := func(members int) func() bool {
+			return func() bool {
+				own, drain, exact := shares(ws, 8)
+				if !exact || len(own) != members {
 					return false
 				}
-			}
-			return true
-		}
-	}
-	for i := 0; i < 4; i++ {
-		cfg := f.fast(fmt.Sprintf("w%d", i))
-		cfg.Dedicated = true
-		ws = append(ws, f.start(cfg, nil, nil))
-		waitFor(t, fmt.Sprintf("a fair share among %d workers", i+1), 20*time.Second, fair(i+1))
-	}
-	f.stop("w1")
-	ws = append(ws[:1], ws[2:]...)
-	waitFor(t, "the leaver's shards to move on", 20*time.Second, fair(3))
-	for i := 4; i < 12; i++ {
-		cfg := f.fast(fmt.Sprintf("w%d", i))
-		cfg.Dedicated = true
-		ws = append(ws, f.start(cfg, nil, nil))
-	}
-	// 11 workers, 8 shards: 8 members own one shard each, the rest own none.
-	waitFor(t, "8 shards over 11 workers", 20*time.Second, func() bool {
-		_, _, exact := shares(ws, 8)
-		busy := 0
-		for _, w := range ws {
-			if _, a := w.Member(); len(a.Own) > 0 {
-				busy++
+				for i := range own {
+					// One active shard each; the inactive ones shared out
+					// within one of each other.
+					if len(own[i]) != 1 || len(drain[i]) > (8-members+members-1)/members {
+						return false
+					}
+				}
+				return true
 			}
 		}
-		return exact && busy == 8
+		for i := 0; i < 4; i++ {
+			cfg := f.fast(fmt.Sprintf("w%d", i))
+			cfg.Dedicated = true
+			ws = append(ws, f.start(cfg, nil, nil))
+			waitFor(t, fmt.Sprintf("a fair share among %d workers", i+1), 20*time.Second, fair(i+1))
+		}
+		f.stop("w1")
+		ws = append(ws[:1], ws[2:]...)
+		waitFor(t, "the leaver's shards to move on", 20*time.Second, fair(3))
+		for i := 4; i < 12; i++ {
+			cfg := f.fast(fmt.Sprintf("w%d", i))
+			cfg.Dedicated = true
+			ws = append(ws, f.start(cfg, nil, nil))
+		}
+		// 11 workers, 8 shards: 8 members own one shard each, the rest own none.
+		waitFor(t, "8 shards over 11 workers", 20*time.Second, func() bool {
+			_, _, exact := shares(ws, 8)
+			busy := 0
+			for _, w := range ws {
+				if _, a := w.Member(); len(a.Own) > 0 {
+					busy++
+				}
+			}
+			return exact && busy == 8
+		})
 	})
 }
 
 func TestADeadMembersShardsMoveOnOnlyAfterItsEntryExpires(t *testing.T) {
-	st := mem.New()
-	f := newFleet(t, st, 4)
-	a := f.fast("a")
-	a.Dedicated = true
-	faulty := s3store.NewFaults(st)
-	wa := f.start(a, faulty, nil)
-	waitFor(t, "a to join", 10*time.Second, func() bool { m, _ := wa.Member(); return m })
-	b := f.fast("b")
-	b.Dedicated = true
-	wb := f.start(b, nil, nil)
-	waitFor(t, "b to join", 10*time.Second, func() bool { _, as := wb.Member(); return len(as.Own) == 1 && as.Active == 2 })
+	synctest.Test(t, func(t *testing.T) {
+		st := mem.New()
+		f := newFleet(t, st, 4)
+		a := f.fast("a")
+		a.Dedicated = true
+		faulty := s3store.NewFaults(st)
+		wa := f.start(a, faulty, nil)
+		waitFor(t, "a to join", 10*time.Second, func() bool { m, _ := wa.Member(); return m })
+		b := f.fast("b")
+		b.Dedicated = true
+		wb := f.start(b, nil, nil)
+		waitFor(t, "b to join", 10*time.Second, func() bool { _, as := wb.Member(); return len(as.Own) == 1 && as.Active == 2 })
 
-	fl, _, _ := shards.ReadFleet(f.ctx, st)
-	var expiry time.Time
-	for _, m := range fl.Members {
-		if m.ID == "a" {
-			expiry = m.ExpiresAt
+		fl, _, _ := shards.ReadFleet(f.ctx, st)
+		var expiry time.Time
+		for _, m := range fl.Members {
+			if m.ID == "a" {
+				expiry = m.ExpiresAt
+			}
 		}
-	}
-	// a is cut off from the bucket: it can no longer renew.
-	for _, op := range s3store.Ops() {
-		faulty.Inject(s3store.Fault{Op: op, Err: s3store.ErrInjected503})
-	}
-	waitFor(t, "b to take every shard", 20*time.Second, func() bool {
-		_, as := wb.Member()
-		return as.Active == 1 && len(as.Own)+len(as.Drain) == 4
+		// a is cut off from the bucket: it can no longer renew.
+		for _, op := range s3store.Ops() {
+			faulty.Inject(s3store.Fault{Op: op, Err: s3store.ErrInjected503})
+		}
+		waitFor(t, "b to take every shard", 20*time.Second, func() bool {
+			_, as := wb.Member()
+			return as.Active == 1 && len(as.Own)+len(as.Drain) == 4
+		})
+		now, _ := st.Now(f.ctx)
+		if !now.After(expiry.Add(100 * time.Millisecond)) {
+			t.Fatalf("b took a's shards at %v, before a's entry expired at %v plus the margin", now, expiry)
+		}
+		if m, _ := wa.Member(); m {
+			// a still believes it is a member, but must have stopped polling:
+			// its entry is past expiry - margin by any clock.
+			t.Log("a has not noticed yet; it polls nothing once its entry lapses")
+		}
 	})
-	now, _ := st.Now(f.ctx)
-	if !now.After(expiry.Add(100 * time.Millisecond)) {
-		t.Fatalf("b took a's shards at %v, before a's entry expired at %v plus the margin", now, expiry)
-	}
-	if m, _ := wa.Member(); m {
-		// a still believes it is a member, but must have stopped polling:
-		// its entry is past expiry - margin by any clock.
-		t.Log("a has not noticed yet; it polls nothing once its entry lapses")
-	}
 }
 
 func TestNoShardStarvesWhenSlotsRunOut(t *testing.T) {
@@ -242,109 +250,113 @@ func TestNoShardStarvesWhenSlotsRunOut(t *testing.T) {
 }
 
 func TestAnIdleFleetShrinksToOneSleepingMemberThatAProducerWakes(t *testing.T) {
-	st := s3store.NewCounter(mem.New())
-	f := newFleet(t, st, 4)
-	started := make(chan string, 10)
-	var ws []*worker.Worker
-	standbys := s3store.NewCounter(st) // the two that will stand by
-	for i := 0; i < 3; i++ {
-		cfg := f.fast(fmt.Sprintf("w%d", i))
-		cfg.IdleLeave, cfg.SleepAfter, cfg.BellPoll, cfg.AwakeGrace = 300*time.Millisecond, 300*time.Millisecond, 50*time.Millisecond, 2100*time.Millisecond
-		cfg.Dedicated = false
-		if i == 0 {
-			cfg.Dedicated = true // the first one joins an empty fleet anyway
+	synctest.Test(t, func(t *testing.T) {
+		st := s3store.NewCounter(mem.New())
+		f := newFleet(t, st, 4)
+		started := make(chan string, 10)
+		var ws []*worker.Worker
+		standbys := s3store.NewCounter(st) // the two that will stand by
+		for i := 0; i < 3; i++ {
+			cfg := f.fast(fmt.Sprintf("w%d", i))
+			cfg.IdleLeave, cfg.SleepAfter, cfg.BellPoll, cfg.AwakeGrace = 300*time.Millisecond, 300*time.Millisecond, 50*time.Millisecond, 2100*time.Millisecond
+			cfg.Dedicated = false
+			if i == 0 {
+				cfg.Dedicated = true // the first one joins an empty fleet anyway
+			}
+			var own s3store.Store
+			if i > 0 {
+				own = standbys
+			}
+			ws = append(ws, f.start(cfg, own, func(_ context.Context, tk *task.Task) (json.RawMessage, error) {
+				started <- tk.ID
+				return nil, nil
+			}))
 		}
-		var own s3store.Store
-		if i > 0 {
-			own = standbys
+		waitFor(t, "the idle fleet to shrink to one sleeping member", 20*time.Second, func() bool {
+			fl, _, err := shards.ReadFleet(f.ctx, st)
+			return err == nil && len(fl.Members) == 1 && fl.Asleep
+		})
+		// Past its awake grace, the sleeping member reads the doorbell instead
+		// of listing.
+		time.Sleep(4 * time.Second) // let the awake grace (2.1s) and its last scan run out: a stretch of time under test, not a wait for work
+		before, sbBefore := st.Counts(), standbys.Counts()
+		time.Sleep(time.Second) // an idle stretch, measured: not a wait for background work
+		idle, sbIdle := st.Counts().Sub(before), standbys.Counts().Sub(sbBefore)
+		if idle.Of(s3store.OpList) > 0 {
+			t.Fatalf("a sleeping fleet listed: %s", idle)
 		}
-		ws = append(ws, f.start(cfg, own, func(_ context.Context, tk *task.Task) (json.RawMessage, error) {
-			started <- tk.ID
-			return nil, nil
-		}))
-	}
-	waitFor(t, "the idle fleet to shrink to one sleeping member", 20*time.Second, func() bool {
-		fl, _, err := shards.ReadFleet(f.ctx, st)
-		return err == nil && len(fl.Members) == 1 && fl.Asleep
+		// While the fleet sleeps, standbys read it 5 times less often than
+		// standby_poll (100ms here: 20 reads a second for two of them).
+		if n := sbIdle.Of(s3store.OpGet); n > 8 {
+			t.Fatalf("two standbys of a sleeping fleet read it %d times in a second, want at most 8", n)
+		}
+		if n := sbIdle.Of(s3store.OpHead); n > 0 {
+			t.Fatalf("standbys made %d clock requests: the read of the fleet object dates itself", n)
+		}
+		// The sleeping member's entry lasts twice member_ttl (600ms here), so
+		// it renews every 400ms instead of every 200ms.
+		if n := idle.Sub(sbIdle).Of(s3store.OpPut); n > 3 {
+			t.Fatalf("the sleeping member renewed %d times in a second, want at most 3", n)
+		}
+		fl, _, _ := shards.ReadFleet(f.ctx, st)
+		p, err := producer.New(f.ctx, st, producer.Config{Shards: 4, LeaseMargin: 100 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, err := p.Submit(f.ctx, "job", nil, producer.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case got := <-started:
+			if got != id {
+				t.Fatalf("started %s, want %s", got, id)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the sleeping member was not woken by the producer's ring")
+		}
+		fl, _, _ = shards.ReadFleet(f.ctx, st)
+		if fl.Ring == 0 || len(fl.Members) == 0 {
+			t.Fatal("the producer did not ring the doorbell")
+		}
 	})
-	// Past its awake grace, the sleeping member reads the doorbell instead
-	// of listing.
-	time.Sleep(4 * time.Second) // let the awake grace (2.1s) and its last scan run out: a stretch of time under test, not a wait for work
-	before, sbBefore := st.Counts(), standbys.Counts()
-	time.Sleep(time.Second) // an idle stretch, measured: not a wait for background work
-	idle, sbIdle := st.Counts().Sub(before), standbys.Counts().Sub(sbBefore)
-	if idle.Of(s3store.OpList) > 0 {
-		t.Fatalf("a sleeping fleet listed: %s", idle)
-	}
-	// While the fleet sleeps, standbys read it 5 times less often than
-	// standby_poll (100ms here: 20 reads a second for two of them).
-	if n := sbIdle.Of(s3store.OpGet); n > 8 {
-		t.Fatalf("two standbys of a sleeping fleet read it %d times in a second, want at most 8", n)
-	}
-	if n := sbIdle.Of(s3store.OpHead); n > 0 {
-		t.Fatalf("standbys made %d clock requests: the read of the fleet object dates itself", n)
-	}
-	// The sleeping member's entry lasts twice member_ttl (600ms here), so
-	// it renews every 400ms instead of every 200ms.
-	if n := idle.Sub(sbIdle).Of(s3store.OpPut); n > 3 {
-		t.Fatalf("the sleeping member renewed %d times in a second, want at most 3", n)
-	}
-	fl, _, _ := shards.ReadFleet(f.ctx, st)
-	p, err := producer.New(f.ctx, st, producer.Config{Shards: 4, LeaseMargin: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id, err := p.Submit(f.ctx, "job", nil, producer.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case got := <-started:
-		if got != id {
-			t.Fatalf("started %s, want %s", got, id)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the sleeping member was not woken by the producer's ring")
-	}
-	fl, _, _ = shards.ReadFleet(f.ctx, st)
-	if fl.Ring == 0 || len(fl.Members) == 0 {
-		t.Fatal("the producer did not ring the doorbell")
-	}
 }
 
 func TestStandbysJoinWhenMembersAreSaturated(t *testing.T) {
-	st := mem.New()
-	f := newFleet(t, st, 4)
-	release := make(chan struct{})
-	t.Cleanup(func() { close(release) })
-	block := func(ctx context.Context, _ *task.Task) (json.RawMessage, error) {
-		select {
-		case <-release:
-		case <-ctx.Done():
+	synctest.Test(t, func(t *testing.T) {
+		st := mem.New()
+		f := newFleet(t, st, 4)
+		release := make(chan struct{})
+		t.Cleanup(func() { close(release) })
+		block := func(ctx context.Context, _ *task.Task) (json.RawMessage, error) {
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return nil, nil
 		}
-		return nil, nil
-	}
-	first := f.fast("first")
-	first.Concurrency = 1
-	w0 := f.start(first, nil, block)
-	waitFor(t, "the first worker to join", 10*time.Second, func() bool { m, _ := w0.Member(); return m })
-	standby := f.fast("standby")
-	w1 := f.start(standby, nil, block)
-	p, err := producer.New(f.ctx, st, producer.Config{Shards: 4, LeaseMargin: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if m, _ := w1.Member(); m {
-		t.Fatal("a second elastic worker joined an idle fleet")
-	}
-	for i := 0; i < 10; i++ {
-		if _, err := p.Submit(f.ctx, "job", nil, producer.Options{}); err != nil {
+		first := f.fast("first")
+		first.Concurrency = 1
+		w0 := f.start(first, nil, block)
+		waitFor(t, "the first worker to join", 10*time.Second, func() bool { m, _ := w0.Member(); return m })
+		standby := f.fast("standby")
+		w1 := f.start(standby, nil, block)
+		p, err := producer.New(f.ctx, st, producer.Config{Shards: 4, LeaseMargin: 100 * time.Millisecond})
+		if err != nil {
 			t.Fatal(err)
 		}
-	}
-	start := time.Now()
-	waitFor(t, "the standby to join a saturated fleet", 20*time.Second, func() bool { m, _ := w1.Member(); return m })
-	t.Logf("standby joined after %v", time.Since(start))
+		if m, _ := w1.Member(); m {
+			t.Fatal("a second elastic worker joined an idle fleet")
+		}
+		for i := 0; i < 10; i++ {
+			if _, err := p.Submit(f.ctx, "job", nil, producer.Options{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		start := time.Now()
+		waitFor(t, "the standby to join a saturated fleet", 20*time.Second, func() bool { m, _ := w1.Member(); return m })
+		t.Logf("standby joined after %v", time.Since(start))
+	})
 }
 
 func TestASnoozedTaskDoesNotHoldUpNewerOnes(t *testing.T) {
@@ -412,72 +424,76 @@ func (s *syncBuffer) String() string {
 }
 
 func TestACorruptFleetObjectIsReportedAndReplaced(t *testing.T) {
-	st := mem.New()
-	f := newFleet(t, st, 4)
-	if _, err := st.Put(f.ctx, shards.FleetKey, []byte("{not json"), s3store.PutOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := shards.ReadFleet(f.ctx, st); !errors.Is(err, shards.ErrCorruptFleet) {
-		t.Fatalf("ReadFleet of a corrupt object: %v, want ErrCorruptFleet", err)
-	}
-	var logs syncBuffer
-	cfg := f.fast("w")
-	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
-	done := make(chan string, 1)
-	f.start(cfg, nil, func(_ context.Context, tk *task.Task) (json.RawMessage, error) {
-		done <- tk.ID
-		return nil, nil
-	})
-	p, err := producer.New(f.ctx, st, producer.Config{Shards: 4, LeaseMargin: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id, err := p.Submit(f.ctx, "job", nil, producer.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case got := <-done:
-		if got != id {
-			t.Fatalf("ran %s, want %s", got, id)
+	synctest.Test(t, func(t *testing.T) {
+		st := mem.New()
+		f := newFleet(t, st, 4)
+		if _, err := st.Put(f.ctx, shards.FleetKey, []byte("{not json"), s3store.PutOptions{}); err != nil {
+			t.Fatal(err)
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the task was not run with a corrupt fleet object in the bucket")
-	}
-	fl, _, err := shards.ReadFleet(f.ctx, st)
-	if err != nil || len(fl.Members) != 1 {
-		t.Fatalf("fleet after the worker joined: %+v, %v; want the worker's entry", fl, err)
-	}
-	if !strings.Contains(logs.String(), "fleet.json is corrupt") {
-		t.Fatalf("the worker did not report the corrupt fleet object; logs:\n%s", logs.String())
-	}
+		if _, _, err := shards.ReadFleet(f.ctx, st); !errors.Is(err, shards.ErrCorruptFleet) {
+			t.Fatalf("ReadFleet of a corrupt object: %v, want ErrCorruptFleet", err)
+		}
+		var logs syncBuffer
+		cfg := f.fast("w")
+		cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+		done := make(chan string, 1)
+		f.start(cfg, nil, func(_ context.Context, tk *task.Task) (json.RawMessage, error) {
+			done <- tk.ID
+			return nil, nil
+		})
+		p, err := producer.New(f.ctx, st, producer.Config{Shards: 4, LeaseMargin: 100 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, err := p.Submit(f.ctx, "job", nil, producer.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case got := <-done:
+			if got != id {
+				t.Fatalf("ran %s, want %s", got, id)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the task was not run with a corrupt fleet object in the bucket")
+		}
+		fl, _, err := shards.ReadFleet(f.ctx, st)
+		if err != nil || len(fl.Members) != 1 {
+			t.Fatalf("fleet after the worker joined: %+v, %v; want the worker's entry", fl, err)
+		}
+		if !strings.Contains(logs.String(), "fleet.json is corrupt") {
+			t.Fatalf("the worker did not report the corrupt fleet object; logs:\n%s", logs.String())
+		}
+	})
 }
 
 // A member paced to list rarely (a large poll_batch at a trickle) is not
 // idle between its listings: it does not fall asleep while work flows.
 func TestAPacedMemberStaysAwakeWhileWorkTrickles(t *testing.T) {
-	st := mem.New()
-	f := newFleet(t, st, 2)
-	cfg := f.fast("w")
-	cfg.PollBatch, cfg.PollMax, cfg.SleepAfter, cfg.Dedicated = 10, 2*time.Second, 300*time.Millisecond, false
-	f.start(cfg, nil, nil)
-	p, err := producer.New(f.ctx, st, producer.Config{Shards: 2, LeaseMargin: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	slept := 0
-	for i := 0; i < 40; i++ { // 5 tasks a second for 8 seconds: a listing every 2 seconds
-		if _, err := p.Submit(f.ctx, "job", nil, producer.Options{}); err != nil {
+	synctest.Test(t, func(t *testing.T) {
+		st := mem.New()
+		f := newFleet(t, st, 2)
+		cfg := f.fast("w")
+		cfg.PollBatch, cfg.PollMax, cfg.SleepAfter, cfg.Dedicated = 10, 2*time.Second, 300*time.Millisecond, false
+		f.start(cfg, nil, nil)
+		p, err := producer.New(f.ctx, st, producer.Config{Shards: 2, LeaseMargin: 100 * time.Millisecond})
+		if err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(200 * time.Millisecond) // the arrival process under test, not a wait for work
-		if i >= 10 {
-			if fl, _, _ := shards.ReadFleet(f.ctx, st); fl.Asleep {
-				slept++
+		slept := 0
+		for i := 0; i < 40; i++ { // 5 tasks a second for 8 seconds: a listing every 2 seconds
+			if _, err := p.Submit(f.ctx, "job", nil, producer.Options{}); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(200 * time.Millisecond) // the arrival process under test, not a wait for work
+			if i >= 10 {
+				if fl, _, _ := shards.ReadFleet(f.ctx, st); fl.Asleep {
+					slept++
+				}
 			}
 		}
-	}
-	if slept > 0 {
-		t.Fatalf("the member was asleep at %d of 30 arrivals while work trickled in", slept)
-	}
+		if slept > 0 {
+			t.Fatalf("the member was asleep at %d of 30 arrivals while work trickled in", slept)
+		}
+	})
 }

@@ -8,6 +8,7 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/s3queue/s3queue/clock"
 	"github.com/s3queue/s3queue/internal/taskio"
 	"github.com/s3queue/s3queue/s3store"
 	"github.com/s3queue/s3queue/shards"
@@ -32,11 +33,7 @@ type outcome struct {
 func (r *run) execute() {
 	w := r.w
 	defer func() {
-		<-w.slots
-		select {
-		case w.freed <- struct{}{}:
-		default:
-		}
+		w.releaseSlot()
 		w.running.Delete(r.claimID)
 		w.inflight.Done()
 	}()
@@ -64,9 +61,9 @@ func (r *run) execute() {
 		done <- outcome{res, err}
 	}()
 
-	renew := time.NewTimer(r.nextRenewal())
+	renew := w.local.NewTimer(r.nextRenewal())
 	defer renew.Stop()
-	deadline := time.NewTimer(r.untilLeaseLost())
+	deadline := w.local.NewTimer(r.untilLeaseLost())
 	defer deadline.Stop()
 	for {
 		select {
@@ -81,7 +78,7 @@ func (r *run) execute() {
 		case o := <-done:
 			r.commit(o, context.Cause(hctx))
 			return
-		case <-renew.C:
+		case <-renew.C():
 			switch err := r.renew(); {
 			case errors.Is(err, ErrLeaseLost):
 				r.lost(cancel)
@@ -98,7 +95,7 @@ func (r *run) execute() {
 				deadline.Reset(r.untilLeaseLost())
 			}
 			renew.Reset(r.nextRenewal())
-		case <-deadline.C:
+		case <-deadline.C():
 			// No renewal got through in time: by S3 time another worker may
 			// take the task over soon, so this one stops first.
 			r.lost(cancel)
@@ -288,7 +285,7 @@ func (r *run) commit(o outcome, cause error) {
 			return err
 		}
 		if t.Status != task.Pending || !shards.MayLieBelowFloor(t.ID, now) ||
-			!announced.IsZero() && time.Since(announced) < shards.PointerGrace/2 {
+			!announced.IsZero() && clock.Since(w.local, announced) < shards.PointerGrace/2 {
 			return nil
 		}
 		// Back to pending with an id that may lie below the monitor's
@@ -297,7 +294,7 @@ func (r *run) commit(o outcome, cause error) {
 		if err := shards.Announce(ctx, w.st, t, now, int(w.pointerShard.Load())); err != nil {
 			return err
 		}
-		announced = time.Now()
+		announced = w.now()
 		return nil
 	})
 	if errors.Is(err, ErrLeaseLost) {
@@ -326,7 +323,7 @@ func (r *run) commit(o outcome, cause error) {
 		w.stats.released.Add(1)
 	}
 	w.emit(Event{Kind: kind, TaskID: t0.ID, Type: t0.Type, Attempt: t0.Attempt, Err: o.err})
-	if r.v.Task.Status == task.Pending && (announced.IsZero() || time.Since(announced) > shards.PointerGrace/2) {
+	if r.v.Task.Status == task.Pending && (announced.IsZero() || clock.Since(w.local, announced) > shards.PointerGrace/2) {
 		// Back behind the scan cursors: announce it.
 		iv, _ := w.clock.Now(ctx)
 		if err := shards.Announce(ctx, w.st, r.v.Task, iv.Latest, int(w.pointerShard.Load())); err != nil {

@@ -9,8 +9,10 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
+	"github.com/s3queue/s3queue/clock"
 	"github.com/s3queue/s3queue/producer"
 	"github.com/s3queue/s3queue/s3store"
 	"github.com/s3queue/s3queue/s3store/mem"
@@ -163,107 +165,111 @@ func TestUnreadableObjectDoesNotStarveTheShard(t *testing.T) {
 // handlers then keep running while a backlog arrives, still sees the
 // backlog (it peeks while full) and asks for help: a standby joins.
 func TestAFullMemberSeesALaterBacklogAndAsksForHelp(t *testing.T) {
-	st := s3store.NewCounter(mem.New())
-	f := newFleet(t, st, 4)
-	release := make(chan struct{})
-	t.Cleanup(func() { close(release) })
-	started := make(chan string, 100)
-	block := func(ctx context.Context, tk *task.Task) (json.RawMessage, error) {
-		started <- tk.ID
-		select {
-		case <-release:
-		case <-ctx.Done():
+	synctest.Test(t, func(t *testing.T) {
+		st := s3store.NewCounter(mem.New())
+		f := newFleet(t, st, 4)
+		release := make(chan struct{})
+		t.Cleanup(func() { close(release) })
+		started := make(chan string, 100)
+		block := func(ctx context.Context, tk *task.Task) (json.RawMessage, error) {
+			started <- tk.ID
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return nil, nil
 		}
-		return nil, nil
-	}
-	w0 := f.start(f.fast("first"), nil, block) // 2 slots
-	waitFor(t, "the first worker to join", 10*time.Second, func() bool { m, _ := w0.Member(); return m })
-	p, err := producer.New(f.ctx, st, producer.Config{Shards: 4, LeaseMargin: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i < 2; i++ {
-		if _, err := p.Submit(f.ctx, "job", nil, producer.Options{}); err != nil {
+		w0 := f.start(f.fast("first"), nil, block) // 2 slots
+		waitFor(t, "the first worker to join", 10*time.Second, func() bool { m, _ := w0.Member(); return m })
+		p, err := producer.New(f.ctx, st, producer.Config{Shards: 4, LeaseMargin: 100 * time.Millisecond})
+		if err != nil {
 			t.Fatal(err)
 		}
-	}
-	for i := 0; i < 2; i++ {
-		select {
-		case <-started:
-		case <-time.After(10 * time.Second):
-			t.Fatal("the member did not fill its slots")
+		for i := 0; i < 2; i++ {
+			if _, err := p.Submit(f.ctx, "job", nil, producer.Options{}); err != nil {
+				t.Fatal(err)
+			}
 		}
-	}
-	w1 := f.start(f.fast("standby"), nil, block)
-	for i := 0; i < 6; i++ {
-		if _, err := p.Submit(f.ctx, "job", nil, producer.Options{}); err != nil {
-			t.Fatal(err)
+		for i := 0; i < 2; i++ {
+			select {
+			case <-started:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the member did not fill its slots")
+			}
 		}
-	}
-	waitFor(t, "the standby to join the full member", 10*time.Second, func() bool { m, _ := w1.Member(); return m })
+		w1 := f.start(f.fast("standby"), nil, block)
+		for i := 0; i < 6; i++ {
+			if _, err := p.Submit(f.ctx, "job", nil, producer.Options{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		waitFor(t, "the standby to join the full member", 10*time.Second, func() bool { m, _ := w1.Member(); return m })
+	})
 }
 
 // Once Run has returned, no lease renewal is sent: a handler that ignores
 // its shutdown keeps running in the host process, but its lease expires so
 // the monitor can re-dispatch the task.
 func TestNoRenewalAfterRunReturns(t *testing.T) {
-	ctx := context.Background()
-	faults := s3store.NewFaults(mem.New())
-	p, err := producer.New(ctx, faults, producer.Config{Shards: 1, LeaseMargin: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id, err := p.Submit(ctx, "job", nil, producer.Options{Timeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var afterRun atomic.Bool
-	var writes atomic.Int64
-	faults.Inject(s3store.Fault{Op: s3store.OpPut, KeyPrefix: task.Key(0, id), Hook: func(string) {
-		if afterRun.Load() {
-			writes.Add(1)
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		faults := s3store.NewFaults(mem.New())
+		p, err := producer.New(ctx, faults, producer.Config{Shards: 1, LeaseMargin: 100 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
 		}
-	}})
-	w, err := worker.New(ctx, faults, worker.Config{Shards: 1, OwnShards: []int{0}, PollMin: 10 * time.Millisecond, PollMax: 50 * time.Millisecond,
-		LeaseMargin: 100 * time.Millisecond, ShutdownGrace: 50 * time.Millisecond, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	started, release := make(chan struct{}), make(chan struct{})
-	defer close(release)
-	w.Handle("job", func(context.Context, *task.Task) (json.RawMessage, error) {
-		close(started)
-		<-release // ignores its context
-		return nil, nil
+		id, err := p.Submit(ctx, "job", nil, producer.Options{Timeout: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var afterRun atomic.Bool
+		var writes atomic.Int64
+		faults.Inject(s3store.Fault{Op: s3store.OpPut, KeyPrefix: task.Key(0, id), Hook: func(string) {
+			if afterRun.Load() {
+				writes.Add(1)
+			}
+		}})
+		w, err := worker.New(ctx, faults, worker.Config{Shards: 1, OwnShards: []int{0}, PollMin: 10 * time.Millisecond, PollMax: 50 * time.Millisecond,
+			LeaseMargin: 100 * time.Millisecond, ShutdownGrace: 50 * time.Millisecond, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		started, release := make(chan struct{}), make(chan struct{})
+		defer close(release)
+		w.Handle("job", func(context.Context, *task.Task) (json.RawMessage, error) {
+			close(started)
+			<-release // ignores its context
+			return nil, nil
+		})
+		runCtx, stop := context.WithCancel(ctx)
+		ran := make(chan struct{})
+		go func() { w.Run(runCtx); close(ran) }()
+		select {
+		case <-started:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the task was not claimed")
+		}
+		stop()
+		select {
+		case <-ran:
+		case <-time.After(10 * time.Second):
+			t.Fatal("Run did not return while a handler ignored its shutdown")
+		}
+		afterRun.Store(true)
+		tk, err := p.Get(ctx, id)
+		if err != nil || tk.Status != task.Running {
+			t.Fatalf("task after Run returned: %+v %v", tk, err)
+		}
+		// Wait past the lease's expiry, by several renewal intervals.
+		expires := tk.Claim.ExpiresAt
+		waitFor(t, "the lease to expire", 10*time.Second, func() bool { return time.Now().After(expires.Add(500 * time.Millisecond)) })
+		if n := writes.Load(); n > 0 {
+			t.Fatalf("%d writes to the task after Run returned, want none", n)
+		}
+		if now, _ := p.Get(ctx, id); now.Version != tk.Version {
+			t.Fatalf("the task was renewed after Run returned: version %d -> %d", tk.Version, now.Version)
+		}
 	})
-	runCtx, stop := context.WithCancel(ctx)
-	ran := make(chan struct{})
-	go func() { w.Run(runCtx); close(ran) }()
-	select {
-	case <-started:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the task was not claimed")
-	}
-	stop()
-	select {
-	case <-ran:
-	case <-time.After(10 * time.Second):
-		t.Fatal("Run did not return while a handler ignored its shutdown")
-	}
-	afterRun.Store(true)
-	tk, err := p.Get(ctx, id)
-	if err != nil || tk.Status != task.Running {
-		t.Fatalf("task after Run returned: %+v %v", tk, err)
-	}
-	// Wait past the lease's expiry, by several renewal intervals.
-	expires := tk.Claim.ExpiresAt
-	waitFor(t, "the lease to expire", 10*time.Second, func() bool { return time.Now().After(expires.Add(500 * time.Millisecond)) })
-	if n := writes.Load(); n > 0 {
-		t.Fatalf("%d writes to the task after Run returned, want none", n)
-	}
-	if now, _ := p.Get(ctx, id); now.Version != tk.Version {
-		t.Fatalf("the task was renewed after Run returned: version %d -> %d", tk.Version, now.Version)
-	}
 }
 
 // A worker that stops (SIGTERM ends Run's context) leaves the fleet at
@@ -271,42 +277,44 @@ func TestNoRenewalAfterRunReturns(t *testing.T) {
 // restart) joins and claims at once instead of idling until the old entry
 // expires (member_ttl + lease_margin, 32 s by default).
 func TestARestartedWorkerJoinsAtOnce(t *testing.T) {
-	st := mem.New()
-	f := newFleet(t, st, 4)
-	slow := func(id string) worker.Config {
-		cfg := f.fast(id)
-		cfg.MemberTTL = 30 * time.Second // the old entry would outlive the test's wait
-		return cfg
-	}
-	old := f.start(slow("old"), nil, nil)
-	waitFor(t, "the first worker to join", 10*time.Second, func() bool { m, _ := old.Member(); return m })
-	f.stop("old")
-	fl, _, err := shards.ReadFleet(f.ctx, st)
-	if err != nil || len(fl.Members) != 0 {
-		t.Fatalf("fleet after the last member stopped: %+v %v; want no members", fl, err)
-	}
-	ran := make(chan string, 1)
-	w := f.start(slow("new"), nil, func(_ context.Context, tk *task.Task) (json.RawMessage, error) {
-		ran <- tk.ID
-		return nil, nil
-	})
-	p, err := producer.New(f.ctx, st, producer.Config{Shards: 4, LeaseMargin: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id, err := p.Submit(f.ctx, "job", nil, producer.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case got := <-ran:
-		if got != id {
-			t.Fatalf("ran %s, want %s", got, id)
+	synctest.Test(t, func(t *testing.T) {
+		st := mem.New()
+		f := newFleet(t, st, 4)
+		slow := func(id string) worker.Config {
+			cfg := f.fast(id)
+			cfg.MemberTTL = 30 * time.Second // the old entry would outlive the test's wait
+			return cfg
 		}
-	case <-time.After(5 * time.Second):
-		m, _ := w.Member()
-		t.Fatalf("the restarted worker did not run a task within 5s (member: %v)", m)
-	}
+		old := f.start(slow("old"), nil, nil)
+		waitFor(t, "the first worker to join", 10*time.Second, func() bool { m, _ := old.Member(); return m })
+		f.stop("old")
+		fl, _, err := shards.ReadFleet(f.ctx, st)
+		if err != nil || len(fl.Members) != 0 {
+			t.Fatalf("fleet after the last member stopped: %+v %v; want no members", fl, err)
+		}
+		ran := make(chan string, 1)
+		w := f.start(slow("new"), nil, func(_ context.Context, tk *task.Task) (json.RawMessage, error) {
+			ran <- tk.ID
+			return nil, nil
+		})
+		p, err := producer.New(f.ctx, st, producer.Config{Shards: 4, LeaseMargin: 100 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, err := p.Submit(f.ctx, "job", nil, producer.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case got := <-ran:
+			if got != id {
+				t.Fatalf("ran %s, want %s", got, id)
+			}
+		case <-time.After(5 * time.Second):
+			m, _ := w.Member()
+			t.Fatalf("the restarted worker did not run a task within 5s (member: %v)", m)
+		}
+	})
 }
 
 // lineCounter is a slog handler that counts records.
@@ -321,28 +329,30 @@ func (h lineCounter) WithGroup(string) slog.Handler             { return h }
 // worker, an outage) costs a few requests and log lines a second while the
 // worker backs off, not a hot loop (before: ~100,000 warnings in 4 s).
 func TestAFailingStoreIsRetriedWithBackOff(t *testing.T) {
-	faults := s3store.NewFaults(mem.New())
-	st := s3store.NewCounter(faults)
-	f := newFleet(t, st, 2)
-	var lines atomic.Int64
-	cfg := f.fast("w")
-	cfg.Logger = slog.New(lineCounter{&lines})
-	w := f.start(cfg, nil, nil)
-	waitFor(t, "the worker to join", 10*time.Second, func() bool { m, _ := w.Member(); return m })
-	for _, op := range s3store.Ops() {
-		faults.Inject(s3store.Fault{Op: op, Err: s3store.ErrInjected503})
-	}
-	before, logged := st.Counts().Total(), lines.Load()
-	// Past a renewal, the entry's expiry, and several retries.
-	const window = 2 * time.Second
-	time.Sleep(window) // a rate over a fixed window, not a wait for work
-	reqs, logs := st.Counts().Total()-before, lines.Load()-logged
-	t.Logf("in %v of failures: %d requests, %d log lines (%s)", window, reqs, logs, st.Counts())
-	// MemberTTL 600ms, PollMax 50ms: polls at most every 50ms, fleet
-	// requests backing off from 10ms to 100ms.
-	if reqs > 150 || logs > 100 {
-		t.Fatalf("%d requests and %d log lines in %v of a failing store: a hot loop", reqs, logs, window)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		faults := s3store.NewFaults(mem.New())
+		st := s3store.NewCounter(faults)
+		f := newFleet(t, st, 2)
+		var lines atomic.Int64
+		cfg := f.fast("w")
+		cfg.Logger = slog.New(lineCounter{&lines})
+		w := f.start(cfg, nil, nil)
+		waitFor(t, "the worker to join", 10*time.Second, func() bool { m, _ := w.Member(); return m })
+		for _, op := range s3store.Ops() {
+			faults.Inject(s3store.Fault{Op: op, Err: s3store.ErrInjected503})
+		}
+		before, logged := st.Counts().Total(), lines.Load()
+		// Past a renewal, the entry's expiry, and several retries.
+		const window = 2 * time.Second
+		time.Sleep(window) // a rate over a fixed window, not a wait for work
+		reqs, logs := st.Counts().Total()-before, lines.Load()-logged
+		t.Logf("in %v of failures: %d requests, %d log lines (%s)", window, reqs, logs, st.Counts())
+		// MemberTTL 600ms, PollMax 50ms: polls at most every 50ms, fleet
+		// requests backing off from 10ms to 100ms.
+		if reqs > 150 || logs > 100 {
+			t.Fatalf("%d requests and %d log lines in %v of a failing store: a hot loop", reqs, logs, window)
+		}
+	})
 }
 
 // An error that will not heal (s3store.ErrUnusable: the bucket or root
@@ -358,58 +368,60 @@ func TestAnUnusableStoreEndsRun(t *testing.T) {
 		{"listing refused, the running task handed back", []s3store.Op{s3store.OpList}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			faults := s3store.NewFaults(mem.New())
-			p, err := producer.New(ctx, faults, producer.Config{Shards: 1})
-			if err != nil {
-				t.Fatal(err)
-			}
-			var id string
-			if tc.handBack {
-				if id, err = p.Submit(ctx, "job", nil, producer.Options{}); err != nil {
+			synctest.Test(t, func(t *testing.T) {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				faults := s3store.NewFaults(mem.New())
+				p, err := producer.New(ctx, faults, producer.Config{Shards: 1})
+				if err != nil {
 					t.Fatal(err)
 				}
-			}
-			w, err := worker.New(ctx, faults, worker.Config{Shards: 1, Dedicated: true, PollMin: 10 * time.Millisecond, PollMax: 50 * time.Millisecond,
-				LeaseMargin: 100 * time.Millisecond, MemberTTL: 600 * time.Millisecond, Logger: quiet})
-			if err != nil {
-				t.Fatal(err)
-			}
-			started := make(chan struct{})
-			w.Handle("job", func(hctx context.Context, _ *task.Task) (json.RawMessage, error) {
-				close(started)
-				<-hctx.Done()
-				return nil, context.Cause(hctx)
-			})
-			ran := make(chan error, 1)
-			go func() { ran <- w.Run(ctx) }()
-			if tc.handBack {
+				var id string
+				if tc.handBack {
+					if id, err = p.Submit(ctx, "job", nil, producer.Options{}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				w, err := worker.New(ctx, faults, worker.Config{Shards: 1, Dedicated: true, PollMin: 10 * time.Millisecond, PollMax: 50 * time.Millisecond,
+					LeaseMargin: 100 * time.Millisecond, MemberTTL: 600 * time.Millisecond, Logger: quiet})
+				if err != nil {
+					t.Fatal(err)
+				}
+				started := make(chan struct{})
+				w.Handle("job", func(hctx context.Context, _ *task.Task) (json.RawMessage, error) {
+					close(started)
+					<-hctx.Done()
+					return nil, context.Cause(hctx)
+				})
+				ran := make(chan error, 1)
+				go func() { ran <- w.Run(ctx) }()
+				if tc.handBack {
+					select {
+					case <-started:
+					case <-ctx.Done():
+						t.Fatal("the task was not claimed")
+					}
+				} else {
+					waitFor(t, "the worker to join", 10*time.Second, func() bool { m, _ := w.Member(); return m })
+				}
+				gone := fmt.Errorf("%w: access denied", s3store.ErrUnusable)
+				for _, op := range tc.ops {
+					faults.Inject(s3store.Fault{Op: op, Err: gone})
+				}
 				select {
-				case <-started:
-				case <-ctx.Done():
-					t.Fatal("the task was not claimed")
+				case err := <-ran:
+					if !errors.Is(err, s3store.ErrUnusable) {
+						t.Fatalf("Run returned %v, want the unusable store's error", err)
+					}
+				case <-time.After(5 * time.Second):
+					t.Fatal("Run did not end on an unusable store")
 				}
-			} else {
-				waitFor(t, "the worker to join", 10*time.Second, func() bool { m, _ := w.Member(); return m })
-			}
-			gone := fmt.Errorf("%w: access denied", s3store.ErrUnusable)
-			for _, op := range tc.ops {
-				faults.Inject(s3store.Fault{Op: op, Err: gone})
-			}
-			select {
-			case err := <-ran:
-				if !errors.Is(err, s3store.ErrUnusable) {
-					t.Fatalf("Run returned %v, want the unusable store's error", err)
+				if tc.handBack {
+					if tk, err := p.Get(ctx, id); err != nil || tk.Status != task.Pending {
+						t.Fatalf("task after Run ended: %+v %v, want it handed back (pending)", tk, err)
+					}
 				}
-			case <-time.After(5 * time.Second):
-				t.Fatal("Run did not end on an unusable store")
-			}
-			if tc.handBack {
-				if tk, err := p.Get(ctx, id); err != nil || tk.Status != task.Pending {
-					t.Fatalf("task after Run ended: %+v %v, want it handed back (pending)", tk, err)
-				}
-			}
+			})
 		})
 	}
 }
@@ -469,4 +481,39 @@ func TestAPointerToAnOldTaskIsLeftForTheMonitor(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The worker paces its polls by Config.Local, not by the host's clock: on
+// a manual clock, Run polls its shard once, then not again however long the
+// host waits, until the manual clock has moved on by the poll interval.
+func TestTheLocalClockPacesPolls(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		st := s3store.NewCounter(mem.New())
+		local := clock.NewManual(time.Now())
+		w, err := worker.New(ctx, st, worker.Config{Shards: 1, OwnShards: []int{0}, PollMin: time.Second, PollMax: time.Second,
+			Local: local, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Handle("job", func(context.Context, *task.Task) (json.RawMessage, error) { return nil, nil })
+		ran := make(chan struct{})
+		go func() { w.Run(ctx); close(ran) }()
+		lists := func() int64 { synctest.Wait(); return st.Counts().Of(s3store.OpList) }
+		first := lists()
+		if first == 0 {
+			t.Fatal("Run did not poll at once")
+		}
+		time.Sleep(time.Minute) // host time only
+		if n := lists(); n != first {
+			t.Fatalf("%d LISTs after a minute of host time with the local clock stopped, want %d", n, first)
+		}
+		local.Advance(time.Second)
+		if n := lists(); n <= first {
+			t.Fatalf("no poll after the local clock moved on by the poll interval (%d LISTs)", n)
+		}
+		cancel()
+		<-ran
+	})
 }

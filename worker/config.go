@@ -1,0 +1,130 @@
+package worker
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/s3queue/s3queue/clock"
+)
+
+// Config configures a Worker. Zero fields take the defaults, and every
+// field is checked, as ConfigKeys declares them.
+type Config struct {
+	// ID names the worker in claims and logs (default host-pid-random).
+	ID string
+	// Concurrency is how many handlers run at once (default 4).
+	Concurrency int
+	// Shards must match the queue's manifest; 0 accepts the queue's count.
+	Shards int
+	// OwnShards pins the worker to these shards: it polls them and takes no
+	// part in the fleet (nil: share the shards with the fleet).
+	OwnShards []int
+	// Dedicated workers are always members of the fleet: they never stand
+	// by, and never leave when idle. By default workers are elastic: an idle
+	// fleet keeps one member, and standbys join when members ask for help.
+	Dedicated bool
+	// MemberTTL is how long a member's fleet entry lasts without renewal;
+	// members renew every third of it (default 30s). It bounds failover:
+	// a dead member's shards move on within MemberTTL + LeaseMargin + a
+	// renewal interval.
+	MemberTTL time.Duration
+	// StandbyPoll is how often a standby reads the fleet object (default
+	// 25s); five times less often while the fleet is asleep. A sleeping
+	// member's entry lasts twice MemberTTL.
+	StandbyPoll time.Duration
+	// IdleLeave: a member other than the first leaves the fleet after this
+	// long without finding work (default 60s).
+	IdleLeave time.Duration
+	// SleepAfter: the only member goes to sleep at the doorbell after this
+	// long without finding work (default 30s); BellPoll is how often it then
+	// reads the doorbell (default 2s), SleepScan how often it still scans
+	// its shard (default 60s), AwakeGrace how long it keeps scanning after
+	// marking itself asleep, covering producers' cached view (default 5s).
+	SleepAfter, BellPoll, SleepScan, AwakeGrace time.Duration
+	// DrainMax caps the back-off of sweeps of inactive shards (default 10m).
+	DrainMax time.Duration
+	// PollMin, PollMax and PollMultiplier shape adaptive polling: the
+	// interval resets to PollMin when a poll finds work and grows by
+	// PollMultiplier per empty poll up to PollMax (defaults 200ms, 5s, 2).
+	PollMin, PollMax time.Duration
+	PollMultiplier   float64
+	// PollBatch shapes the interval after a poll that found work: the time
+	// the recent arrival rate takes to bring this many tasks, within
+	// [PollMin, PollMax] (default 3). Under heavy load that is PollMin; at a
+	// task a second it is about three seconds, one LIST per three tasks. Larger
+	// values trade pickup latency for fewer LISTs (the economy profile). A
+	// listing asks for up to max(Concurrency, PollBatch) + 1 due tasks;
+	// those beyond the free slots are held (for up to PollMax) and claimed
+	// as slots free up.
+	PollBatch float64
+	// ScanLag is how late a task may land and still be found by the shard
+	// scans: once per ScanLag a scan starts twice this far behind its
+	// cursor, the others at it (default 5s).
+	ScanLag time.Duration
+	// ScanLookback is how far back a new worker's scans start (default 1h);
+	// older pending tasks reach it through the ready index.
+	ScanLookback time.Duration
+	// LeaseMargin: the worker stops a handler this long before its lease
+	// expires by S3 time if it could not renew (default 2s).
+	LeaseMargin time.Duration
+	// ShutdownGrace is how long Run waits for in-flight handlers after its
+	// context ends before canceling them and handing their tasks back
+	// (default 30s).
+	ShutdownGrace time.Duration
+	Logger        *slog.Logger
+	// Clock, if set, is shared with other components of this process.
+	Clock *clock.Authoritative
+	// Local is the local monotonic clock that paces the worker: poll
+	// intervals, renewals, back-off, shutdown grace (default clock.System()).
+	// It never decides whether a task or a lease is due; the authoritative
+	// clock does, which the worker creates on Local unless Clock is set.
+	// Tests drive time with clock.Manual.
+	Local clock.Local
+	// OnEvent, if set, is called for every task event (observability).
+	OnEvent func(Event)
+	// Rand is the source of every random draw: the default worker id,
+	// claim ids, jitter (retry delays, standby reads). nil means
+	// crypto/rand.Reader. A seeded source makes a run reproducible (the
+	// simulator); it need not be safe for concurrent use.
+	Rand io.Reader
+}
+
+// Event describes something that happened to a task in this worker.
+type Event struct {
+	// Kind: claimed, succeeded, failed, dead, snoozed, canceled, lease_lost,
+	// rejected, released, corrupt (a corrupt object, or one whose reads
+	// kept failing, was skipped).
+	Kind    string
+	TaskID  string
+	Type    string
+	Attempt int
+	Err     error
+}
+
+// Stats counts what the worker did.
+type Stats struct {
+	Claimed, Succeeded, Failed, Dead, Snoozed, Canceled, LeaseLost, Rejected, Released, Corrupt, Panics int64
+}
+
+func (c *Config) fill() error {
+	c.Rand = &lockedRand{r: randSource(c.Rand)}
+	if c.ID == "" {
+		host, _ := os.Hostname()
+		c.ID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), randHex(c.Rand, 3))
+	}
+	ConfigKeys.Fill(c)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Local == nil {
+		c.Local = clock.System()
+	}
+	return c.validate()
+}
+
+func (c *Config) validate() error {
+	return ConfigKeys.Validate(c)
+}

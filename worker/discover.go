@@ -1,0 +1,327 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"math"
+	"time"
+
+	"github.com/s3queue/s3queue/clock"
+	"github.com/s3queue/s3queue/internal/taskio"
+	"github.com/s3queue/s3queue/s3store"
+	"github.com/s3queue/s3queue/shards"
+	"github.com/s3queue/s3queue/task"
+)
+
+// Discovery finds due tasks in the shards and claims them: each shard's
+// scan lists it from its cursor (shards.Scan), the tasks a listing returns
+// beyond the free slots are prefetched for the slots that free up next,
+// and each claim is a CAS on the task object. A claimed task goes to
+// dispatch (dispatch.go). Only the scheduler runs discovery.
+
+// ScanCursors reports, for each shard the worker has scanned, how far its
+// scan has got: every key of an earlier time has been handled. A cursor
+// that stops advancing while its shard receives work is a starved shard
+// (the simulator checks that none does).
+//
+// It reads what the last poll published, without waiting for a poll in
+// progress.
+func (w *Worker) ScanCursors() map[int]time.Time {
+	out := make(map[int]time.Time)
+	if c := w.cursors.Load(); c != nil {
+		for shard, at := range *c {
+			out[shard] = at
+		}
+	}
+	return out
+}
+
+// publishCursors publishes the scans' cursors for ScanCursors.
+func (w *Worker) publishCursors() {
+	c := make(map[int]time.Time, len(w.scans))
+	for shard, s := range w.scans {
+		c[shard] = s.Cursor()
+	}
+	w.cursors.Store(&c)
+}
+
+// pass is what one poll of some shards did.
+type pass struct {
+	claimed  int  // tasks claimed
+	listed   int  // due candidates its LISTs returned: the arrivals since the last
+	lists    bool // it listed, rather than only claiming prefetched candidates
+	capped   bool // a listing returned as many as it asked for: more may be due
+	full     bool // every slot was busy at the end
+	leftover bool // due candidates were left behind for lack of slots
+	err      error
+}
+
+// pollShards polls list once: for each shard, the candidates prefetched by
+// its last listing, or a new listing. With every slot busy it claims nothing;
+// if peek, it then learns whether due work waits (see peek).
+func (w *Worker) pollShards(ctx context.Context, list []int, peek bool) (p pass) {
+	defer w.publishCursors()
+	if w.stopping.Load() || len(list) == 0 {
+		return p
+	}
+	if w.free() == 0 && !peek {
+		p.full = true
+		return p
+	}
+	iv, err := w.clock.Now(ctx)
+	if err != nil {
+		p.err = err
+		return p
+	}
+	if w.free() == 0 {
+		p.full = true
+		p.err = w.peek(ctx, list, iv, &p)
+		return p
+	}
+	// Rotate the starting shard so that no shard starves when slots run
+	// out part way through a pass.
+	w.rotate++
+	for i := range list {
+		if w.free() == 0 {
+			p.full, p.leftover = true, true
+			return p
+		}
+		shard := list[(w.rotate+i)%len(list)]
+		if err := w.pollShard(ctx, shard, iv, &p); err != nil {
+			p.err = errors.Join(p.err, err)
+		}
+	}
+	p.full = w.free() == 0
+	return p
+}
+
+// peek learns, while every slot is busy, whether due work waits in list, so
+// that a saturated member asks for help (a member that only listed when a
+// slot was free would never see a backlog under long handlers). Candidates
+// prefetched by a listing less than PollMax old say so for free; otherwise one
+// listing per shard refreshes them, and they are claimed as slots free up,
+// without another LIST. The member's own-shard polls come every PollMax
+// while it is full, so this costs at most one LIST per own shard per
+// PollMax, as an idle member's polls do.
+func (w *Worker) peek(ctx context.Context, list []int, iv clock.Interval, p *pass) error {
+	for _, shard := range list {
+		if pf := w.prefetched[shard]; pf.fresh(w.now(), w.cfg.PollMax) {
+			p.leftover = true
+			continue
+		}
+		cands, err := w.list(ctx, shard, iv, p)
+		if err != nil {
+			return err
+		}
+		w.prefetched[shard] = prefetch{at: w.now(), cands: cands}
+		p.leftover = p.leftover || len(cands) > 0
+	}
+	return nil
+}
+
+// list lists shard for up to a poll's worth of tasks (PollBatch), or a
+// full set of slots under a backlog, so that slots freeing up one by one
+// are refilled from what is prefetched, not by a LIST each. One more than that
+// tells whether work is left behind.
+func (w *Worker) list(ctx context.Context, shard int, iv clock.Interval, p *pass) ([]shards.Candidate, error) {
+	want := max(w.free(), cap(w.slots), int(math.Ceil(w.cfg.PollBatch))) + 1
+	cands, err := w.scan(shard, iv).Next(ctx, w.st, iv.Latest, want)
+	if err != nil {
+		return nil, err
+	}
+	p.capped = p.capped || len(cands) >= want
+	p.listed += len(cands)
+	p.lists = true
+	return cands, nil
+}
+
+func (w *Worker) scan(shard int, iv clock.Interval) *shards.Scan {
+	s, ok := w.scans[shard]
+	if !ok {
+		s = shards.NewScan(shard, iv.Earliest.Add(-w.cfg.ScanLookback), w.cfg.ScanLag)
+		w.scans[shard] = s
+	}
+	return s
+}
+
+// prefetch is what one listing of a shard returned beyond the free slots,
+// kept for the slots that free up next: a worker with few slots then pays
+// one LIST per poll_batch tasks, not one per slot's worth.
+type prefetch struct {
+	at    time.Time // local time of the listing
+	cands []shards.Candidate
+}
+
+// hasPrefetched reports whether candidates prefetched for one of these
+// shards are still fresh enough to claim at local time now.
+func (w *Worker) hasPrefetched(now time.Time, list []int) bool {
+	for _, s := range list {
+		if w.prefetched[s].fresh(now, w.cfg.PollMax) {
+			return true
+		}
+	}
+	return false
+}
+
+// fresh reports whether pf has candidates listed less than maxAge before
+// local time now.
+func (pf prefetch) fresh(now time.Time, maxAge time.Duration) bool {
+	return len(pf.cands) > 0 && now.Sub(pf.at) < maxAge
+}
+
+// pollShard claims what shard offers, its prefetched candidates or a new
+// listing's, while slots are free, and prefetches the rest.
+func (w *Worker) pollShard(ctx context.Context, shard int, iv clock.Interval, p *pass) error {
+	s := w.scan(shard, iv)
+	pf := w.prefetched[shard]
+	cands := pf.cands
+	if !pf.fresh(w.now(), w.cfg.PollMax) {
+		// Candidates prefetched longer than PollMax ago are listed afresh
+		// (they stay unsettled in the scan, so the listing returns them
+		// again).
+		var err error
+		if cands, err = w.list(ctx, shard, iv, p); err != nil {
+			return err
+		}
+		pf.at = w.now()
+	}
+	i := 0
+	for ; i < len(cands) && w.free() > 0; i++ {
+		c := cands[i]
+		key := c.Key
+		if c.Pointer {
+			key = task.Key(task.ShardFor(c.ID, w.manifest.Shards), c.ID)
+		}
+		v, err := taskio.Load(ctx, w.st, key)
+		if err != nil {
+			switch {
+			case w.reportLoad(key, err):
+				w.settle(ctx, s, c, c.ETag, true)
+			case s.Failed(c, iv.Latest):
+				// Unreadable again and again (a 403 on this one object):
+				// skipped at its ETag rather than pinning the shard.
+				w.stats.corrupt.Add(1)
+				w.log.Error("skipping an object whose reads keep failing", "key", c.Key, "failures", shards.MaxReadFailures, "err", err)
+				w.emit(Event{Kind: "corrupt", TaskID: c.ID, Err: err})
+			}
+			continue
+		}
+		ok, settledAt := w.tryClaim(ctx, v, iv)
+		if ok {
+			p.claimed++
+		}
+		if settledAt == "" && !c.Pointer && v.Task.Status == task.Pending && !dueNow(v.Task, iv) {
+			// A retried or snoozed task waits behind its own id: a pointer
+			// at its due time brings it back, so its key needs no second
+			// look (and must not hold the cursor until then).
+			if idt, err := task.IDTime(v.Task.ID); err == nil && v.Task.AvailableAt.After(idt) {
+				settledAt = v.ETag
+			}
+		}
+		if settledAt != "" {
+			// A pointer has done its job once its task is claimed or no
+			// longer pending; one to a task we cannot run stays for a
+			// worker that can.
+			done := ok || v.Task.Status != task.Pending
+			if c.Pointer && done && shards.MayLieBelowFloor(v.Task.ID, iv.Latest) {
+				// A task whose id is older than FloorLag may lie below the
+				// monitor's sweep floor: its pointer is how the monitor
+				// learns of it (were this worker to die, the task would
+				// otherwise wait for the full walk), and the monitor
+				// deletes it after lowering its floor. A finished one may
+				// be about to be requeued: requeues write the pointer
+				// first. Settled at its ETag, this scan does not hand it
+				// out again.
+				done = false
+			}
+			if c.Pointer {
+				settledAt = c.ETag
+			} else {
+				settledAt = shards.Settled
+			}
+			w.settle(ctx, s, c, settledAt, done)
+		}
+	}
+	pf.cands = append([]shards.Candidate(nil), cands[i:]...)
+	w.prefetched[shard] = pf
+	p.leftover = p.leftover || len(pf.cands) > 0
+	return nil
+}
+
+// settle marks a candidate handled, deleting a pointer that is done with.
+func (w *Worker) settle(ctx context.Context, s *shards.Scan, c shards.Candidate, etag string, done bool) {
+	s.Seen(c, etag)
+	if c.Pointer && done {
+		// Deleting is free, and the task object decides, not the pointer.
+		if err := w.st.Delete(ctx, c.Key, s3store.DeleteOptions{}); err != nil {
+			w.log.Warn("delete ready pointer", "key", c.Key, "err", err)
+		}
+	}
+}
+
+// reportLoad logs a failed load and reports whether the object is settled
+// as unusable (corrupt, gone) rather than unreadable for now.
+func (w *Worker) reportLoad(key string, err error) bool {
+	switch {
+	case errors.Is(err, s3store.ErrNotFound):
+		return true
+	case errors.Is(err, task.ErrCorrupt), errors.Is(err, task.ErrUnsupportedFormat):
+		w.stats.corrupt.Add(1)
+		w.log.Error("skipping corrupt task object", "key", key, "err", err)
+		w.emit(Event{Kind: "corrupt", Err: err})
+		return true
+	}
+	w.log.Warn("load task", "key", key, "err", err)
+	return false
+}
+
+// dueNow reports whether t may be claimed now. A task meant to run at once
+// is claimed when it may already be due; a delayed one only once it
+// certainly is, so delays are never cut short by clock uncertainty.
+func dueNow(t *task.Task, iv clock.Interval) bool {
+	if t.AvailableAt.After(t.CreatedAt) {
+		return t.Due(iv.Earliest)
+	}
+	return t.Due(iv.Latest)
+}
+
+// tryClaim claims v if it is pending, due and of a handled type. settledAt
+// is the ETag of the object's version that needs no second look (the one it
+// wrote when it claimed), or "" when a later poll should look again.
+func (w *Worker) tryClaim(ctx context.Context, v taskio.Versioned, iv clock.Interval) (claimed bool, settledAt string) {
+	t := v.Task
+	if t.Status != task.Pending {
+		return false, v.ETag
+	}
+	h := w.handler(t.Type)
+	if h == nil {
+		w.forwardOrKeep(ctx, t, iv)
+		return false, v.ETag
+	}
+	if !dueNow(t, iv) || w.stopping.Load() {
+		return false, ""
+	}
+	if !w.reserveSlot() {
+		return false, ""
+	}
+	claimID := randHex(w.rand, 12)
+	if err := t.ClaimBy(w.cfg.ID, claimID, iv.Latest); err != nil {
+		w.unreserveSlot()
+		return false, ""
+	}
+	// A claim that landed with its response lost (the store's retry then
+	// met it as a 412, or any error after the write) is recognised by
+	// taskio.Update, which reads the object back: it is ours to run.
+	nv, err := taskio.Update(ctx, w.st, t, v.ETag)
+	if err != nil {
+		if !errors.Is(err, s3store.ErrPreconditionFailed) && !errors.Is(err, s3store.ErrConflict) {
+			w.log.Warn("claim", "task_id", t.ID, "err", err)
+		}
+		w.unreserveSlot()
+		return false, ""
+	}
+	w.stats.claimed.Add(1)
+	w.emit(Event{Kind: "claimed", TaskID: t.ID, Type: t.Type, Attempt: t.Attempt})
+	w.dispatch(nv, claimID, h)
+	return true, nv.ETag
+}

@@ -1,0 +1,154 @@
+package worker
+
+import (
+	"context"
+	"time"
+
+	"github.com/s3queue/s3queue/shards"
+)
+
+// pacing decides when the own shards are polled next: adaptively, at the
+// pace work arrives, growing while they are empty. It is the scheduler's,
+// like membership.
+type pacing struct {
+	next     time.Time     // local time of the next poll of the own shards
+	interval time.Duration // the current poll interval
+	lastPoll time.Time     // local time of the last listing of the own shards
+	rate     float64       // recent arrival rate, tasks/s, from polls that found work
+	capped   bool          // the last listing returned all it asked for: a backlog
+}
+
+// reset polls at once, then every interval (PollMin: work may be flowing).
+func (p *pacing) reset(interval time.Duration, now time.Time) {
+	p.interval = interval
+	p.next = now
+}
+
+// sweeps paces the slow sweeps of a member's drain shards (its inactive
+// ones), each on its own back-off.
+type sweeps struct {
+	next  map[int]time.Time     // local time of each shard's next sweep
+	every map[int]time.Duration // each shard's current back-off
+}
+
+// slotFreed reacts to a handler that finished: claim a prefetched candidate
+// now (no LIST), or if the last poll stopped for lack of slots, poll again
+// soon rather than after PollMax.
+func (w *Worker) slotFreed() {
+	now := w.now()
+	t := now.Add(w.pace.interval)
+	own := w.fleet.assign.Own
+	if w.static() {
+		own = w.cfg.OwnShards
+	}
+	if w.hasPrefetched(now, own) {
+		t = now
+	}
+	if t.Before(w.pace.next) {
+		w.pace.next = t
+	}
+	w.fleet.fullSince, w.fleet.backlog = time.Time{}, false // no longer full
+}
+
+// sweepDrainShards sweeps the member's inactive shards for leftovers, each on
+// its own back-off, and returns how long until the next one is due.
+func (w *Worker) sweepDrainShards(ctx context.Context, now time.Time) time.Duration {
+	sw := &w.sweep
+	if sw.next == nil {
+		sw.next, sw.every = map[int]time.Time{}, map[int]time.Duration{}
+	}
+	wait := w.cfg.DrainMax
+	for _, s := range w.fleet.assign.Drain {
+		next, ok := sw.next[s]
+		if ok && now.Before(next) {
+			wait = min(wait, next.Sub(now))
+			continue
+		}
+		p := w.pollShards(ctx, []int{s}, false)
+		n, err := p.claimed, p.err
+		if err != nil && ctx.Err() == nil {
+			// Back off as if empty: the shard's leftovers wait for the
+			// next sweep, or the monitor's repair.
+			w.log.Warn("sweep an inactive shard", "shard", s, "err", err)
+		}
+		// Leftovers are there at the first sweep, or come from producers
+		// whose 2-second view of the fleet is stale: the back-off is steep.
+		every := sw.every[s]
+		if n > 0 || every == 0 {
+			every = w.cfg.PollMin
+		} else {
+			every = min(max(4*every, 2*shards.FleetCacheTTL), w.cfg.DrainMax)
+		}
+		sw.every[s], sw.next[s] = every, now.Add(every)
+		wait = min(wait, every)
+	}
+	return wait
+}
+
+// adapt returns the next poll interval: paced to the arrival rate after
+// finding work, growing by the multiplier while idle, PollMax while every
+// slot is busy (a freed slot wakes Run anyway).
+func (w *Worker) adapt(p pass) time.Duration {
+	m := &w.pace
+	if m.interval == 0 {
+		m.interval = w.cfg.PollMin
+	}
+	now := w.now()
+	since := now.Sub(m.lastPoll)
+	if p.lists {
+		m.lastPoll = now // the time of the last listing, which the pace is measured from
+	}
+	if p.lists && p.listed > 0 && since > 0 && since < time.Hour {
+		// The pace the work arrives at, from what listings find.
+		rate := float64(p.listed) / since.Seconds()
+		if m.rate == 0 {
+			m.rate = rate
+		} else {
+			m.rate = 0.5*m.rate + 0.5*rate
+		}
+	}
+	paced := func() time.Duration {
+		if m.rate <= 0 {
+			return w.cfg.PollMin
+		}
+		return min(max(time.Duration(w.cfg.PollBatch/m.rate*float64(time.Second)), w.cfg.PollMin), w.cfg.PollMax)
+	}
+	if p.lists {
+		m.capped = p.capped
+	}
+	switch {
+	case p.full:
+		// Busy: no poll until a slot frees (see Run). Prefetched candidates
+		// fill it at once; after them, list again soon if the last listing
+		// was cut short (a backlog), else at the pace.
+		m.interval = paced()
+		if m.capped {
+			m.interval = w.cfg.PollMin
+		}
+		return w.cfg.PollMax
+	case p.err != nil:
+		w.log.Warn("poll", "err", p.err)
+		m.interval = w.grow(m.interval)
+	case !p.lists:
+		// Only prefetched candidates, all claimed: list at the pace, or at
+		// once after a listing that was cut short.
+		if m.capped {
+			m.interval = w.cfg.PollMin
+		}
+	case p.listed > 0:
+		// Reset on work, to the pace the work arrives at: polling faster
+		// than PollBatch tasks per poll only buys empty LISTs.
+		m.interval = paced()
+	default:
+		m.interval = w.grow(m.interval)
+	}
+	return m.interval
+}
+
+func (w *Worker) grow(d time.Duration) time.Duration {
+	d = time.Duration(float64(d) * w.cfg.PollMultiplier)
+	if d > w.cfg.PollMax {
+		d = w.cfg.PollMax
+	}
+	return d
+}
