@@ -53,7 +53,7 @@ type Config struct {
 	// StaleAfter: a task object is read only once its ETag has stayed the
 	// same this long by S3 time (default 10s). Tasks that finish quickly, and
 	// live ones whose workers renew them, are never read by the monitor;
-	// finished ones are known from their size (see taskio.FinishedBySize).
+	// finished ones are known from their size (see task.FinishedBySize).
 	StaleAfter time.Duration
 	// Leader makes monitors elect one of them with a lease
 	// (monitor-lease.json): only the holder sweeps, the others stand by and
@@ -499,7 +499,7 @@ func (m *Monitor) live(o s3store.ObjectInfo) bool {
 	if shards.IsPointer(o.Key) {
 		return true
 	}
-	if taskio.FinishedBySize(o.Size) {
+	if task.FinishedBySize(o.Size) {
 		return false
 	}
 	k, ok := m.known[o.Key]
@@ -528,7 +528,7 @@ func (m *Monitor) inspect(ctx context.Context, o s3store.ObjectInfo, iv clock.In
 	if ok && k.corrupt && k.etag == o.ETag {
 		return nil
 	}
-	if taskio.FinishedBySize(o.Size) {
+	if task.FinishedBySize(o.Size) {
 		// Finished (which way is read at retention): nothing to remember,
 		// so retained history costs the monitor no memory.
 		delete(m.known, o.Key)
@@ -605,7 +605,7 @@ func (m *Monitor) inspect(ctx context.Context, o s3store.ObjectInfo, iv clock.In
 // after its last write (submitted with a delay, or requeued before it was
 // due, which makes it available at once) is read as before.
 func (m *Monitor) notDueYet(o s3store.ObjectInfo, iv clock.Interval) bool {
-	if !shards.PendingBySize(o.Size) {
+	if !task.PendingBySize(o.Size) {
 		return false
 	}
 	_, id, err := task.ParseKey(o.Key)

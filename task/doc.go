@@ -1,5 +1,6 @@
 // Package task owns the task model of s3queue: the canonical task object
-// stored at tasks/{shard}/{id}.json, its JSON encoding, its state machine
+// stored at tasks/{shard}/{id}.json, its JSON encoding (with the status its
+// size tells a listing), its state machine
 // (claim, renew, succeed, fail, snooze, expire, cancel, requeue), retry
 // delays, task ids and the mapping from keys to shards.
 //

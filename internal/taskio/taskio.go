@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/s3queue/s3queue/s3store"
-	"github.com/s3queue/s3queue/shards"
 	"github.com/s3queue/s3queue/task"
 )
 
@@ -65,16 +64,12 @@ func Update(ctx context.Context, st s3store.Store, t *task.Task, etag string) (V
 	return put(ctx, st, t, s3store.PutOptions{IfMatch: etag})
 }
 
-// FinishedBySize is shards.FinishedBySize: task writes keep it and
-// shards.PendingBySize true.
-func FinishedBySize(size int64) bool { return shards.FinishedBySize(size) }
-
 func put(ctx context.Context, st s3store.Store, t *task.Task, opts s3store.PutOptions) (Versioned, error) {
 	body, err := task.Marshal(t)
 	if err != nil {
 		return Versioned{}, fmt.Errorf("write task %s: %w", t.ID, err)
 	}
-	for range shards.SizePadding(len(body), t.Status) {
+	for range task.SizePadding(len(body), t.Status) {
 		body = append(body, '\n')
 	}
 	etag, err := st.Put(ctx, t.Key(), body, opts)

@@ -11,7 +11,6 @@ import (
 	"github.com/s3queue/s3queue/internal/taskio"
 	"github.com/s3queue/s3queue/s3store"
 	"github.com/s3queue/s3queue/s3store/mem"
-	"github.com/s3queue/s3queue/shards"
 	"github.com/s3queue/s3queue/task"
 )
 
@@ -28,7 +27,7 @@ func TestWritesKeepTheSizeHint(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		pending, finished := shards.PendingBySize(o.Size), shards.FinishedBySize(o.Size)
+		pending, finished := task.PendingBySize(o.Size), task.FinishedBySize(o.Size)
 		if pending != (v.Task.Status == task.Pending) || finished != v.Task.Status.Terminal() {
 			t.Fatalf("%s: %s task of %d bytes reads as pending %v, finished %v", what, v.Task.Status, o.Size, pending, finished)
 		}
