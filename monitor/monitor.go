@@ -791,7 +791,7 @@ func (m *Monitor) expireRetention(ctx context.Context, key string, iv clock.Inte
 	t := v.Task
 	hold := m.cfg.Retention
 	if t.IdempotencyKey != "" {
-		hold = max(hold, shards.MinKeyedRetention)
+		hold = max(hold, task.MinKeyedRetention)
 	}
 	if !t.Status.Terminal() || !t.Retired && !iv.After(t.UpdatedAt.Add(hold)) {
 		m.known[key] = remember(v)
@@ -855,7 +855,7 @@ func (m *Monitor) expireRetention(ctx context.Context, key string, iv clock.Inte
 // where conditional DELETE is honoured, DELETE If-Match; elsewhere it is
 // first marked retired by CAS (a retired record is never written again).
 func (m *Monitor) expireRecord(ctx context.Context, t *task.Task) error {
-	key := shards.IdempotencyKey(t.IdempotencyKey)
+	key := task.IdempotencyRecordKey(t.IdempotencyKey)
 	for range 3 {
 		obj, err := m.st.Get(ctx, key)
 		if errors.Is(err, s3store.ErrNotFound) {
@@ -864,7 +864,7 @@ func (m *Monitor) expireRecord(ctx context.Context, t *task.Task) error {
 		if err != nil {
 			return fmt.Errorf("expire idempotency record of task %s: %w", t.ID, err)
 		}
-		rec, perr := shards.ParseIdempotencyRecord(obj.Body)
+		rec, perr := task.ParseIdempotencyRecord(obj.Body)
 		switch {
 		case perr != nil:
 			// Nobody writes a corrupt record again (a submit refuses it),

@@ -127,7 +127,7 @@ func TestRetentionDeletesFinishedTasksAndTheirIdempotencyRecords(t *testing.T) {
 	if _, err := p.Get(ctx, done); err == nil {
 		t.Fatal("finished task outlived its retention")
 	}
-	if _, err := st.Get(ctx, shards.IdempotencyKey("k1")); err == nil {
+	if _, err := st.Get(ctx, task.IdempotencyRecordKey("k1")); err == nil {
 		t.Fatal("idempotency record outlived its task")
 	}
 	if _, err := p.Get(ctx, live); err != nil {

@@ -206,7 +206,7 @@ func (p *Producer) checkTimeout(timeout time.Duration) error {
 //
 //   - retired record (retention is deleting it), or the task exists: the
 //     key is taken by that task; return its id;
-//   - record younger than shards.RecordYoung: its producer may still be
+//   - record younger than task.IdempotencyRecordYoung: its producer may still be
 //     between its two writes (or crashed there): create the task,
 //     If-None-Match (a 412 means it exists);
 //   - older record and no task: read the record again. Gone: retention
@@ -219,8 +219,8 @@ func (p *Producer) checkTimeout(timeout time.Duration) error {
 // either a HEAD (old record) or a failed PUT and its read-back GET (young
 // record).
 func (p *Producer) submitOnce(ctx context.Context, t *task.Task, spec task.Spec, now time.Time) (string, error) {
-	recKey := shards.IdempotencyKey(spec.IdempotencyKey)
-	own := shards.IdempotencyRecord{ID: t.ID, Spec: shards.SpecHash(t.Type, t.Input)}.Encode()
+	recKey := task.IdempotencyRecordKey(spec.IdempotencyKey)
+	own := task.IdempotencyRecord{ID: t.ID, Spec: task.SpecHash(t.Type, t.Input)}.Encode()
 	for range 10 {
 		_, err := p.st.Put(ctx, recKey, own, s3store.PutOptions{IfNoneMatch: true})
 		switch {
@@ -247,7 +247,7 @@ func (p *Producer) followRecord(ctx context.Context, recKey string, t *task.Task
 	switch {
 	case err != nil, obj == nil:
 		return "", err
-	case rec.Spec != "" && rec.Spec != shards.SpecHash(t.Type, t.Input):
+	case rec.Spec != "" && rec.Spec != task.SpecHash(t.Type, t.Input):
 		return rec.ID, fmt.Errorf("submit: %w: the key is task %s", ErrIdempotencyConflict, rec.ID)
 	case rec.Retired:
 		return rec.ID, nil
@@ -263,7 +263,7 @@ func (p *Producer) followRecord(ctx context.Context, recKey string, t *task.Task
 	if err != nil {
 		return "", fmt.Errorf("submit: %w", err)
 	}
-	if iv.Earliest.Sub(obj.LastModified) < shards.RecordYoung {
+	if iv.Earliest.Sub(obj.LastModified) < task.IdempotencyRecordYoung {
 		return p.createOnce(ctx, x)
 	}
 	switch _, err := p.st.Head(ctx, x.Key()); {
@@ -285,15 +285,15 @@ func (p *Producer) followRecord(ctx context.Context, recKey string, t *task.Task
 }
 
 // readRecord reads an idempotency record; a missing one is (zero, nil, nil).
-func (p *Producer) readRecord(ctx context.Context, recKey string) (shards.IdempotencyRecord, *s3store.Object, error) {
+func (p *Producer) readRecord(ctx context.Context, recKey string) (task.IdempotencyRecord, *s3store.Object, error) {
 	obj, err := p.st.Get(ctx, recKey)
 	if errors.Is(err, s3store.ErrNotFound) {
-		return shards.IdempotencyRecord{}, nil, nil
+		return task.IdempotencyRecord{}, nil, nil
 	}
 	if err != nil {
-		return shards.IdempotencyRecord{}, nil, fmt.Errorf("submit: read idempotency record: %w", err)
+		return task.IdempotencyRecord{}, nil, fmt.Errorf("submit: read idempotency record: %w", err)
 	}
-	rec, err := shards.ParseIdempotencyRecord(obj.Body)
+	rec, err := task.ParseIdempotencyRecord(obj.Body)
 	if err != nil {
 		return rec, nil, fmt.Errorf("submit: %s: %w", recKey, err)
 	}
