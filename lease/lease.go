@@ -4,9 +4,10 @@
 // before expires_at - margin (Held); anyone else takes it over only once the
 // earliest it can be is past expires_at + margin (Expired). So a holder that
 // cannot renew stops before anyone else may start, whatever local clocks
-// say. Every lease in the queue is judged by these two functions: the
-// monitors' leader lease here, fleet membership (shards.Fleet) and task
-// claims (the worker and the monitor).
+// say. Leases in the queue are judged by these two functions: the
+// monitors' leader lease here, fleet membership (shards.Fleet and the
+// worker) and the monitor's takeover of an expired task claim. (A worker
+// times its own claim's renewals by the same rule, as a duration.)
 //
 // It also holds the one single-holder lease object, Lease, which elects the
 // sweeping monitor: acquire with If-None-Match, take over an expired lease

@@ -930,7 +930,7 @@ func (m *Monitor) expireRecord(ctx context.Context, t *task.Task) error {
 	return nil
 }
 
-// randFloat draws from Config.Rand (under m.mu, held by Tick).
+// randFloat draws from Config.Rand (under m.mu, held by a tick).
 func (m *Monitor) randFloat() float64 {
 	var b [8]byte
 	io.ReadFull(m.cfg.Rand, b[:])
