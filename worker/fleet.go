@@ -128,7 +128,7 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 	leaving, shutdown := m.leaving, m.shutdown
 	joining := !m.member
 	expiry := iv.Latest.Add(w.memberTTL())
-	f, etag, err := shards.UpdateFleet(ctx, w.st, m.fleet, m.etag, func(f *shards.Fleet) bool {
+	f, etag, err := shards.UpdateFleet(ctx, w.st, w.fleetCAS(), m.fleet, m.etag, func(f *shards.Fleet) bool {
 		live := f.Live(iv, margin)
 		if joining && !(w.cfg.Dedicated || len(live) == 0 || f.Want > len(live) || !w.covered(*f, iv)) {
 			return false // decided on the object as it is now: not needed after all
@@ -348,7 +348,7 @@ func (w *Worker) sleep(ctx context.Context, now time.Time) error {
 	}
 	expiry := iv.Latest.Add(asleepTTL * w.cfg.MemberTTL)
 	mine := false
-	f, etag, err := shards.UpdateFleet(ctx, w.st, m.fleet, m.etag, func(f *shards.Fleet) bool {
+	f, etag, err := shards.UpdateFleet(ctx, w.st, w.fleetCAS(), m.fleet, m.etag, func(f *shards.Fleet) bool {
 		mine = false
 		if f.Asleep {
 			return false
@@ -385,7 +385,7 @@ func (w *Worker) wake(ctx context.Context, now time.Time) {
 	if !m.fleet.Asleep {
 		return
 	}
-	f, etag, err := shards.UpdateFleet(ctx, w.st, m.fleet, m.etag, func(f *shards.Fleet) bool {
+	f, etag, err := shards.UpdateFleet(ctx, w.st, w.fleetCAS(), m.fleet, m.etag, func(f *shards.Fleet) bool {
 		if !f.Asleep {
 			return false
 		}

@@ -181,7 +181,7 @@ func (r *run) update(ctx context.Context, change func(*task.Task, time.Time) err
 			}
 			return err
 		}
-		nv, err := taskio.Update(ctx, w.st, t, cur.ETag)
+		nv, err := taskio.Update(ctx, w.st, w.taskClock(), t, cur.ETag)
 		if err == nil {
 			r.v = nv
 			return nil
