@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/s3queue/s3queue/clock"
+	"github.com/s3queue/s3queue/lease"
 	"github.com/s3queue/s3queue/shards"
 )
 
@@ -147,7 +148,7 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 					continue
 				}
 				mem.ExpiresAt = expiry
-			case iv.After(mem.ExpiresAt.Add(margin)):
+			case lease.Expired(mem.ExpiresAt, iv, margin):
 				continue // certainly dead: prune it
 			}
 			kept = append(kept, mem)
@@ -334,7 +335,7 @@ func (w *Worker) nextToLeave(live []shards.Member) bool {
 // holds reports whether our fleet entry is certainly still ours, so we may
 // poll: a member that cannot renew stops before anyone prunes it.
 func (w *Worker) holds(iv clock.Interval) bool {
-	return w.fleet.member && iv.Before(w.fleet.expiry.Add(-w.cfg.LeaseMargin))
+	return w.fleet.member && lease.Held(w.fleet.expiry, iv, w.cfg.LeaseMargin)
 }
 
 // sleep rings the doorbell's "asleep" side: the only member, idle, marks the
