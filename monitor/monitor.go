@@ -46,13 +46,17 @@ type Config struct {
 	// announced in the ready index again (default 1m).
 	RepairAfter time.Duration
 	// Retention: finished tasks (succeeded, dead, canceled) are deleted
-	// this long after their last change (default 7 days; 0 keeps them).
-	Retention   time.Duration
+	// this long after their last change (default 7 days; a task with an
+	// idempotency key is kept at least task.MinKeyedRetention).
+	Retention time.Duration
+	// KeepForever, with Retention 0, keeps finished tasks for ever instead
+	// of taking the default retention (the CLI's monitor.retention = "0"
+	// sets it). A Retention above 0 applies whatever KeepForever says.
 	KeepForever bool
 	// StaleAfter: a task object is read only once its ETag has stayed the
 	// same this long by S3 time (default 10s). Tasks that finish quickly, and
 	// live ones whose workers renew them, are never read by the monitor;
-	// finished ones are known from their size (see taskio.FinishedBySize).
+	// finished ones are known from their size (see task.FinishedBySize).
 	StaleAfter time.Duration
 	// Leader makes monitors elect one of them with a lease
 	// (monitor-lease.json): only the holder sweeps, the others stand by and
@@ -73,9 +77,15 @@ type Config struct {
 	// catches a requeue whose announcement was lost.
 	FullSweep time.Duration
 	Logger    *slog.Logger
-	Clock     *clock.Authoritative
-	// Rand is the source of every random draw: ids, claim ids, jitter,
-	// shard choice; nil means crypto/rand.Reader.
+	// Clock, if set, is shared with other components of this process.
+	Clock *clock.Authoritative
+	// Local is this machine's monotonic clock: it paces Run's ticks and the
+	// leader lease's renewals, ages the cached fleet view, and times Clock
+	// when the monitor makes its own (default clock.System()).
+	Local clock.Local
+	// Rand is the source of every random draw: jitter (of retries, and of
+	// the CAS pauses after a lost race) and shard choice; nil means
+	// crypto/rand.Reader.
 	Rand io.Reader
 }
 
@@ -83,9 +93,12 @@ type Config struct {
 type TickStats struct {
 	Listed, Loaded, Redispatched, DeadLettered, Repaired, Deleted, Corrupt int
 	SweepsCompleted                                                        int
+	// Ticks is how many ticks ended (1 for one tick), whatever they did.
+	Ticks int
 }
 
 func (s *TickStats) add(o TickStats) {
+	s.Ticks += o.Ticks
 	s.Listed += o.Listed
 	s.Loaded += o.Loaded
 	s.Redispatched += o.Redispatched
@@ -101,6 +114,8 @@ type Monitor struct {
 	st       s3store.Store
 	cfg      Config
 	clock    *clock.Authoritative
+	local    clock.Local
+	cas      s3store.CAS
 	manifest shards.Manifest
 	log      *slog.Logger
 
@@ -158,10 +173,14 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Monitor, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
+	local := cfg.Local
+	if local == nil {
+		local = clock.System()
+	}
 	// The clock exists before the first request, so every response syncs it.
 	c := cfg.Clock
 	if c == nil {
-		c = clock.New(st, clock.Config{})
+		c = clock.New(st, clock.Config{Local: local})
 	}
 	m, err := shards.Open(ctx, st, cfg.Shards)
 	if err != nil {
@@ -170,25 +189,34 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Monitor, error) {
 	if cfg.ShardsPerTick <= 0 || cfg.ShardsPerTick > m.Shards {
 		cfg.ShardsPerTick = m.Shards
 	}
-	// Every draw (jitter here, shard choice in the cache) happens in Tick,
-	// under m.mu, so the source is never read concurrently.
-	fleet := shards.NewFleetCache(st, cfg.LeaseMargin)
-	fleet.Rand = cfg.Rand
-	return &Monitor{st: st, cfg: cfg, clock: c, manifest: m, log: cfg.Logger.WithGroup("monitor"),
-		sweeps: make(map[int]*sweep), known: make(map[string]known), fleet: fleet,
-		lease: lease.New(st, c, LeaseKey, cfg.ID, lease.Config{TTL: 6 * cfg.Interval, Margin: cfg.LeaseMargin})}, nil
+	// Every draw (jitter here, shard choice in the cache) happens in a
+	// tick, under m.mu, so the source is never read concurrently.
+	mon := &Monitor{st: st, cfg: cfg, clock: c, local: local, manifest: m, log: cfg.Logger.WithGroup("monitor"),
+		sweeps: make(map[int]*sweep), known: make(map[string]known), fleet: shards.NewFleetCache(st, cfg.LeaseMargin, local, cfg.Rand),
+		lease: lease.New(st, c, LeaseKey, cfg.ID, lease.Config{TTL: 6 * cfg.Interval, Margin: cfg.LeaseMargin})}
+	mon.cas = s3store.CAS{Jitter: mon.randFloat, Sleep: func(ctx context.Context, d time.Duration) error {
+		if !clock.Sleep(local, d, ctx.Done()) {
+			return ctx.Err()
+		}
+		return nil
+	}}
+	return mon, nil
 }
 
-// Run ticks every Interval until ctx ends, and returns nil then. A tick
-// that fails with an error that will not heal (wrapping
-// s3store.ErrUnusable: the bucket or root is gone, access is denied) ends
-// Run with that error; other errors are logged, and the next tick comes
-// at the usual pace.
+// Run ticks at once and then every Interval (on Config.Local) until ctx
+// ends, and returns nil then. A tick that fails with an error that will not
+// heal (wrapping s3store.ErrUnusable: the bucket or root is gone, access is
+// denied) ends Run with that error; other errors are logged, and the next
+// tick comes at the usual pace. Stats counts the ticks.
 func (m *Monitor) Run(ctx context.Context) error {
-	t := time.NewTicker(m.cfg.Interval)
+	// Ticks fall on the multiples of Interval since Run began, as a
+	// time.Ticker's do: a tick that overruns is followed at once by the
+	// next, and the ones it overran are dropped.
+	next := m.local.Now().Add(m.cfg.Interval)
+	t := m.local.NewTimer(m.cfg.Interval)
 	defer t.Stop()
 	for {
-		if _, err := m.Tick(ctx); err != nil && ctx.Err() == nil {
+		if _, err := m.tick(ctx); err != nil && ctx.Err() == nil {
 			if errors.Is(err, s3store.ErrUnusable) {
 				return fmt.Errorf("monitor: %w", err)
 			}
@@ -197,8 +225,13 @@ func (m *Monitor) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-t.C:
+		case <-t.C():
 		}
+		now := m.local.Now()
+		for !next.After(now) {
+			next = next.Add(m.cfg.Interval)
+		}
+		t.Reset(next.Sub(now))
 	}
 }
 
@@ -208,15 +241,15 @@ const LeaseKey = "monitor-lease.json"
 // lead reports whether this monitor holds the leader lease, acquiring or
 // renewing it as needed (one PUT per two intervals while leading).
 func (m *Monitor) lead(ctx context.Context) (bool, error) {
-	if m.lease.Valid(ctx) && time.Since(m.renewd) < 2*m.cfg.Interval {
+	if m.lease.Valid(ctx) && clock.Since(m.local, m.renewd) < 2*m.cfg.Interval {
 		return true, nil
 	}
 	var err error
 	if m.lease.Epoch() > 0 {
-		err = m.lease.Renew(ctx, nil)
+		err = m.lease.Renew(ctx)
 	}
 	if m.lease.Epoch() == 0 || err != nil {
-		err = m.lease.Acquire(ctx, nil)
+		err = m.lease.Acquire(ctx)
 		if err == nil {
 			// Leading again after another monitor led: the floors this one
 			// kept may lie above tasks made live meanwhile (the other one
@@ -234,7 +267,7 @@ func (m *Monitor) lead(ctx context.Context) (bool, error) {
 		}
 		return false, nil
 	}
-	m.renewd = time.Now()
+	m.renewd = m.local.Now()
 	return true, nil
 }
 
@@ -253,14 +286,22 @@ func (m *Monitor) Stats() TickStats {
 	return m.total
 }
 
-// Tick sweeps one page of each of the next ShardsPerTick shards that are
+// tick sweeps one page of each of the next ShardsPerTick shards that are
 // due, and one page of each full walk in progress. A sweep of a shard ends
 // when its listing does; the next one starts over after Interval if the
 // shard held live work, or after a back-off growing to SweepMax if it held
 // only finished tasks.
-func (m *Monitor) Tick(ctx context.Context) (TickStats, error) {
+func (m *Monitor) tick(ctx context.Context) (TickStats, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	st, err := m.sweepDue(ctx)
+	st.Ticks = 1
+	m.total.add(st)
+	return st, err
+}
+
+// sweepDue is the work of one tick, under m.mu.
+func (m *Monitor) sweepDue(ctx context.Context) (TickStats, error) {
 	var st TickStats
 	var errs error
 	if m.cfg.Leader {
@@ -314,7 +355,6 @@ func (m *Monitor) Tick(ctx context.Context) (TickStats, error) {
 			break
 		}
 	}
-	m.total.add(st)
 	return st, errs
 }
 
@@ -464,7 +504,7 @@ func (m *Monitor) live(o s3store.ObjectInfo) bool {
 	if shards.IsPointer(o.Key) {
 		return true
 	}
-	if taskio.FinishedBySize(o.Size) {
+	if task.FinishedBySize(o.Size) {
 		return false
 	}
 	k, ok := m.known[o.Key]
@@ -493,7 +533,7 @@ func (m *Monitor) inspect(ctx context.Context, o s3store.ObjectInfo, iv clock.In
 	if ok && k.corrupt && k.etag == o.ETag {
 		return nil
 	}
-	if taskio.FinishedBySize(o.Size) {
+	if task.FinishedBySize(o.Size) {
 		// Finished (which way is read at retention): nothing to remember,
 		// so retained history costs the monitor no memory.
 		delete(m.known, o.Key)
@@ -532,7 +572,7 @@ func (m *Monitor) inspect(ctx context.Context, o s3store.ObjectInfo, iv clock.In
 	switch {
 	case !k.loaded && !k.status.Terminal():
 		return nil // not settled yet
-	case k.status == task.Running && iv.After(k.expires.Add(m.cfg.LeaseMargin)):
+	case k.status == task.Running && lease.Expired(k.expires, iv, m.cfg.LeaseMargin):
 		return m.redispatch(ctx, o.Key, iv, st)
 	case k.status == task.Pending && iv.After(k.available.Add(m.cfg.RepairAfter)) &&
 		(k.announced.IsZero() || iv.After(k.announced.Add(m.cfg.RepairAfter))):
@@ -570,7 +610,7 @@ func (m *Monitor) inspect(ctx context.Context, o s3store.ObjectInfo, iv clock.In
 // after its last write (submitted with a delay, or requeued before it was
 // due, which makes it available at once) is read as before.
 func (m *Monitor) notDueYet(o s3store.ObjectInfo, iv clock.Interval) bool {
-	if !shards.PendingBySize(o.Size) {
+	if !task.PendingBySize(o.Size) {
 		return false
 	}
 	_, id, err := task.ParseKey(o.Key)
@@ -665,7 +705,7 @@ func (m *Monitor) redispatch(ctx context.Context, key string, iv clock.Interval,
 		return err
 	}
 	t := v.Task
-	if t.Status != task.Running || t.Claim == nil || !iv.After(t.Claim.ExpiresAt.Add(m.cfg.LeaseMargin)) {
+	if t.Status != task.Running || t.Claim == nil || !lease.Expired(t.Claim.ExpiresAt, iv, m.cfg.LeaseMargin) {
 		m.known[key] = remember(v)
 		return nil
 	}
@@ -678,8 +718,8 @@ func (m *Monitor) redispatch(ctx context.Context, key string, iv clock.Interval,
 	if err := t.Expire(iv.Mid(), m.randFloat); err != nil {
 		return err
 	}
-	nv, err := taskio.Update(ctx, m.st, t, v.ETag)
-	if errors.Is(err, s3store.ErrPreconditionFailed) || errors.Is(err, s3store.ErrConflict) {
+	nv, err := taskio.Update(ctx, m.st, m.local, t, v.ETag)
+	if s3store.LostRace(err) {
 		// Renewed, finished or handled by another monitor meanwhile.
 		delete(m.known, key)
 		return nil
@@ -756,15 +796,13 @@ func (m *Monitor) expireRetention(ctx context.Context, key string, iv clock.Inte
 	t := v.Task
 	hold := m.cfg.Retention
 	if t.IdempotencyKey != "" {
-		hold = max(hold, shards.MinKeyedRetention)
+		hold = max(hold, task.MinKeyedRetention)
 	}
 	if !t.Status.Terminal() || !t.Retired && !iv.After(t.UpdatedAt.Add(hold)) {
 		m.known[key] = remember(v)
 		return nil
 	}
-	lost := func(err error) bool {
-		return errors.Is(err, s3store.ErrPreconditionFailed) || errors.Is(err, s3store.ErrConflict) || errors.Is(err, s3store.ErrNotFound)
-	}
+	lost := func(err error) bool { return s3store.LostRace(err) || errors.Is(err, s3store.ErrNotFound) }
 	// A keyed task is tombstoned first on every provider: its record goes
 	// before it (see below), and a requeue landing between the two would
 	// otherwise leave a live task whose key is free for a second one.
@@ -776,7 +814,7 @@ func (m *Monitor) expireRetention(ctx context.Context, key string, iv clock.Inte
 		if err := t.Retire(now.Mid()); err != nil {
 			return err
 		}
-		if _, err := taskio.Update(ctx, m.st, t, v.ETag); lost(err) {
+		if _, err := taskio.Update(ctx, m.st, m.local, t, v.ETag); lost(err) {
 			// Changed since it was read (requeued, or retired by another
 			// monitor): the sweeps see what it is now.
 			delete(m.known, key)
@@ -819,17 +857,18 @@ func (m *Monitor) expireRetention(ctx context.Context, key string, iv clock.Inte
 // task, the record is deleted unconditionally only once it is final:
 // where conditional DELETE is honoured, DELETE If-Match; elsewhere it is
 // first marked retired by CAS (a retired record is never written again).
+// A lost race (the record changed or went meanwhile) reads it again.
 func (m *Monitor) expireRecord(ctx context.Context, t *task.Task) error {
-	key := shards.IdempotencyKey(t.IdempotencyKey)
-	for range 3 {
+	key := task.IdempotencyRecordKey(t.IdempotencyKey)
+	err := m.cas.Retry(ctx, func(int) (bool, error) {
 		obj, err := m.st.Get(ctx, key)
 		if errors.Is(err, s3store.ErrNotFound) {
-			return nil
+			return false, nil
 		}
 		if err != nil {
-			return fmt.Errorf("expire idempotency record of task %s: %w", t.ID, err)
+			return false, err
 		}
-		rec, perr := shards.ParseIdempotencyRecord(obj.Body)
+		rec, perr := task.ParseIdempotencyRecord(obj.Body)
 		switch {
 		case perr != nil:
 			// Nobody writes a corrupt record again (a submit refuses it),
@@ -837,7 +876,7 @@ func (m *Monitor) expireRecord(ctx context.Context, t *task.Task) error {
 			m.log.Error("corrupt idempotency record; deleted with its task", "key", key, "task_id", t.ID, "err", perr)
 			err = m.st.Delete(ctx, key, s3store.DeleteOptions{})
 		case rec.ID != t.ID:
-			return nil // the key was claimed again after an earlier retention of t
+			return false, nil // the key was claimed again after an earlier retention of t
 		case rec.Retired:
 			err = m.st.Delete(ctx, key, s3store.DeleteOptions{})
 		case m.manifest.DeleteHonoured():
@@ -848,17 +887,15 @@ func (m *Monitor) expireRecord(ctx context.Context, t *task.Task) error {
 				err = m.st.Delete(ctx, key, s3store.DeleteOptions{})
 			}
 		}
-		switch {
-		case err == nil:
-			return nil
-		case !errors.Is(err, s3store.ErrPreconditionFailed) && !errors.Is(err, s3store.ErrConflict) && !errors.Is(err, s3store.ErrNotFound):
-			return fmt.Errorf("expire idempotency record of task %s: %w", t.ID, err)
-		}
+		return s3store.LostRace(err) || errors.Is(err, s3store.ErrNotFound), err
+	})
+	if err != nil {
+		return fmt.Errorf("expire idempotency record of task %s: %w", t.ID, err)
 	}
-	return fmt.Errorf("expire idempotency record of task %s: it keeps changing", t.ID)
+	return nil
 }
 
-// randFloat draws from Config.Rand (under m.mu, held by Tick).
+// randFloat draws from Config.Rand (under m.mu, held by a tick).
 func (m *Monitor) randFloat() float64 {
 	var b [8]byte
 	io.ReadFull(m.cfg.Rand, b[:])

@@ -127,7 +127,7 @@ func TestRetentionDeletesFinishedTasksAndTheirIdempotencyRecords(t *testing.T) {
 	if _, err := p.Get(ctx, done); err == nil {
 		t.Fatal("finished task outlived its retention")
 	}
-	if _, err := st.Get(ctx, shards.IdempotencyKey("k1")); err == nil {
+	if _, err := st.Get(ctx, task.IdempotencyRecordKey("k1")); err == nil {
 		t.Fatal("idempotency record outlived its task")
 	}
 	if _, err := p.Get(ctx, live); err != nil {
@@ -147,7 +147,7 @@ func TestExpiredLeaseIsRedispatchedOnlyAfterTheMargin(t *testing.T) {
 	if err := v.Task.ClaimBy("w", "claim-1", server); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := taskio.Update(ctx, st, v.Task, v.ETag); err != nil {
+	if _, err := taskio.Update(ctx, st, clock.System(), v.Task, v.ETag); err != nil {
 		t.Fatal(err)
 	}
 	m, _ := monitor.New(ctx, st, monitor.Config{Shards: 1, LeaseMargin: 2 * time.Second, Clock: clk})
@@ -221,7 +221,7 @@ func TestSweepsStartPastTheFinishedHistory(t *testing.T) {
 	if err := v.Task.ClaimBy("w", "claim-1", claimAt.Latest); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := taskio.Update(ctx, st, v.Task, v.ETag); err != nil {
+	if _, err := taskio.Update(ctx, st, clock.System(), v.Task, v.ETag); err != nil {
 		t.Fatal(err)
 	}
 	m, _ := monitor.New(ctx, st, monitor.Config{Shards: 1, PageSize: 10, Interval: 5 * time.Second, RepairAfter: time.Minute, Clock: clk})
@@ -261,7 +261,7 @@ func TestSweepsStartPastTheFinishedHistory(t *testing.T) {
 	if err := ov.Task.Requeue(*srv); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := taskio.Update(ctx, st, ov.Task, ov.ETag); err != nil {
+	if _, err := taskio.Update(ctx, st, clock.System(), ov.Task, ov.ETag); err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; i < 30; i++ {
@@ -300,7 +300,7 @@ func TestAnAwakeFleetsShardsAreSweptDespiteTheBackOff(t *testing.T) {
 	ctx := context.Background()
 	st, srv, clk := fakeTime()
 	f := shards.Fleet{Members: []shards.Member{{ID: "w", Joined: *srv, ExpiresAt: srv.Add(time.Hour), Types: []string{"t"}}}}
-	if _, _, err := shards.UpdateFleet(ctx, st, shards.Fleet{}, "", func(x *shards.Fleet) bool { *x = f; return true }); err != nil {
+	if _, _, err := shards.UpdateFleet(ctx, st, s3store.CAS{}, shards.Fleet{}, "", func(x *shards.Fleet) bool { *x = f; return true }); err != nil {
 		t.Fatal(err)
 	}
 	p, _ := producer.New(ctx, st, producer.Config{Shards: 4, Clock: clk})
@@ -320,7 +320,7 @@ func TestAnAwakeFleetsShardsAreSweptDespiteTheBackOff(t *testing.T) {
 	if err := v.Task.ClaimBy("w", "claim-1", at.Latest); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := taskio.Update(ctx, st, v.Task, v.ETag); err != nil {
+	if _, err := taskio.Update(ctx, st, clock.System(), v.Task, v.ETag); err != nil {
 		t.Fatal(err)
 	}
 	// The worker dies: its lease (10s) expires, plus the margin; the
@@ -356,7 +356,7 @@ func TestAPendingBacklogIsNotReadBeforeRepairIsDue(t *testing.T) {
 	if err := v.Task.ClaimBy("w", "claim-1", *srv); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := taskio.Update(ctx, st, v.Task, v.ETag); err != nil {
+	if _, err := taskio.Update(ctx, st, clock.System(), v.Task, v.ETag); err != nil {
 		t.Fatal(err)
 	}
 	m, _ := monitor.New(ctx, st, monitor.Config{Shards: 1, Interval: 5 * time.Second, StaleAfter: 10 * time.Second, RepairAfter: time.Minute, Clock: clk})
@@ -532,7 +532,7 @@ func TestRetentionDecidesOnTheTaskItReads(t *testing.T) {
 			t.Error(err)
 			return
 		}
-		if _, err := taskio.Update(ctx, st, v.Task, v.ETag); err != nil {
+		if _, err := taskio.Update(ctx, st, clock.System(), v.Task, v.ETag); err != nil {
 			t.Error(err)
 		}
 	}
@@ -648,7 +648,7 @@ func TestALiveTaskBelowTheFloorIsSweptAgain(t *testing.T) {
 	if err := v.Task.ClaimBy("w", "c1", srv.Add(time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := taskio.Update(ctx, st, v.Task, v.ETag); err != nil {
+	if _, err := taskio.Update(ctx, st, clock.System(), v.Task, v.ETag); err != nil {
 		t.Fatal(err)
 	}
 	// The worker dies at once, keeping the pointer as workers now do. The
@@ -697,7 +697,7 @@ func TestRunEndsOnAnUnusableStore(t *testing.T) {
 		if err := v.Task.ClaimBy("w", "c1", srv.Add(time.Second)); err != nil {
 			t.Fatal(err)
 		}
-		taskio.Update(ctx, mst, v.Task, v.ETag)
+		taskio.Update(ctx, mst, clock.System(), v.Task, v.ETag)
 		m, _ := monitor.New(ctx, st, monitor.Config{Shards: 1, Clock: clk})
 		st.Inject(s3store.Fault{Op: s3store.OpPut, KeyPrefix: "tasks/", Err: gone})
 		for range 20 {

@@ -44,6 +44,10 @@ type Config struct {
 	Logger           *slog.Logger
 	// Clock, if set, is shared with other components of this process.
 	Clock *clock.Authoritative
+	// Local is this machine's monotonic clock: it paces retries and ages
+	// the cached fleet view, and times Clock when the producer makes its
+	// own (default clock.System()).
+	Local clock.Local
 	// LeaseMargin must match the workers' (default 2s): it decides which
 	// fleet members the producer counts as live.
 	LeaseMargin time.Duration
@@ -62,6 +66,8 @@ type Producer struct {
 	fleet    *shards.FleetCache
 	log      *slog.Logger
 	rand     io.Reader
+	local    clock.Local
+	cas      s3store.CAS
 }
 
 // New opens the queue in st (creating its manifest if the queue is new).
@@ -78,10 +84,14 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Producer, error) {
 	if cfg.LeaseMargin <= 0 {
 		cfg.LeaseMargin = 2 * time.Second
 	}
+	local := cfg.Local
+	if local == nil {
+		local = clock.System()
+	}
 	// The clock exists before the first request, so every response syncs it.
 	c := cfg.Clock
 	if c == nil {
-		c = clock.New(st, clock.Config{})
+		c = clock.New(st, clock.Config{Local: local})
 	}
 	m, err := shards.Open(ctx, st, cfg.Shards)
 	if err != nil {
@@ -91,10 +101,10 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Producer, error) {
 	if cfg.Rand != nil {
 		rnd = &lockedReader{r: cfg.Rand}
 	}
-	fleet := shards.NewFleetCache(st, cfg.LeaseMargin)
-	fleet.Rand = rnd
-	return &Producer{st: st, cfg: cfg, clock: c, manifest: m, fleet: fleet,
-		log: cfg.Logger.WithGroup("producer"), rand: rnd}, nil
+	p := &Producer{st: st, cfg: cfg, clock: c, manifest: m, fleet: shards.NewFleetCache(st, cfg.LeaseMargin, local, rnd),
+		log: cfg.Logger.WithGroup("producer"), rand: rnd, local: local}
+	p.cas = s3store.CAS{Jitter: p.randFloat, Sleep: p.sleep}
+	return p, nil
 }
 
 // Manifest returns the queue's layout.
@@ -174,7 +184,7 @@ func (p *Producer) Submit(ctx context.Context, typ string, input any, opts Optio
 	if opts.IdempotencyKey != "" {
 		return p.submitOnce(ctx, t, spec, now.Mid())
 	}
-	if _, err := taskio.Create(ctx, p.st, t); err != nil {
+	if _, err := taskio.Create(ctx, p.st, p.local, t); err != nil {
 		return "", fmt.Errorf("submit: %w", err)
 	}
 	p.afterCreate(ctx, t)
@@ -206,7 +216,7 @@ func (p *Producer) checkTimeout(timeout time.Duration) error {
 //
 //   - retired record (retention is deleting it), or the task exists: the
 //     key is taken by that task; return its id;
-//   - record younger than shards.RecordYoung: its producer may still be
+//   - record younger than task.IdempotencyRecordYoung: its producer may still be
 //     between its two writes (or crashed there): create the task,
 //     If-None-Match (a 412 means it exists);
 //   - older record and no task: read the record again. Gone: retention
@@ -219,14 +229,14 @@ func (p *Producer) checkTimeout(timeout time.Duration) error {
 // either a HEAD (old record) or a failed PUT and its read-back GET (young
 // record).
 func (p *Producer) submitOnce(ctx context.Context, t *task.Task, spec task.Spec, now time.Time) (string, error) {
-	recKey := shards.IdempotencyKey(spec.IdempotencyKey)
-	own := shards.IdempotencyRecord{ID: t.ID, Spec: shards.SpecHash(t.Type, t.Input)}.Encode()
+	recKey := task.IdempotencyRecordKey(spec.IdempotencyKey)
+	own := task.IdempotencyRecord{ID: t.ID, Spec: task.SpecHash(t.Type, t.Input)}.Encode()
 	for range 10 {
 		_, err := p.st.Put(ctx, recKey, own, s3store.PutOptions{IfNoneMatch: true})
 		switch {
 		case err == nil:
 			return p.createOnce(ctx, t)
-		case errors.Is(err, s3store.ErrPreconditionFailed), errors.Is(err, s3store.ErrConflict):
+		case s3store.LostRace(err):
 		default:
 			return "", fmt.Errorf("submit: write idempotency record: %w", err)
 		}
@@ -247,7 +257,7 @@ func (p *Producer) followRecord(ctx context.Context, recKey string, t *task.Task
 	switch {
 	case err != nil, obj == nil:
 		return "", err
-	case rec.Spec != "" && rec.Spec != shards.SpecHash(t.Type, t.Input):
+	case rec.Spec != "" && rec.Spec != task.SpecHash(t.Type, t.Input):
 		return rec.ID, fmt.Errorf("submit: %w: the key is task %s", ErrIdempotencyConflict, rec.ID)
 	case rec.Retired:
 		return rec.ID, nil
@@ -263,7 +273,7 @@ func (p *Producer) followRecord(ctx context.Context, recKey string, t *task.Task
 	if err != nil {
 		return "", fmt.Errorf("submit: %w", err)
 	}
-	if iv.Earliest.Sub(obj.LastModified) < shards.RecordYoung {
+	if iv.Earliest.Sub(obj.LastModified) < task.IdempotencyRecordYoung {
 		return p.createOnce(ctx, x)
 	}
 	switch _, err := p.st.Head(ctx, x.Key()); {
@@ -285,15 +295,15 @@ func (p *Producer) followRecord(ctx context.Context, recKey string, t *task.Task
 }
 
 // readRecord reads an idempotency record; a missing one is (zero, nil, nil).
-func (p *Producer) readRecord(ctx context.Context, recKey string) (shards.IdempotencyRecord, *s3store.Object, error) {
+func (p *Producer) readRecord(ctx context.Context, recKey string) (task.IdempotencyRecord, *s3store.Object, error) {
 	obj, err := p.st.Get(ctx, recKey)
 	if errors.Is(err, s3store.ErrNotFound) {
-		return shards.IdempotencyRecord{}, nil, nil
+		return task.IdempotencyRecord{}, nil, nil
 	}
 	if err != nil {
-		return shards.IdempotencyRecord{}, nil, fmt.Errorf("submit: read idempotency record: %w", err)
+		return task.IdempotencyRecord{}, nil, fmt.Errorf("submit: read idempotency record: %w", err)
 	}
-	rec, err := shards.ParseIdempotencyRecord(obj.Body)
+	rec, err := task.ParseIdempotencyRecord(obj.Body)
 	if err != nil {
 		return rec, nil, fmt.Errorf("submit: %s: %w", recKey, err)
 	}
@@ -315,13 +325,13 @@ func (p *Producer) createOnce(ctx context.Context, t *task.Task) (string, error)
 		if err := p.announce(ctx, t); err != nil {
 			return "", fmt.Errorf("submit: %w", err)
 		}
-		announced = time.Now()
+		announced = p.local.Now()
 	}
 	for range 3 {
-		_, err = taskio.Create(ctx, p.st, t)
+		_, err = taskio.Create(ctx, p.st, p.local, t)
 		switch {
 		case err == nil:
-			if announced.IsZero() || time.Since(announced) > shards.PointerGrace/2 {
+			if announced.IsZero() || clock.Since(p.local, announced) > shards.PointerGrace/2 {
 				p.afterCreate(ctx, t)
 			} else {
 				p.ring(ctx, t.ID)
@@ -519,19 +529,19 @@ func (p *Producer) Requeue(ctx context.Context, id string) error {
 			return err
 		}
 		t = cur
-		if !shards.MayLieBelowFloor(cur.ID, now) || !announced.IsZero() && time.Since(announced) < shards.PointerGrace/2 {
+		if !shards.MayLieBelowFloor(cur.ID, now) || !announced.IsZero() && clock.Since(p.local, announced) < shards.PointerGrace/2 {
 			return nil
 		}
 		if err := p.announce(ctx, cur); err != nil {
 			return err
 		}
-		announced = time.Now()
+		announced = p.local.Now()
 		return nil
 	})
 	if err != nil {
 		return err
 	}
-	if announced.IsZero() || time.Since(announced) > shards.PointerGrace/2 {
+	if announced.IsZero() || clock.Since(p.local, announced) > shards.PointerGrace/2 {
 		if err := p.announce(ctx, t); err != nil {
 			// A young task: the monitor's repair announces it.
 			p.log.Warn("announce requeued task", "task_id", id, "err", err)
@@ -552,45 +562,39 @@ func (p *Producer) announce(ctx context.Context, t *task.Task) error {
 }
 
 // modify applies change to task id by read-modify-write, re-reading on a
-// lost race.
+// lost race (see s3store.CAS).
 func (p *Producer) modify(ctx context.Context, id string, change func(*task.Task, time.Time) error) error {
-	for attempt := 0; ; attempt++ {
+	return p.cas.Retry(ctx, func(int) (bool, error) {
 		v, err := p.load(ctx, id)
 		if err != nil {
-			return err
+			return false, err
 		}
 		now, err := p.clock.Now(ctx)
 		if err != nil {
-			return err
+			return false, err
 		}
 		if err := change(v.Task, now.Mid()); err != nil {
-			return fmt.Errorf("task %s: %w", id, err)
+			return false, fmt.Errorf("task %s: %w", id, err)
 		}
-		_, err = taskio.Update(ctx, p.st, v.Task, v.ETag)
-		if err == nil {
-			return nil
-		}
-		if !errors.Is(err, s3store.ErrPreconditionFailed) && !errors.Is(err, s3store.ErrConflict) || attempt >= 20 {
-			return err
-		}
-		if err := p.sleepJitter(ctx, attempt); err != nil {
-			return err
-		}
-	}
+		_, err = taskio.Update(ctx, p.st, p.local, v.Task, v.ETag)
+		return s3store.LostRace(err), err
+	})
 }
 
-func (p *Producer) sleepJitter(ctx context.Context, attempt int) error {
+// randFloat draws a uniform float in [0,1) from the producer's source. A
+// failed read means no jitter, never an error.
+func (p *Producer) randFloat() float64 {
 	var b [8]byte
-	io.ReadFull(p.rand, b[:]) // a failed read means no jitter, never an error
-	n := binary.BigEndian.Uint64(b[:]) % uint64(10*(attempt+1)+1)
-	t := time.NewTimer(time.Duration(n) * time.Millisecond)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
+	io.ReadFull(p.rand, b[:])
+	return float64(binary.BigEndian.Uint64(b[:])>>11) / (1 << 53)
+}
+
+// sleep waits for d on the producer's local clock, or until ctx ends.
+func (p *Producer) sleep(ctx context.Context, d time.Duration) error {
+	if !clock.Sleep(p.local, d, ctx.Done()) {
 		return ctx.Err()
-	case <-t.C:
-		return nil
 	}
+	return nil
 }
 
 // lockedReader serialises reads of a caller's randomness source, which

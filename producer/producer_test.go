@@ -210,7 +210,7 @@ func TestIdempotentSubmitFollowsTheRecord(t *testing.T) {
 			}
 			if tc.retired {
 				body, _ := json.Marshal(map[string]any{"id": x, "retired": true})
-				mst.Put(ctx, shards.IdempotencyKey("k"), body, s3store.PutOptions{})
+				mst.Put(ctx, task.IdempotencyRecordKey("k"), body, s3store.PutOptions{})
 			}
 			*srv = srv.Add(tc.age)
 			before := st.Counts()
@@ -285,7 +285,7 @@ func TestIdempotencyKeyWithAnotherTypeOrInputIsAConflict(t *testing.T) {
 	})
 	t.Run("a record written before the check is not checked", func(t *testing.T) {
 		body, _ := json.Marshal(map[string]string{"id": first})
-		st.Put(ctx, shards.IdempotencyKey("old"), body, s3store.PutOptions{})
+		st.Put(ctx, task.IdempotencyRecordKey("old"), body, s3store.PutOptions{})
 		if id, err := p.Submit(ctx, "u", nil, producer.Options{IdempotencyKey: "old"}); err != nil || id != first {
 			t.Fatalf("submit = %q, %v; want %s", id, err, first)
 		}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/s3queue/s3queue/clock"
+	"github.com/s3queue/s3queue/lease"
 	"github.com/s3queue/s3queue/s3store"
 )
 
@@ -91,7 +92,7 @@ func (f Fleet) Covers(typ string, now clock.Interval, margin time.Duration) bool
 func (f Fleet) Live(now clock.Interval, margin time.Duration) []Member {
 	var live []Member
 	for _, m := range f.Members {
-		if !now.After(m.ExpiresAt.Add(margin)) {
+		if !lease.Expired(m.ExpiresAt, now, margin) {
 			live = append(live, m)
 		}
 	}
@@ -166,15 +167,25 @@ func ReadFleet(ctx context.Context, st s3store.Store) (Fleet, string, error) {
 }
 
 // UpdateFleet applies change to the fleet object by CAS, re-reading after a
-// lost race. It starts from the given view (f, etag) to save a GET when the
-// caller's view is current. change returns false to write nothing. It
-// returns the fleet as written (or as read, when nothing was written).
-func UpdateFleet(ctx context.Context, st s3store.Store, f Fleet, etag string, change func(*Fleet) bool) (Fleet, string, error) {
-	for attempt := 0; attempt < 20; attempt++ {
+// lost race, under the policy of cas. It starts from the given view (f,
+// etag) to save a GET when the caller's view is current. change returns
+// false to write nothing. It returns the fleet as written (or as read, when
+// nothing was written).
+func UpdateFleet(ctx context.Context, st s3store.Store, cas s3store.CAS, f Fleet, etag string, change func(*Fleet) bool) (Fleet, string, error) {
+	var out Fleet
+	var outTag string
+	err := cas.Retry(ctx, func(attempt int) (bool, error) {
+		if attempt > 0 {
+			var err error
+			if f, etag, err = ReadFleet(ctx, st); err != nil && !errors.Is(err, ErrCorruptFleet) {
+				return false, err
+			}
+		}
 		next := f
 		next.Members = append([]Member(nil), f.Members...)
 		if !change(&next) {
-			return f, etag, nil
+			out, outTag = f, etag
+			return false, nil
 		}
 		next.Version = f.Version + 1
 		body, _ := json.Marshal(next)
@@ -184,21 +195,19 @@ func UpdateFleet(ctx context.Context, st s3store.Store, f Fleet, etag string, ch
 		}
 		newTag, err := st.Put(ctx, FleetKey, body, opts)
 		if err == nil {
-			return next, newTag, nil
+			out, outTag = next, newTag
+			return false, nil
 		}
 		// A lost race: 412/409, or 404 when the object we read was deleted
 		// (If-Match on a missing key). A 404 to a create is no race but a
 		// store that cannot write: retrying it would only spin.
-		lost := errors.Is(err, s3store.ErrPreconditionFailed) || errors.Is(err, s3store.ErrConflict) ||
-			errors.Is(err, s3store.ErrNotFound) && etag != ""
-		if !lost || errors.Is(err, s3store.ErrUnusable) {
-			return f, etag, fmt.Errorf("write fleet: %w", err)
-		}
-		if f, etag, err = ReadFleet(ctx, st); err != nil && !errors.Is(err, ErrCorruptFleet) {
-			return f, etag, err
-		}
+		lost := s3store.LostRace(err) || errors.Is(err, s3store.ErrNotFound) && etag != ""
+		return lost && !errors.Is(err, s3store.ErrUnusable), fmt.Errorf("write fleet: %w", err)
+	})
+	if err != nil {
+		return f, etag, err
 	}
-	return f, etag, fmt.Errorf("write fleet: too many concurrent writers")
+	return out, outTag, nil
 }
 
 // FleetCacheTTL is how long producers and monitors reuse a read of the
@@ -210,14 +219,13 @@ const FleetCacheTTL = 2 * time.Second
 // FleetCache is a reader's view of the fleet object, re-read when older than
 // FleetCacheTTL. It is safe for concurrent use.
 type FleetCache struct {
-	// Rand is the source of ShardFor's random choice; nil means
-	// crypto/rand.Reader. Set it before first use. It is read under a lock
-	// of its own, so it need not be safe for concurrent use.
-	Rand   io.Reader
-	randMu sync.Mutex // draws from Rand; not mu, which a read holds across its GET
+	rand   io.Reader  // read under randMu, so it need not be safe for concurrent use
+	randMu sync.Mutex // draws from rand; not mu, which a read holds across its GET
 
 	st     s3store.Store
 	margin time.Duration
+	local  clock.Local
+	cas    s3store.CAS
 
 	mu   sync.Mutex
 	f    Fleet
@@ -225,9 +233,22 @@ type FleetCache struct {
 	read time.Time // local monotonic time of the read
 }
 
-// NewFleetCache returns an empty cache; margin is the members' lease margin.
-func NewFleetCache(st s3store.Store, margin time.Duration) *FleetCache {
-	return &FleetCache{st: st, margin: margin}
+// NewFleetCache returns an empty cache; margin is the members' lease
+// margin, local times the cache's age and its CAS pauses, and rnd is the
+// source of ShardFor's random choice and of the pauses' jitter (nil means
+// crypto/rand.Reader).
+func NewFleetCache(st s3store.Store, margin time.Duration, local clock.Local, rnd io.Reader) *FleetCache {
+	if rnd == nil {
+		rnd = rand.Reader
+	}
+	c := &FleetCache{st: st, margin: margin, local: local, rand: rnd}
+	c.cas = s3store.CAS{Jitter: c.float, Sleep: func(ctx context.Context, d time.Duration) error {
+		if !clock.Sleep(local, d, ctx.Done()) {
+			return ctx.Err()
+		}
+		return nil
+	}}
+	return c
 }
 
 // Get returns the fleet, reading it if the cached view is older than
@@ -243,14 +264,14 @@ func (c *FleetCache) Get(ctx context.Context) (Fleet, error) {
 func (c *FleetCache) GetWithin(ctx context.Context, maxAge time.Duration) (Fleet, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.read.IsZero() && time.Since(c.read) < maxAge {
+	if !c.read.IsZero() && clock.Since(c.local, c.read) < maxAge {
 		return c.f, nil
 	}
 	f, etag, err := ReadFleet(ctx, c.st)
 	if err != nil && !errors.Is(err, ErrCorruptFleet) {
 		return c.f, err
 	}
-	c.f, c.etag, c.read = f, etag, time.Now()
+	c.f, c.etag, c.read = f, etag, c.local.Now()
 	return f, err
 }
 
@@ -265,20 +286,23 @@ func (c *FleetCache) ShardFor(ctx context.Context, typ string, now clock.Interva
 	return c.intN(Active(len(f.Live(now, c.margin)), n))
 }
 
-// intN draws a uniform int in [0, n) from c.Rand.
+// intN draws a uniform int in [0, n) from the cache's source.
 func (c *FleetCache) intN(n int) int {
+	// The modulo bias is below 2^-50 for any shard count.
+	return int(c.uint64() % uint64(n))
+}
+
+// float draws a uniform float in [0,1) from the cache's source.
+func (c *FleetCache) float() float64 { return float64(c.uint64()>>11) / (1 << 53) }
+
+func (c *FleetCache) uint64() uint64 {
 	c.randMu.Lock()
 	defer c.randMu.Unlock()
-	r := c.Rand
-	if r == nil {
-		r = rand.Reader
-	}
 	var b [8]byte
-	if _, err := io.ReadFull(r, b[:]); err != nil {
+	if _, err := io.ReadFull(c.rand, b[:]); err != nil {
 		panic("shards: read random bytes: " + err.Error())
 	}
-	// The modulo bias is below 2^-50 for any shard count.
-	return int(binary.BigEndian.Uint64(b[:]) % uint64(n))
+	return binary.BigEndian.Uint64(b[:])
 }
 
 // Serves reports whether shard is polled at full speed by a member that
@@ -304,7 +328,7 @@ func (c *FleetCache) RingIfAsleep(ctx context.Context) (bool, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	rang := false
-	nf, etag, err := UpdateFleet(ctx, c.st, c.f, c.etag, func(f *Fleet) bool {
+	nf, etag, err := UpdateFleet(ctx, c.st, c.cas, c.f, c.etag, func(f *Fleet) bool {
 		if !f.Asleep {
 			return false // someone else rang first
 		}
@@ -314,6 +338,6 @@ func (c *FleetCache) RingIfAsleep(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("ring the doorbell: %w", err)
 	}
-	c.f, c.etag, c.read = nf, etag, time.Now()
+	c.f, c.etag, c.read = nf, etag, c.local.Now()
 	return rang, nil
 }

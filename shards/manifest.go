@@ -80,7 +80,7 @@ func Open(ctx context.Context, st s3store.Store, wantShards int) (Manifest, erro
 		if err == nil {
 			return m, nil
 		}
-		if !errors.Is(err, s3store.ErrPreconditionFailed) && !errors.Is(err, s3store.ErrConflict) {
+		if !s3store.LostRace(err) {
 			return Manifest{}, fmt.Errorf("create queue manifest: %w", err)
 		}
 		// Someone else created it first: read theirs.

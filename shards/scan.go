@@ -76,7 +76,7 @@ type Candidate struct {
 
 // Next lists the shard and returns up to max objects due by now that it has
 // not settled at their current ETag. Finished task objects (known by their
-// size, see FinishedBySize) are settled without being handed out, so a scan
+// size, see task.FinishedBySize) are settled without being handed out, so a scan
 // that starts far back crosses them at a page per LIST. Callers report each
 // candidate with Seen once handled, or with Failed when its read failed;
 // the cursor does not pass one they have not, so a candidate whose read
@@ -123,7 +123,7 @@ func (s *Scan) Next(ctx context.Context, st s3store.Store, now time.Time, max in
 				s.advance(c.Avail)
 				continue
 			}
-			if !c.Pointer && FinishedBySize(o.Size) {
+			if !c.Pointer && task.FinishedBySize(o.Size) {
 				s.Seen(c, Settled)
 				continue
 			}
@@ -185,33 +185,6 @@ func parseCandidate(o s3store.ObjectInfo) (Candidate, bool) {
 	}
 	at, _ := task.IDTime(id)
 	return Candidate{Key: o.Key, ID: id, ETag: o.ETag, Avail: at}, true
-}
-
-// FinishedBySize reports what a task object's size says: odd sizes are
-// finished tasks (succeeded, dead, canceled), even sizes are not. Writers
-// pad the JSON with trailing newlines to keep this and PendingBySize true,
-// so a LIST, which carries sizes, tells scans and sweeps which tasks are
-// finished without a GET per task. It is a hint for cost only: every
-// decision re-reads.
-func FinishedBySize(size int64) bool { return size%2 == 1 }
-
-// PendingBySize reports whether a task object's size says pending: a
-// multiple of 4 bytes; a running task's size is 2 more than one. A hint for
-// cost only, like FinishedBySize.
-func PendingBySize(size int64) bool { return size%4 == 0 }
-
-// SizePadding is how many bytes of padding (trailing newlines) a task
-// object of n bytes with status s needs to keep FinishedBySize and
-// PendingBySize true.
-func SizePadding(n int, s task.Status) int {
-	switch {
-	case s.Terminal():
-		return 1 - n%2
-	case s == task.Pending:
-		return (4 - n%4) % 4
-	default:
-		return (6 - n%4) % 4
-	}
 }
 
 // Settled, passed to Seen, means "whatever its ETag, never hand this key

@@ -192,12 +192,12 @@ func TestScanCursorWaitsForUnsettledCandidates(t *testing.T) {
 	}
 }
 
-// ShardFor draws from FleetCache.Rand, so a seeded run routes alike.
+// ShardFor draws from the cache's source, so a seeded run routes alike.
 func TestFleetCacheShardForDrawsFromRand(t *testing.T) {
 	ctx := context.Background()
 	st := mem.New()
 	now := time.Now()
-	_, _, err := shards.UpdateFleet(ctx, st, shards.Fleet{}, "", func(f *shards.Fleet) bool {
+	_, _, err := shards.UpdateFleet(ctx, st, s3store.CAS{}, shards.Fleet{}, "", func(f *shards.Fleet) bool {
 		for i := 0; i < 4; i++ {
 			f.Members = append(f.Members, shards.Member{ID: string(rune('a' + i)), Joined: now.Add(time.Duration(i)), ExpiresAt: now.Add(time.Hour), Types: []string{"job"}})
 		}
@@ -206,8 +206,7 @@ func TestFleetCacheShardForDrawsFromRand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := shards.NewFleetCache(st, time.Second)
-	c.Rand = strings.NewReader(strings.Repeat("\x00", 8) + strings.Repeat("\xff", 8))
+	c := shards.NewFleetCache(st, time.Second, clock.System(), strings.NewReader(strings.Repeat("\x00", 8)+strings.Repeat("\xff", 8)))
 	iv := clock.Interval{Earliest: now, Latest: now}
 	if s := c.ShardFor(ctx, "job", iv, 4); s != 0 {
 		t.Fatalf("ShardFor with zero bytes = %d, want 0", s)

@@ -68,7 +68,7 @@ func TestMarshalDecode(t *testing.T) {
 	t.Run("decoded task keeps working through the state machine", func(t *testing.T) {
 		tk, err := Decode(mustMarshal(t, lifecycle(t)))
 		must(t, err)
-		must(t, tk.CancelRunning("c2", t0.Add(time.Hour)))
+		must(t, tk.Fail("c2", "context canceled", false, t0.Add(time.Hour), nil)) // its cancel was requested
 		if tk.Status != Canceled {
 			t.Errorf("status %s", tk.Status)
 		}

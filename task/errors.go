@@ -23,8 +23,6 @@ var (
 	// ErrCancelAlreadyRequested: Cancel on a running task whose cancel was
 	// already requested. Nothing changed; do not write.
 	ErrCancelAlreadyRequested = errors.New("task cancel already requested")
-	// ErrCancelNotRequested: CancelRunning on a task nobody asked to cancel.
-	ErrCancelNotRequested = errors.New("task cancel was not requested")
 	// ErrNotRequeueable: Requeue on a task that is not dead or canceled.
 	ErrNotRequeueable = errors.New("only dead or canceled tasks can be requeued")
 	// ErrRetired: the task expired by retention and is being deleted

@@ -518,30 +518,6 @@ func TestCancel(t *testing.T) {
 	}
 }
 
-func TestCancelRunning(t *testing.T) {
-	t.Run("acknowledges a requested cancel", func(t *testing.T) {
-		tk := running(t, nil)
-		_, err := tk.Cancel(t0)
-		must(t, err)
-		must(t, tk.CancelRunning("c1", t0.Add(time.Second)))
-		if tk.Status != Canceled || tk.Claim != nil || tk.CancelRequested {
-			t.Errorf("status %s claim %v flag %v", tk.Status, tk.Claim, tk.CancelRequested)
-		}
-		if last := tk.History[len(tk.History)-1]; last.To != Canceled || last.Worker != "w1" {
-			t.Errorf("history entry = %+v", last)
-		}
-	})
-	t.Run("refuses when nobody asked", func(t *testing.T) {
-		wantErrUnchanged(t, running(t, nil), func(tk *Task) error { return tk.CancelRunning("c1", t0) }, ErrCancelNotRequested)
-	})
-	t.Run("refuses another claim", func(t *testing.T) {
-		tk := running(t, nil)
-		_, err := tk.Cancel(t0)
-		must(t, err)
-		wantErrUnchanged(t, tk, func(tk *Task) error { return tk.CancelRunning("c2", t0) }, ErrClaimMismatch)
-	})
-}
-
 func TestRequeue(t *testing.T) {
 	for _, s := range []Status{Dead, Canceled} {
 		t.Run(string(s)+" goes back to pending with a fresh attempt count", func(t *testing.T) {
@@ -588,12 +564,6 @@ func TestFencingAfterReclaim(t *testing.T) {
 		"fail":           func(tk *Task) error { return tk.Fail("c1", "x", false, t0, nil) },
 		"fail permanent": func(tk *Task) error { return tk.Fail("c1", "x", true, t0, nil) },
 		"snooze":         func(tk *Task) error { return tk.Snooze("c1", 0, "", t0) },
-		"cancel running": func(tk *Task) error {
-			if _, err := tk.Cancel(t0); err != nil && !errors.Is(err, ErrCancelAlreadyRequested) {
-				return err
-			}
-			return tk.CancelRunning("c1", t0)
-		},
 	}
 	for name, op := range stale {
 		t.Run("stale "+name+" is refused", func(t *testing.T) {
@@ -636,7 +606,7 @@ func TestVersionOnEveryWrite(t *testing.T) {
 		{"fail", func(tk *Task) error { return tk.Fail("c2", "x", false, t0, nil) }},
 		{"claim after retry", func(tk *Task) error { return tk.ClaimBy("w", "c3", t0.Add(time.Hour)) }},
 		{"request cancel", func(tk *Task) error { _, err := tk.Cancel(t0); return err }},
-		{"acknowledge cancel", func(tk *Task) error { return tk.CancelRunning("c3", t0) }},
+		{"fail after the cancel request", func(tk *Task) error { return tk.Fail("c3", "canceled", false, t0, nil) }},
 		{"requeue", func(tk *Task) error { return tk.Requeue(t0) }},
 		{"expire", func(tk *Task) error {
 			if err := tk.ClaimBy("w", "c4", t0); err != nil {

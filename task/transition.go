@@ -189,7 +189,10 @@ func (t *Task) Expire(now time.Time, rnd func() float64) error {
 // Cancel asks for the task to be canceled.
 //   - pending: → canceled at once; requested is false.
 //   - running: CancelRequested is set and the task stays running until its
-//     worker acknowledges (CancelRunning) or finishes; requested is true.
+//     worker's handler returns; requested is true. The worker cancels the
+//     handler's context when it sees the request, and whatever outcome it
+//     then commits (Fail, Snooze, Release, Expire) ends the task canceled;
+//     a success still succeeds.
 //     The change is a write (Version bump, a "cancel requested" history
 //     entry from running to running).
 //   - running with the cancel already requested: (true,
@@ -217,24 +220,6 @@ func (t *Task) Cancel(now time.Time) (requested bool, err error) {
 	default:
 		return false, t.statusErr("cancel", ErrTerminal)
 	}
-}
-
-// CancelRunning is the worker's acknowledgement of a requested cancel: the
-// handler stopped, so the task under claimID goes to canceled. Errors:
-// ErrClaimMismatch, ErrCancelNotRequested.
-func (t *Task) CancelRunning(claimID string, now time.Time) error {
-	if err := t.fence("cancel", claimID); err != nil {
-		return err
-	}
-	if !t.CancelRequested {
-		return fmt.Errorf("cancel task %s: %w", t.ID, ErrCancelNotRequested)
-	}
-	worker := t.Claim.Worker
-	t.Status = Canceled
-	t.Claim = nil
-	t.CancelRequested = false
-	t.commit(now, &Transition{From: Running, To: Canceled, Worker: worker, Reason: "canceled by worker", Attempt: t.Attempt})
-	return nil
 }
 
 // Requeue gives a dead or canceled task a fresh start: → pending now with

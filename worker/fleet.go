@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/s3queue/s3queue/clock"
+	"github.com/s3queue/s3queue/lease"
 	"github.com/s3queue/s3queue/shards"
 )
 
@@ -122,7 +123,7 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 	leaving, shutdown := m.leaving, m.shutdown
 	joining := !m.member
 	expiry := iv.Latest.Add(w.memberTTL())
-	f, etag, err := shards.UpdateFleet(ctx, w.st, m.fleet, m.etag, func(f *shards.Fleet) bool {
+	f, etag, err := shards.UpdateFleet(ctx, w.st, w.fleetCAS(), m.fleet, m.etag, func(f *shards.Fleet) bool {
 		live := f.Live(iv, margin)
 		if joining && !(w.cfg.Dedicated || len(live) == 0 || f.Want > len(live) || !w.covered(*f, iv)) {
 			return false // decided on the object as it is now: not needed after all
@@ -141,7 +142,7 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 					continue
 				}
 				mem.ExpiresAt = expiry
-			case iv.After(mem.ExpiresAt.Add(margin)):
+			case lease.Expired(mem.ExpiresAt, iv, margin):
 				continue // certainly dead: prune it
 			}
 			kept = append(kept, mem)
@@ -327,7 +328,7 @@ func (w *Worker) nextToLeave(live []shards.Member) bool {
 // certainlyMember reports whether our fleet entry is certainly still ours,
 // so we may poll: a member that cannot renew stops before anyone prunes it.
 func (w *Worker) certainlyMember(iv clock.Interval) bool {
-	return w.fleet.member && iv.Before(w.fleet.expiry.Add(-w.cfg.LeaseMargin))
+	return w.fleet.member && lease.Held(w.fleet.expiry, iv, w.cfg.LeaseMargin)
 }
 
 // sleep rings the doorbell's "asleep" side: the only member, idle, marks the
@@ -341,7 +342,7 @@ func (w *Worker) sleep(ctx context.Context, now time.Time) error {
 	}
 	expiry := iv.Latest.Add(asleepTTL * w.cfg.MemberTTL)
 	mine := false
-	f, etag, err := shards.UpdateFleet(ctx, w.st, m.fleet, m.etag, func(f *shards.Fleet) bool {
+	f, etag, err := shards.UpdateFleet(ctx, w.st, w.fleetCAS(), m.fleet, m.etag, func(f *shards.Fleet) bool {
 		mine = false
 		if f.Asleep {
 			return false
@@ -377,7 +378,7 @@ func (w *Worker) wake(ctx context.Context, now time.Time) {
 	if !m.fleet.Asleep {
 		return
 	}
-	f, etag, err := shards.UpdateFleet(ctx, w.st, m.fleet, m.etag, func(f *shards.Fleet) bool {
+	f, etag, err := shards.UpdateFleet(ctx, w.st, w.fleetCAS(), m.fleet, m.etag, func(f *shards.Fleet) bool {
 		if !f.Asleep {
 			return false
 		}

@@ -158,15 +158,36 @@ func (r *run) renew() error {
 }
 
 // update applies change to the task under this claim with If-Match,
-// re-reading after a lost race. A task no longer running under this claim is
+// re-reading after a lost race (see s3store.CAS, with jitter from the
+// claim's own source). A task no longer running under this claim is
 // ErrLeaseLost: the change is dropped (invariant 3).
 func (r *run) update(ctx context.Context, change func(*task.Task, time.Time) error) error {
 	w := r.w
 	cur := r.v
-	for attempt := 0; attempt < 10; attempt++ {
+	var failed *task.Task // the last write, if it failed
+	cas := s3store.CAS{Jitter: claimRand(r.claimID), Sleep: w.pause}
+	err := cas.Retry(ctx, func(attempt int) (bool, error) {
+		if failed != nil {
+			// Someone else wrote the task (a cancel request, the monitor),
+			// or our write failed: read it and decide again on what is
+			// there now.
+			v, err := taskio.Load(ctx, w.st, r.v.Task.Key())
+			if errors.Is(err, s3store.ErrNotFound) {
+				return false, ErrLeaseLost
+			}
+			if err != nil {
+				return false, err
+			}
+			if v.Task.Version == failed.Version && v.Task.UpdatedAt.Equal(failed.UpdatedAt) {
+				// Our write landed; only its response was lost.
+				r.v = v
+				return false, nil
+			}
+			cur = v
+		}
 		iv, err := w.clock.Now(ctx)
 		if err != nil {
-			return err
+			return false, err
 		}
 		t := cur.Task.Clone()
 		// Stamp with the latest the S3 clock can be: a lease then runs
@@ -174,45 +195,35 @@ func (r *run) update(ctx context.Context, change func(*task.Task, time.Time) err
 		// clock (see untilLeaseLost and the monitor's takeover rule).
 		if err := change(t, iv.Latest); err != nil {
 			if errors.Is(err, task.ErrClaimMismatch) || errors.Is(err, task.ErrNotRunning) {
-				return ErrLeaseLost
+				return false, ErrLeaseLost
 			}
-			return err
+			return false, err
 		}
-		nv, err := taskio.Update(ctx, w.st, t, cur.ETag)
+		nv, err := taskio.Update(ctx, w.st, w.taskClock(), t, cur.ETag)
 		if err == nil {
 			r.v = nv
-			return nil
+			return false, nil
 		}
-		if !errors.Is(err, s3store.ErrPreconditionFailed) && !errors.Is(err, s3store.ErrConflict) && !errors.Is(err, s3store.ErrNotFound) {
-			// The store already retried; one more round after a pause
-			// rides out a short outage. The re-read below decides whether
-			// our write landed after all.
-			if attempt >= 3 || ctx.Err() != nil || errors.Is(err, s3store.ErrUnusable) {
-				return err
-			}
-			w.log.Warn("write task; will retry", "task_id", t.ID, "err", err)
-			select {
-			case <-ctx.Done():
-				return err
-			case <-time.After(500 * time.Millisecond << attempt):
-			}
+		failed = t
+		if s3store.LostRace(err) || errors.Is(err, s3store.ErrNotFound) {
+			return true, err
 		}
-		// Someone else wrote the task (a cancel request, the monitor):
-		// read it and decide again on what is there now.
-		cur, err = taskio.Load(ctx, w.st, r.v.Task.Key())
-		if errors.Is(err, s3store.ErrNotFound) {
-			return ErrLeaseLost
+		// The store already retried; one more round after a pause rides
+		// out a short outage. The re-read decides whether our write
+		// landed after all.
+		if attempt >= 3 || ctx.Err() != nil || errors.Is(err, s3store.ErrUnusable) {
+			return false, err
 		}
-		if err != nil {
-			return err
+		w.log.Warn("write task; will retry", "task_id", t.ID, "err", err)
+		if w.pause(ctx, 500*time.Millisecond<<attempt) != nil {
+			return false, err
 		}
-		if cur.Task.Version == t.Version && cur.Task.UpdatedAt.Equal(t.UpdatedAt) {
-			// Our write landed; only its response was lost.
-			r.v = cur
-			return nil
-		}
+		return true, err
+	})
+	if errors.Is(err, s3store.ErrContended) {
+		return fmt.Errorf("update task %s: %w", r.v.Task.ID, err)
 	}
-	return fmt.Errorf("update task %s: too many concurrent writers", r.v.Task.ID)
+	return err
 }
 
 // commit records the handler's outcome, fenced on the claim.

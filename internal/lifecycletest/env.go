@@ -6,6 +6,7 @@ package lifecycletest
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"sync"
@@ -98,6 +99,8 @@ func (e *env) executions(id string) int {
 	return e.runs[id]
 }
 
+// monitor runs a monitor tuned for tests (fast ticks, short margins) on
+// the env's store until the test ends.
 func (e *env) monitor(cfg monitor.Config) *monitor.Monitor {
 	e.t.Helper()
 	cfg.Shards = 4
@@ -115,7 +118,28 @@ func (e *env) monitor(cfg monitor.Config) *monitor.Monitor {
 	if err != nil {
 		e.t.Fatalf("monitor: %v", err)
 	}
+	ctx, cancel := context.WithCancel(e.ctx)
+	done := make(chan struct{})
+	go func() { m.Run(ctx); close(done) }()
+	e.t.Cleanup(func() { cancel(); <-done })
 	return m
+}
+
+// waitTicks waits until every monitor in mons has ended n more ticks.
+func (e *env) waitTicks(n int, mons ...*monitor.Monitor) {
+	e.t.Helper()
+	from := make([]int, len(mons))
+	for i, m := range mons {
+		from[i] = m.Stats().Ticks
+	}
+	e.waitFor(fmt.Sprintf("%d more ticks of the monitors", n), 10*time.Second, nil, func() bool {
+		for i, m := range mons {
+			if m.Stats().Ticks < from[i]+n {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 func (e *env) submit(typ string, input any, opts producer.Options) string {

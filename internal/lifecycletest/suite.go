@@ -126,7 +126,7 @@ var cases = []struct {
 		faulty.Inject(s3store.Fault{Op: s3store.OpList, Err: s3store.ErrInjected503})
 		mon := e.monitor(monitor.Config{})
 		e.startWorker(e.workerConfig("new"), nil, map[string]worker.Handler{"job": echo})
-		got := e.waitStatus(id, task.Succeeded, 60*time.Second, func() { mon.Tick(e.ctx) })
+		got := e.waitStatus(id, task.Succeeded, 60*time.Second, nil)
 		if got.Attempt != 2 || got.Claim != nil {
 			t.Fatalf("re-dispatched task: attempt %d, want 2", got.Attempt)
 		}
@@ -168,7 +168,7 @@ var cases = []struct {
 		// A later task moves the scan cursor past the retried one.
 		e.waitStatus(e.submit("echo", nil, producer.Options{}), task.Succeeded, 30*time.Second, nil)
 		mon := e.monitor(monitor.Config{RepairAfter: 500 * time.Millisecond})
-		got := e.waitStatus(id, task.Succeeded, 30*time.Second, func() { mon.Tick(e.ctx) })
+		got := e.waitStatus(id, task.Succeeded, 30*time.Second, nil)
 		if got.Attempt != 2 || mon.Stats().Repaired < 1 {
 			t.Fatalf("attempt %d, repaired %d: want the monitor to have announced the retry", got.Attempt, mon.Stats().Repaired)
 		}
@@ -226,7 +226,7 @@ var cases = []struct {
 			}
 		}})
 		id := e.submit("long", nil, producer.Options{Timeout: time.Second})
-		got := e.waitStatus(id, task.Succeeded, 30*time.Second, func() { mon.Tick(e.ctx) })
+		got := e.waitStatus(id, task.Succeeded, 30*time.Second, nil)
 		if got.Attempt != 1 || mon.Stats().Redispatched != 0 || w.Stats().LeaseLost != 0 {
 			t.Fatalf("attempt %d, re-dispatched %d, leases lost %d: want 1, 0, 0", got.Attempt, mon.Stats().Redispatched, w.Stats().LeaseLost)
 		}
@@ -329,7 +329,7 @@ var cases = []struct {
 		// shard reaches the corrupt key, so the report can come after them.
 		e.waitFor("the worker to report the corrupt object", 10*time.Second, nil, func() bool { return w.Stats().Corrupt >= 1 })
 		mon := e.monitor(monitor.Config{})
-		e.waitFor("the monitor to report the corrupt object", 10*time.Second, func() { mon.Tick(e.ctx) }, func() bool { return mon.Stats().Corrupt == 1 })
+		e.waitFor("the monitor to report the corrupt object", 10*time.Second, nil, func() bool { return mon.Stats().Corrupt == 1 })
 	}},
 	{"several monitors re-dispatch each expired task exactly once", func(t *testing.T, e *env) {
 		faulty := s3store.NewFaults(e.st)
@@ -354,20 +354,10 @@ var cases = []struct {
 		faulty.Inject(s3store.Fault{Op: s3store.OpList, Err: s3store.ErrInjected503})
 		faulty.Inject(s3store.Fault{Op: s3store.OpGet, Err: s3store.ErrInjected503})
 		mons := []*monitor.Monitor{e.monitor(monitor.Config{}), e.monitor(monitor.Config{}), e.monitor(monitor.Config{})}
-		tickAll := func() {
-			var wg sync.WaitGroup
-			for _, m := range mons {
-				wg.Add(1)
-				go func() { defer wg.Done(); m.Tick(e.ctx) }()
-			}
-			wg.Wait()
-		}
 		for _, id := range ids {
-			e.waitStatus(id, task.Pending, 30*time.Second, tickAll)
+			e.waitStatus(id, task.Pending, 30*time.Second, nil)
 		}
-		for i := 0; i < 3; i++ {
-			tickAll()
-		}
+		e.waitTicks(3, mons...)
 		total := 0
 		for _, m := range mons {
 			total += m.Stats().Redispatched

@@ -91,7 +91,7 @@ func (w *world) check() Result {
 	isWorker := func(proc string) bool { return strings.HasPrefix(proc, "w") }
 	retention := func(t *task.Task) time.Duration {
 		if t.IdempotencyKey != "" {
-			return max(w.opts.Retention, shards.MinKeyedRetention)
+			return max(w.opts.Retention, task.MinKeyedRetention)
 		}
 		return w.opts.Retention
 	}

@@ -31,7 +31,7 @@ type Options struct {
 	// in which every due task must be picked up (default 12m).
 	Chaos, Quiet time.Duration
 	// Retention of finished tasks (default 3m; tasks with an idempotency
-	// key are kept shards.MinKeyedRetention, 10m), short enough for
+	// key are kept task.MinKeyedRetention, 10m), short enough for
 	// retention to race requeues and resubmits within a run.
 	Retention time.Duration
 	// Bound is how long a due task may wait in the quiet tail, or a
@@ -599,7 +599,7 @@ func (w *world) race() {
 				if t, err := prod.Get(ctx, id); err == nil && t.Status.Terminal() && (t.IdempotencyKey != "" || t.Status != task.Succeeded) {
 					hold := w.opts.Retention
 					if t.IdempotencyKey != "" {
-						hold = max(hold, shards.MinKeyedRetention)
+						hold = max(hold, task.MinKeyedRetention)
 					}
 					if due := t.UpdatedAt.Add(hold); due.After(time.Now()) {
 						watched[id] = due

@@ -10,8 +10,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/s3queue/s3queue/clock"
 	"github.com/s3queue/s3queue/s3store"
-	"github.com/s3queue/s3queue/shards"
 	"github.com/s3queue/s3queue/task"
 )
 
@@ -53,33 +53,30 @@ var ErrBadID = fmt.Errorf("not a task id")
 // Create writes a new task; it fails with s3store.ErrPreconditionFailed if
 // the key already exists. A write whose response was lost (the store's retry
 // then sees a 412, or the error came after the write was applied) is
-// recognised by reading the object back, and succeeds.
-func Create(ctx context.Context, st s3store.Store, t *task.Task) (Versioned, error) {
-	return put(ctx, st, t, s3store.PutOptions{IfNoneMatch: true})
+// recognised by reading the object back, and succeeds; local times the
+// pauses between read-backs.
+func Create(ctx context.Context, st s3store.Store, local clock.Local, t *task.Task) (Versioned, error) {
+	return put(ctx, st, local, t, s3store.PutOptions{IfNoneMatch: true})
 }
 
 // Update writes t over the version read with etag (invariant 1: never
-// blindly). A lost race is s3store.ErrPreconditionFailed or ErrConflict; a
-// write that landed with its response lost succeeds, as with Create.
-func Update(ctx context.Context, st s3store.Store, t *task.Task, etag string) (Versioned, error) {
-	return put(ctx, st, t, s3store.PutOptions{IfMatch: etag})
+// blindly). A lost race is an error s3store.LostRace reports; a write that
+// landed with its response lost succeeds, as with Create.
+func Update(ctx context.Context, st s3store.Store, local clock.Local, t *task.Task, etag string) (Versioned, error) {
+	return put(ctx, st, local, t, s3store.PutOptions{IfMatch: etag})
 }
 
-// FinishedBySize is shards.FinishedBySize: task writes keep it and
-// shards.PendingBySize true.
-func FinishedBySize(size int64) bool { return shards.FinishedBySize(size) }
-
-func put(ctx context.Context, st s3store.Store, t *task.Task, opts s3store.PutOptions) (Versioned, error) {
+func put(ctx context.Context, st s3store.Store, local clock.Local, t *task.Task, opts s3store.PutOptions) (Versioned, error) {
 	body, err := task.Marshal(t)
 	if err != nil {
 		return Versioned{}, fmt.Errorf("write task %s: %w", t.ID, err)
 	}
-	for range shards.SizePadding(len(body), t.Status) {
+	for range task.SizePadding(len(body), t.Status) {
 		body = append(body, '\n')
 	}
 	etag, err := st.Put(ctx, t.Key(), body, opts)
 	if err != nil {
-		if landed, ok := ownWrite(ctx, st, t, body, opts.IfNoneMatch); ok {
+		if landed, ok := ownWrite(ctx, st, local, t, body, opts.IfNoneMatch); ok {
 			return Versioned{Task: t, ETag: landed}, nil
 		}
 		return Versioned{}, fmt.Errorf("write task %s: %w", t.ID, err)
@@ -106,7 +103,7 @@ func put(ctx context.Context, st s3store.Store, t *task.Task, opts s3store.PutOp
 // tried again after a pause, up to verifyAttempts times: a caller told
 // "failed" about a write that landed would do it again (a second task, a
 // requeue reported as refused).
-func ownWrite(ctx context.Context, st s3store.Store, t *task.Task, body []byte, create bool) (etag string, ok bool) {
+func ownWrite(ctx context.Context, st s3store.Store, local clock.Local, t *task.Task, body []byte, create bool) (etag string, ok bool) {
 	pause := verifyPause
 	for attempt := 1; ; attempt++ {
 		if ctx.Err() != nil {
@@ -125,12 +122,8 @@ func ownWrite(ctx context.Context, st s3store.Store, t *task.Task, body []byte, 
 		case errors.Is(err, s3store.ErrNotFound), errors.Is(err, s3store.ErrUnusable), attempt == verifyAttempts:
 			return "", false
 		}
-		t := time.NewTimer(pause)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !clock.Sleep(local, pause, ctx.Done()) {
 			return "", false
-		case <-t.C:
 		}
 		pause *= 4
 	}

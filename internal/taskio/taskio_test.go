@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/s3queue/s3queue/clock"
 	"github.com/s3queue/s3queue/internal/taskio"
 	"github.com/s3queue/s3queue/s3store"
 	"github.com/s3queue/s3queue/s3store/mem"
-	"github.com/s3queue/s3queue/shards"
 	"github.com/s3queue/s3queue/task"
 )
 
@@ -28,7 +28,7 @@ func TestWritesKeepTheSizeHint(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		pending, finished := shards.PendingBySize(o.Size), shards.FinishedBySize(o.Size)
+		pending, finished := task.PendingBySize(o.Size), task.FinishedBySize(o.Size)
 		if pending != (v.Task.Status == task.Pending) || finished != v.Task.Status.Terminal() {
 			t.Fatalf("%s: %s task of %d bytes reads as pending %v, finished %v", what, v.Task.Status, o.Size, pending, finished)
 		}
@@ -46,7 +46,7 @@ func TestWritesKeepTheSizeHint(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		v, err := taskio.Create(ctx, st, tk)
+		v, err := taskio.Create(ctx, st, clock.System(), tk)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -54,14 +54,14 @@ func TestWritesKeepTheSizeHint(t *testing.T) {
 		if err := v.Task.ClaimBy("w", "c1", now); err != nil {
 			t.Fatal(err)
 		}
-		if v, err = taskio.Update(ctx, st, v.Task, v.ETag); err != nil {
+		if v, err = taskio.Update(ctx, st, clock.System(), v.Task, v.ETag); err != nil {
 			t.Fatal(err)
 		}
 		check(v, "claimed")
 		if err := v.Task.Succeed("c1", input, now); err != nil {
 			t.Fatal(err)
 		}
-		if v, err = taskio.Update(ctx, st, v.Task, v.ETag); err != nil {
+		if v, err = taskio.Update(ctx, st, clock.System(), v.Task, v.ETag); err != nil {
 			t.Fatal(err)
 		}
 		check(v, "succeeded")
@@ -83,12 +83,12 @@ func TestALostResponseIsToldApartFromALostRace(t *testing.T) {
 	lost := s3store.Fault{Op: s3store.OpPut, Err: s3store.ErrPreconditionFailed, AfterWrite: true, Times: 1}
 
 	st.Inject(lost)
-	v, err := taskio.Create(ctx, st, tk)
+	v, err := taskio.Create(ctx, st, clock.System(), tk)
 	if err != nil {
 		t.Fatalf("create whose response was lost: %v", err)
 	}
 	other, _ := task.New(id, 0, task.Spec{Type: "t"}, now.Add(time.Millisecond)) // another producer, the same id
-	if _, err := taskio.Create(ctx, st, other); !errors.Is(err, s3store.ErrPreconditionFailed) {
+	if _, err := taskio.Create(ctx, st, clock.System(), other); !errors.Is(err, s3store.ErrPreconditionFailed) {
 		t.Fatalf("a second create of the same id: got %v, want a precondition failure", err)
 	}
 
@@ -97,7 +97,7 @@ func TestALostResponseIsToldApartFromALostRace(t *testing.T) {
 		t.Fatal(err)
 	}
 	st.Inject(lost)
-	got, err := taskio.Update(ctx, st, mine, v.ETag)
+	got, err := taskio.Update(ctx, st, clock.System(), mine, v.ETag)
 	if err != nil {
 		t.Fatalf("claim whose response was lost: %v", err)
 	}
@@ -109,7 +109,7 @@ func TestALostResponseIsToldApartFromALostRace(t *testing.T) {
 	if err := theirs.ClaimBy("w2", "claim-2", now); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := taskio.Update(ctx, st, theirs, v.ETag); !errors.Is(err, s3store.ErrPreconditionFailed) {
+	if _, err := taskio.Update(ctx, st, clock.System(), theirs, v.ETag); !errors.Is(err, s3store.ErrPreconditionFailed) {
 		t.Fatalf("a claim that lost the race: got %v, want a precondition failure", err)
 	}
 }
@@ -128,7 +128,7 @@ func TestALostResponseIsRecognisedThroughAFailingReadBack(t *testing.T) {
 	}
 	st.Inject(s3store.Fault{Op: s3store.OpPut, Err: s3store.ErrInjected500, AfterWrite: true, Times: 1})
 	st.Inject(s3store.Fault{Op: s3store.OpGet, Err: s3store.ErrInjected503, Times: 2})
-	if _, err := taskio.Create(ctx, st, tk); err != nil {
+	if _, err := taskio.Create(ctx, st, clock.System(), tk); err != nil {
 		t.Fatalf("a create that landed, its response lost and its first reads back failing: %v", err)
 	}
 }
@@ -157,7 +157,7 @@ func TestALostResponseIsRecognisedAfterTheTaskMovedOn(t *testing.T) {
 				err = change(v.Task)
 			}
 			if err == nil {
-				_, err = taskio.Update(ctx, inner, v.Task, v.ETag)
+				_, err = taskio.Update(ctx, inner, clock.System(), v.Task, v.ETag)
 			}
 			if err != nil {
 				t.Errorf("meanwhile: %v", err)
@@ -166,7 +166,7 @@ func TestALostResponseIsRecognisedAfterTheTaskMovedOn(t *testing.T) {
 	}
 
 	meanwhile(func(x *task.Task) error { return x.ClaimBy("w2", "theirs", now) })
-	v, err := taskio.Create(ctx, st, tk)
+	v, err := taskio.Create(ctx, st, clock.System(), tk)
 	if err != nil {
 		t.Fatalf("a create that landed and was claimed before its read-back: %v", err)
 	}
@@ -180,7 +180,7 @@ func TestALostResponseIsRecognisedAfterTheTaskMovedOn(t *testing.T) {
 		t.Fatal(err)
 	}
 	meanwhile(func(x *task.Task) error { _, err := x.Cancel(now.Add(2 * time.Second)); return err })
-	if _, err := taskio.Update(ctx, st, done, cur.ETag); err != nil {
+	if _, err := taskio.Update(ctx, st, clock.System(), done, cur.ETag); err != nil {
 		t.Fatalf("an update that landed and was written over before its read-back: %v", err)
 	}
 
@@ -188,7 +188,7 @@ func TestALostResponseIsRecognisedAfterTheTaskMovedOn(t *testing.T) {
 	if err := late.Succeed("theirs", nil, now); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := taskio.Update(ctx, st, late, cur.ETag); !errors.Is(err, s3store.ErrPreconditionFailed) {
+	if _, err := taskio.Update(ctx, st, clock.System(), late, cur.ETag); !errors.Is(err, s3store.ErrPreconditionFailed) {
 		t.Fatalf("a write that lost the race: got %v, want a precondition failure", err)
 	}
 }

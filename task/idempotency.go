@@ -1,4 +1,4 @@
-package shards
+package task
 
 import (
 	"crypto/sha256"
@@ -6,13 +6,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
-
-	"github.com/s3queue/s3queue/task"
 )
 
-// IdempotencyKey is the object that records which task an idempotency key
-// created. Keys are hashed so any string is a valid key.
-func IdempotencyKey(key string) string {
+// IdempotencyRecordKey is the object that records which task the
+// idempotency key key created (Spec.IdempotencyKey). Keys are hashed so any
+// string is a valid key.
+func IdempotencyRecordKey(key string) string {
 	sum := sha256.Sum256([]byte(key))
 	return "idempotency/" + hex.EncodeToString(sum[:16]) + ".json"
 }
@@ -49,24 +48,32 @@ func (r IdempotencyRecord) Encode() []byte {
 // ParseIdempotencyRecord parses a record's bytes.
 func ParseIdempotencyRecord(b []byte) (IdempotencyRecord, error) {
 	var r IdempotencyRecord
-	if json.Unmarshal(b, &r) != nil || !task.ValidID(r.ID) {
-		return r, fmt.Errorf("idempotency record is corrupt (%q)", truncate(b, 80))
+	if json.Unmarshal(b, &r) != nil || !ValidID(r.ID) {
+		return r, fmt.Errorf("idempotency record is corrupt (%q)", truncateBytes(b, 80))
 	}
 	return r, nil
 }
 
-// RecordYoung: a record written less than this long ago (by S3 time) may
+// IdempotencyRecordYoung: a record written less than this long ago (by S3 time) may
 // belong to a producer still between its two writes (the record, then the
 // task), so a producer that finds it completes its task without looking.
 //
 // Retention deletes a keyed task's record before the task, so a record that
 // still exists means its task was not deleted by retention; and a task is
 // retained only once it has been finished for MinKeyedRetention, far longer
-// than RecordYoung, so a young record's task cannot be on its way out. A
-// producer would have to stall for MinKeyedRetention - RecordYoung between
+// than IdempotencyRecordYoung, so a young record's task cannot be on its way out. A
+// producer would have to stall for MinKeyedRetention - IdempotencyRecordYoung between
 // reading a record and writing its task to break this.
-const RecordYoung = time.Minute
+const IdempotencyRecordYoung = time.Minute
 
 // MinKeyedRetention is the shortest retention applied to a task with an
-// idempotency key, whatever the monitor's retention says (see RecordYoung).
+// idempotency key, whatever the monitor's retention says (see IdempotencyRecordYoung).
 const MinKeyedRetention = 10 * time.Minute
+
+// truncateBytes returns b as a string of at most n bytes and an ellipsis.
+func truncateBytes(b []byte, n int) string {
+	if len(b) > n {
+		return string(b[:n]) + "..."
+	}
+	return string(b)
+}
