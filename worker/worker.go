@@ -53,12 +53,9 @@ type Worker struct {
 	log      *slog.Logger
 	rand     io.Reader // cfg.Rand behind a lock
 
-	// The scheduler's state belongs to whoever holds sched: Run's
-	// goroutine while Run runs, else a caller of Poll. No lock guards it,
-	// so none is held across a request; while Run runs, Poll hands its pass
-	// to Run's goroutine (polls).
-	sched      chan struct{} // the scheduler's token, held by its owner
-	polls      chan pollRequest
+	// The scheduler's state belongs to Run's goroutine (in tests, to the
+	// goroutine driving poll instead of Run). No lock guards it, so none is
+	// held across a request.
 	fleet      membership
 	pace       pacing
 	sweep      sweeps
@@ -120,10 +117,7 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Worker, error) {
 		unhandled:  make(map[string]string),
 		slots:      make(chan struct{}, cfg.Concurrency),
 		freed:      make(chan struct{}, 1),
-		sched:      make(chan struct{}, 1),
-		polls:      make(chan pollRequest),
 	}
-	w.sched <- struct{}{}
 	w.pointerShard.Store(-1)
 	w.view.Store(&memberView{})
 	w.stopped, w.markStopped = context.WithCancel(context.Background())
@@ -170,8 +164,6 @@ func (w *Worker) now() time.Time { return w.local.Now() }
 // sends no request for it, not even a lease renewal, so its lease expires
 // and the monitor re-dispatches the task.
 func (w *Worker) Run(ctx context.Context) error {
-	<-w.sched // the scheduler is Run's (after a Poll in progress)
-	defer func() { w.sched <- struct{}{} }()
 	timer := w.local.NewTimer(0)
 	defer timer.Stop()
 
@@ -197,10 +189,6 @@ func (w *Worker) Run(ctx context.Context) error {
 		case <-timer.C():
 		case <-w.freed:
 			w.slotFreed()
-		case req := <-w.polls:
-			n, err := w.poll(req.ctx)
-			req.done <- pollResult{n, err}
-			continue // the timer is still set
 		}
 		// When the timer and a freed slot are both ready, select picks one
 		// at random: take the freed slot either way, so that what happens
@@ -280,39 +268,11 @@ func (w *Worker) pollOwn(ctx context.Context, now time.Time) {
 	w.pace.next = now.Add(w.adapt(p))
 }
 
-// Poll runs one discovery pass over every shard the worker may poll (its
+// poll runs one discovery pass over every shard the worker may poll (its
 // own, its drain shards, or its static list), after joining the fleet if
 // the rules let it or re-reading it if already a member, and starts
-// handlers for what it claims. It returns how many tasks it claimed. Tests
-// drive it directly instead of Run, or call it while Run runs to make a
-// pass happen now (Run's goroutine then makes it).
-func (w *Worker) Poll(ctx context.Context) (int, error) {
-	req := pollRequest{ctx: ctx, done: make(chan pollResult, 1)}
-	// Either Run holds the scheduler and serves polls, or the token is
-	// free: never both, so no pick between two ready cases.
-	select {
-	case <-w.sched:
-		defer func() { w.sched <- struct{}{} }()
-		return w.poll(ctx)
-	case w.polls <- req:
-		r := <-req.done
-		return r.claimed, r.err
-	case <-ctx.Done():
-		return 0, ctx.Err()
-	}
-}
-
-type pollRequest struct {
-	ctx  context.Context
-	done chan pollResult
-}
-
-type pollResult struct {
-	claimed int
-	err     error
-}
-
-// poll is Poll by the scheduler's owner.
+// handlers for what it claims. It returns how many tasks it claimed. Run
+// paces its passes itself (step); tests drive poll directly instead of Run.
 func (w *Worker) poll(ctx context.Context) (int, error) {
 	if w.static() {
 		p := w.pollShards(ctx, w.cfg.OwnShards, false)

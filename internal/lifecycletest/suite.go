@@ -302,13 +302,15 @@ var cases = []struct {
 		}
 	}},
 	{"a type no worker handles stays pending and is never claimed", func(t *testing.T, e *env) {
-		w := e.startWorker(e.workerConfig("w1"), nil, map[string]worker.Handler{"echo": echo})
-		other := e.submit("other", nil, producer.Options{})
-		marker := e.submit("echo", nil, producer.Options{})
-		e.waitStatus(marker, task.Succeeded, 30*time.Second, nil)
-		// Polls after the marker have passed the other task several times.
-		polls := 0
-		e.waitFor("a few more polls", 10*time.Second, func() { n, _ := w.Poll(e.ctx); polls += 1 + n }, func() bool { return polls >= 3 })
+		e.startWorker(e.workerConfig("w1"), nil, map[string]worker.Handler{"echo": echo})
+		other := e.submit("other", nil, producer.Options{ShardKey: "k"})
+		// Markers in the same shard, each submitted after the last one
+		// succeeded: the worker has listed the shard at least three times
+		// since the other task landed, and left it alone each time.
+		for range 3 {
+			marker := e.submit("echo", nil, producer.Options{ShardKey: "k"})
+			e.waitStatus(marker, task.Succeeded, 30*time.Second, nil)
+		}
 		if got := e.get(other); got.Status != task.Pending || got.Attempt != 0 {
 			t.Fatalf("unhandled task: %s attempt %d, want pending 0", got.Status, got.Attempt)
 		}
