@@ -8,7 +8,13 @@
 //   - submit tasks: Submit, SubmitBatch;
 //   - run them: NewWorker, Worker.Handle, Worker.Run;
 //   - keep the queue healthy: NewMonitor, Monitor.Run;
-//   - inspect and manage tasks: Get, History, Cancel, Requeue, List, Stats.
+//   - inspect and manage tasks: Get, History, Cancel, Requeue, List, Tasks,
+//     Stats.
+//
+// Open creates the queue when the store has none; a tool that only inspects
+// or manages tasks sets Config.MustExist instead, and gets ErrNoQueue. The
+// s3queue command's submit, get, history, cancel, requeue, list and stats are
+// built on this package.
 //
 // A Queue shares one store and one authoritative clock (S3 server time, read
 // from the Date header of responses) between its producer, its workers and
@@ -18,6 +24,6 @@
 // the other.
 //
 // The package holds no queue logic of its own: every change to a task goes
-// through the producer, worker and monitor packages, and List and Stats only
-// read.
+// through the producer, worker and monitor packages, and List, Tasks and
+// Stats only read.
 package s3queue

@@ -13,6 +13,7 @@ import (
 	"github.com/s3queue/s3queue/producer"
 	"github.com/s3queue/s3queue/s3store"
 	"github.com/s3queue/s3queue/s3store/storeurl"
+	"github.com/s3queue/s3queue/shards"
 )
 
 // Config configures a Queue. Zero fields take the defaults; LoadConfig fills
@@ -43,6 +44,15 @@ type Config struct {
 	Worker WorkerConfig
 	// Monitor configures the monitors of NewMonitor.
 	Monitor MonitorConfig
+	// MustExist makes Open and OpenStore fail with an error wrapping
+	// ErrNoQueue when the store holds no queue, where they would create
+	// one: a tool that only inspects or manages tasks should not create a
+	// queue by mistake. It costs one HEAD request more.
+	MustExist bool
+	// OnSkip, if set, is told of each object under tasks/ that List or
+	// Stats passes over because it is not a readable task, in key order, on
+	// the goroutine that called them. Nil logs each as a warning.
+	OnSkip func(key string, err error)
 }
 
 // SubmitDefaults are the settings a task gets when its SubmitOptions leave
@@ -93,10 +103,14 @@ type Queue struct {
 	where string
 }
 
+// ErrNoQueue: the store holds no queue, and Config.MustExist kept Open from
+// creating one.
+var ErrNoQueue = errors.New("no queue (no " + shards.ManifestKey + ")")
+
 // Open opens the store at cfg.Store and the queue in it, creating the queue
-// if the store has none (the first queue created in a bucket checks that
-// the provider honours conditional writes). It sends a request or two (the
-// queue's manifest).
+// if the store has none, unless cfg.MustExist (the first queue created in a
+// bucket checks that the provider honours conditional writes). It sends a
+// request or two (the queue's manifest).
 func Open(ctx context.Context, cfg Config) (*Queue, error) {
 	if cfg.Store == "" {
 		return nil, errors.New("s3queue: open: no store URL: set Config.Store to " + storeurl.Forms)
@@ -130,6 +144,26 @@ func open(ctx context.Context, st s3store.Store, where string, cfg Config) (*Que
 	// The clock exists before the first request, so every response syncs it.
 	q := &Queue{cfg: cfg, store: st, clock: clock.New(st, clock.Config{}),
 		log: cfg.Logger.WithGroup("queue"), where: where}
+	if err := q.openProducer(ctx); err != nil {
+		return nil, fmt.Errorf("s3queue: open queue in %s: %w", where, err)
+	}
+	return q, nil
+}
+
+// openProducer opens the queue's producer, which reads the queue's manifest
+// (and creates it, unless MustExist).
+func (q *Queue) openProducer(ctx context.Context) error {
+	cfg := q.cfg
+	if cfg.MustExist {
+		// HEAD first: the producer would create a missing manifest.
+		_, err := q.store.Head(ctx, shards.ManifestKey)
+		switch {
+		case errors.Is(err, s3store.ErrNotFound):
+			return ErrNoQueue
+		case err != nil:
+			return fmt.Errorf("read queue manifest: %w", err)
+		}
+	}
 	pc := cfg.Producer
 	pc.Shards, pc.Clock = cfg.Shards, q.clock
 	if pc.Logger == nil {
@@ -138,10 +172,18 @@ func open(ctx context.Context, st s3store.Store, where string, cfg Config) (*Que
 	if pc.LeaseMargin == 0 {
 		pc.LeaseMargin = cfg.Worker.LeaseMargin
 	}
-	p, err := producer.New(ctx, st, pc)
+	p, err := producer.New(ctx, q.store, pc)
 	if err != nil {
-		return nil, fmt.Errorf("s3queue: open queue in %s: %w", where, err)
+		return err
 	}
 	q.producer = p
-	return q, nil
+	return nil
 }
+
+// Manifest is a queue's layout, recorded in the store when the queue was
+// created: shard count, layout format, creation time, and what the
+// provider does with a conditional DELETE.
+type Manifest = shards.Manifest
+
+// Manifest returns the queue's layout as Open read it.
+func (q *Queue) Manifest() Manifest { return q.producer.Manifest() }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -420,7 +421,13 @@ func TestMonitorAppliesRetention(t *testing.T) {
 }
 
 func TestListAndStats(t *testing.T) {
-	f := setup(t, s3queue.Config{})
+	var skips []string
+	f := setup(t, s3queue.Config{OnSkip: func(key string, err error) {
+		if err == nil {
+			t.Errorf("OnSkip(%s) without a reason", key)
+		}
+		skips = append(skips, key)
+	}})
 	ctx := context.Background()
 	first := f.submit(t, "a", nil, s3queue.SubmitOptions{})
 	f.submit(t, "b", nil, s3queue.SubmitOptions{Delay: time.Hour})
@@ -433,18 +440,28 @@ func TestListAndStats(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.store.Put(ctx, task.Key(0, junk), []byte("not a task\n"), s3store.PutOptions{}); err != nil {
+	junkKey := task.Key(0, junk)
+	if _, err := f.store.Put(ctx, junkKey, []byte("not a task\n"), s3store.PutOptions{}); err != nil {
 		t.Fatal(err)
+	}
+	wantSkips := func(call string) {
+		t.Helper()
+		if len(skips) != 1 || skips[0] != junkKey {
+			t.Errorf("%s reported %v as skipped, want %s alone", call, skips, junkKey)
+		}
+		skips = nil
 	}
 
 	all, err := f.q.List(ctx, s3queue.ListOptions{})
 	if err != nil || len(all) != 3 {
 		t.Fatalf("List: %d tasks, err %v; want 3", len(all), err)
 	}
+	wantSkips("List")
 	got, err := f.q.List(ctx, s3queue.ListOptions{Status: s3queue.Canceled})
 	if err != nil || len(got) != 1 || got[0].ID != canceled {
 		t.Errorf("List of canceled tasks: %v, err %v; want task %s", got, err, canceled)
 	}
+	skips = nil
 	if got, err := f.q.List(ctx, s3queue.ListOptions{Limit: 2}); err != nil || len(got) != 2 {
 		t.Errorf("List with limit 2: %d tasks, err %v", len(got), err)
 	}
@@ -455,10 +472,15 @@ func TestListAndStats(t *testing.T) {
 		t.Error("List with limit -1 succeeded")
 	}
 
+	// The server's own time, as an operator compares it with the tasks'.
+	at := time.Now().Add(time.Minute).Truncate(time.Second).UTC()
+	f.store.SetNow(func() time.Time { return at })
+	skips = nil
 	s, err := f.q.Stats(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
+	wantSkips("Stats")
 	if s.Total != 3 || s.ByStatus[s3queue.Pending] != 2 || s.ByStatus[s3queue.Canceled] != 1 || s.Skipped != 1 {
 		t.Errorf("Stats: %+v, want 3 tasks: 2 pending, 1 canceled, and 1 skipped object", s)
 	}
@@ -468,8 +490,83 @@ func TestListAndStats(t *testing.T) {
 	if s.OldestPending == nil || s.OldestPending.ID != first {
 		t.Errorf("oldest pending %v, want %s", s.OldestPending, first)
 	}
-	if s.Shards != 16 || s.ServerTime.IsZero() {
-		t.Errorf("Stats: %d shards at %v, want 16 at a server time", s.Shards, s.ServerTime)
+	if s.Shards != 16 || !s.ServerTime.Equal(at) {
+		t.Errorf("Stats: %d shards at %v, want 16 at the server's %v", s.Shards, s.ServerTime, at)
+	}
+
+	// A requeued task is announced by a ready pointer beside the tasks:
+	// the queue's own, passed over without a report.
+	if err := f.q.Requeue(ctx, canceled); err != nil {
+		t.Fatal(err)
+	}
+	page, err := f.store.List(ctx, "tasks/", s3store.ListOptions{})
+	if err != nil || !slices.ContainsFunc(page.Objects, func(o s3store.ObjectInfo) bool { return strings.HasSuffix(o.Key, ".ready") }) {
+		t.Fatalf("no ready pointer after a requeue (err %v): %v", err, page.Objects)
+	}
+	if s, err := f.q.Stats(ctx); err != nil || s.Total != 3 || s.ByStatus[s3queue.Pending] != 3 || s.Skipped != 1 {
+		t.Errorf("Stats after a requeue: %+v, err %v; want 3 pending tasks and 1 skipped object", s, err)
+	}
+	wantSkips("Stats after a requeue")
+}
+
+func TestTasks(t *testing.T) {
+	f := setup(t, s3queue.Config{})
+	ctx := context.Background()
+	want := map[string]bool{}
+	for range 3 {
+		want[f.submit(t, "a", nil, s3queue.SubmitOptions{})] = true
+	}
+	n := 0
+	for tk, err := range f.q.Tasks(ctx) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !want[tk.ID] {
+			t.Errorf("Tasks yielded %s, not a task submitted", tk.ID)
+		}
+		delete(want, tk.ID)
+		n++
+	}
+	if n != 3 || len(want) != 0 {
+		t.Errorf("Tasks yielded %d tasks, missed %v", n, want)
+	}
+	n = 0
+	for range f.q.Tasks(ctx) {
+		n++
+		break
+	}
+	if n != 1 {
+		t.Errorf("a loop that broke at once saw %d tasks", n)
+	}
+	canceled, cancel := context.WithCancel(ctx)
+	cancel()
+	for tk, err := range f.q.Tasks(canceled) {
+		if tk != nil || !errors.Is(err, context.Canceled) {
+			t.Errorf("Tasks on a canceled context yielded %v, %v; want only context.Canceled", tk, err)
+		}
+	}
+}
+
+func TestMustExist(t *testing.T) {
+	ctx := context.Background()
+	st := mem.New()
+	cfg := s3queue.Config{Store: "mem://shared", Logger: quiet, MustExist: true}
+	_, err := s3queue.OpenStore(ctx, st, cfg)
+	if !errors.Is(err, s3queue.ErrNoQueue) || !strings.Contains(err.Error(), "mem://shared") {
+		t.Fatalf("OpenStore on an empty store with MustExist: %v, want ErrNoQueue naming the store", err)
+	}
+	if n := st.Len(); n != 0 {
+		t.Fatalf("OpenStore with MustExist wrote %d objects into a store without a queue", n)
+	}
+	if _, err := s3queue.OpenStore(ctx, st, s3queue.Config{Logger: quiet, Shards: 4}); err != nil {
+		t.Fatal(err)
+	}
+	q, err := s3queue.OpenStore(ctx, st, cfg)
+	if err != nil {
+		t.Fatalf("OpenStore with MustExist on an existing queue: %v", err)
+	}
+	if m := q.Manifest(); m.Shards != 4 {
+		t.Errorf("Manifest: %d shards, want the queue's 4", m.Shards)
 	}
 }
 

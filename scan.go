@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"sync"
 	"time"
 
@@ -22,10 +23,11 @@ type ListOptions struct {
 }
 
 // List returns the queue's tasks in key order: by shard, then oldest first.
-// It is an operator's tool, like `s3queue list`: it lists every key under
-// tasks/ and reads every task until Limit tasks matched, one LIST per 1000
-// keys and one GET per task read. Objects that are not readable tasks are
-// logged and skipped; a task deleted between LIST and GET is passed over.
+// It is an operator's tool, and `s3queue list` is built on it: it lists
+// every key under tasks/ and reads every task until Limit tasks matched, one
+// LIST per 1000 keys and one GET per task read. Objects that are not
+// readable tasks are reported (Config.OnSkip) and skipped; a task deleted
+// between LIST and GET is passed over.
 func (q *Queue) List(ctx context.Context, opts ListOptions) ([]*Task, error) {
 	if opts.Status != "" {
 		if _, err := task.ParseStatus(string(opts.Status)); err != nil {
@@ -48,7 +50,20 @@ func (q *Queue) List(ctx context.Context, opts ListOptions) ([]*Task, error) {
 	return found, nil
 }
 
-// Stats counts the queue's tasks, as `s3queue stats` does.
+// Tasks iterates over the queue's tasks in List's order, without holding
+// them all, for queues too big for one List: one LIST per 1000 keys and one
+// GET per task read. Objects that are not readable tasks are reported
+// (Config.OnSkip) and skipped; a task deleted between LIST and GET is
+// passed over. An error ends the iteration, yielded with a nil task.
+func (q *Queue) Tasks(ctx context.Context) iter.Seq2[*Task, error] {
+	return func(yield func(*Task, error) bool) {
+		if _, err := q.scan(ctx, func(t *Task) bool { return yield(t, nil) }); err != nil {
+			yield(nil, fmt.Errorf("s3queue: tasks: %w", err))
+		}
+	}
+}
+
+// Stats counts the queue's tasks; `s3queue stats` prints it.
 type Stats struct {
 	// Shards is the queue's shard count.
 	Shards int
@@ -64,15 +79,25 @@ type Stats struct {
 	// OldestPending is the pending task that became available first
 	// (nil when none is pending).
 	OldestPending *Task
-	// ServerTime is the S3 time at the end of the count: a pending task
-	// has been due for ServerTime.Sub(OldestPending.AvailableAt).
+	// ServerTime is the store's time at the end of the count, as its
+	// server reports it (whole seconds on S3): a pending task has been due
+	// for ServerTime.Sub(OldestPending.AvailableAt).
 	ServerTime time.Time
 }
 
-// Stats reads every task (one LIST per 1000 keys and one GET per task) and
-// counts them. Objects that are not readable tasks are logged, counted in
-// Skipped and otherwise ignored.
+// Stats reads every task (one LIST per 1000 keys and one GET per task),
+// counts them, then reads the server's time (one request). Objects that are
+// not readable tasks are reported (Config.OnSkip), counted in Skipped and
+// otherwise ignored.
 func (q *Queue) Stats(ctx context.Context) (Stats, error) {
+	s, err := q.stats(ctx)
+	if err != nil {
+		return Stats{}, fmt.Errorf("s3queue: stats: %w", err)
+	}
+	return s, nil
+}
+
+func (q *Queue) stats(ctx context.Context) (Stats, error) {
 	s := Stats{Shards: q.producer.Manifest().Shards, ByStatus: map[Status]int{}, ByShard: map[int]map[Status]int{}}
 	for _, st := range []Status{Pending, Running, Succeeded, Dead, Canceled} {
 		s.ByStatus[st] = 0
@@ -90,14 +115,16 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 		return true
 	})
 	if err != nil {
-		return Stats{}, fmt.Errorf("s3queue: stats: %w", err)
+		return Stats{}, err
 	}
 	s.Skipped = skipped
-	now, err := q.clock.Now(ctx)
+	// The server's own reading, not the clock's estimate: an operator
+	// compares it with the tasks' times, which are the server's too.
+	now, err := q.store.Now(ctx)
 	if err != nil {
-		return Stats{}, fmt.Errorf("s3queue: stats: read server time: %w", err)
+		return Stats{}, fmt.Errorf("read server time: %w", err)
 	}
-	s.ServerTime = now.Mid().UTC()
+	s.ServerTime = now.UTC()
 	return s, nil
 }
 
@@ -107,7 +134,7 @@ const scanParallel = 16
 // scan lists every object under tasks/ in key order and loads each task,
 // calling fn in key order until it returns false. The queue's ready
 // pointers, which sit beside the tasks, are passed over; other objects that
-// are not tasks are logged and counted (invariant 7: report and skip).
+// are not tasks are reported and counted (invariant 7: report and skip).
 func (q *Queue) scan(ctx context.Context, fn func(*Task) bool) (skipped int, err error) {
 	after := ""
 	for {
@@ -135,7 +162,7 @@ func (q *Queue) scan(ctx context.Context, fn func(*Task) bool) (skipped int, err
 					// Deleted by retention since the LIST.
 				case err != nil:
 					skipped++
-					q.log.Warn("skipped an object that is not a readable task", "key", keys[i], "err", err)
+					q.skip(keys[i], err)
 				case !fn(t):
 					return skipped, nil
 				}
@@ -147,6 +174,15 @@ func (q *Queue) scan(ctx context.Context, fn func(*Task) bool) (skipped int, err
 		}
 		after = page.Objects[len(page.Objects)-1].Key
 	}
+}
+
+// skip reports an object under tasks/ that is not a readable task.
+func (q *Queue) skip(key string, err error) {
+	if q.cfg.OnSkip != nil {
+		q.cfg.OnSkip(key, err)
+		return
+	}
+	q.log.Warn("skipped an object that is not a readable task", "key", key, "err", err)
 }
 
 // load reads the tasks at keys, scanParallel at a time.

@@ -16,6 +16,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/s3queue/s3queue"
 	"github.com/s3queue/s3queue/clock"
 	"github.com/s3queue/s3queue/monitor"
 	"github.com/s3queue/s3queue/producer"
@@ -234,16 +235,7 @@ func (a *app) demo(ctx context.Context, o demoOptions) (err error) {
 	// workers' word; these requests are not counted above.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
-	final := map[string]task.Status{}
-	var skipped []string
-	err = scanTasks(rctx, base, func(s scanned) bool {
-		if s.Err != nil {
-			skipped = append(skipped, s.Key)
-			return true
-		}
-		final[s.Task.ID] = s.Task.Status
-		return true
-	})
+	final, skipped, err := readBack(rctx, base, log)
 	if err != nil {
 		return fmt.Errorf("demo: read back tasks: %w", err)
 	}
@@ -257,6 +249,24 @@ func (a *app) demo(ctx context.Context, o demoOptions) (err error) {
 		return fmt.Errorf("demo: %d of %d tasks did not reach their expected status", sum.wrong, o.tasks)
 	}
 	return nil
+}
+
+// readBack reads the status of every task in st, and the keys of the
+// objects under tasks/ that are not readable tasks.
+func readBack(ctx context.Context, st s3store.Store, log *slog.Logger) (final map[string]task.Status, skipped []string, err error) {
+	q, err := s3queue.OpenStore(ctx, st, s3queue.Config{Logger: log, MustExist: true,
+		OnSkip: func(key string, _ error) { skipped = append(skipped, key) }})
+	if err != nil {
+		return nil, nil, cause(err)
+	}
+	final = map[string]task.Status{}
+	for t, err := range q.Tasks(ctx) {
+		if err != nil {
+			return nil, nil, cause(err)
+		}
+		final[t.ID] = t.Status
+	}
+	return final, skipped, nil
 }
 
 // demoStore opens the store the demo runs on and returns a cleanup that

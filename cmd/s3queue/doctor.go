@@ -9,8 +9,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/s3queue/s3queue"
 	"github.com/s3queue/s3queue/s3store"
-	"github.com/s3queue/s3queue/shards"
 )
 
 // doctorPrefix holds the provider check's scratch objects; the check
@@ -40,11 +40,12 @@ var doctorCommand = &command{
 			} else {
 				d.Supported = true
 			}
-			m, merr := a.openExisting(ctx, st)
+			q, merr := a.openQueue(ctx, st, url, true)
 			switch {
 			case merr == nil:
+				m := q.Manifest()
 				d.Queue = &m
-			case errors.Is(merr, errNoQueue):
+			case errors.Is(merr, s3queue.ErrNoQueue):
 			default:
 				d.QueueError = merr.Error()
 			}
@@ -58,7 +59,7 @@ var doctorCommand = &command{
 			if !d.Supported {
 				return withCode(exitUnsupported, errors.New(d.Problem))
 			}
-			if merr != nil && !errors.Is(merr, errNoQueue) {
+			if merr != nil && !errors.Is(merr, s3queue.ErrNoQueue) {
 				return merr
 			}
 			return nil
@@ -72,7 +73,7 @@ type doctorReport struct {
 	Problem    string                 `json:"problem,omitempty"`
 	Report     s3store.ProviderReport `json:"checks"`
 	Skew       string                 `json:"skew"`
-	Queue      *shards.Manifest       `json:"queue,omitempty"`
+	Queue      *s3queue.Manifest      `json:"queue,omitempty"`
 	QueueError string                 `json:"queue_error,omitempty"`
 }
 

@@ -18,8 +18,8 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/s3queue/s3queue"
 	"github.com/s3queue/s3queue/internal/config"
-	"github.com/s3queue/s3queue/producer"
 	"github.com/s3queue/s3queue/s3store"
 	"github.com/s3queue/s3queue/s3store/storeurl"
 	"github.com/s3queue/s3queue/shards"
@@ -237,9 +237,6 @@ func usageError(format string, args ...any) error {
 	return withCode(exitUsage, fmt.Errorf(format, args...))
 }
 
-// errNoQueue: the store holds no queue manifest; read commands never create one.
-var errNoQueue = errors.New("no queue in this store yet (no queue.json): submit a task or start a worker first")
-
 // codeOf maps an error to its exit code.
 func codeOf(err error) int {
 	var ee *exitError
@@ -248,7 +245,7 @@ func codeOf(err error) int {
 		return exitOK
 	case errors.As(err, &ee):
 		return ee.code
-	case errors.Is(err, producer.ErrNotFound):
+	case errors.Is(err, s3queue.ErrNotFound):
 		return exitNotFound
 	case errors.Is(err, s3store.ErrUnsupportedProvider):
 		return exitUnsupported

@@ -8,105 +8,17 @@ import (
 	"io"
 	"sort"
 	"strings"
-	"sync"
 	"text/tabwriter"
 	"time"
 
-	"github.com/s3queue/s3queue/internal/taskio"
-	"github.com/s3queue/s3queue/s3store"
-	"github.com/s3queue/s3queue/shards"
+	"github.com/s3queue/s3queue"
 	"github.com/s3queue/s3queue/task"
 )
 
-// scanParallel bounds the GETs a scan has in flight.
-const scanParallel = 16
-
-// scanned is one object under tasks/: a task, or why it was skipped.
-type scanned struct {
-	Key  string
-	Task *task.Task
-	Err  error
-}
-
-// scanTasks lists every object under tasks/ in key order (shard, then id)
-// and loads each one (one GET per task), calling fn in key order until it
-// returns false. The queue's own ready pointers (index entries beside the
-// tasks) are passed over silently. Other objects that are not task objects
-// come with Err set, so the caller reports and skips them (invariant 7).
-func scanTasks(ctx context.Context, st s3store.Store, fn func(scanned) bool) error {
-	after := ""
-	for {
-		page, err := st.List(ctx, "tasks/", s3store.ListOptions{StartAfter: after})
-		if err != nil {
-			return fmt.Errorf("list tasks: %w", err)
-		}
-		objs := taskObjects(page.Objects)
-		for len(objs) > 0 {
-			n := min(len(objs), 2*scanParallel)
-			batch := loadBatch(ctx, st, objs[:n])
-			for _, s := range batch {
-				if errors.Is(s.Err, context.Canceled) || errors.Is(s.Err, context.DeadlineExceeded) {
-					return s.Err
-				}
-				if !fn(s) {
-					return nil
-				}
-			}
-			objs = objs[n:]
-		}
-		if !page.Truncated || len(page.Objects) == 0 {
-			return nil
-		}
-		after = page.Objects[len(page.Objects)-1].Key
-	}
-}
-
-// taskObjects drops the queue's ready pointers from a listing: they are
-// not tasks, and not foreign either. A key that only ends like one but does
-// not parse stays, to be reported.
-func taskObjects(objs []s3store.ObjectInfo) []s3store.ObjectInfo {
-	out := objs[:0:0]
-	for _, o := range objs {
-		if shards.IsPointer(o.Key) {
-			if _, err := shards.ParsePointerKey(o.Key); err == nil {
-				continue
-			}
-		}
-		out = append(out, o)
-	}
-	return out
-}
-
-func loadBatch(ctx context.Context, st s3store.Store, objs []s3store.ObjectInfo) []scanned {
-	out := make([]scanned, len(objs))
-	sem := make(chan struct{}, scanParallel)
-	var wg sync.WaitGroup
-	for i, o := range objs {
-		out[i].Key = o.Key
-		if _, _, err := task.ParseKey(o.Key); err != nil {
-			out[i].Err = fmt.Errorf("not a task object key: %w", err)
-			continue
-		}
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			v, err := taskio.Load(ctx, st, o.Key)
-			out[i].Task, out[i].Err = v.Task, err
-		}()
-	}
-	wg.Wait()
-	return out
-}
-
-// skipped reports an object a scan could not use. A task deleted between
-// LIST and GET (retention) is not worth a line.
-func (a *app) skipped(s scanned) bool {
-	if errors.Is(s.Err, s3store.ErrNotFound) {
-		return false
-	}
-	fmt.Fprintf(a.stderr, "s3queue: skipping %s: %s\n", s.Key, oneLine(s.Err.Error()))
-	return true
+// skipped reports an object under tasks/ that list or stats passed over
+// because it is not a readable task (invariant 7: report and skip).
+func (a *app) skipped(key string, err error) {
+	fmt.Fprintf(a.stderr, "s3queue: skipping %s: %s\n", key, oneLine(err.Error()))
 }
 
 var listCommand = &command{
@@ -132,26 +44,16 @@ var listCommand = &command{
 			if limit < 0 {
 				return usageError("list: --limit %d must not be negative", limit)
 			}
-			st, _, err := a.openStore(ctx)
-			if err != nil {
-				return err
-			}
 			var found []*task.Task
-			if _, err := a.openExisting(ctx, st); err != nil && !errors.Is(err, errNoQueue) {
+			q, err := a.existingQueue(ctx)
+			switch {
+			case errors.Is(err, s3queue.ErrNoQueue):
+			case err != nil:
 				return err
-			} else if err == nil {
-				err = scanTasks(ctx, st, func(s scanned) bool {
-					if s.Err != nil {
-						a.skipped(s)
-						return true
-					}
-					if want == "" || s.Task.Status == want {
-						found = append(found, s.Task)
-					}
-					return limit == 0 || len(found) < limit
-				})
+			default:
+				found, err = q.List(ctx, s3queue.ListOptions{Status: want, Limit: limit})
 				if err != nil {
-					return err
+					return cause(err)
 				}
 			}
 			if a.jsonOut {
@@ -210,57 +112,31 @@ var statsCommand = &command{
 		"Ages are measured in S3 time. Corrupt objects are reported on stderr and skipped.",
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		return func(ctx context.Context, _ []string) error {
-			st, _, err := a.openStore(ctx)
-			if err != nil {
-				return err
-			}
 			qs := queueStats{ByStatus: map[task.Status]int{}, ByShard: map[int]map[task.Status]int{}}
 			for _, s := range statuses {
 				qs.ByStatus[s] = 0
 			}
-			m, err := a.openExisting(ctx, st)
-			if err != nil && !errors.Is(err, errNoQueue) {
+			q, err := a.existingQueue(ctx)
+			noQueue := errors.Is(err, s3queue.ErrNoQueue)
+			if err != nil && !noQueue {
 				return err
 			}
-			if err == nil {
-				qs.Shards = m.Shards
-				var oldest *task.Task
-				err = scanTasks(ctx, st, func(s scanned) bool {
-					if s.Err != nil {
-						if a.skipped(s) {
-							qs.Skipped++
-						}
-						return true
-					}
-					t := s.Task
-					qs.Total++
-					qs.ByStatus[t.Status]++
-					if qs.ByShard[t.Shard] == nil {
-						qs.ByShard[t.Shard] = map[task.Status]int{}
-					}
-					qs.ByShard[t.Shard][t.Status]++
-					if t.Status == task.Pending && (oldest == nil || t.AvailableAt.Before(oldest.AvailableAt)) {
-						oldest = t
-					}
-					return true
-				})
+			if !noQueue {
+				s, err := q.Stats(ctx)
 				if err != nil {
-					return err
+					return cause(err)
 				}
-				now, err := st.Now(ctx)
-				if err != nil {
-					return fmt.Errorf("read server time: %w", err)
-				}
-				qs.ServerTime = now.UTC()
-				if oldest != nil {
-					qs.OldestPending = &oldestPending{ID: oldest.ID, AvailableAt: oldest.AvailableAt,
-						AgeSeconds: now.Sub(oldest.AvailableAt).Round(time.Millisecond).Seconds()}
+				qs = queueStats{ServerTime: s.ServerTime, Shards: s.Shards, Total: s.Total,
+					ByStatus: s.ByStatus, ByShard: s.ByShard, Skipped: s.Skipped}
+				if o := s.OldestPending; o != nil {
+					qs.OldestPending = &oldestPending{ID: o.ID, AvailableAt: o.AvailableAt,
+						AgeSeconds: s.ServerTime.Sub(o.AvailableAt).Round(time.Millisecond).Seconds()}
 				}
 			}
 			if a.jsonOut {
 				return writeJSON(a.stdout, qs)
 			}
-			if errors.Is(err, errNoQueue) {
+			if noQueue {
 				fmt.Fprintln(a.stdout, "no queue in this store yet")
 				return nil
 			}

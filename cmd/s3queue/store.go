@@ -5,10 +5,9 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/s3queue/s3queue/producer"
+	"github.com/s3queue/s3queue"
 	"github.com/s3queue/s3queue/s3store"
 	"github.com/s3queue/s3queue/s3store/storeurl"
-	"github.com/s3queue/s3queue/shards"
 )
 
 // storeURL is the store to use: --store, else S3QUEUE_STORE, else the
@@ -48,45 +47,63 @@ func (a *app) openStore(ctx context.Context) (s3store.Store, string, error) {
 	return st, storeurl.Redact(url), nil
 }
 
-// openExisting opens the queue in st without creating it: read commands
-// must not write a manifest into a bucket that has none. It returns
-// errNoQueue when there is no queue.
-func (a *app) openExisting(ctx context.Context, st s3store.Store) (shards.Manifest, error) {
-	if _, err := st.Head(ctx, shards.ManifestKey); err != nil {
-		if errors.Is(err, s3store.ErrNotFound) {
-			return shards.Manifest{}, errNoQueue
-		}
-		return shards.Manifest{}, fmt.Errorf("read queue manifest: %w", err)
-	}
-	return shards.Open(ctx, st, a.cfg.Shards)
+// openQueue opens the queue in st, the store at url (redacted). With
+// mustExist it creates none, since read commands must not write a manifest
+// into a store that has none, and a store without a queue is an error
+// wrapping s3queue.ErrNoQueue.
+func (a *app) openQueue(ctx context.Context, st s3store.Store, url string, mustExist bool) (*s3queue.Queue, error) {
+	so := a.cfg.SubmitOptions()
+	q, err := s3queue.OpenStore(ctx, st, s3queue.Config{
+		Store:     url,
+		Shards:    a.cfg.Shards,
+		Logger:    a.log,
+		Submit:    s3queue.SubmitDefaults{MaxAttempts: so.MaxAttempts, Timeout: so.Timeout, Retry: so.Retry},
+		Producer:  a.cfg.Producer(),
+		MustExist: mustExist,
+		OnSkip:    a.skipped,
+	})
+	return q, cause(err)
 }
 
-// existingProducer opens a producer on an existing queue. A missing queue
-// means every task id is unknown.
-func (a *app) existingProducer(ctx context.Context, id string) (*producer.Producer, error) {
-	st, _, err := a.openStore(ctx)
+// existingQueue opens the configured store and the queue in it, creating
+// none; it returns an error wrapping s3queue.ErrNoQueue when there is none.
+func (a *app) existingQueue(ctx context.Context) (*s3queue.Queue, error) {
+	st, url, err := a.openStore(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := a.openExisting(ctx, st); err != nil {
-		if errors.Is(err, errNoQueue) {
-			return nil, notFound(id)
-		}
-		return nil, err
+	return a.openQueue(ctx, st, url, true)
+}
+
+// taskQueue opens the existing queue for a command about task id. A missing
+// queue means every task id is unknown.
+func (a *app) taskQueue(ctx context.Context, id string) (*s3queue.Queue, error) {
+	q, err := a.existingQueue(ctx)
+	if errors.Is(err, s3queue.ErrNoQueue) {
+		return nil, notFound(id)
 	}
-	cfg := a.cfg.Producer()
-	cfg.Logger = a.log
-	return producer.New(ctx, st, cfg)
+	return q, err
+}
+
+// cause is an error of the s3queue package as the command reports it. That
+// package wraps each of its errors once, as "s3queue: OP: cause"; the
+// command prints its own "s3queue: " before the cause alone, as it did
+// before the package existed.
+func cause(err error) error {
+	if inner := errors.Unwrap(err); inner != nil {
+		return inner
+	}
+	return err
 }
 
 func notFound(id string) error {
 	return withCode(exitNotFound, fmt.Errorf("task %s not found", id))
 }
 
-// taskError turns a producer error about id into the CLI's message.
+// taskError turns a Queue's error about task id into the command's.
 func taskError(id string, err error) error {
-	if errors.Is(err, producer.ErrNotFound) {
+	if errors.Is(err, s3queue.ErrNotFound) {
 		return notFound(id)
 	}
-	return err
+	return cause(err)
 }

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/s3queue/s3queue/producer"
+	"github.com/s3queue/s3queue"
 	"github.com/s3queue/s3queue/task"
 )
 
@@ -93,18 +93,16 @@ var submitCommand = &command{
 			if err != nil {
 				return err
 			}
-			pcfg := a.cfg.Producer()
-			pcfg.Logger = a.log
-			p, err := producer.New(ctx, st, pcfg)
+			q, err := a.openQueue(ctx, st, url, false)
 			if err != nil {
 				return unsupported(url, err)
 			}
-			id, err := p.Submit(ctx, typ, raw, opts)
+			id, err := q.Submit(ctx, typ, raw, opts)
 			if err != nil {
 				if errors.Is(err, task.ErrInvalid) {
-					return withCode(exitUsage, err)
+					return withCode(exitUsage, cause(err))
 				}
-				return err
+				return cause(err)
 			}
 			fmt.Fprintln(a.stdout, id)
 			return nil
@@ -159,7 +157,7 @@ func readInput(stdin io.Reader, haveText bool, text, file string) (json.RawMessa
 // validateSubmit checks everything task.New checks, before any request is
 // made, so that a rejected submit writes nothing. The local clock only
 // fills in a time for the check; the task itself takes S3 time.
-func validateSubmit(typ string, input json.RawMessage, opts producer.Options) error {
+func validateSubmit(typ string, input json.RawMessage, opts s3queue.SubmitOptions) error {
 	id, err := task.NewID(time.Now(), rand.Reader)
 	if err != nil {
 		return err

@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/s3queue/s3queue"
 	"github.com/s3queue/s3queue/task"
 )
 
@@ -21,11 +22,11 @@ var getCommand = &command{
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		return func(ctx context.Context, args []string) error {
 			id := args[0]
-			p, err := a.existingProducer(ctx, id)
+			q, err := a.taskQueue(ctx, id)
 			if err != nil {
 				return err
 			}
-			t, err := p.Get(ctx, id)
+			t, err := q.Get(ctx, id)
 			if err != nil {
 				return taskError(id, err)
 			}
@@ -45,11 +46,11 @@ var historyCommand = &command{
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		return func(ctx context.Context, args []string) error {
 			id := args[0]
-			p, err := a.existingProducer(ctx, id)
+			q, err := a.taskQueue(ctx, id)
 			if err != nil {
 				return err
 			}
-			t, err := p.Get(ctx, id)
+			t, err := q.Get(ctx, id)
 			if err != nil {
 				return taskError(id, err)
 			}
@@ -71,12 +72,12 @@ var cancelCommand = &command{
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		return func(ctx context.Context, args []string) error {
 			id := args[0]
-			p, err := a.existingProducer(ctx, id)
+			q, err := a.taskQueue(ctx, id)
 			if err != nil {
 				return err
 			}
-			requested, err := p.Cancel(ctx, id)
-			if errors.Is(err, task.ErrTerminal) {
+			requested, err := q.Cancel(ctx, id)
+			if errors.Is(err, s3queue.ErrTerminal) {
 				return fmt.Errorf("task %s already finished; nothing to cancel", id)
 			}
 			if err != nil {
@@ -99,13 +100,13 @@ var requeueCommand = &command{
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		return func(ctx context.Context, args []string) error {
 			id := args[0]
-			p, err := a.existingProducer(ctx, id)
+			q, err := a.taskQueue(ctx, id)
 			if err != nil {
 				return err
 			}
-			err = p.Requeue(ctx, id)
-			if errors.Is(err, task.ErrNotRequeueable) {
-				t, gerr := p.Get(ctx, id)
+			err = q.Requeue(ctx, id)
+			if errors.Is(err, s3queue.ErrNotRequeueable) {
+				t, gerr := q.Get(ctx, id)
 				if gerr == nil {
 					return fmt.Errorf("task %s is %s: only dead or canceled tasks can be requeued", id, t.Status)
 				}
