@@ -34,6 +34,12 @@ type Config struct {
 	// slog.Default()); the Logger of Producer, Worker or Monitor, if set,
 	// wins for that service.
 	Logger *slog.Logger
+	// Local is this machine's monotonic clock (default clock.System()): the
+	// queue's S3 clock carries time forward between responses with it, and
+	// the producer, workers and monitors pace their polls, renewals and
+	// back-offs by it, unless their own Local is set. Tests drive time with
+	// a clock.Manual.
+	Local clock.Local
 	// Submit holds the defaults of Submit and SubmitBatch.
 	Submit SubmitDefaults
 	// Producer tunes submission and task management. Its LeaseMargin, when
@@ -141,8 +147,11 @@ func open(ctx context.Context, st s3store.Store, where string, cfg Config) (*Que
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.Local == nil {
+		cfg.Local = clock.System()
+	}
 	// The clock exists before the first request, so every response syncs it.
-	q := &Queue{cfg: cfg, store: st, clock: clock.New(st, clock.Config{}),
+	q := &Queue{cfg: cfg, store: st, clock: clock.New(st, clock.Config{Local: cfg.Local}),
 		log: cfg.Logger.WithGroup("queue"), where: where}
 	if err := q.openProducer(ctx); err != nil {
 		return nil, fmt.Errorf("s3queue: open queue in %s: %w", where, err)
@@ -171,6 +180,9 @@ func (q *Queue) openProducer(ctx context.Context) error {
 	}
 	if pc.LeaseMargin == 0 {
 		pc.LeaseMargin = cfg.Worker.LeaseMargin
+	}
+	if pc.Local == nil {
+		pc.Local = cfg.Local
 	}
 	p, err := producer.New(ctx, q.store, pc)
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/s3queue/s3queue"
+	"github.com/s3queue/s3queue/clock"
 	"github.com/s3queue/s3queue/s3store"
 	"github.com/s3queue/s3queue/s3store/mem"
 	"github.com/s3queue/s3queue/task"
@@ -602,5 +603,39 @@ func TestOneClock(t *testing.T) {
 	f.waitEvent(t, "succeeded", id)
 	if n := st.nows.Load() - opened; n != 1 {
 		t.Errorf("%d time requests for a submit, a monitor tick and a task run, want 1: the services do not share the queue's clock", n)
+	}
+}
+
+// The queue's Local paces its services: a monitor ticking every hour on a
+// manual clock ticks again as soon as that clock is moved, not an hour of
+// real time later.
+func TestServicesRunOnTheQueuesLocalClock(t *testing.T) {
+	local := clock.NewManual(time.Now())
+	st := &datelessStore{Store: mem.New(), lists: make(chan struct{}, 1)}
+	f := setupOn(t, st, s3queue.Config{Local: local, Monitor: s3queue.MonitorConfig{Interval: time.Hour}})
+	m, err := f.q.NewMonitor(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-st.lists:
+	default:
+	}
+	runUntilStopped(t, "monitor", m.Run)
+	select { // Run's first tick comes at once
+	case <-st.lists:
+	case <-time.After(deadline):
+		t.Fatalf("the monitor did not list within %v", deadline)
+	}
+	give := time.After(deadline)
+	for {
+		local.Advance(time.Hour) // until Run's timer is armed and fires
+		select {
+		case <-st.lists:
+			return
+		case <-time.After(10 * time.Millisecond):
+		case <-give:
+			t.Fatalf("the monitor did not tick within %v of moving its queue's local clock", deadline)
+		}
 	}
 }

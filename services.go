@@ -79,6 +79,9 @@ func (q *Queue) NewWorker(ctx context.Context) (*Worker, error) {
 	if c.Logger == nil {
 		c.Logger = q.cfg.Logger
 	}
+	if c.Local == nil {
+		c.Local = q.cfg.Local
+	}
 	w, err := worker.New(ctx, q.store, c)
 	if err != nil {
 		return nil, fmt.Errorf("s3queue: new worker on %s: %w", q.where, err)
@@ -93,6 +96,9 @@ func (q *Queue) NewMonitor(ctx context.Context) (*Monitor, error) {
 	c.Shards, c.Clock = q.cfg.Shards, q.clock
 	if c.Logger == nil {
 		c.Logger = q.cfg.Logger
+	}
+	if c.Local == nil {
+		c.Local = q.cfg.Local
 	}
 	m, err := monitor.New(ctx, q.store, c)
 	if err != nil {
