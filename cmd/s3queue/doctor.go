@@ -11,11 +11,8 @@ import (
 
 	"github.com/s3queue/s3queue"
 	"github.com/s3queue/s3queue/s3store"
+	"github.com/s3queue/s3queue/shards"
 )
-
-// doctorPrefix holds the provider check's scratch objects; the check
-// deletes them before it returns.
-const doctorPrefix = "doctor/"
 
 var doctorCommand = &command{
 	name: "doctor", nargs: 0, json: true,
@@ -30,7 +27,7 @@ var doctorCommand = &command{
 			if err != nil {
 				return err
 			}
-			rep, err := s3store.CheckProvider(ctx, st, doctorPrefix)
+			rep, err := s3store.CheckProvider(ctx, st, shards.ProviderCheckPrefix)
 			if err != nil {
 				return err
 			}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/s3queue/s3queue/s3store"
 	"github.com/s3queue/s3queue/s3store/mem"
+	"github.com/s3queue/s3queue/shards"
 	"github.com/s3queue/s3queue/task"
 )
 
@@ -426,7 +427,7 @@ type scratchWatch struct {
 }
 
 func (s *scratchWatch) Put(ctx context.Context, key string, body []byte, opts s3store.PutOptions) (string, error) {
-	if strings.HasPrefix(key, doctorPrefix) {
+	if strings.HasPrefix(key, shards.ProviderCheckPrefix) {
 		s.mu.Lock()
 		s.writes = append(s.writes, key)
 		s.mu.Unlock()
