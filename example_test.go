@@ -90,9 +90,9 @@ func ExampleLoadConfig() {
 	if err := os.WriteFile(path, []byte(toml), 0o644); err != nil {
 		log.Fatal(err)
 	}
-	env := map[string]string{"S3QUEUE_WORKER_CONCURRENCY": "2"} // os.Getenv in production
+	env := []string{"S3QUEUE_WORKER_CONCURRENCY=2"} // os.Environ() in production
 
-	cfg, err := s3queue.LoadConfig(path, func(k string) string { return env[k] })
+	cfg, err := s3queue.LoadConfig(path, env)
 	if err != nil {
 		log.Fatal(err)
 	}

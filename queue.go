@@ -73,13 +73,15 @@ type SubmitDefaults struct {
 }
 
 // LoadConfig reads the queue.toml at path (none when path is ""), applies
-// the S3QUEUE_* environment overrides read through env (os.Getenv in
+// the S3QUEUE_* overrides of environ ("NAME=value" strings: os.Environ() in
 // production; nil reads none), and returns the Config they describe, with
 // a Logger writing to os.Stderr at [log]'s level and format. The file's
 // [handlers] table is for the s3queue command: Go code registers Go
-// handlers with Worker.Handle. Errors name the file or variable and the key.
-func LoadConfig(path string, env func(string) string) (Config, error) {
-	c, err := config.Load(path, env)
+// handlers with Worker.Handle. Errors name the file or variable and the
+// key; an S3QUEUE_* variable that names no key is an error, as an unknown
+// key in the file is.
+func LoadConfig(path string, environ []string) (Config, error) {
+	c, err := config.Load(path, environ)
 	if err != nil {
 		return Config{}, fmt.Errorf("s3queue: load config: %w", err)
 	}

@@ -216,11 +216,8 @@ func TestLoadConfig(t *testing.T) {
 		if err := os.WriteFile(path, []byte(toml), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		env := map[string]string{
-			"S3QUEUE_STORE":               "file://" + envStore,
-			"S3QUEUE_SUBMIT_MAX_ATTEMPTS": "7",
-		}
-		cfg, err := s3queue.LoadConfig(path, func(k string) string { return env[k] })
+		env := []string{"S3QUEUE_STORE=file://" + envStore, "S3QUEUE_SUBMIT_MAX_ATTEMPTS=7"}
+		cfg, err := s3queue.LoadConfig(path, env)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -265,10 +262,15 @@ func TestLoadConfig(t *testing.T) {
 		}
 	})
 	t.Run("bad env value", func(t *testing.T) {
-		env := map[string]string{"S3QUEUE_WORKER_CONCURRENCY": "many"}
-		_, err := s3queue.LoadConfig("", func(k string) string { return env[k] })
+		_, err := s3queue.LoadConfig("", []string{"S3QUEUE_WORKER_CONCURRENCY=many"})
 		if err == nil || !strings.Contains(err.Error(), "S3QUEUE_WORKER_CONCURRENCY") {
 			t.Errorf("LoadConfig: %v, want an error naming the variable", err)
+		}
+	})
+	t.Run("misspelt variable", func(t *testing.T) {
+		_, err := s3queue.LoadConfig("", []string{"S3QUEUE_WORKER_CONCURENCY=8"})
+		if err == nil || !strings.Contains(err.Error(), "S3QUEUE_WORKER_CONCURENCY") || !strings.Contains(err.Error(), "S3QUEUE_WORKER_CONCURRENCY") {
+			t.Errorf("LoadConfig: %v, want an error naming the variable and suggesting the key", err)
 		}
 	})
 }

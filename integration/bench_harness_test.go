@@ -98,7 +98,11 @@ const seedTasksPerDay = 100_000
 // benchmarks measure the settings a user gets, through internal/config.
 func settings(tb testing.TB, env map[string]string) config.Config {
 	tb.Helper()
-	c, err := config.Load("", func(k string) string { return env[k] })
+	var environ []string
+	for k, v := range env {
+		environ = append(environ, k+"="+v)
+	}
+	c, err := config.Load("", environ)
 	if err != nil {
 		tb.Fatalf("settings %v: %v", env, err)
 	}

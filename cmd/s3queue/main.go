@@ -213,7 +213,7 @@ func (a *app) loadConfig() error {
 			path = "queue.toml"
 		}
 	}
-	cfg, err := config.LoadEnviron(path, a.environ())
+	cfg, err := config.Load(path, a.environ())
 	if err != nil {
 		return usageError("%v", err)
 	}

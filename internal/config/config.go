@@ -106,24 +106,17 @@ func Keys() []string {
 }
 
 // Load reads the TOML file at path (none when path is ""), then applies the
-// environment overrides read through env (os.Getenv in production; a
-// variable that is unset or empty overrides nothing) and validates the
+// environment overrides in environ, as os.Environ returns it ("NAME=value"
+// strings; a variable that is empty overrides nothing), and validates the
 // result. Errors name the file or variable and the key:
 //
 //	queue.toml: worker.poll_min: invalid duration "fast"
 //
-// Load cannot see which variables are set; LoadEnviron, given them all,
-// also refuses an S3QUEUE_* variable that names no key.
-func Load(path string, env func(string) string) (Config, error) {
-	return load(path, env, nil)
-}
-
-// LoadEnviron is Load with the environment as os.Environ returns it
-// ("NAME=value" strings). A set S3QUEUE_* variable that names no key is
-// an error, as an unknown key in the file is, unless it is one the queue
-// uses otherwise (the variables the worker command gives the commands it
-// runs, and those of the test suites).
-func LoadEnviron(path string, environ []string) (Config, error) {
+// A set S3QUEUE_* variable that names no key is an error, as an unknown key
+// in the file is, unless it is one the queue uses otherwise (the variables
+// the worker command gives the commands it runs, and those of the test
+// suites).
+func Load(path string, environ []string) (Config, error) {
 	vars := make(map[string]string)
 	var names []string
 	for _, kv := range environ {
@@ -136,7 +129,7 @@ func LoadEnviron(path string, environ []string) (Config, error) {
 	return load(path, func(name string) string { return vars[name] }, names)
 }
 
-// load is Load; names, if not nil, are the S3QUEUE_* variables set.
+// load is Load; names are the S3QUEUE_* variables set.
 func load(path string, env func(string) string, names []string) (Config, error) {
 	c := Default()
 	tables := c.tables()

@@ -29,8 +29,13 @@ func write(t *testing.T, text string) string {
 	return p
 }
 
-func envMap(m map[string]string) func(string) string {
-	return func(k string) string { return m[k] }
+// envMap is an environment as os.Environ gives it.
+func envMap(m map[string]string) []string {
+	var out []string
+	for k, v := range m {
+		out = append(out, k+"="+v)
+	}
+	return out
 }
 
 func TestDefaultsMatchTheServices(t *testing.T) {
@@ -421,12 +426,7 @@ func TestExplicitKeysWinOverTheProfile(t *testing.T) {
 	if err := os.WriteFile(path, []byte("profile = \"economy\"\n[worker]\npoll_batch = 5.0\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	c, err := Load(path, func(k string) string {
-		if k == "S3QUEUE_MONITOR_INTERVAL" {
-			return "7s"
-		}
-		return ""
-	})
+	c, err := Load(path, []string{"S3QUEUE_MONITOR_INTERVAL=7s"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -455,7 +455,7 @@ func TestUnknownEnvironmentVariablesAreErrors(t *testing.T) {
 		{"known", []string{"S3QUEUE_WORKER_POLL_MIN=1s", "PATH=/bin"}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := LoadEnviron("", tc.environ)
+			_, err := Load("", tc.environ)
 			switch {
 			case tc.want == "" && err != nil:
 				t.Errorf("refused: %v", err)
@@ -464,9 +464,9 @@ func TestUnknownEnvironmentVariablesAreErrors(t *testing.T) {
 			}
 		})
 	}
-	c, err := LoadEnviron("", []string{"S3QUEUE_WORKER_POLL_MIN=1s"})
+	c, err := Load("", []string{"S3QUEUE_WORKER_POLL_MIN=1s"})
 	if err != nil || c.Worker().PollMin != time.Second {
-		t.Errorf("LoadEnviron did not apply S3QUEUE_WORKER_POLL_MIN: %v, %v", c.Worker().PollMin, err)
+		t.Errorf("Load did not apply S3QUEUE_WORKER_POLL_MIN: %v, %v", c.Worker().PollMin, err)
 	}
 }
 
