@@ -11,7 +11,6 @@ package monitor
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -21,6 +20,7 @@ import (
 	"time"
 
 	"github.com/s3queue/s3queue/clock"
+	"github.com/s3queue/s3queue/internal/rnd"
 	"github.com/s3queue/s3queue/internal/taskio"
 	"github.com/s3queue/s3queue/lease"
 	"github.com/s3queue/s3queue/s3store"
@@ -85,7 +85,8 @@ type Config struct {
 	Local clock.Local
 	// Rand is the source of every random draw: jitter (of retries, and of
 	// the CAS pauses after a lost race) and shard choice; nil means
-	// crypto/rand.Reader.
+	// crypto/rand.Reader. Reads are serialised, so it need not be safe for
+	// concurrent use; a read that fails panics.
 	Rand io.Reader
 }
 
@@ -118,6 +119,9 @@ type Monitor struct {
 	cas      s3store.CAS
 	manifest shards.Manifest
 	log      *slog.Logger
+	// rand (over cfg.Rand, shared with fleet) is drawn from in a tick only,
+	// under mu, so a seeded run draws in the tick's order.
+	rand *rnd.Source
 
 	mu     sync.Mutex
 	next   int              // next shard to visit
@@ -189,12 +193,11 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Monitor, error) {
 	if cfg.ShardsPerTick <= 0 || cfg.ShardsPerTick > m.Shards {
 		cfg.ShardsPerTick = m.Shards
 	}
-	// Every draw (jitter here, shard choice in the cache) happens in a
-	// tick, under m.mu, so the source is never read concurrently.
-	mon := &Monitor{st: st, cfg: cfg, clock: c, local: local, manifest: m, log: cfg.Logger.WithGroup("monitor"),
-		sweeps: make(map[int]*sweep), known: make(map[string]known), fleet: shards.NewFleetCache(st, cfg.LeaseMargin, local, cfg.Rand),
+	src := rnd.New(cfg.Rand)
+	mon := &Monitor{st: st, cfg: cfg, clock: c, local: local, manifest: m, log: cfg.Logger.WithGroup("monitor"), rand: src,
+		sweeps: make(map[int]*sweep), known: make(map[string]known), fleet: shards.NewFleetCache(st, cfg.LeaseMargin, local, src),
 		lease: lease.New(st, c, LeaseKey, cfg.ID, lease.Config{TTL: 6 * cfg.Interval, Margin: cfg.LeaseMargin})}
-	mon.cas = s3store.CAS{Jitter: mon.randFloat, Sleep: func(ctx context.Context, d time.Duration) error {
+	mon.cas = s3store.CAS{Jitter: src.Float64, Sleep: func(ctx context.Context, d time.Duration) error {
 		if !clock.Sleep(local, d, ctx.Done()) {
 			return ctx.Err()
 		}
@@ -715,7 +718,7 @@ func (m *Monitor) redispatch(ctx context.Context, key string, iv clock.Interval,
 	if iv, err = m.clock.Now(ctx); err != nil {
 		return err
 	}
-	if err := t.Expire(iv.Mid(), m.randFloat); err != nil {
+	if err := t.Expire(iv.Mid(), m.rand.Float64); err != nil {
 		return err
 	}
 	nv, err := taskio.Update(ctx, m.st, m.local, t, v.ETag)
@@ -893,11 +896,4 @@ func (m *Monitor) expireRecord(ctx context.Context, t *task.Task) error {
 		return fmt.Errorf("expire idempotency record of task %s: %w", t.ID, err)
 	}
 	return nil
-}
-
-// randFloat draws from Config.Rand (under m.mu, held by a tick).
-func (m *Monitor) randFloat() float64 {
-	var b [8]byte
-	io.ReadFull(m.cfg.Rand, b[:])
-	return float64(binary.BigEndian.Uint64(b[:])>>11) / (1 << 53)
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/s3queue/s3queue/clock"
+	"github.com/s3queue/s3queue/internal/rnd"
 )
 
 // Config configures a Worker. Zero fields take the defaults, and every
@@ -88,7 +89,8 @@ type Config struct {
 	// Rand is the source of every random draw: the default worker id,
 	// claim ids, jitter (retry delays, standby reads). nil means
 	// crypto/rand.Reader. A seeded source makes a run reproducible (the
-	// simulator); it need not be safe for concurrent use.
+	// simulator); reads are serialised, so it need not be safe for
+	// concurrent use. A read that fails panics.
 	Rand io.Reader
 }
 
@@ -109,11 +111,12 @@ type Stats struct {
 	Claimed, Succeeded, Failed, Dead, Snoozed, Canceled, LeaseLost, Rejected, Released, Corrupt, Panics int64
 }
 
-func (c *Config) fill() error {
-	c.Rand = &lockedRand{r: randSource(c.Rand)}
+// fill sets the defaults; src is the worker's source over c.Rand, from
+// which the default id draws.
+func (c *Config) fill(src *rnd.Source) error {
 	if c.ID == "" {
 		host, _ := os.Hostname()
-		c.ID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), randHex(c.Rand, 3))
+		c.ID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), src.Hex(3))
 	}
 	ConfigKeys.Fill(c)
 	if c.Logger == nil {
