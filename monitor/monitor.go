@@ -28,35 +28,39 @@ import (
 	"github.com/s3queue/s3queue/task"
 )
 
-// Config configures a Monitor. Zero (or negative) fields take the
-// defaults, and every field is checked, as ConfigKeys declares them.
+// Config configures a Monitor. Zero (or negative) fields take their
+// defaults, and every field is checked, as ConfigKeys declares them, once
+// per field: a key's name is its field's in snake_case (page_size for
+// PageSize), and queue.toml.example lists every key with its default. The
+// comments below say what the fields mean.
 type Config struct {
 	// Shards must match the queue's manifest; 0 accepts the queue's count.
 	Shards int
-	// Interval between ticks in Run (default 5s).
+	// Interval between ticks in Run.
 	Interval time.Duration
-	// PageSize is how many keys one tick lists per shard (default 1000).
+	// PageSize is how many keys one tick lists per shard.
 	PageSize int
-	// ShardsPerTick is how many shards one tick visits (default all).
+	// ShardsPerTick is how many of the shards due for a sweep one tick
+	// visits; 0 visits them all.
 	ShardsPerTick int
 	// LeaseMargin: a lease is taken over only once S3 time is certainly
-	// past its expiry plus this margin (default 2s).
+	// past its expiry plus this margin.
 	LeaseMargin time.Duration
 	// RepairAfter: a pending task due this long without being claimed is
-	// announced in the ready index again (default 1m).
+	// announced in the ready index again.
 	RepairAfter time.Duration
 	// Retention: finished tasks (succeeded, dead, canceled) are deleted
-	// this long after their last change (default 7 days; a task with an
-	// idempotency key is kept at least task.MinKeyedRetention).
+	// this long after their last change (a task with an idempotency key is
+	// kept at least task.MinKeyedRetention).
 	Retention time.Duration
 	// KeepForever, with Retention 0, keeps finished tasks for ever instead
 	// of taking the default retention (the CLI's monitor.retention = "0"
 	// sets it). A Retention above 0 applies whatever KeepForever says.
 	KeepForever bool
 	// StaleAfter: a task object is read only once its ETag has stayed the
-	// same this long by S3 time (default 10s). Tasks that finish quickly, and
-	// live ones whose workers renew them, are never read by the monitor;
-	// finished ones are known from their size (see task.FinishedBySize).
+	// same this long by S3 time. Tasks that finish quickly, and live ones
+	// whose workers renew them, are never read by the monitor; finished
+	// ones are known from their size (see task.FinishedBySize).
 	StaleAfter time.Duration
 	// Leader makes monitors elect one of them with a lease
 	// (monitor-lease.json): only the holder sweeps, the others stand by and
@@ -67,14 +71,14 @@ type Config struct {
 	// ID names this monitor in the leader lease (default: host and pid).
 	ID string
 	// SweepMax caps the back-off of sweeps of shards that held nothing but
-	// finished tasks at their last sweep (default 10m); shards with live
-	// work are swept every Interval.
+	// finished tasks at their last sweep; shards with live work are swept
+	// every Interval.
 	SweepMax time.Duration
 	// FullSweep is how often the monitor walks the finished tasks at the
-	// head of each shard (default 6h): sweeps start at the shard's floor,
-	// past the run of keys that held only finished tasks, and a full walk
-	// from the first key, one page per tick, does retention there and
-	// catches a requeue whose announcement was lost.
+	// head of each shard: sweeps start at the shard's floor, past the run
+	// of keys that held only finished tasks, and a full walk from the first
+	// key, one page per tick, does retention there and catches a requeue
+	// whose announcement was lost.
 	FullSweep time.Duration
 	Logger    *slog.Logger
 	// Clock, if set, is shared with other components of this process.

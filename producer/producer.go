@@ -114,13 +114,16 @@ type Options struct {
 	// RunAt makes the task available at this time (S3 time); it wins over
 	// Delay when both are set.
 	RunAt time.Time
-	// MaxAttempts before the task is dead (default 3).
+	// MaxAttempts before the task is dead (default
+	// [task.DefaultMaxAttempts]).
 	MaxAttempts int
-	// Retry is the backoff between attempts (default task.DefaultRetryPolicy).
+	// Retry is the backoff between attempts (default
+	// [task.DefaultRetryPolicy]).
 	Retry *task.RetryPolicy
-	// Timeout is the lease of one attempt (default 30s); workers renew it
-	// while the handler runs. It must exceed twice Config.LeaseMargin (4s
-	// at the default margin), so a handler always gets time to run.
+	// Timeout is the lease of one attempt (default [task.DefaultTimeout]);
+	// workers renew it while the handler runs. It must exceed twice
+	// Config.LeaseMargin (4s at the default margin), so a handler always
+	// gets time to run.
 	Timeout time.Duration
 	// IdempotencyKey: a second Submit with the same key returns the first
 	// task's id instead of creating another, even when the two race. A
