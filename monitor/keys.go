@@ -1,7 +1,6 @@
 package monitor
 
 import (
-	"crypto/rand"
 	"fmt"
 	"log/slog"
 	"os"
@@ -68,9 +67,6 @@ func (c *Config) fill() error {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
-	}
-	if c.Rand == nil {
-		c.Rand = rand.Reader
 	}
 	return nil
 }

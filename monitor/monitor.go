@@ -11,7 +11,6 @@ package monitor
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -21,6 +20,7 @@ import (
 	"time"
 
 	"github.com/s3queue/s3queue/clock"
+	"github.com/s3queue/s3queue/internal/rnd"
 	"github.com/s3queue/s3queue/internal/taskio"
 	"github.com/s3queue/s3queue/lease"
 	"github.com/s3queue/s3queue/s3store"
@@ -28,35 +28,39 @@ import (
 	"github.com/s3queue/s3queue/task"
 )
 
-// Config configures a Monitor. Zero (or negative) fields take the
-// defaults, and every field is checked, as ConfigKeys declares them.
+// Config configures a Monitor. Zero (or negative) fields take their
+// defaults, and every field is checked, as ConfigKeys declares them, once
+// per field: a key's name is its field's in snake_case (page_size for
+// PageSize), and queue.toml.example lists every key with its default. The
+// comments below say what the fields mean.
 type Config struct {
 	// Shards must match the queue's manifest; 0 accepts the queue's count.
 	Shards int
-	// Interval between ticks in Run (default 5s).
+	// Interval between ticks in Run.
 	Interval time.Duration
-	// PageSize is how many keys one tick lists per shard (default 1000).
+	// PageSize is how many keys one tick lists per shard.
 	PageSize int
-	// ShardsPerTick is how many shards one tick visits (default all).
+	// ShardsPerTick is how many of the shards due for a sweep one tick
+	// visits; 0 visits them all.
 	ShardsPerTick int
 	// LeaseMargin: a lease is taken over only once S3 time is certainly
-	// past its expiry plus this margin (default 2s).
+	// past its expiry plus this margin.
 	LeaseMargin time.Duration
 	// RepairAfter: a pending task due this long without being claimed is
-	// announced in the ready index again (default 1m).
+	// announced in the ready index again.
 	RepairAfter time.Duration
 	// Retention: finished tasks (succeeded, dead, canceled) are deleted
-	// this long after their last change (default 7 days; a task with an
-	// idempotency key is kept at least task.MinKeyedRetention).
+	// this long after their last change (a task with an idempotency key is
+	// kept at least task.MinKeyedRetention).
 	Retention time.Duration
 	// KeepForever, with Retention 0, keeps finished tasks for ever instead
 	// of taking the default retention (the CLI's monitor.retention = "0"
 	// sets it). A Retention above 0 applies whatever KeepForever says.
 	KeepForever bool
 	// StaleAfter: a task object is read only once its ETag has stayed the
-	// same this long by S3 time (default 10s). Tasks that finish quickly, and
-	// live ones whose workers renew them, are never read by the monitor;
-	// finished ones are known from their size (see task.FinishedBySize).
+	// same this long by S3 time. Tasks that finish quickly, and live ones
+	// whose workers renew them, are never read by the monitor; finished
+	// ones are known from their size (see task.FinishedBySize).
 	StaleAfter time.Duration
 	// Leader makes monitors elect one of them with a lease
 	// (monitor-lease.json): only the holder sweeps, the others stand by and
@@ -67,14 +71,14 @@ type Config struct {
 	// ID names this monitor in the leader lease (default: host and pid).
 	ID string
 	// SweepMax caps the back-off of sweeps of shards that held nothing but
-	// finished tasks at their last sweep (default 10m); shards with live
-	// work are swept every Interval.
+	// finished tasks at their last sweep; shards with live work are swept
+	// every Interval.
 	SweepMax time.Duration
 	// FullSweep is how often the monitor walks the finished tasks at the
-	// head of each shard (default 6h): sweeps start at the shard's floor,
-	// past the run of keys that held only finished tasks, and a full walk
-	// from the first key, one page per tick, does retention there and
-	// catches a requeue whose announcement was lost.
+	// head of each shard: sweeps start at the shard's floor, past the run
+	// of keys that held only finished tasks, and a full walk from the first
+	// key, one page per tick, does retention there and catches a requeue
+	// whose announcement was lost.
 	FullSweep time.Duration
 	Logger    *slog.Logger
 	// Clock, if set, is shared with other components of this process.
@@ -85,7 +89,8 @@ type Config struct {
 	Local clock.Local
 	// Rand is the source of every random draw: jitter (of retries, and of
 	// the CAS pauses after a lost race) and shard choice; nil means
-	// crypto/rand.Reader.
+	// crypto/rand.Reader. Reads are serialised, so it need not be safe for
+	// concurrent use; a read that fails panics.
 	Rand io.Reader
 }
 
@@ -118,6 +123,9 @@ type Monitor struct {
 	cas      s3store.CAS
 	manifest shards.Manifest
 	log      *slog.Logger
+	// rand (over cfg.Rand, shared with fleet) is drawn from in a tick only,
+	// under mu, so a seeded run draws in the tick's order.
+	rand *rnd.Source
 
 	mu     sync.Mutex
 	next   int              // next shard to visit
@@ -189,12 +197,11 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Monitor, error) {
 	if cfg.ShardsPerTick <= 0 || cfg.ShardsPerTick > m.Shards {
 		cfg.ShardsPerTick = m.Shards
 	}
-	// Every draw (jitter here, shard choice in the cache) happens in a
-	// tick, under m.mu, so the source is never read concurrently.
-	mon := &Monitor{st: st, cfg: cfg, clock: c, local: local, manifest: m, log: cfg.Logger.WithGroup("monitor"),
-		sweeps: make(map[int]*sweep), known: make(map[string]known), fleet: shards.NewFleetCache(st, cfg.LeaseMargin, local, cfg.Rand),
+	src := rnd.New(cfg.Rand)
+	mon := &Monitor{st: st, cfg: cfg, clock: c, local: local, manifest: m, log: cfg.Logger.WithGroup("monitor"), rand: src,
+		sweeps: make(map[int]*sweep), known: make(map[string]known), fleet: shards.NewFleetCache(st, cfg.LeaseMargin, local, src),
 		lease: lease.New(st, c, LeaseKey, cfg.ID, lease.Config{TTL: 6 * cfg.Interval, Margin: cfg.LeaseMargin})}
-	mon.cas = s3store.CAS{Jitter: mon.randFloat, Sleep: func(ctx context.Context, d time.Duration) error {
+	mon.cas = s3store.CAS{Jitter: src.Float64, Sleep: func(ctx context.Context, d time.Duration) error {
 		if !clock.Sleep(local, d, ctx.Done()) {
 			return ctx.Err()
 		}
@@ -715,7 +722,7 @@ func (m *Monitor) redispatch(ctx context.Context, key string, iv clock.Interval,
 	if iv, err = m.clock.Now(ctx); err != nil {
 		return err
 	}
-	if err := t.Expire(iv.Mid(), m.randFloat); err != nil {
+	if err := t.Expire(iv.Mid(), m.rand.Float64); err != nil {
 		return err
 	}
 	nv, err := taskio.Update(ctx, m.st, m.local, t, v.ETag)
@@ -893,11 +900,4 @@ func (m *Monitor) expireRecord(ctx context.Context, t *task.Task) error {
 		return fmt.Errorf("expire idempotency record of task %s: %w", t.ID, err)
 	}
 	return nil
-}
-
-// randFloat draws from Config.Rand (under m.mu, held by a tick).
-func (m *Monitor) randFloat() float64 {
-	var b [8]byte
-	io.ReadFull(m.cfg.Rand, b[:])
-	return float64(binary.BigEndian.Uint64(b[:])>>11) / (1 << 53)
 }

@@ -6,8 +6,6 @@ package producer
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +15,7 @@ import (
 	"time"
 
 	"github.com/s3queue/s3queue/clock"
+	"github.com/s3queue/s3queue/internal/rnd"
 	"github.com/s3queue/s3queue/internal/taskio"
 	"github.com/s3queue/s3queue/s3store"
 	"github.com/s3queue/s3queue/shards"
@@ -51,9 +50,10 @@ type Config struct {
 	// LeaseMargin must match the workers' (default 2s): it decides which
 	// fleet members the producer counts as live.
 	LeaseMargin time.Duration
-	// Rand is the source of every random draw: ids, claim ids, jitter,
+	// Rand is the source of every random draw: task ids, jitter,
 	// shard choice; nil means crypto/rand.Reader. Reads are serialised, so
-	// it need not be safe for concurrent use.
+	// it need not be safe for concurrent use. A read that fails panics,
+	// except for a task id's, which Submit returns as an error.
 	Rand io.Reader
 }
 
@@ -65,7 +65,7 @@ type Producer struct {
 	manifest shards.Manifest
 	fleet    *shards.FleetCache
 	log      *slog.Logger
-	rand     io.Reader
+	rand     *rnd.Source // cfg.Rand, shared with fleet
 	local    clock.Local
 	cas      s3store.CAS
 }
@@ -97,13 +97,10 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Producer, error) {
 	if err != nil {
 		return nil, err
 	}
-	rnd := io.Reader(rand.Reader)
-	if cfg.Rand != nil {
-		rnd = &lockedReader{r: cfg.Rand}
-	}
-	p := &Producer{st: st, cfg: cfg, clock: c, manifest: m, fleet: shards.NewFleetCache(st, cfg.LeaseMargin, local, rnd),
-		log: cfg.Logger.WithGroup("producer"), rand: rnd, local: local}
-	p.cas = s3store.CAS{Jitter: p.randFloat, Sleep: p.sleep}
+	src := rnd.New(cfg.Rand)
+	p := &Producer{st: st, cfg: cfg, clock: c, manifest: m, fleet: shards.NewFleetCache(st, cfg.LeaseMargin, local, src),
+		log: cfg.Logger.WithGroup("producer"), rand: src, local: local}
+	p.cas = s3store.CAS{Jitter: src.Float64, Sleep: p.sleep}
 	return p, nil
 }
 
@@ -117,13 +114,16 @@ type Options struct {
 	// RunAt makes the task available at this time (S3 time); it wins over
 	// Delay when both are set.
 	RunAt time.Time
-	// MaxAttempts before the task is dead (default 3).
+	// MaxAttempts before the task is dead (default
+	// [task.DefaultMaxAttempts]).
 	MaxAttempts int
-	// Retry is the backoff between attempts (default task.DefaultRetryPolicy).
+	// Retry is the backoff between attempts (default
+	// [task.DefaultRetryPolicy]).
 	Retry *task.RetryPolicy
-	// Timeout is the lease of one attempt (default 30s); workers renew it
-	// while the handler runs. It must exceed twice Config.LeaseMargin (4s
-	// at the default margin), so a handler always gets time to run.
+	// Timeout is the lease of one attempt (default [task.DefaultTimeout]);
+	// workers renew it while the handler runs. It must exceed twice
+	// Config.LeaseMargin (4s at the default margin), so a handler always
+	// gets time to run.
 	Timeout time.Duration
 	// IdempotencyKey: a second Submit with the same key returns the first
 	// task's id instead of creating another, even when the two race. A
@@ -581,31 +581,10 @@ func (p *Producer) modify(ctx context.Context, id string, change func(*task.Task
 	})
 }
 
-// randFloat draws a uniform float in [0,1) from the producer's source. A
-// failed read means no jitter, never an error.
-func (p *Producer) randFloat() float64 {
-	var b [8]byte
-	io.ReadFull(p.rand, b[:])
-	return float64(binary.BigEndian.Uint64(b[:])>>11) / (1 << 53)
-}
-
 // sleep waits for d on the producer's local clock, or until ctx ends.
 func (p *Producer) sleep(ctx context.Context, d time.Duration) error {
 	if !clock.Sleep(p.local, d, ctx.Done()) {
 		return ctx.Err()
 	}
 	return nil
-}
-
-// lockedReader serialises reads of a caller's randomness source, which
-// SubmitBatch's goroutines share.
-type lockedReader struct {
-	mu sync.Mutex
-	r  io.Reader
-}
-
-func (l *lockedReader) Read(b []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.r.Read(b)
 }

@@ -97,7 +97,7 @@ func CheckProvider(ctx context.Context, st Store, prefix string) (ProviderReport
 	r.Requests++
 	_, err = st.Put(ctx, key, []byte("v1-again"), PutOptions{IfNoneMatch: true})
 	switch {
-	case errors.Is(err, ErrPreconditionFailed), errors.Is(err, ErrConflict):
+	case LostRace(err):
 		r.CreateIfAbsent = true
 	case err != nil:
 		return fail("create scratch object twice", err)
@@ -120,7 +120,7 @@ func CheckProvider(ctx context.Context, st Store, prefix string) (ProviderReport
 	r.Requests++
 	_, err = st.Put(ctx, key, []byte("v3"), PutOptions{IfMatch: stale})
 	switch {
-	case errors.Is(err, ErrPreconditionFailed), errors.Is(err, ErrConflict):
+	case LostRace(err):
 		r.StaleIfMatch = true
 	case err != nil:
 		return fail("update with a stale ETag", err)
@@ -133,7 +133,7 @@ func CheckProvider(ctx context.Context, st Store, prefix string) (ProviderReport
 		r.IfMatchMissingKey, r.IfMatchMissing = true, MissingNotFound
 	case err == nil:
 		r.IfMatchMissing = "created the key"
-	case errors.Is(err, ErrPreconditionFailed), errors.Is(err, ErrConflict):
+	case LostRace(err):
 		// gofakes3 answers 412 "the object does not exist". As good as a
 		// 404 if nothing was created: every caller takes a 412 as "the
 		// object changed", re-reads, and finds it gone.
@@ -154,7 +154,7 @@ func CheckProvider(ctx context.Context, st Store, prefix string) (ProviderReport
 	r.Requests++
 	err = st.Delete(ctx, key, DeleteOptions{IfMatch: stale})
 	switch {
-	case errors.Is(err, ErrPreconditionFailed), errors.Is(err, ErrConflict):
+	case LostRace(err):
 		r.ConditionalDelete = DeleteHonoured
 	case err == nil:
 		r.Requests++

@@ -2,17 +2,15 @@ package shards
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"sort"
 	"sync"
 	"time"
 
 	"github.com/s3queue/s3queue/clock"
+	"github.com/s3queue/s3queue/internal/rnd"
 	"github.com/s3queue/s3queue/lease"
 	"github.com/s3queue/s3queue/s3store"
 )
@@ -219,10 +217,8 @@ const FleetCacheTTL = 2 * time.Second
 // FleetCache is a reader's view of the fleet object, re-read when older than
 // FleetCacheTTL. It is safe for concurrent use.
 type FleetCache struct {
-	rand   io.Reader  // read under randMu, so it need not be safe for concurrent use
-	randMu sync.Mutex // draws from rand; not mu, which a read holds across its GET
-
 	st     s3store.Store
+	rand   *rnd.Source
 	margin time.Duration
 	local  clock.Local
 	cas    s3store.CAS
@@ -234,15 +230,15 @@ type FleetCache struct {
 }
 
 // NewFleetCache returns an empty cache; margin is the members' lease
-// margin, local times the cache's age and its CAS pauses, and rnd is the
-// source of ShardFor's random choice and of the pauses' jitter (nil means
-// crypto/rand.Reader).
-func NewFleetCache(st s3store.Store, margin time.Duration, local clock.Local, rnd io.Reader) *FleetCache {
-	if rnd == nil {
-		rnd = rand.Reader
+// margin, local times the cache's age and its CAS pauses, and src is the
+// source of ShardFor's random choice and of the pauses' jitter, shared with
+// the service that owns the cache (nil means one over crypto/rand).
+func NewFleetCache(st s3store.Store, margin time.Duration, local clock.Local, src *rnd.Source) *FleetCache {
+	if src == nil {
+		src = rnd.New(nil)
 	}
-	c := &FleetCache{st: st, margin: margin, local: local, rand: rnd}
-	c.cas = s3store.CAS{Jitter: c.float, Sleep: func(ctx context.Context, d time.Duration) error {
+	c := &FleetCache{st: st, margin: margin, local: local, rand: src}
+	c.cas = s3store.CAS{Jitter: src.Float64, Sleep: func(ctx context.Context, d time.Duration) error {
 		if !clock.Sleep(local, d, ctx.Done()) {
 			return ctx.Err()
 		}
@@ -281,28 +277,9 @@ func (c *FleetCache) GetWithin(ctx context.Context, maxAge time.Duration) (Fleet
 func (c *FleetCache) ShardFor(ctx context.Context, typ string, now clock.Interval, n int) int {
 	f, _ := c.Get(ctx)
 	if s := f.ShardsFor(typ, now, c.margin, n); len(s) > 0 {
-		return s[c.intN(len(s))]
+		return s[c.rand.IntN(len(s))]
 	}
-	return c.intN(Active(len(f.Live(now, c.margin)), n))
-}
-
-// intN draws a uniform int in [0, n) from the cache's source.
-func (c *FleetCache) intN(n int) int {
-	// The modulo bias is below 2^-50 for any shard count.
-	return int(c.uint64() % uint64(n))
-}
-
-// float draws a uniform float in [0,1) from the cache's source.
-func (c *FleetCache) float() float64 { return float64(c.uint64()>>11) / (1 << 53) }
-
-func (c *FleetCache) uint64() uint64 {
-	c.randMu.Lock()
-	defer c.randMu.Unlock()
-	var b [8]byte
-	if _, err := io.ReadFull(c.rand, b[:]); err != nil {
-		panic("shards: read random bytes: " + err.Error())
-	}
-	return binary.BigEndian.Uint64(b[:])
+	return c.rand.IntN(Active(len(f.Live(now, c.margin)), n))
 }
 
 // Serves reports whether shard is polled at full speed by a member that

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/s3queue/s3queue/clock"
+	"github.com/s3queue/s3queue/internal/rnd"
 	"github.com/s3queue/s3queue/s3store"
 	"github.com/s3queue/s3queue/s3store/mem"
 	"github.com/s3queue/s3queue/shards"
@@ -206,7 +207,7 @@ func TestFleetCacheShardForDrawsFromRand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := shards.NewFleetCache(st, time.Second, clock.System(), strings.NewReader(strings.Repeat("\x00", 8)+strings.Repeat("\xff", 8)))
+	c := shards.NewFleetCache(st, time.Second, clock.System(), rnd.New(strings.NewReader(strings.Repeat("\x00", 8)+strings.Repeat("\xff", 8))))
 	iv := clock.Interval{Earliest: now, Latest: now}
 	if s := c.ShardFor(ctx, "job", iv, 4); s != 0 {
 		t.Fatalf("ShardFor with zero bytes = %d, want 0", s)

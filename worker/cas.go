@@ -10,8 +10,8 @@ import (
 
 // fleetCAS is the policy of the worker's writes to the fleet object, with
 // its pauses' jitter drawn from the worker's source: fleet writes happen
-// on the Run goroutine only (see randFloat).
-func (w *Worker) fleetCAS() s3store.CAS { return s3store.CAS{Jitter: w.randFloat, Sleep: w.pause} }
+// on the Run goroutine only (see Worker.rand).
+func (w *Worker) fleetCAS() s3store.CAS { return s3store.CAS{Jitter: w.rand.Float64, Sleep: w.pause} }
 
 // taskClock is the local clock that paces taskio's read-backs of a task
 // write whose response was lost.

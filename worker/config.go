@@ -8,14 +8,18 @@ import (
 	"time"
 
 	"github.com/s3queue/s3queue/clock"
+	"github.com/s3queue/s3queue/internal/rnd"
 )
 
-// Config configures a Worker. Zero fields take the defaults, and every
-// field is checked, as ConfigKeys declares them.
+// Config configures a Worker. Zero fields take their defaults, and every
+// field is checked, as ConfigKeys declares them, once per field: a key's
+// name is its field's in snake_case (poll_min for PollMin), and
+// queue.toml.example lists every key with its default. The comments below
+// say what the fields mean.
 type Config struct {
-	// ID names the worker in claims and logs (default host-pid-random).
+	// ID names the worker in claims and logs; "" picks host-pid-random.
 	ID string
-	// Concurrency is how many handlers run at once (default 4).
+	// Concurrency is how many handlers run at once.
 	Concurrency int
 	// Shards must match the queue's manifest; 0 accepts the queue's count.
 	Shards int
@@ -27,34 +31,33 @@ type Config struct {
 	// fleet keeps one member, and standbys join when members ask for help.
 	Dedicated bool
 	// MemberTTL is how long a member's fleet entry lasts without renewal;
-	// members renew every third of it (default 30s). It bounds failover:
-	// a dead member's shards move on within MemberTTL + LeaseMargin + a
-	// renewal interval.
+	// members renew every third of it. It bounds failover: a dead member's
+	// shards move on within MemberTTL + LeaseMargin + a renewal interval.
 	MemberTTL time.Duration
-	// StandbyPoll is how often a standby reads the fleet object (default
-	// 25s); five times less often while the fleet is asleep. A sleeping
-	// member's entry lasts twice MemberTTL.
+	// StandbyPoll is how often a standby reads the fleet object; five times
+	// less often while the fleet is asleep. A sleeping member's entry lasts
+	// twice MemberTTL.
 	StandbyPoll time.Duration
 	// IdleLeave: a member other than the first leaves the fleet after this
-	// long without finding work (default 60s).
+	// long without finding work.
 	IdleLeave time.Duration
 	// SleepAfter: the only member goes to sleep at the doorbell after this
-	// long without finding work (default 30s); BellPoll is how often it then
-	// reads the doorbell (default 2s), SleepScan how often it still scans
-	// its shard (default 60s), AwakeGrace how long it keeps scanning after
-	// marking itself asleep, covering producers' cached view (default 5s).
+	// long without finding work; BellPoll is how often it then reads the
+	// doorbell, SleepScan how often it still scans its shard, AwakeGrace
+	// how long it keeps scanning after marking itself asleep, covering
+	// producers' cached view.
 	SleepAfter, BellPoll, SleepScan, AwakeGrace time.Duration
-	// DrainMax caps the back-off of sweeps of inactive shards (default 10m).
+	// DrainMax caps the back-off of sweeps of inactive shards.
 	DrainMax time.Duration
 	// PollMin, PollMax and PollMultiplier shape adaptive polling: the
 	// interval resets to PollMin when a poll finds work and grows by
-	// PollMultiplier per empty poll up to PollMax (defaults 200ms, 5s, 2).
+	// PollMultiplier per empty poll up to PollMax.
 	PollMin, PollMax time.Duration
 	PollMultiplier   float64
 	// PollBatch shapes the interval after a poll that found work: the time
 	// the recent arrival rate takes to bring this many tasks, within
-	// [PollMin, PollMax] (default 3). Under heavy load that is PollMin; at a
-	// task a second it is about three seconds, one LIST per three tasks. Larger
+	// [PollMin, PollMax]. Under heavy load that is PollMin; at a task a
+	// second it is PollBatch seconds, one LIST per PollBatch tasks. Larger
 	// values trade pickup latency for fewer LISTs (the economy profile). A
 	// listing asks for up to max(Concurrency, PollBatch) + 1 due tasks;
 	// those beyond the free slots are held (for up to PollMax) and claimed
@@ -62,17 +65,16 @@ type Config struct {
 	PollBatch float64
 	// ScanLag is how late a task may land and still be found by the shard
 	// scans: once per ScanLag a scan starts twice this far behind its
-	// cursor, the others at it (default 5s).
+	// cursor, the others at it.
 	ScanLag time.Duration
-	// ScanLookback is how far back a new worker's scans start (default 1h);
-	// older pending tasks reach it through the ready index.
+	// ScanLookback is how far back a new worker's scans start; older
+	// pending tasks reach it through the ready index.
 	ScanLookback time.Duration
 	// LeaseMargin: the worker stops a handler this long before its lease
-	// expires by S3 time if it could not renew (default 2s).
+	// expires by S3 time if it could not renew.
 	LeaseMargin time.Duration
 	// ShutdownGrace is how long Run waits for in-flight handlers after its
-	// context ends before canceling them and handing their tasks back
-	// (default 30s).
+	// context ends before canceling them and handing their tasks back.
 	ShutdownGrace time.Duration
 	Logger        *slog.Logger
 	// Clock, if set, is shared with other components of this process.
@@ -88,7 +90,8 @@ type Config struct {
 	// Rand is the source of every random draw: the default worker id,
 	// claim ids, jitter (retry delays, standby reads). nil means
 	// crypto/rand.Reader. A seeded source makes a run reproducible (the
-	// simulator); it need not be safe for concurrent use.
+	// simulator); reads are serialised, so it need not be safe for
+	// concurrent use. A read that fails panics.
 	Rand io.Reader
 }
 
@@ -109,11 +112,12 @@ type Stats struct {
 	Claimed, Succeeded, Failed, Dead, Snoozed, Canceled, LeaseLost, Rejected, Released, Corrupt, Panics int64
 }
 
-func (c *Config) fill() error {
-	c.Rand = &lockedRand{r: randSource(c.Rand)}
+// fill sets the defaults; src is the worker's source over c.Rand, from
+// which the default id draws.
+func (c *Config) fill(src *rnd.Source) error {
 	if c.ID == "" {
 		host, _ := os.Hostname()
-		c.ID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), randHex(c.Rand, 3))
+		c.ID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), src.Hex(3))
 	}
 	ConfigKeys.Fill(c)
 	if c.Logger == nil {

@@ -304,7 +304,7 @@ func (w *Worker) tryClaim(ctx context.Context, v taskio.Versioned, iv clock.Inte
 	if !w.reserveSlot() {
 		return false, ""
 	}
-	claimID := randHex(w.rand, 12)
+	claimID := w.rand.Hex(12)
 	if err := t.ClaimBy(w.cfg.ID, claimID, iv.Latest); err != nil {
 		w.unreserveSlot()
 		return false, ""

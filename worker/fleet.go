@@ -78,7 +78,7 @@ func (w *Worker) standbyWait(f shards.Fleet) time.Duration {
 	if f.Asleep {
 		d *= asleepStandby
 	}
-	return time.Duration(float64(d) * (0.9 + 0.2*w.randFloat()))
+	return time.Duration(float64(d) * (0.9 + 0.2*w.rand.Float64()))
 }
 
 // static reports that the worker polls a fixed set of shards and takes no
@@ -507,7 +507,7 @@ func (w *Worker) fleetOp(ctx context.Context, now time.Time, what string, op fun
 	case err == nil:
 		m.retry.ok()
 	case ctx.Err() == nil:
-		d := m.retry.failed(now, w.cfg.PollMin, max(w.cfg.PollMin, w.cfg.MemberTTL/6), w.randFloat)
+		d := m.retry.failed(now, w.cfg.PollMin, max(w.cfg.PollMin, w.cfg.MemberTTL/6), w.rand.Float64)
 		w.log.Warn(what, "err", err, "retry_in", d)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/s3queue/s3queue/clock"
+	"github.com/s3queue/s3queue/internal/rnd"
 	"github.com/s3queue/s3queue/internal/taskio"
 	"github.com/s3queue/s3queue/s3store"
 	"github.com/s3queue/s3queue/shards"
@@ -165,7 +166,7 @@ func (r *run) update(ctx context.Context, change func(*task.Task, time.Time) err
 	w := r.w
 	cur := r.v
 	var failed *task.Task // the last write, if it failed
-	cas := s3store.CAS{Jitter: claimRand(r.claimID), Sleep: w.pause}
+	cas := s3store.CAS{Jitter: rnd.Keyed(r.claimID), Sleep: w.pause}
 	err := cas.Retry(ctx, func(attempt int) (bool, error) {
 		if failed != nil {
 			// Someone else wrote the task (a cancel request, the monitor),
@@ -256,7 +257,7 @@ func (r *run) commit(o outcome, cause error) {
 			// The result cannot be stored (too large, not JSON): a
 			// permanent failure, recorded now rather than left to expire.
 			kind = "dead"
-			return t.Fail(r.claimID, "handler result refused: "+err.Error(), true, now, claimRand(r.claimID))
+			return t.Fail(r.claimID, "handler result refused: "+err.Error(), true, now, rnd.Keyed(r.claimID))
 		}
 		var ra retryAfterError
 		if errors.As(o.err, &ra) {
@@ -278,7 +279,7 @@ func (r *run) commit(o outcome, cause error) {
 			}
 			return nil
 		}
-		if err := t.Fail(r.claimID, o.err.Error(), IsPermanent(o.err), now, claimRand(r.claimID)); err != nil {
+		if err := t.Fail(r.claimID, o.err.Error(), IsPermanent(o.err), now, rnd.Keyed(r.claimID)); err != nil {
 			return err
 		}
 		switch t.Status {

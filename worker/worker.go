@@ -20,13 +20,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/s3queue/s3queue/clock"
+	"github.com/s3queue/s3queue/internal/rnd"
 	"github.com/s3queue/s3queue/s3store"
 	"github.com/s3queue/s3queue/shards"
 	"github.com/s3queue/s3queue/task"
@@ -51,7 +51,11 @@ type Worker struct {
 	local    clock.Local // cfg.Local
 	manifest shards.Manifest
 	log      *slog.Logger
-	rand     io.Reader // cfg.Rand behind a lock
+	// rand (over cfg.Rand) is drawn from by the scheduler only: draws from
+	// several goroutines would come in an order the Go scheduler picks, and
+	// a seeded run would not replay. An attempt's jitter comes from
+	// rnd.Keyed(its claim id) instead.
+	rand *rnd.Source
 
 	// The scheduler's state belongs to Run's goroutine (in tests, to the
 	// goroutine driving poll instead of Run). No lock guards it, so none is
@@ -90,7 +94,8 @@ type Worker struct {
 
 // New opens the queue in st for a worker.
 func New(ctx context.Context, st s3store.Store, cfg Config) (*Worker, error) {
-	if err := cfg.fill(); err != nil {
+	src := rnd.New(cfg.Rand)
+	if err := cfg.fill(src); err != nil {
 		return nil, err
 	}
 	g := newGuarded(st)
@@ -109,7 +114,7 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Worker, error) {
 		}
 	}
 	w := &Worker{
-		st: g, guard: g, cfg: cfg, clock: c, local: cfg.Local, manifest: m, rand: cfg.Rand,
+		st: g, guard: g, cfg: cfg, clock: c, local: cfg.Local, manifest: m, rand: src,
 		log:        cfg.Logger.WithGroup("worker").With("worker_id", cfg.ID),
 		handlers:   make(map[string]Handler),
 		scans:      make(map[int]*shards.Scan),

@@ -152,8 +152,8 @@ var cases = []testCase{
 		e1 := mustPut(ctx, t, s, "cas", []byte("v1"), s3store.PutOptions{})
 		mustPut(ctx, t, s, "cas", []byte("v2"), s3store.PutOptions{IfMatch: e1})
 		_, err := s.Put(ctx, "cas", []byte("v3"), s3store.PutOptions{IfMatch: e1})
-		if !errors.Is(err, s3store.ErrPreconditionFailed) && !errors.Is(err, s3store.ErrConflict) {
-			t.Fatalf("stale if-match: want ErrPreconditionFailed (or ErrConflict), got %v", err)
+		if !s3store.LostRace(err) {
+			t.Fatalf("stale if-match: want a lost race (ErrPreconditionFailed or ErrConflict), got %v", err)
 		}
 		if got := mustGet(ctx, t, s, "cas"); string(got.Body) != "v2" {
 			t.Fatalf("body after stale write = %q, want v2", got.Body)
@@ -303,7 +303,7 @@ var cases = []testCase{
 				switch {
 				case err == nil:
 					wins <- i
-				case errors.Is(err, s3store.ErrPreconditionFailed), errors.Is(err, s3store.ErrConflict):
+				case s3store.LostRace(err):
 				default:
 					t.Errorf("racing create: %v", err)
 				}
@@ -343,7 +343,7 @@ var cases = []testCase{
 						if err == nil {
 							break
 						}
-						if !errors.Is(err, s3store.ErrPreconditionFailed) && !errors.Is(err, s3store.ErrConflict) {
+						if !s3store.LostRace(err) {
 							t.Errorf("put counter: %v", err)
 							return
 						}
