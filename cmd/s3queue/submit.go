@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/s3queue/s3queue"
+	"github.com/s3queue/s3queue/internal/settings"
 	"github.com/s3queue/s3queue/task"
 )
 
@@ -58,7 +59,7 @@ var submitCommand = &command{
 			if set["timeout"] {
 				if timeout <= 0 {
 					return usageError("submit: --timeout %s: want %s..%s (leave the flag out for the default, %s)",
-						shortDuration(timeout), shortDuration(task.MinTimeout), shortDuration(task.MaxTimeout), shortDuration(opts.Timeout))
+						settings.ShortDuration(timeout), settings.ShortDuration(task.MinTimeout), settings.ShortDuration(task.MaxTimeout), settings.ShortDuration(opts.Timeout))
 				}
 				opts.Timeout = timeout
 			}
@@ -171,16 +172,4 @@ func validateSubmit(typ string, input json.RawMessage, opts s3queue.SubmitOption
 		return usageError("submit: %s", msg)
 	}
 	return nil
-}
-
-// shortDuration prints d without trailing zero units: 24h, not 24h0m0s.
-func shortDuration(d time.Duration) string {
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = strings.TrimSuffix(s, "0s")
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = strings.TrimSuffix(s, "0m")
-	}
-	return s
 }

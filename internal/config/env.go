@@ -75,11 +75,7 @@ func unknownEnv(keys []settings.Bound, env func(string) string, names []string) 
 		if known[name] || reserved(name) || env(name) == "" {
 			continue
 		}
-		msg := "unknown variable " + name
-		if s := suggest(name, vars); s != "" {
-			msg += fmt.Sprintf(" (did you mean %s?)", s)
-		}
-		msgs = append(msgs, msg)
+		msgs = append(msgs, unknown("variable", name, vars))
 	}
 	if len(msgs) == 0 {
 		return nil

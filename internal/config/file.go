@@ -139,11 +139,7 @@ func unknownKeys(path string, inFile []toml.Key, declared []settings.Bound) erro
 			continue
 		}
 		seen[name] = true
-		msg := "unknown key " + name
-		if s := suggest(name, names); s != "" {
-			msg += fmt.Sprintf(" (did you mean %s?)", s)
-		}
-		msgs = append(msgs, msg)
+		msgs = append(msgs, unknown("key", name, names))
 	}
 	if len(msgs) == 0 {
 		return nil
@@ -158,6 +154,16 @@ func quoteKey(s string) string {
 		}
 	}
 	return s
+}
+
+// unknown reports an unknown key or variable (what) called name, with the
+// closest of names as a suggestion when one is close.
+func unknown(what, name string, names []string) string {
+	msg := "unknown " + what + " " + name
+	if s := suggest(name, names); s != "" {
+		msg += fmt.Sprintf(" (did you mean %s?)", s)
+	}
+	return msg
 }
 
 // suggest returns the name among names closest to name, if one is close.

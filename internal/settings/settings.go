@@ -410,7 +410,7 @@ func Duration[S any, D ~int64](name string, field func(*S) *D, def D, doc string
 			return parseDuration[D](s)
 		},
 		parse:    parseDuration[D],
-		format:   func(d D) string { return strconv.Quote(shortDuration(time.Duration(d))) },
+		format:   func(d D) string { return strconv.Quote(ShortDuration(time.Duration(d))) },
 		zero:     func(d D) bool { return d == 0 },
 		negative: func(d D) bool { return d < 0 },
 	}, name, field, def, doc)
@@ -424,9 +424,10 @@ func parseDuration[D ~int64](s string) (D, error) {
 	return D(d), nil
 }
 
-// shortDuration formats d like time.Duration.String without the zero
-// units at its end: "1h", "10m", "1m30s".
-func shortDuration(d time.Duration) string {
+// ShortDuration formats d like time.Duration.String without the zero
+// units at its end: "1h", "10m", "1m30s", as queue.toml and messages
+// write durations.
+func ShortDuration(d time.Duration) string {
 	s := d.String()
 	if strings.HasSuffix(s, "m0s") {
 		s = strings.TrimSuffix(s, "0s")

@@ -26,22 +26,36 @@ func seeds(t *testing.T, short int) []uint64 {
 		}
 		return []uint64{n}
 	}
-	count, first := short, uint64(1)
-	if s := os.Getenv("S3QUEUE_SIM_SEEDS"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil {
-			t.Fatalf("S3QUEUE_SIM_SEEDS=%q: %v", s, err)
-		}
-		count = n
+	n, ok := envCount(t, "S3QUEUE_SIM_SEEDS")
+	if !ok {
+		n = short
 	}
-	if s := os.Getenv("S3QUEUE_SIM_FIRST"); s != "" {
-		n, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			t.Fatalf("S3QUEUE_SIM_FIRST=%q: %v", s, err)
-		}
-		first = n
+	return seedRange(t, n)
+}
+
+// envCount reads the count in variable name, and whether it is set.
+func envCount(t *testing.T, name string) (int, bool) {
+	s := os.Getenv(name)
+	if s == "" {
+		return 0, false
 	}
-	out := make([]uint64, count)
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatalf("%s=%q: %v", name, s, err)
+	}
+	return n, true
+}
+
+// seedRange returns n seeds in order from S3QUEUE_SIM_FIRST (default 1).
+func seedRange(t *testing.T, n int) []uint64 {
+	first := uint64(1)
+	if f := os.Getenv("S3QUEUE_SIM_FIRST"); f != "" {
+		var err error
+		if first, err = strconv.ParseUint(f, 10, 64); err != nil {
+			t.Fatalf("S3QUEUE_SIM_FIRST=%q: %v", f, err)
+		}
+	}
+	out := make([]uint64, n)
 	for i := range out {
 		out[i] = first + uint64(i)
 	}
@@ -165,22 +179,11 @@ func TestASeedReplaysExactly(t *testing.T) {
 // seeds from S3QUEUE_SIM_FIRST. scripts/sim-teeth.sh uses it to measure how
 // fast the simulator catches each known defect put back.
 func TestHunt(t *testing.T) {
-	s := os.Getenv("S3QUEUE_SIM_HUNT")
-	if s == "" {
+	n, ok := envCount(t, "S3QUEUE_SIM_HUNT")
+	if !ok {
 		return
 	}
-	n, err := strconv.Atoi(s)
-	if err != nil {
-		t.Fatalf("S3QUEUE_SIM_HUNT=%q: %v", s, err)
-	}
-	first := uint64(1)
-	if f := os.Getenv("S3QUEUE_SIM_FIRST"); f != "" {
-		if first, err = strconv.ParseUint(f, 10, 64); err != nil {
-			t.Fatalf("S3QUEUE_SIM_FIRST=%q: %v", f, err)
-		}
-	}
-	for i := range n {
-		seed := first + uint64(i)
+	for i, seed := range seedRange(t, n) {
 		var res sim.Result
 		synctest.Test(t, func(t *testing.T) { res = sim.Run(seed, sim.Options{}) })
 		if len(res.Violations) > 0 {
@@ -197,22 +200,11 @@ func TestHunt(t *testing.T) {
 // that must not change behaviour keeps every line identical (compare the
 // output before and after with diff).
 func TestFingerprint(t *testing.T) {
-	s := os.Getenv("S3QUEUE_SIM_FINGERPRINT")
-	if s == "" {
+	n, ok := envCount(t, "S3QUEUE_SIM_FINGERPRINT")
+	if !ok {
 		return
 	}
-	n, err := strconv.Atoi(s)
-	if err != nil {
-		t.Fatalf("S3QUEUE_SIM_FINGERPRINT=%q: %v", s, err)
-	}
-	first := uint64(1)
-	if f := os.Getenv("S3QUEUE_SIM_FIRST"); f != "" {
-		if first, err = strconv.ParseUint(f, 10, 64); err != nil {
-			t.Fatalf("S3QUEUE_SIM_FIRST=%q: %v", f, err)
-		}
-	}
-	for i := range n {
-		seed := first + uint64(i)
+	for _, seed := range seedRange(t, n) {
 		var res sim.Result
 		synctest.Test(t, func(t *testing.T) { res = sim.Run(seed, sim.Options{}) })
 		h := sha256.New()
