@@ -4,12 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
+	"reflect"
+	"sync"
 	"time"
 
 	"github.com/s3queue/s3queue/clock"
 	"github.com/s3queue/s3queue/internal/config"
+	"github.com/s3queue/s3queue/internal/rnd"
 	"github.com/s3queue/s3queue/producer"
 	"github.com/s3queue/s3queue/s3store"
 	"github.com/s3queue/s3queue/s3store/storeurl"
@@ -107,6 +111,9 @@ type Queue struct {
 	clock    *clock.Authoritative
 	producer *producer.Producer
 	log      *slog.Logger
+	// workerIDs are the Config.Worker.IDs NewWorker has handed out.
+	mu        sync.Mutex
+	workerIDs map[string]bool
 	// where names the store in errors, with its secrets redacted.
 	where string
 }
@@ -152,13 +159,47 @@ func open(ctx context.Context, st s3store.Store, where string, cfg Config) (*Que
 	if cfg.Local == nil {
 		cfg.Local = clock.System()
 	}
+	shareRand(&cfg)
 	// The clock exists before the first request, so every response syncs it.
 	q := &Queue{cfg: cfg, store: st, clock: clock.New(st, clock.Config{Local: cfg.Local}),
-		log: cfg.Logger.WithGroup("queue"), where: where}
+		log: cfg.Logger.WithGroup("queue"), where: where, workerIDs: make(map[string]bool)}
 	if err := q.openProducer(ctx); err != nil {
 		return nil, fmt.Errorf("s3queue: open queue in %s: %w", where, err)
 	}
 	return q, nil
+}
+
+// shareRand puts each distinct Rand of the services' configs behind one
+// lock: every worker and monitor made from the Queue copies its config, so
+// without it several would read one reader at once, each under a lock of
+// its own. A reader given to two fields is shared by both.
+func shareRand(cfg *Config) {
+	var readers []io.Reader
+	var shared []*rnd.Source
+	wrap := func(r *io.Reader) {
+		if *r == nil {
+			return
+		}
+		for i, orig := range readers {
+			if sameReader(orig, *r) {
+				*r = shared[i]
+				return
+			}
+		}
+		s := rnd.New(*r)
+		readers, shared = append(readers, *r), append(shared, s)
+		*r = s
+	}
+	wrap(&cfg.Producer.Rand)
+	wrap(&cfg.Worker.Rand)
+	wrap(&cfg.Monitor.Rand)
+}
+
+// sameReader reports whether a and b are the same reader, without
+// panicking on readers of a type that cannot be compared.
+func sameReader(a, b io.Reader) bool {
+	t := reflect.TypeOf(a)
+	return t == reflect.TypeOf(b) && t.Comparable() && a == b
 }
 
 // openProducer opens the queue's producer, which reads the queue's manifest

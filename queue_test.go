@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -634,5 +635,67 @@ func TestServicesRunOnTheQueuesLocalClock(t *testing.T) {
 		case <-give:
 			t.Fatalf("the monitor did not tick again within %v of moving its queue's local clock an hour", deadline)
 		}
+	}
+}
+
+// countingReader is a seeded-looking reader that is not safe for
+// concurrent use: the race detector reports two unserialised reads.
+type countingReader struct{ n uint64 }
+
+func (r *countingReader) Read(p []byte) (int, error) {
+	for i := range p {
+		r.n++
+		p[i] = byte(r.n)
+	}
+	return len(p), nil
+}
+
+// Workers made from one Config share its Rand: their draws are serialised
+// by the queue (go test -race proves it), and each still gets its own id.
+func TestWorkersShareOneRand(t *testing.T) {
+	src := &countingReader{}
+	f := setupOn(t, mem.New(), s3queue.Config{Worker: s3queue.WorkerConfig{Rand: src}, Monitor: s3queue.MonitorConfig{Rand: src}})
+	ids := make(chan string, 4)
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w, err := f.q.NewWorker(context.Background())
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			ids <- w.ID()
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if _, err := f.q.NewMonitor(context.Background()); err != nil {
+			t.Error(err)
+		}
+	}()
+	wg.Wait()
+	close(ids)
+	seen := make(map[string]bool)
+	for id := range ids {
+		if seen[id] {
+			t.Errorf("two workers got id %s", id)
+		}
+		seen[id] = true
+	}
+}
+
+// A worker id set by hand serves one worker of the queue: a second would
+// share its fleet entry.
+func TestNewWorkerRefusesATakenID(t *testing.T) {
+	f := setupOn(t, mem.New(), s3queue.Config{Worker: s3queue.WorkerConfig{ID: "w1"}})
+	if _, err := f.q.NewWorker(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	_, err := f.q.NewWorker(context.Background())
+	if err == nil || !strings.Contains(err.Error(), `"w1"`) || !strings.Contains(err.Error(), "already in use") {
+		t.Fatalf("second NewWorker with id w1: %v, want an error naming the id", err)
 	}
 }

@@ -72,9 +72,20 @@ func RetryAfter(delay time.Duration, err error) error { return worker.RetryAfter
 
 // NewWorker returns a worker on the queue configured by Config.Worker.
 // Register its handlers with Handle, then call Run; a worker never claims a
-// task of a type it has no handler for. A process may run several.
+// task of a type it has no handler for. A process may run several; each
+// needs its own id, so a Config.Worker.ID set by hand serves one worker of
+// the Queue only (leave it empty and each gets a unique one).
 func (q *Queue) NewWorker(ctx context.Context) (*Worker, error) {
 	c := q.cfg.Worker
+	if c.ID != "" {
+		q.mu.Lock()
+		taken := q.workerIDs[c.ID]
+		q.workerIDs[c.ID] = true
+		q.mu.Unlock()
+		if taken {
+			return nil, fmt.Errorf("s3queue: new worker on %s: worker id %q is already in use by another worker of this queue; leave Config.Worker.ID empty to give each worker its own", q.where, c.ID)
+		}
+	}
 	c.Shards, c.Clock = q.cfg.Shards, q.clock
 	if c.Logger == nil {
 		c.Logger = q.cfg.Logger
