@@ -68,9 +68,9 @@ type Config struct {
 // SubmitDefaults are the settings a task gets when its SubmitOptions leave
 // them zero (queue.toml's [submit]).
 type SubmitDefaults struct {
-	// MaxAttempts before a task is dead (0: 3).
+	// MaxAttempts before a task is dead (0: task.DefaultMaxAttempts).
 	MaxAttempts int
-	// Timeout is the lease of one attempt (0: 30s).
+	// Timeout is the lease of one attempt (0: task.DefaultTimeout).
 	Timeout time.Duration
 	// Retry is the backoff between attempts (nil: task.DefaultRetryPolicy).
 	Retry *RetryPolicy

@@ -14,6 +14,9 @@ import (
 // the Config field it sets, its default (which New gives a field that is
 // zero or negative), its economy profile value, its check (which New
 // applies) and its doc line.
+//
+// It is read-only: read it (go doc) for every key and its default; the
+// services and internal/config derive from it, and nothing may change it.
 var ConfigKeys = &settings.Section[Config]{
 	Name:          "monitor",
 	NegativeUnset: true,

@@ -13,6 +13,9 @@ import (
 // sets (the retry keys set Options.Retry, allocating it), its default and
 // check (those of the task package, which applies them to a zero field)
 // and its doc line.
+//
+// It is read-only: read it (go doc) for every key and its default; the
+// services and internal/config derive from it, and nothing may change it.
 var SubmitKeys = &settings.Section[Options]{
 	Name: "submit",
 	Keys: []settings.Key[Options]{

@@ -231,22 +231,24 @@ func (p *Producer) checkTimeout(timeout time.Duration) error {
 func (p *Producer) submitOnce(ctx context.Context, t *task.Task, spec task.Spec, now time.Time) (string, error) {
 	recKey := task.IdempotencyRecordKey(spec.IdempotencyKey)
 	own := task.IdempotencyRecord{ID: t.ID, Spec: task.SpecHash(t.Type, t.Input)}.Encode()
-	for range 10 {
+	var id string
+	err := p.cas.Retry(ctx, func(int) (bool, error) {
 		_, err := p.st.Put(ctx, recKey, own, s3store.PutOptions{IfNoneMatch: true})
 		switch {
 		case err == nil:
-			return p.createOnce(ctx, t)
-		case s3store.LostRace(err):
-		default:
-			return "", fmt.Errorf("submit: write idempotency record: %w", err)
+			id, err = p.createOnce(ctx, t)
+			return false, err
+		case !s3store.LostRace(err):
+			return false, fmt.Errorf("submit: write idempotency record: %w", err)
 		}
-		id, err := p.followRecord(ctx, recKey, t, spec, now)
+		id, err = p.followRecord(ctx, recKey, t, spec, now)
 		if err != nil || id != "" {
-			return id, err
+			return false, err
 		}
 		// The record was deleted meanwhile (retention): claim the key again.
-	}
-	return "", fmt.Errorf("submit: idempotency record %s keeps changing; try again", recKey)
+		return true, fmt.Errorf("submit: idempotency record %s keeps changing; try again", recKey)
+	})
+	return id, err
 }
 
 // followRecord reads the record at recKey, which another submit wrote, and

@@ -232,8 +232,12 @@ type FleetCache struct {
 // NewFleetCache returns an empty cache; margin is the members' lease
 // margin, local times the cache's age and its CAS pauses, and src is the
 // source of ShardFor's random choice and of the pauses' jitter, shared with
-// the service that owns the cache (nil means one over crypto/rand).
+// the service that owns the cache (nil local means clock.System(), nil src
+// one over crypto/rand).
 func NewFleetCache(st s3store.Store, margin time.Duration, local clock.Local, src *rnd.Source) *FleetCache {
+	if local == nil {
+		local = clock.System()
+	}
 	if src == nil {
 		src = rnd.New(nil)
 	}

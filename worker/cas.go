@@ -13,10 +13,6 @@ import (
 // on the Run goroutine only (see Worker.rand).
 func (w *Worker) fleetCAS() s3store.CAS { return s3store.CAS{Jitter: w.rand.Float64, Sleep: w.pause} }
 
-// taskClock is the local clock that paces taskio's read-backs of a task
-// write whose response was lost.
-func (w *Worker) taskClock() clock.Local { return w.local }
-
 // pause waits d on the worker's local clock, or until ctx ends (then it
 // returns ctx.Err()).
 func (w *Worker) pause(ctx context.Context, d time.Duration) error {

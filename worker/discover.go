@@ -312,7 +312,7 @@ func (w *Worker) tryClaim(ctx context.Context, v taskio.Versioned, iv clock.Inte
 	// A claim that landed with its response lost (the store's retry then
 	// met it as a 412, or any error after the write) is recognised by
 	// taskio.Update, which reads the object back: it is ours to run.
-	nv, err := taskio.Update(ctx, w.st, w.taskClock(), t, v.ETag)
+	nv, err := taskio.Update(ctx, w.st, w.local, t, v.ETag)
 	if err != nil {
 		if !s3store.LostRace(err) {
 			w.log.Warn("claim", "task_id", t.ID, "err", err)

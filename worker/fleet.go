@@ -415,6 +415,8 @@ func (w *Worker) leave() {
 	if !w.fleet.member {
 		return
 	}
+	// Leaving is bounded on host time: a context deadline cannot run on
+	// Config.Local.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	w.fleet.leaving, w.fleet.shutdown = true, true

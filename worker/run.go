@@ -144,7 +144,9 @@ func (r *run) lost(cancel context.CancelCauseFunc) {
 // running under this claim and ErrCanceled when cancellation was requested
 // (the lease is still extended while the handler winds down).
 func (r *run) renew() error {
-	// A renewal in flight when Run returns is abandoned with it.
+	// A renewal in flight when Run returns is abandoned with it. The
+	// timeout bounds a request on host time, as every context deadline
+	// does; the lease itself is judged on S3 time.
 	ctx, cancel := context.WithTimeout(r.w.stopped, r.v.Task.Timeout.D()/3)
 	defer cancel()
 	canceled := false
@@ -200,7 +202,7 @@ func (r *run) update(ctx context.Context, change func(*task.Task, time.Time) err
 			}
 			return false, err
 		}
-		nv, err := taskio.Update(ctx, w.st, w.taskClock(), t, cur.ETag)
+		nv, err := taskio.Update(ctx, w.st, w.local, t, cur.ETag)
 		if err == nil {
 			r.v = nv
 			return false, nil
@@ -238,7 +240,8 @@ func (r *run) commit(o outcome, cause error) {
 		return
 	}
 	// A commit still in flight when Run returns is abandoned with it:
-	// nothing of the worker outlives Run, and the lease expires.
+	// nothing of the worker outlives Run, and the lease expires. (The
+	// deadline bounds the requests on host time.)
 	ctx, cancel := context.WithTimeout(w.stopped, time.Minute)
 	defer cancel()
 	var kind string

@@ -8,8 +8,8 @@
 // availability decisions use the authoritative S3 clock. Its local clock
 // (Config.Local) only paces its work.
 //
-// The files follow the path of a task: config.go (Config and its
-// defaults), worker.go (the Worker and Run's scheduler loop), fleet.go
+// The files follow the path of a task: config.go (Config), keys.go (its
+// queue.toml keys and defaults), worker.go (the Worker and Run's scheduler loop), fleet.go
 // (fleet membership, the doorbell), pacing.go (when to poll), discover.go
 // (listing the shards and claiming), dispatch.go (handing claimed tasks to
 // handler slots), forward.go (tasks of a type this worker cannot run),
