@@ -108,6 +108,7 @@ type request struct {
 	delayed   bool
 	abandoned bool // the caller gave up; served only as a zombie
 	zombie    bool
+	latency   time.Duration // the modelled S3's service time, if any
 }
 
 type response struct {
@@ -146,6 +147,9 @@ type Server struct {
 	// and small pages exercise every pagination path.
 	maxPage int
 	start   time.Time
+	// model, if set, is a modelled S3 (s3model.go) that times each
+	// request and refuses those over its partition's rate.
+	model *S3Model
 }
 
 // NewServer returns a server with the given provider behaviour, seeded
@@ -169,6 +173,12 @@ func (s *Server) Close() {
 	s.signal()
 	<-s.done
 }
+
+// SetModel makes the server a modelled S3: m times every request and
+// refuses with 503 SlowDown those over their partition's rate. Call it
+// before Start. Without it a response takes 0.2-20 ms and nothing is
+// refused for load.
+func (s *Server) SetModel(m *S3Model) { s.model = m }
 
 // SetFaults switches the fault rates at a quiescent point.
 func (s *Server) SetFaults(f Faults) {
@@ -294,6 +304,20 @@ func (s *Server) serve(r *request) {
 		})
 		return
 	}
+	if s.model != nil {
+		key := r.key
+		if r.op == s3store.OpList {
+			key = ListKey(r.key, r.list.StartAfter)
+		}
+		v := s.model.Serve(time.Now(), r.op, key)
+		r.latency = v.Latency
+		if v.SlowDown {
+			s.counts["slowdown"]++
+			s.tracef("%s -> slow down (partition %q)", r.describe(), v.Partition)
+			s.respond(r, response{err: s3store.ErrInjected503, date: s.date()})
+			return
+		}
+	}
 	x := s.rng.Float64()
 	var resp response
 	switch {
@@ -348,12 +372,15 @@ func (s *Server) serve(r *request) {
 var debugLists = os.Getenv("S3QUEUE_SIM_TRACE_LISTS") != ""
 
 // respond delivers resp after a network latency drawn from the seed
-// (0.2-20 ms). Besides being realistic, distinct arrival instants keep
+// (0.2-20 ms, or the modelled S3's service time). Besides being realistic, distinct arrival instants keep
 // goroutines of one process from waking at the same virtual instant, where
 // the order they run in (and which case of a select fires) is the Go
 // scheduler's choice, not the seed's.
 func (s *Server) respond(r *request, resp response) {
-	d := 200*time.Microsecond + time.Duration(s.rng.Int64N(int64(20*time.Millisecond)))
+	d := r.latency
+	if s.model == nil {
+		d = 200*time.Microsecond + time.Duration(s.rng.Int64N(int64(20*time.Millisecond)))
+	}
 	time.AfterFunc(d, func() { r.reply <- resp })
 }
 
