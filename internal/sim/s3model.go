@@ -242,8 +242,9 @@ type S3ModelStats struct {
 type S3Model struct {
 	cfg S3ModelConfig
 
-	mu     sync.Mutex
-	rng    *rand.Rand
+	mu      sync.Mutex
+	rng     *rand.Rand // service times
+	sampler *rand.Rand // which keys a partition samples for its split
 	last   time.Time
 	parts  []*partition // in key order; parts[0].lo == ""
 	splits []Split
@@ -258,7 +259,7 @@ func NewS3Model(cfg S3ModelConfig, rng *rand.Rand, start time.Time) (*S3Model, e
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	m := &S3Model{cfg: cfg, rng: rng, last: start}
+	m := &S3Model{cfg: cfg, rng: rng, sampler: rand.New(rand.NewPCG(0x5a3e, 0x1e)), last: start}
 	bounds := append([]string{""}, cfg.Boundaries...)
 	sort.Strings(bounds)
 	for i, lo := range bounds {
@@ -377,11 +378,11 @@ func (m *S3Model) observe(p *partition, at time.Time, class RateClass, key strin
 		p.window, p.offered = w, [numRateClasses]int{}
 	}
 	p.offered[class]++
-	p.sample.add(key)
+	p.sample.add(key, m.sampler)
 	if p.hotSince.IsZero() || !p.splitAt.IsZero() || at.Sub(p.hotSince) < m.cfg.SplitAfter {
 		return
 	}
-	b, ok := p.sample.boundary(p.lo)
+	b, ok := p.sample.boundary()
 	if !ok {
 		// One key carries the load: no boundary can split it. Look again
 		// after another SplitAfter.
@@ -427,71 +428,64 @@ func (m *S3Model) Stats(at time.Time) S3ModelStats {
 	return st
 }
 
-// keySample is a systematic sample of the keys of the requests a partition
-// took during its current run of hot seconds: every stride-th key, the
-// stride doubling (and every other sampled key dropped) whenever the
-// sample fills. It draws nothing random, so sampling cannot move the
-// seed's other draws.
+// keySample is a uniform sample of the keys of the requests a partition
+// took during its current run of hot seconds (reservoir sampling). It
+// draws from the model's sampling source, not the one of service times,
+// so that how much a partition samples cannot move the seed's service
+// times. A systematic sample (every n-th request) would not do: a workload
+// that cycles through its shards aliases with the stride and samples one.
 type keySample struct {
-	keys   []string
-	stride int
-	seen   int
+	keys []string
+	seen int
 }
 
 const sampleSize = 512
 
-func (s *keySample) add(key string) {
-	if s.stride == 0 {
-		s.stride = 1
-	}
+func (s *keySample) add(key string, rng *rand.Rand) {
 	s.seen++
-	if s.seen%s.stride != 0 {
+	if len(s.keys) < sampleSize {
+		s.keys = append(s.keys, key)
 		return
 	}
-	if len(s.keys) == sampleSize {
-		for i := range sampleSize / 2 {
-			s.keys[i] = s.keys[2*i+1]
-		}
-		s.keys = s.keys[:sampleSize/2]
-		s.stride *= 2
-		if s.seen%s.stride != 0 {
-			return
-		}
+	if i := rng.IntN(s.seen); i < sampleSize {
+		s.keys[i] = key
 	}
-	s.keys = append(s.keys, key)
 }
 
-// boundary chooses where to split a partition starting at lo: the
-// shortest prefix of the load's median key that leaves at least a quarter
-// of the sampled requests on each side, so that under load tasks/000/ …
-// tasks/063/ come apart at the shard prefixes ("tasks/03", then
-// "tasks/01", …, then "tasks/004") rather than inside one; failing that,
-// the prefix that balances best. It reports false when every sampled
-// request is for the median key itself or keys before no prefix of it.
-func (s *keySample) boundary(lo string) (string, bool) {
-	if len(s.keys) < 2 {
-		return "", false
-	}
+// boundary chooses where to split a partition: between two neighbouring
+// sampled keys in the middle half of the sample (so that each side keeps
+// at least a quarter of the load), at the shortest separator, the common
+// prefix of the two and the next character of the upper one. So under load
+// tasks/000/ … tasks/063/ come apart at shard prefixes ("tasks/03" first,
+// then "tasks/01", "tasks/05", …, "tasks/004") rather than inside a shard,
+// while keys that arrive in order within one prefix split on the keys
+// seen, as S3 splits a sequential key range. Failing that (most of
+// the load on one key), the most even separator anywhere; it reports false
+// when every sampled request is for one key, which no split can help.
+func (s *keySample) boundary() (string, bool) {
 	keys := append([]string(nil), s.keys...)
 	sort.Strings(keys)
-	median := keys[len(keys)/2]
-	best, bestSmaller := "", 0
-	for n := 1; n <= len(median); n++ {
-		b := median[:n]
-		if b <= lo {
+	n := len(keys)
+	best, bestMid, bestOff := "", false, n
+	for i := 1; i < n; i++ {
+		lower, upper := keys[i-1], keys[i]
+		if lower == upper {
 			continue
 		}
-		below := sort.SearchStrings(keys, b)
-		smaller := min(below, len(keys)-below)
-		if smaller == 0 {
-			continue
+		lcp := 0
+		for lcp < len(lower) && lower[lcp] == upper[lcp] {
+			lcp++
 		}
-		if 4*smaller >= len(keys) {
-			return b, true
-		}
-		if smaller > bestSmaller {
-			best, bestSmaller = b, smaller
+		b := upper[:lcp+1]
+		mid := 4*i >= n && 4*(n-i) >= n
+		off := max(i, n-i) - n/2 // how far from an even split
+		better := best == "" ||
+			mid && !bestMid ||
+			mid == bestMid && mid && (len(b) < len(best) || len(b) == len(best) && off < bestOff) ||
+			mid == bestMid && !mid && off < bestOff
+		if better {
+			best, bestMid, bestOff = b, mid, off
 		}
 	}
-	return best, bestSmaller > 0
+	return best, best != ""
 }
