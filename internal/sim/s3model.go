@@ -245,11 +245,11 @@ type S3Model struct {
 	mu      sync.Mutex
 	rng     *rand.Rand // service times
 	sampler *rand.Rand // which keys a partition samples for its split
-	last   time.Time
-	parts  []*partition // in key order; parts[0].lo == ""
-	splits []Split
-	due    int // partitions with a split decided
-	total  ClassCounts
+	last    time.Time
+	parts   []*partition // in key order; parts[0].lo == ""
+	splits  []Split
+	due     int // partitions with a split decided
+	total   ClassCounts
 }
 
 // NewS3Model returns a model with cfg (zero fields: the defaults) that
