@@ -158,6 +158,8 @@ func (c *S3ModelConfig) validate() error {
 	switch {
 	case c.PutRate < 0 || c.GetRate < 0 || c.Burst < 0:
 		return fmt.Errorf("s3 model: rates and burst must not be negative")
+	case c.PutRate*c.Burst.Seconds() < 1 || c.GetRate*c.Burst.Seconds() < 1:
+		return fmt.Errorf("s3 model: a burst of %v holds no whole request at %v PUTs or %v GETs a second", c.Burst, c.PutRate, c.GetRate)
 	case c.SplitLoad < 0 || c.SplitAfter < 0 || c.SplitDelay < 0:
 		return fmt.Errorf("s3 model: split load, after and delay must not be negative")
 	}
@@ -401,7 +403,12 @@ func (m *S3Model) applySplits(at time.Time) {
 			due = append(due, p)
 		}
 	}
-	sort.Slice(due, func(i, j int) bool { return due[i].splitAt.Before(due[j].splitAt) })
+	sort.Slice(due, func(i, j int) bool {
+		if !due[i].splitAt.Equal(due[j].splitAt) {
+			return due[i].splitAt.Before(due[j].splitAt)
+		}
+		return due[i].lo < due[j].lo
+	})
 	for _, p := range due {
 		i := m.find(p.lo)
 		lower := m.newPartition(p.lo, p.boundary, p.splitAt)

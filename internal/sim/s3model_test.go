@@ -197,18 +197,29 @@ func TestS3ModelSplitsShardPrefixesApart(t *testing.T) {
 	})
 }
 
-// One hot key cannot be split: S3's limit then holds for it alone.
+// One hot key cannot be split: S3's limit then holds for it alone, while
+// the same load on two keys splits them apart.
 func TestS3ModelCannotSplitOneKey(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		m := newModel(t, S3ModelConfig{SplitAfter: 5 * time.Second, SplitDelay: 5 * time.Second}, 1)
-		for range 30_000 {
-			time.Sleep(time.Millisecond)
-			m.Serve(time.Now(), s3store.OpPut, "fleet.json")
-		}
-		if st := m.Stats(time.Now()); len(st.Splits) != 0 {
-			t.Errorf("a single key's load split the bucket: %+v", st.Splits)
-		}
-	})
+	for _, tc := range []struct {
+		keys   []string
+		splits int
+	}{
+		{[]string{"fleet.json"}, 0},
+		{[]string{"fleet.json", "queue.json"}, 1},
+	} {
+		synctest.Test(t, func(t *testing.T) {
+			m := newModel(t, S3ModelConfig{SplitAfter: 5 * time.Second, SplitDelay: 5 * time.Second}, 1)
+			for i := range 75_000 { // 5,000 PUTs a second for 15 s
+				if i%5 == 0 {
+					time.Sleep(time.Millisecond)
+				}
+				m.Serve(time.Now(), s3store.OpPut, tc.keys[i%len(tc.keys)])
+			}
+			if st := m.Stats(time.Now()); len(st.Splits) != tc.splits {
+				t.Errorf("5,000 PUTs a second on %q for 15 s: splits %+v, want %d", tc.keys, st.Splits, tc.splits)
+			}
+		})
+	}
 }
 
 // Service times stay within 20-80 ms, with the medians and 99th
@@ -398,4 +409,43 @@ func TestServerWithS3ModelRefusesWithSlowDown(t *testing.T) {
 			t.Errorf("server counts %d SlowDowns, want 1", n)
 		}
 	})
+}
+
+// A pre-partitioned bucket (as AWS support can set one up) starts with a
+// partition per boundary, each with its own limit.
+func TestS3ModelStartsPrePartitioned(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := newModel(t, S3ModelConfig{Boundaries: []string{"tasks/002", "tasks/001", "tasks/001"}}, 1)
+		st := m.Stats(time.Now())
+		var bounds []string
+		for _, p := range st.Partitions {
+			bounds = append(bounds, p.Lo+".."+p.Hi)
+		}
+		if want := []string{"..tasks/001", "tasks/001..tasks/002", "tasks/002.."}; !slices.Equal(bounds, want) {
+			t.Fatalf("partitions %q, want %q", bounds, want)
+		}
+		got := drive(m, time.Second, time.Millisecond,
+			load{"tasks/000/", s3store.OpPut, 3_000}, load{"tasks/001/", s3store.OpPut, 3_000}, load{"tasks/002/", s3store.OpPut, 3_000})
+		for i, g := range got {
+			if g.refused != 0 {
+				t.Errorf("3,000 PUTs a second to shard %d of a pre-partitioned bucket: %d refused, want none", i, g.refused)
+			}
+		}
+	})
+}
+
+// A configuration that cannot describe S3 is refused.
+func TestS3ModelConfigIsChecked(t *testing.T) {
+	ms := time.Millisecond
+	for name, cfg := range map[string]S3ModelConfig{
+		"median below the floor": {GetLatency: ServiceTime{Min: 20 * ms, Median: 10 * ms, P99: 60 * ms, Max: 80 * ms}},
+		"p99 above the ceiling":  {PutLatency: ServiceTime{Min: 20 * ms, Median: 30 * ms, P99: 90 * ms, Max: 80 * ms}},
+		"negative rate":          {PutRate: -1},
+		"burst of no request":    {PutRate: 10, Burst: 10 * ms},
+		"negative split delay":   {SplitDelay: -time.Second},
+	} {
+		if _, err := NewS3Model(cfg, rand.New(rand.NewPCG(1, 1)), time.Time{}); err == nil {
+			t.Errorf("%s: accepted %+v", name, cfg)
+		}
+	}
 }
