@@ -372,8 +372,9 @@ func (s *Server) serve(r *request) {
 var debugLists = os.Getenv("S3QUEUE_SIM_TRACE_LISTS") != ""
 
 // respond delivers resp after a network latency drawn from the seed
-// (0.2-20 ms, or the modelled S3's service time). Besides being realistic, distinct arrival instants keep
-// goroutines of one process from waking at the same virtual instant, where
+// (0.2-20 ms, or the modelled S3's service time). Besides being
+// realistic, distinct arrival instants keep goroutines of one process
+// from waking at the same virtual instant, where
 // the order they run in (and which case of a select fires) is the Go
 // scheduler's choice, not the seed's.
 func (s *Server) respond(r *request, resp response) {
