@@ -37,6 +37,21 @@ type Fleet struct {
 	// object instead of listing; a producer that sees it rings.
 	Asleep bool  `json:"asleep,omitempty"`
 	Ring   int64 `json:"ring,omitempty"` // +1 per ring
+	// Shards is the shard count members assign shards by (0: a fleet
+	// written before it was recorded; members then use their manifest's).
+	// Reshard raises it after the manifest; a member whose manifest has
+	// more shards raises it in its next join or renewal. A process that
+	// sees it larger than its manifest's count re-reads the manifest.
+	Shards int `json:"shards,omitempty"`
+}
+
+// ShardCount is the shard count to assign and route by for a process
+// holding a manifest of held shards: the fleet's when recorded, else held.
+func (f Fleet) ShardCount(held int) int {
+	if f.Shards > 0 {
+		return f.Shards
+	}
+	return held
 }
 
 // Member is one worker that polls shards.

@@ -20,7 +20,7 @@ func TestManifest(t *testing.T) {
 	t.Run("a new queue gets the default shard count and others agree", func(t *testing.T) {
 		st := mem.New()
 		m, err := shards.Open(ctx, st, 0)
-		if err != nil || m.Shards != shards.DefaultShards || m.Format != shards.FormatVersion {
+		if err != nil || m.Shards != shards.DefaultShards || m.Format != shards.FormatOriginal {
 			t.Fatalf("open new queue: %+v %v", m, err)
 		}
 		if m2, err := shards.Open(ctx, st, shards.DefaultShards); err != nil || m2.Shards != m.Shards {
@@ -39,7 +39,7 @@ func TestManifest(t *testing.T) {
 	})
 	t.Run("a newer layout format is refused", func(t *testing.T) {
 		st := mem.New()
-		st.Put(ctx, shards.ManifestKey, []byte(`{"format":2,"shards":16}`), s3store.PutOptions{})
+		st.Put(ctx, shards.ManifestKey, []byte(`{"format":3,"shards":16}`), s3store.PutOptions{})
 		if _, err := shards.Open(ctx, st, 0); !errors.Is(err, shards.ErrLayoutMismatch) {
 			t.Fatalf("want ErrLayoutMismatch, got %v", err)
 		}
