@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -230,7 +231,7 @@ func (p *Producer) checkTimeout(timeout time.Duration) error {
 // record).
 func (p *Producer) submitOnce(ctx context.Context, t *task.Task, spec task.Spec, now time.Time) (string, error) {
 	recKey := task.IdempotencyRecordKey(spec.IdempotencyKey)
-	own := task.IdempotencyRecord{ID: t.ID, Spec: task.SpecHash(t.Type, t.Input)}.Encode()
+	own := task.IdempotencyRecord{ID: t.ID, Spec: task.SpecHash(t.Type, t.Input), Shards: p.manifest.Shards}.Encode()
 	var id string
 	err := p.cas.Retry(ctx, func(int) (bool, error) {
 		_, err := p.st.Put(ctx, recKey, own, s3store.PutOptions{IfNoneMatch: true})
@@ -267,7 +268,11 @@ func (p *Producer) followRecord(ctx context.Context, recKey string, t *task.Task
 	x := t
 	if rec.ID != t.ID {
 		spec.AvailableAt, _ = task.IDTime(rec.ID)
-		if x, err = task.New(rec.ID, task.ShardFor(rec.ID, p.manifest.Shards), spec, now); err != nil {
+		n := rec.Shards
+		if n == 0 {
+			n = p.manifest.Shards // a record from before placements were recorded
+		}
+		if x, err = task.New(rec.ID, task.ShardFor(rec.ID, n), spec, now); err != nil {
 			return "", fmt.Errorf("submit: %w", err)
 		}
 	}
@@ -278,11 +283,22 @@ func (p *Producer) followRecord(ctx context.Context, recKey string, t *task.Task
 	if iv.Earliest.Sub(obj.LastModified) < task.IdempotencyRecordYoung {
 		return p.createOnce(ctx, x)
 	}
-	switch _, err := p.st.Head(ctx, x.Key()); {
-	case err == nil:
-		return x.ID, nil
-	case !errors.Is(err, s3store.ErrNotFound):
-		return "", fmt.Errorf("submit: look for task %s: %w", x.ID, err)
+	keys := []string{x.Key()}
+	if rec.Shards == 0 {
+		// Placed with an unknown count: look under each the queue had.
+		for _, n := range p.manifest.Counts() {
+			if k := task.Key(task.ShardFor(x.ID, n), x.ID); !slices.Contains(keys, k) {
+				keys = append(keys, k)
+			}
+		}
+	}
+	for _, k := range keys {
+		switch _, err := p.st.Head(ctx, k); {
+		case err == nil:
+			return x.ID, nil
+		case !errors.Is(err, s3store.ErrNotFound):
+			return "", fmt.Errorf("submit: look for task %s: %w", x.ID, err)
+		}
 	}
 	again, obj, err := p.readRecord(ctx, recKey)
 	switch {
@@ -491,7 +507,7 @@ func (p *Producer) History(ctx context.Context, id string) ([]task.Transition, e
 }
 
 func (p *Producer) load(ctx context.Context, id string) (taskio.Versioned, error) {
-	v, err := taskio.LoadID(ctx, p.st, id, p.manifest.Shards)
+	v, err := taskio.LoadID(ctx, p.st, id, p.manifest.Counts())
 	if errors.Is(err, s3store.ErrNotFound) || errors.Is(err, taskio.ErrBadID) {
 		return v, fmt.Errorf("task %s: %w", id, ErrNotFound)
 	}
