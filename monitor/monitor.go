@@ -646,7 +646,13 @@ func (m *Monitor) inspectPointer(ctx context.Context, o s3store.ObjectInfo, iv c
 	}
 	// Decide on the task object itself: a cached view may be from before
 	// the task went back to pending.
-	v, err := taskio.Load(ctx, m.st, task.Key(task.ShardFor(p.ID, m.manifest.Shards), p.ID))
+	var v taskio.Versioned
+	if p.Shard >= 0 {
+		v, err = taskio.Load(ctx, m.st, task.Key(p.Shard, p.ID))
+	} else {
+		// A pointer from before pointers named their task's shard.
+		v, err = taskio.LoadID(ctx, m.st, p.ID, m.manifest.Counts())
+	}
 	st.Loaded++
 	switch {
 	case errors.Is(err, s3store.ErrNotFound), errors.Is(err, task.ErrCorrupt):
