@@ -33,9 +33,8 @@ var ErrShrink = errors.New("shrinking is not supported")
 // raises the fleet's count if a reshard stopped short of it); n smaller is
 // ErrShrink; n outside 1..MaxShards is refused. A store without a queue is
 // an error wrapping s3store.ErrNotFound. Requests: a GET and a PUT of the
-// manifest, a GET and a PUT of the fleet object (none when no fleet exists
-// yet: the first member reads the new manifest), and a retry of either
-// after a lost race.
+// manifest, a GET and a PUT of the fleet object (created if there is none
+// yet), and a retry of either after a lost race.
 func Reshard(ctx context.Context, st s3store.Store, n int) (Manifest, error) {
 	var cas s3store.CAS // a reshard is rare: host-time pauses after a lost race
 	if n < 1 || n > MaxShards {
@@ -70,12 +69,12 @@ func Reshard(ctx context.Context, st s3store.Store, n int) (Manifest, error) {
 	if err != nil {
 		return Manifest{}, err
 	}
+	// The fleet object is written even when there is none yet: a worker
+	// that opened the manifest before this reshard may be about to create
+	// it, and would record its own, older count.
 	f, etag, err := ReadFleet(ctx, st)
 	if err != nil && !errors.Is(err, ErrCorruptFleet) {
 		return out, fmt.Errorf("reshard: the manifest says %d shards; members learn it at their next renewal: %w", out.Shards, err)
-	}
-	if etag == "" {
-		return out, nil
 	}
 	_, _, err = UpdateFleet(ctx, st, cas, f, etag, func(f *Fleet) bool {
 		if f.Shards >= out.Shards {
