@@ -795,8 +795,8 @@ func (m *Monitor) announce(ctx context.Context, t *task.Task) (time.Time, error)
 	if err != nil {
 		return time.Time{}, err
 	}
-	f, _ := m.fleet.Get(ctx)
-	if err := shards.Announce(ctx, m.st, t, iv.Latest, m.fleet.ShardFor(ctx, t.Type, iv, m.routeCount(f))); err != nil {
+	n := m.routeCount(m.fleet.Cached()) // the sweeps' read of the fleet has learnt any reshard
+	if err := shards.Announce(ctx, m.st, t, iv.Latest, m.fleet.ShardFor(ctx, t.Type, iv, n)); err != nil {
 		return time.Time{}, err
 	}
 	if _, err := m.fleet.RingIfAsleep(ctx); err != nil {

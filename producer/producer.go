@@ -118,12 +118,13 @@ func (p *Producer) Manifest() shards.Manifest {
 
 // layout returns the manifest and the shard count to route new tasks by:
 // the fleet's (the count members assign shards by), never more than the
-// manifest's, since ids are placed with the manifest's count. A fleet that
-// shows more shards than the manifest means the queue was resharded: the
-// manifest is read again first (one GET, at most once per FleetCacheTTL
-// until it shows them).
+// manifest's, since ids are placed with the manifest's count. It looks at
+// the fleet as last read (routing reads it when the view is stale), so it
+// makes no fleet request of its own. A fleet that shows more shards than
+// the manifest means the queue was resharded: the manifest is read again
+// first (one GET, at most once per FleetCacheTTL until it shows them).
 func (p *Producer) layout(ctx context.Context) (shards.Manifest, int) {
-	f, _ := p.fleet.Get(ctx)
+	f := p.fleet.Cached()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if f.Shards > p.manifest.Shards {

@@ -290,6 +290,14 @@ func (c *FleetCache) GetWithin(ctx context.Context, maxAge time.Duration) (Fleet
 	return f, err
 }
 
+// Cached returns the fleet as last read, without reading it (an empty fleet
+// before the first read): what a caller may learn from without a request.
+func (c *FleetCache) Cached() Fleet {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.f
+}
+
 // ShardFor picks, at random, an active shard whose member runs tasks of
 // type typ, or any active shard when no live member does (the task then
 // waits for one; standbys that can run it join the fleet).
