@@ -538,7 +538,11 @@ func (p *Producer) SubmitBatch(ctx context.Context, reqs []Request) []Result {
 	return out
 }
 
-// Get returns the task with id (one GET), or an error wrapping ErrNotFound.
+// Get returns the task with id, or an error wrapping ErrNotFound. One GET;
+// a task placed before a reshard costs one more per later shard count it
+// was not placed with (taskio.LoadID), and an id not found makes the
+// producer re-read the manifest (at most once per shards.FleetCacheTTL), in
+// case the queue was resharded since it last looked.
 func (p *Producer) Get(ctx context.Context, id string) (*task.Task, error) {
 	v, err := p.load(ctx, id)
 	if err != nil {
