@@ -57,8 +57,8 @@ var ConfigKeys = &settings.Section[Config]{
 }
 
 // fill gives unset fields their defaults and validates the result.
-// ShardsPerTick's 0 (all shards) becomes a number in New, once the
-// manifest is read.
+// ShardsPerTick's 0 (all shards) is read at each tick as the manifest's
+// count, which a reshard raises.
 func (c *Config) fill() error {
 	ConfigKeys.Fill(c)
 	if c.ID == "" {

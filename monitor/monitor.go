@@ -134,6 +134,7 @@ type Monitor struct {
 	lease  *lease.Lease     // with Config.Leader
 	renewd time.Time        // local time the lease was last written
 	fleet  *shards.FleetCache
+	learnt int // the fleet's shard count the manifest was last re-read for
 	total  TickStats
 }
 
@@ -193,9 +194,6 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Monitor, error) {
 	m, err := shards.Open(ctx, st, cfg.Shards)
 	if err != nil {
 		return nil, err
-	}
-	if cfg.ShardsPerTick <= 0 || cfg.ShardsPerTick > m.Shards {
-		cfg.ShardsPerTick = m.Shards
 	}
 	src := rnd.New(cfg.Rand)
 	mon := &Monitor{st: st, cfg: cfg, clock: c, local: local, manifest: m, log: cfg.Logger.WithGroup("monitor"), rand: src,
@@ -325,7 +323,11 @@ func (m *Monitor) sweepDue(ctx context.Context) (TickStats, error) {
 	// sweep due "now" must not wait for the next one.
 	soon := now.Add(m.cfg.Interval / 10)
 	active := m.activeShards(ctx, iv)
-	for i, visited := 0, 0; i < m.manifest.Shards && visited < m.cfg.ShardsPerTick; i++ {
+	perTick := m.cfg.ShardsPerTick
+	if perTick <= 0 || perTick > m.manifest.Shards {
+		perTick = m.manifest.Shards
+	}
+	for i, visited := 0, 0; i < m.manifest.Shards && visited < perTick; i++ {
 		shard := m.next
 		m.next = (m.next + 1) % m.manifest.Shards
 		sw := m.sweeps[shard]
@@ -372,16 +374,43 @@ const awakeSweep = 3
 // activeShards returns how many shards receive new tasks while the fleet
 // is awake (shards [0, n) do), or 0 while it sleeps. It reads the fleet
 // object at most once per awakeSweep intervals, through the cache the
-// repair's announcements read it by.
+// repair's announcements read it by, and learns of a reshard from it.
 func (m *Monitor) activeShards(ctx context.Context, iv clock.Interval) int {
 	f, err := m.fleet.GetWithin(ctx, awakeSweep*m.cfg.Interval)
 	if err != nil && !errors.Is(err, shards.ErrCorruptFleet) {
 		m.log.Warn("read the fleet", "err", err) // the last view stands
 	}
+	m.learnShards(ctx, f)
 	if live := f.Live(iv, m.cfg.LeaseMargin); !f.Asleep && len(live) > 0 {
-		return shards.Active(len(live), m.manifest.Shards)
+		return shards.Active(len(live), m.routeCount(f))
 	}
 	return 0
+}
+
+// learnShards re-reads the queue manifest when fleet f shows more shards
+// than the monitor's manifest has: the queue was resharded, and the sweeps
+// cover the new shards from the next tick. One GET, once per count the
+// fleet shows (a failed read is tried again at the next tick).
+func (m *Monitor) learnShards(ctx context.Context, f shards.Fleet) {
+	if f.Shards <= m.manifest.Shards || f.Shards == m.learnt {
+		return
+	}
+	nm, err := shards.ReadManifest(ctx, m.st)
+	if err != nil {
+		m.log.Warn("re-read the queue manifest after a reshard", "fleet_shards", f.Shards, "err", err)
+		return
+	}
+	m.learnt = f.Shards
+	if nm.Shards > m.manifest.Shards {
+		m.log.Info("the queue was resharded", "shards", nm.Shards, "was", m.manifest.Shards)
+		m.manifest = nm
+	}
+}
+
+// routeCount is the shard count new work is routed by in fleet f: the
+// members', never more than the manifest's.
+func (m *Monitor) routeCount(f shards.Fleet) int {
+	return min(f.ShardCount(m.manifest.Shards), m.manifest.Shards)
 }
 
 func minTime(a, b time.Time) time.Time {
@@ -646,7 +675,13 @@ func (m *Monitor) inspectPointer(ctx context.Context, o s3store.ObjectInfo, iv c
 	}
 	// Decide on the task object itself: a cached view may be from before
 	// the task went back to pending.
-	v, err := taskio.Load(ctx, m.st, task.Key(task.ShardFor(p.ID, m.manifest.Shards), p.ID))
+	var v taskio.Versioned
+	if p.Shard >= 0 {
+		v, err = taskio.Load(ctx, m.st, task.Key(p.Shard, p.ID))
+	} else {
+		// A pointer from before pointers named their task's shard.
+		v, err = taskio.LoadID(ctx, m.st, p.ID, m.manifest.Counts())
+	}
 	st.Loaded++
 	switch {
 	case errors.Is(err, s3store.ErrNotFound), errors.Is(err, task.ErrCorrupt):
@@ -760,7 +795,8 @@ func (m *Monitor) announce(ctx context.Context, t *task.Task) (time.Time, error)
 	if err != nil {
 		return time.Time{}, err
 	}
-	if err := shards.Announce(ctx, m.st, t, iv.Latest, m.fleet.ShardFor(ctx, t.Type, iv, m.manifest.Shards)); err != nil {
+	n := m.routeCount(m.fleet.Cached()) // the sweeps' read of the fleet has learnt any reshard
+	if err := shards.Announce(ctx, m.st, t, iv.Latest, m.fleet.ShardFor(ctx, t.Type, iv, n)); err != nil {
 		return time.Time{}, err
 	}
 	if _, err := m.fleet.RingIfAsleep(ctx); err != nil {

@@ -141,7 +141,7 @@ func TestExpiredLeaseIsRedispatchedOnlyAfterTheMargin(t *testing.T) {
 	server := *srv
 	p, _ := producer.New(ctx, st, producer.Config{Shards: 1})
 	id, _ := p.Submit(ctx, "t", nil, producer.Options{Timeout: 10 * time.Second})
-	v, _ := taskio.LoadID(ctx, st, id, 1)
+	v, _ := taskio.LoadID(ctx, st, id, []int{1})
 	server = server.Add(2 * time.Second)
 	*srv = server
 	if err := v.Task.ClaimBy("w", "claim-1", server); err != nil {
@@ -216,7 +216,7 @@ func TestSweepsStartPastTheFinishedHistory(t *testing.T) {
 	}
 	*srv = srv.Add(10 * time.Minute)
 	id, _ := p.Submit(ctx, "t", nil, producer.Options{Timeout: 10 * time.Second})
-	v, _ := taskio.LoadID(ctx, st, id, 1)
+	v, _ := taskio.LoadID(ctx, st, id, []int{1})
 	claimAt, _ := clk.Now(ctx)
 	if err := v.Task.ClaimBy("w", "claim-1", claimAt.Latest); err != nil {
 		t.Fatal(err)
@@ -257,7 +257,7 @@ func TestSweepsStartPastTheFinishedHistory(t *testing.T) {
 	// A requeue whose announcement was lost leaves a pending task below the
 	// floor: the next full walk finds it, and the repair announces it.
 	old := history[3]
-	ov, _ := taskio.LoadID(ctx, st, old, 1)
+	ov, _ := taskio.LoadID(ctx, st, old, []int{1})
 	if err := ov.Task.Requeue(*srv); err != nil {
 		t.Fatal(err)
 	}
@@ -315,7 +315,7 @@ func TestAnAwakeFleetsShardsAreSweptDespiteTheBackOff(t *testing.T) {
 		tick()
 	}
 	id, _ := p.Submit(ctx, "t", nil, producer.Options{Timeout: 10 * time.Second}) // to shard 0, the member's
-	v, _ := taskio.LoadID(ctx, st, id, 4)
+	v, _ := taskio.LoadID(ctx, st, id, []int{4})
 	at, _ := clk.Now(ctx)
 	if err := v.Task.ClaimBy("w", "claim-1", at.Latest); err != nil {
 		t.Fatal(err)
@@ -351,7 +351,7 @@ func TestAPendingBacklogIsNotReadBeforeRepairIsDue(t *testing.T) {
 		ids = append(ids, id)
 	}
 	// One of them is claimed and its worker dies: that one is read.
-	v, _ := taskio.LoadID(ctx, st, ids[0], 1)
+	v, _ := taskio.LoadID(ctx, st, ids[0], []int{1})
 	*srv = srv.Add(2 * time.Second)
 	if err := v.Task.ClaimBy("w", "claim-1", *srv); err != nil {
 		t.Fatal(err)
@@ -523,7 +523,7 @@ func TestRetentionDecidesOnTheTaskItReads(t *testing.T) {
 			t.Error(err)
 			return
 		}
-		v, _ := taskio.LoadID(ctx, st, id, 1)
+		v, _ := taskio.LoadID(ctx, st, id, []int{1})
 		if err := v.Task.ClaimBy("w", "c2", srv.Add(time.Second)); err != nil {
 			t.Error(err)
 			return
@@ -644,7 +644,7 @@ func TestALiveTaskBelowTheFloorIsSweptAgain(t *testing.T) {
 	if err := p.Requeue(ctx, x); err != nil {
 		t.Fatal(err)
 	}
-	v, _ := taskio.LoadID(ctx, st, x, 1)
+	v, _ := taskio.LoadID(ctx, st, x, []int{1})
 	if err := v.Task.ClaimBy("w", "c1", srv.Add(time.Second)); err != nil {
 		t.Fatal(err)
 	}
@@ -693,7 +693,7 @@ func TestRunEndsOnAnUnusableStore(t *testing.T) {
 		st := s3store.NewFaults(mst)
 		p, _ := producer.New(ctx, mst, producer.Config{Shards: 1, Clock: clk})
 		id, _ := p.Submit(ctx, "t", nil, producer.Options{Timeout: 10 * time.Second})
-		v, _ := taskio.LoadID(ctx, mst, id, 1)
+		v, _ := taskio.LoadID(ctx, mst, id, []int{1})
 		if err := v.Task.ClaimBy("w", "c1", srv.Add(time.Second)); err != nil {
 			t.Fatal(err)
 		}

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -59,11 +60,14 @@ type Config struct {
 
 // Producer submits and manages tasks.
 type Producer struct {
-	st       s3store.Store
-	cfg      Config
-	clock    *clock.Authoritative
+	st    s3store.Store
+	cfg   Config
+	clock *clock.Authoritative
+	fleet *shards.FleetCache
+	// mu guards the manifest, which a reshard replaces (see layout).
+	mu       sync.Mutex
 	manifest shards.Manifest
-	fleet    *shards.FleetCache
+	reread   time.Time // local time of the last re-read of the manifest
 	log      *slog.Logger
 	rand     *rnd.Source // cfg.Rand, shared with fleet
 	local    clock.Local
@@ -104,8 +108,50 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Producer, error) {
 	return p, nil
 }
 
-// Manifest returns the queue's layout.
-func (p *Producer) Manifest() shards.Manifest { return p.manifest }
+// Manifest returns the queue's layout, as the producer last read it: the
+// producer re-reads it when the fleet shows that the queue was resharded.
+func (p *Producer) Manifest() shards.Manifest {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.manifest
+}
+
+// layout returns the manifest and the shard count to route new tasks by:
+// the fleet's (the count members assign shards by), never more than the
+// manifest's, since ids are placed with the manifest's count. It looks at
+// the fleet as last read (routing reads it when the view is stale), so it
+// makes no fleet request of its own. A fleet that shows more shards than
+// the manifest means the queue was resharded: the manifest is read again
+// first (one GET, at most once per FleetCacheTTL until it shows them).
+func (p *Producer) layout(ctx context.Context) (shards.Manifest, int) {
+	f := p.fleet.Cached()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if f.Shards > p.manifest.Shards {
+		p.learn(ctx)
+	}
+	return p.manifest, min(f.ShardCount(p.manifest.Shards), p.manifest.Shards)
+}
+
+// learn re-reads the manifest, under p.mu, unless it did less than
+// FleetCacheTTL ago, and reports whether it found more shards.
+func (p *Producer) learn(ctx context.Context) bool {
+	if !p.reread.IsZero() && clock.Since(p.local, p.reread) < shards.FleetCacheTTL {
+		return false
+	}
+	p.reread = p.local.Now()
+	m, err := shards.ReadManifest(ctx, p.st)
+	if err != nil {
+		p.log.Warn("re-read the queue manifest", "err", err)
+		return false
+	}
+	if m.Shards <= p.manifest.Shards {
+		return false
+	}
+	p.log.Info("the queue was resharded", "shards", m.Shards, "was", p.manifest.Shards)
+	p.manifest = m
+	return true
+}
 
 // Options are the per-task settings of Submit.
 type Options struct {
@@ -168,21 +214,24 @@ func (p *Producer) Submit(ctx context.Context, typ string, input any, opts Optio
 	// New work goes to the shards fleet members poll; a shard key pins its
 	// shard instead, and the task is announced if that shard is inactive.
 	var shard int
+	m := p.Manifest()
 	if opts.ShardKey != "" {
-		shard = task.ShardFor(opts.ShardKey, p.manifest.Shards)
+		shard = task.ShardFor(opts.ShardKey, m.Shards)
 	} else {
-		shard = p.fleet.ShardFor(ctx, typ, now, p.manifest.Shards)
+		var n int
+		m, n = p.layout(ctx)
+		shard = p.fleet.ShardFor(ctx, typ, now, n)
 	}
-	id, err := p.newID(at, shard)
+	id, err := p.newID(at, shard, m.Shards)
 	if err != nil {
 		return "", fmt.Errorf("submit: %w", err)
 	}
-	t, err := task.New(id, task.ShardFor(id, p.manifest.Shards), spec, now.Mid())
+	t, err := task.New(id, task.ShardFor(id, m.Shards), spec, now.Mid())
 	if err != nil {
 		return "", fmt.Errorf("submit: %w", err)
 	}
 	if opts.IdempotencyKey != "" {
-		return p.submitOnce(ctx, t, spec, now.Mid())
+		return p.submitOnce(ctx, t, spec, now.Mid(), m.Shards)
 	}
 	if _, err := taskio.Create(ctx, p.st, p.local, t); err != nil {
 		return "", fmt.Errorf("submit: %w", err)
@@ -227,10 +276,10 @@ func (p *Producer) checkTimeout(timeout time.Duration) error {
 //
 // Requests: two PUTs for a new key; for a taken one a failed PUT, a GET and
 // either a HEAD (old record) or a failed PUT and its read-back GET (young
-// record).
-func (p *Producer) submitOnce(ctx context.Context, t *task.Task, spec task.Spec, now time.Time) (string, error) {
+// record). placed is the shard count t was placed with.
+func (p *Producer) submitOnce(ctx context.Context, t *task.Task, spec task.Spec, now time.Time, placed int) (string, error) {
 	recKey := task.IdempotencyRecordKey(spec.IdempotencyKey)
-	own := task.IdempotencyRecord{ID: t.ID, Spec: task.SpecHash(t.Type, t.Input)}.Encode()
+	own := task.IdempotencyRecord{ID: t.ID, Spec: task.SpecHash(t.Type, t.Input), Shards: placed}.Encode()
 	var id string
 	err := p.cas.Retry(ctx, func(int) (bool, error) {
 		_, err := p.st.Put(ctx, recKey, own, s3store.PutOptions{IfNoneMatch: true})
@@ -265,9 +314,14 @@ func (p *Producer) followRecord(ctx context.Context, recKey string, t *task.Task
 		return rec.ID, nil
 	}
 	x := t
+	m := p.Manifest()
 	if rec.ID != t.ID {
 		spec.AvailableAt, _ = task.IDTime(rec.ID)
-		if x, err = task.New(rec.ID, task.ShardFor(rec.ID, p.manifest.Shards), spec, now); err != nil {
+		n := rec.Shards
+		if n == 0 {
+			n = m.Shards // a record from before placements were recorded
+		}
+		if x, err = task.New(rec.ID, task.ShardFor(rec.ID, n), spec, now); err != nil {
 			return "", fmt.Errorf("submit: %w", err)
 		}
 	}
@@ -278,11 +332,22 @@ func (p *Producer) followRecord(ctx context.Context, recKey string, t *task.Task
 	if iv.Earliest.Sub(obj.LastModified) < task.IdempotencyRecordYoung {
 		return p.createOnce(ctx, x)
 	}
-	switch _, err := p.st.Head(ctx, x.Key()); {
-	case err == nil:
-		return x.ID, nil
-	case !errors.Is(err, s3store.ErrNotFound):
-		return "", fmt.Errorf("submit: look for task %s: %w", x.ID, err)
+	keys := []string{x.Key()}
+	if rec.Shards == 0 {
+		// Placed with an unknown count: look under each the queue had.
+		for _, n := range m.Counts() {
+			if k := task.Key(task.ShardFor(x.ID, n), x.ID); !slices.Contains(keys, k) {
+				keys = append(keys, k)
+			}
+		}
+	}
+	for _, k := range keys {
+		switch _, err := p.st.Head(ctx, k); {
+		case err == nil:
+			return x.ID, nil
+		case !errors.Is(err, s3store.ErrNotFound):
+			return "", fmt.Errorf("submit: look for task %s: %w", x.ID, err)
+		}
 	}
 	again, obj, err := p.readRecord(ctx, recKey)
 	switch {
@@ -372,7 +437,8 @@ func (p *Producer) afterCreate(ctx context.Context, t *task.Task) {
 		return
 	}
 	late := now.Earliest.Sub(t.AvailableAt) >= p.cfg.LateAfter
-	if !late && p.fleet.Serves(ctx, t.Type, now, t.Shard, p.manifest.Shards) {
+	_, n := p.layout(ctx)
+	if !late && p.fleet.Serves(ctx, t.Type, now, t.Shard, n) {
 		return
 	}
 	if !late && t.AvailableAt.After(now.Latest.Add(time.Minute)) {
@@ -380,7 +446,7 @@ func (p *Producer) afterCreate(ctx context.Context, t *task.Task) {
 		// still inactive then; most shards become active again by then.
 		return
 	}
-	in := p.fleet.ShardFor(ctx, t.Type, now, p.manifest.Shards)
+	in := p.fleet.ShardFor(ctx, t.Type, now, n)
 	if err := shards.Announce(ctx, p.st, t, now.Latest, in); err != nil {
 		// The monitor's repair will announce it; nothing is lost.
 		p.log.Warn("announce task", "task_id", t.ID, "err", err)
@@ -394,17 +460,17 @@ func (p *Producer) ring(ctx context.Context, id string) {
 	}
 }
 
-// newID returns an id of time at that belongs to shard. Ids map to shards
-// by hash, so a shard key is honoured by drawing ids until one lands in its
-// shard; every id then names its shard
-// and Get needs no lookup.
-func (p *Producer) newID(at time.Time, shard int) (string, error) {
-	for i := 0; i < 100*p.manifest.Shards+100; i++ {
+// newID returns an id of time at that belongs to shard in a queue of n
+// shards. Ids map to shards by hash, so a shard key is honoured by drawing
+// ids until one lands in its shard; every id then names its shard (under
+// the count it was placed with) and Get needs no lookup.
+func (p *Producer) newID(at time.Time, shard, n int) (string, error) {
+	for i := 0; i < 100*n+100; i++ {
 		id, err := task.NewID(at, p.rand)
 		if err != nil {
 			return "", err
 		}
-		if shard < 0 || task.ShardFor(id, p.manifest.Shards) == shard {
+		if shard < 0 || task.ShardFor(id, n) == shard {
 			return id, nil
 		}
 	}
@@ -472,7 +538,11 @@ func (p *Producer) SubmitBatch(ctx context.Context, reqs []Request) []Result {
 	return out
 }
 
-// Get returns the task with id (one GET), or an error wrapping ErrNotFound.
+// Get returns the task with id, or an error wrapping ErrNotFound. One GET;
+// a task placed before a reshard costs one more per later shard count it
+// was not placed with (taskio.LoadID), and an id not found makes the
+// producer re-read the manifest (at most once per shards.FleetCacheTTL), in
+// case the queue was resharded since it last looked.
 func (p *Producer) Get(ctx context.Context, id string) (*task.Task, error) {
 	v, err := p.load(ctx, id)
 	if err != nil {
@@ -491,11 +561,24 @@ func (p *Producer) History(ctx context.Context, id string) ([]task.Transition, e
 }
 
 func (p *Producer) load(ctx context.Context, id string) (taskio.Versioned, error) {
-	v, err := taskio.LoadID(ctx, p.st, id, p.manifest.Shards)
+	v, err := taskio.LoadID(ctx, p.st, id, p.Manifest().Counts())
+	if errors.Is(err, s3store.ErrNotFound) && p.learnOnMiss(ctx) {
+		// Placed under a count this producer had not seen yet.
+		v, err = taskio.LoadID(ctx, p.st, id, p.Manifest().Counts())
+	}
 	if errors.Is(err, s3store.ErrNotFound) || errors.Is(err, taskio.ErrBadID) {
 		return v, fmt.Errorf("task %s: %w", id, ErrNotFound)
 	}
 	return v, err
+}
+
+// learnOnMiss re-reads the manifest after a task was not found, in case
+// the queue was resharded since (at most once per FleetCacheTTL: an unknown
+// id costs one GET more only then), and reports whether it has more shards.
+func (p *Producer) learnOnMiss(ctx context.Context) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.learn(ctx)
 }
 
 // Cancel cancels task id. A pending task is canceled at once; a running one
@@ -560,7 +643,8 @@ func (p *Producer) announce(ctx context.Context, t *task.Task) error {
 	if err != nil {
 		return fmt.Errorf("announce task %s: %w", t.ID, err)
 	}
-	return shards.Announce(ctx, p.st, t, now.Latest, p.fleet.ShardFor(ctx, t.Type, now, p.manifest.Shards))
+	_, n := p.layout(ctx)
+	return shards.Announce(ctx, p.st, t, now.Latest, p.fleet.ShardFor(ctx, t.Type, now, n))
 }
 
 // modify applies change to task id by read-modify-write, re-reading on a

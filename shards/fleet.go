@@ -37,6 +37,21 @@ type Fleet struct {
 	// object instead of listing; a producer that sees it rings.
 	Asleep bool  `json:"asleep,omitempty"`
 	Ring   int64 `json:"ring,omitempty"` // +1 per ring
+	// Shards is the shard count members assign shards by (0: a fleet
+	// written before it was recorded; members then use their manifest's).
+	// Reshard raises it after the manifest; a member whose manifest has
+	// more shards raises it in its next join or renewal. A process that
+	// sees it larger than its manifest's count re-reads the manifest.
+	Shards int `json:"shards,omitempty"`
+}
+
+// ShardCount is the shard count to assign and route by for a process
+// holding a manifest of held shards: the fleet's when recorded, else held.
+func (f Fleet) ShardCount(held int) int {
+	if f.Shards > 0 {
+		return f.Shards
+	}
+	return held
 }
 
 // Member is one worker that polls shards.
@@ -273,6 +288,14 @@ func (c *FleetCache) GetWithin(ctx context.Context, maxAge time.Duration) (Fleet
 	}
 	c.f, c.etag, c.read = f, etag, c.local.Now()
 	return f, err
+}
+
+// Cached returns the fleet as last read, without reading it (an empty fleet
+// before the first read): what a caller may learn from without a request.
+func (c *FleetCache) Cached() Fleet {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.f
 }
 
 // ShardFor picks, at random, an active shard whose member runs tasks of

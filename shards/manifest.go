@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/s3queue/s3queue/s3store"
@@ -13,8 +14,17 @@ import (
 // ManifestKey is where the queue's manifest lives, relative to the store root.
 const ManifestKey = "queue.json"
 
-// FormatVersion is the bucket layout this code reads and writes.
-const FormatVersion = 1
+// FormatVersion is the newest bucket layout this code reads and writes:
+// format 2 is a queue whose shard count has changed (Manifest.Previous
+// lists the earlier counts). A queue never resharded keeps FormatOriginal,
+// so binaries that know only format 1 still open it; they refuse a format-2
+// queue with ErrLayoutMismatch rather than look for tasks in the wrong
+// shards.
+const FormatVersion = 2
+
+// FormatOriginal is the layout of a queue whose shard count never changed:
+// new queues are created with it.
+const FormatOriginal = 1
 
 // DefaultShards is the shard count of a new queue unless configured.
 const DefaultShards = 16
@@ -28,8 +38,14 @@ var ErrLayoutMismatch = errors.New("queue layout mismatch")
 
 // Manifest fixes the layout everyone must agree on.
 type Manifest struct {
-	Format    int       `json:"format"`
-	Shards    int       `json:"shards"`
+	Format int `json:"format"`
+	// Shards is the current shard count: new task ids are placed with it
+	// (task.ShardFor(id, Shards)).
+	Shards int `json:"shards"`
+	// Previous are the earlier shard counts, oldest first, set by Reshard.
+	// A task placed before a reshard stays where it was put, under one of
+	// them (see Counts).
+	Previous  []int     `json:"previous_shards,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
 	// ConditionalDelete is what the provider did with a DELETE whose
 	// If-Match was stale when the queue was created: s3store.DeleteHonoured
@@ -42,6 +58,20 @@ type Manifest struct {
 // If-Match is stale, so that a conditional DELETE is atomic. Only then may
 // retention delete a finished task without tombstoning it first.
 func (m Manifest) DeleteHonoured() bool { return m.ConditionalDelete == s3store.DeleteHonoured }
+
+// Counts returns every shard count a task id may have been placed with:
+// the current one first, then the previous ones, newest first, without
+// duplicates. A task id is found by trying task.ShardFor(id, c) for each
+// (taskio.LoadID).
+func (m Manifest) Counts() []int {
+	out := []int{m.Shards}
+	for i := len(m.Previous) - 1; i >= 0; i-- {
+		if !slices.Contains(out, m.Previous[i]) {
+			out = append(out, m.Previous[i])
+		}
+	}
+	return out
+}
 
 // ProviderCheckPrefix is where Open's provider check writes its scratch
 // objects (and removes them).
@@ -74,7 +104,7 @@ func Open(ctx context.Context, st s3store.Store, wantShards int) (Manifest, erro
 		if cerr := rep.Supported(); cerr != nil {
 			return Manifest{}, fmt.Errorf("create queue: %w", cerr)
 		}
-		m := Manifest{Format: FormatVersion, Shards: n, CreatedAt: rep.ServerTime.UTC(), ConditionalDelete: rep.ConditionalDelete}
+		m := Manifest{Format: FormatOriginal, Shards: n, CreatedAt: rep.ServerTime.UTC(), ConditionalDelete: rep.ConditionalDelete}
 		body, _ := json.Marshal(m)
 		_, err = st.Put(ctx, ManifestKey, body, s3store.PutOptions{IfNoneMatch: true})
 		if err == nil {
@@ -89,15 +119,49 @@ func Open(ctx context.Context, st s3store.Store, wantShards int) (Manifest, erro
 	if err != nil {
 		return Manifest{}, fmt.Errorf("read queue manifest: %w", err)
 	}
-	var m Manifest
-	if err := json.Unmarshal(obj.Body, &m); err != nil || m.Format == 0 || m.Shards <= 0 || m.Shards > MaxShards {
-		return Manifest{}, fmt.Errorf("read queue manifest: %s is not a valid s3queue manifest (%q)", ManifestKey, truncate(obj.Body, 80))
-	}
-	if m.Format != FormatVersion {
-		return Manifest{}, fmt.Errorf("%w: the queue uses layout format %d, this s3queue understands %d", ErrLayoutMismatch, m.Format, FormatVersion)
+	m, err := parseManifest(obj.Body)
+	if err != nil {
+		return Manifest{}, err
 	}
 	if wantShards != 0 && m.Shards != wantShards {
+		if slices.Contains(m.Previous, wantShards) {
+			return Manifest{}, fmt.Errorf("%w: the queue was resharded from %d to %d shards but this process is configured with %d; set shards = %d (or remove the setting)", ErrLayoutMismatch, wantShards, m.Shards, wantShards, m.Shards)
+		}
 		return Manifest{}, fmt.Errorf("%w: the queue has %d shards but this process is configured with %d; set shards = %d (or remove the setting)", ErrLayoutMismatch, m.Shards, wantShards, m.Shards)
+	}
+	return m, nil
+}
+
+// ReadManifest reads the queue's manifest, creating nothing: a store
+// without one is an error wrapping s3store.ErrNotFound. Processes re-read it
+// when the fleet object shows a larger shard count than theirs (Fleet.Shards).
+func ReadManifest(ctx context.Context, st s3store.Store) (Manifest, error) {
+	m, _, err := readManifest(ctx, st)
+	return m, err
+}
+
+func readManifest(ctx context.Context, st s3store.Store) (Manifest, string, error) {
+	obj, err := st.Get(ctx, ManifestKey)
+	if err != nil {
+		return Manifest{}, "", fmt.Errorf("read queue manifest: %w", err)
+	}
+	m, err := parseManifest(obj.Body)
+	return m, obj.ETag, err
+}
+
+// parseManifest decodes a manifest and checks it is one this code reads.
+func parseManifest(body []byte) (Manifest, error) {
+	var m Manifest
+	if err := json.Unmarshal(body, &m); err != nil || m.Format == 0 || m.Shards <= 0 || m.Shards > MaxShards {
+		return Manifest{}, fmt.Errorf("read queue manifest: %s is not a valid s3queue manifest (%q)", ManifestKey, truncate(body, 80))
+	}
+	if m.Format != FormatOriginal && m.Format != FormatVersion {
+		return Manifest{}, fmt.Errorf("%w: the queue uses layout format %d, this s3queue understands %d and %d", ErrLayoutMismatch, m.Format, FormatOriginal, FormatVersion)
+	}
+	for _, n := range m.Previous {
+		if n <= 0 || n > MaxShards {
+			return Manifest{}, fmt.Errorf("read queue manifest: %s is not a valid s3queue manifest (previous shard count %d)", ManifestKey, n)
+		}
 	}
 	return m, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"reflect"
 	"testing"
 
 	"github.com/s3queue/s3queue/s3store"
@@ -50,7 +51,7 @@ func TestCreatingAQueueChecksTheProvider(t *testing.T) {
 				t.Fatalf("%d objects after creating a queue, want the manifest alone (the check cleans up)", n)
 			}
 			ctr := s3store.NewCounter(tc.st(base))
-			if m2, err := shards.Open(ctx, ctr, 4); err != nil || m2 != m {
+			if m2, err := shards.Open(ctx, ctr, 4); err != nil || !reflect.DeepEqual(m2, m) {
 				t.Fatalf("reopen: %+v %v, want %+v", m2, err, m)
 			}
 			if c := ctr.Counts(); c.Total() != 1 || c.Of(s3store.OpGet) != 1 {

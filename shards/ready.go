@@ -3,6 +3,7 @@ package shards
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -22,15 +23,20 @@ import (
 // shard scan makes finds new tasks and re-dispatched ones alike, each when it
 // is due and not before. A pointer is only a hint: the task object decides
 // (invariant 6), and a pointer whose task is not pending is deleted when
-// seen (DELETE is free).
+// seen (DELETE is free). {shard} is the task's own shard (three digits, as
+// task.ShardName writes it), so a reader loads the task with one GET
+// whatever shard count it was placed with; pointers written before it was
+// added, tasks/{in}/{time}~{id}.ready, are still read, and their task found
+// by trying each of the manifest's counts (taskio.LoadID).
 const pointerSuffix = ".ready"
 
 // timeChars is how many leading characters of an id encode its time.
 const timeChars = 10
 
-// PointerKey is the pointer in shard `in` to task id, due at at.
-func PointerKey(in int, id string, at time.Time) string {
-	return TasksPrefix(in) + lowID(at)[:timeChars] + "~" + id + pointerSuffix
+// PointerKey is the pointer in shard `in` to task id, which lives in shard
+// shard, due at at.
+func PointerKey(in, shard int, id string, at time.Time) string {
+	return TasksPrefix(in) + lowID(at)[:timeChars] + "~" + id + "~" + task.ShardName(shard) + pointerSuffix
 }
 
 // IsPointer reports whether key is a ready pointer.
@@ -42,16 +48,27 @@ type Pointer struct {
 	In  int       // the shard it was written in
 	ID  string    // the task it points at
 	At  time.Time // when it becomes due
+	// Shard is the task's own shard, or -1 for a pointer written before
+	// pointers named it (find the task with taskio.LoadID).
+	Shard int
 }
 
-// ParsePointerKey parses a pointer key.
+// ParsePointerKey parses a pointer key, in either form.
 func ParsePointerKey(key string) (Pointer, error) {
 	rest, ok := strings.CutPrefix(key, "tasks/")
 	shardName, name, ok2 := strings.Cut(rest, "/")
 	base, ok3 := strings.CutSuffix(name, pointerSuffix)
 	at, id, ok4 := strings.Cut(base, "~")
+	shard := -1
+	if i, s, named := strings.Cut(id, "~"); named {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 || n >= MaxShards || task.ShardName(n) != s {
+			ok4 = false
+		}
+		id, shard = i, n
+	}
 	if !ok || !ok2 || !ok3 || !ok4 || len(at) != timeChars || !task.ValidID(id) {
-		return Pointer{}, fmt.Errorf("parse ready pointer %q: want tasks/SHARD/TIME~ID%s", key, pointerSuffix)
+		return Pointer{}, fmt.Errorf("parse ready pointer %q: want tasks/SHARD/TIME~ID~SHARD%s", key, pointerSuffix)
 	}
 	in, _, err := task.ParseKey("tasks/" + shardName + "/" + id + ".json")
 	if err != nil {
@@ -61,7 +78,7 @@ func ParsePointerKey(key string) (Pointer, error) {
 	if err != nil {
 		return Pointer{}, fmt.Errorf("parse ready pointer %q: %w", key, err)
 	}
-	return Pointer{Key: key, In: in, ID: id, At: t}, nil
+	return Pointer{Key: key, In: in, ID: id, At: t, Shard: shard}, nil
 }
 
 // Announce writes a pointer to t in shard `in` (an active shard, where
@@ -76,7 +93,7 @@ func Announce(ctx context.Context, st s3store.Store, t *task.Task, now time.Time
 	if in < 0 {
 		in = t.Shard
 	}
-	if _, err := st.Put(ctx, PointerKey(in, t.ID, at), nil, s3store.PutOptions{}); err != nil {
+	if _, err := st.Put(ctx, PointerKey(in, t.Shard, t.ID, at), nil, s3store.PutOptions{}); err != nil {
 		return fmt.Errorf("announce task %s: %w", t.ID, err)
 	}
 	return nil

@@ -72,6 +72,22 @@ type Candidate struct {
 	ETag    string
 	Avail   time.Time // from the key
 	Pointer bool      // Key is a ready pointer to task ID
+	// Shard is the shard of task ID when Key is a ready pointer that names
+	// it, else -1 (see TaskKey).
+	Shard int
+}
+
+// TaskKey returns the key of the task c stands for, and false for a ready
+// pointer written before pointers named their task's shard: that task is
+// found by trying each of the manifest's counts (taskio.LoadID).
+func (c Candidate) TaskKey() (string, bool) {
+	switch {
+	case !c.Pointer:
+		return c.Key, true
+	case c.Shard >= 0:
+		return task.Key(c.Shard, c.ID), true
+	}
+	return "", false
 }
 
 // Next lists the shard and returns up to max objects due by now that it has
@@ -177,14 +193,14 @@ func parseCandidate(o s3store.ObjectInfo) (Candidate, bool) {
 		if err != nil {
 			return Candidate{}, false
 		}
-		return Candidate{Key: o.Key, ID: p.ID, ETag: o.ETag, Avail: p.At, Pointer: true}, true
+		return Candidate{Key: o.Key, ID: p.ID, ETag: o.ETag, Avail: p.At, Pointer: true, Shard: p.Shard}, true
 	}
 	_, id, err := task.ParseKey(o.Key)
 	if err != nil {
 		return Candidate{}, false
 	}
 	at, _ := task.IDTime(id)
-	return Candidate{Key: o.Key, ID: id, ETag: o.ETag, Avail: at}, true
+	return Candidate{Key: o.Key, ID: id, ETag: o.ETag, Avail: at, Shard: -1}, true
 }
 
 // Settled, passed to Seen, means "whatever its ETag, never hand this key

@@ -20,7 +20,7 @@ func TestManifest(t *testing.T) {
 	t.Run("a new queue gets the default shard count and others agree", func(t *testing.T) {
 		st := mem.New()
 		m, err := shards.Open(ctx, st, 0)
-		if err != nil || m.Shards != shards.DefaultShards || m.Format != shards.FormatVersion {
+		if err != nil || m.Shards != shards.DefaultShards || m.Format != shards.FormatOriginal {
 			t.Fatalf("open new queue: %+v %v", m, err)
 		}
 		if m2, err := shards.Open(ctx, st, shards.DefaultShards); err != nil || m2.Shards != m.Shards {
@@ -39,7 +39,7 @@ func TestManifest(t *testing.T) {
 	})
 	t.Run("a newer layout format is refused", func(t *testing.T) {
 		st := mem.New()
-		st.Put(ctx, shards.ManifestKey, []byte(`{"format":2,"shards":16}`), s3store.PutOptions{})
+		st.Put(ctx, shards.ManifestKey, []byte(`{"format":3,"shards":16}`), s3store.PutOptions{})
 		if _, err := shards.Open(ctx, st, 0); !errors.Is(err, shards.ErrLayoutMismatch) {
 			t.Fatalf("want ErrLayoutMismatch, got %v", err)
 		}
@@ -90,7 +90,35 @@ func TestReadyPointers(t *testing.T) {
 	if !second.At.Equal(now.Add(time.Minute)) {
 		t.Fatalf("a pointer to a delayed task must be due when the task is: %+v", second)
 	}
-	for _, bad := range []string{"tasks/000/x.ready", "tasks/000/0123456789~nope.ready", "ready/000/x"} {
+	t.Run("a pointer names the task's own shard", func(t *testing.T) {
+		tk := &task.Task{ID: id, Shard: 7, AvailableAt: now}
+		if err := shards.Announce(ctx, st, tk, now, 2); err != nil {
+			t.Fatal(err)
+		}
+		key := shards.PointerKey(2, 7, id, now)
+		if !strings.HasSuffix(key, "~"+id+"~007.ready") {
+			t.Fatalf("pointer key %s, want it to end ~ID~007.ready", key)
+		}
+		p, err := shards.ParsePointerKey(key)
+		if err != nil || p.In != 2 || p.Shard != 7 || p.ID != id || !p.At.Equal(now) {
+			t.Fatalf("parse %s: %+v %v", key, p, err)
+		}
+		if _, err := st.Head(ctx, key); err != nil {
+			t.Fatalf("Announce wrote no pointer at %s: %v", key, err)
+		}
+	})
+	t.Run("a pointer from before pointers named the shard still parses", func(t *testing.T) {
+		key := shards.TasksPrefix(2) + id[:10] + "~" + id + ".ready"
+		p, err := shards.ParsePointerKey(key)
+		if err != nil || p.In != 2 || p.Shard != -1 || p.ID != id {
+			t.Fatalf("parse %s: %+v %v, want shard -1 (unknown)", key, p, err)
+		}
+		if k, named := (shards.Candidate{Key: key, ID: id, Pointer: true, Shard: -1}).TaskKey(); named || k != "" {
+			t.Fatalf("TaskKey of an old pointer: %q %v, want none", k, named)
+		}
+	})
+	for _, bad := range []string{"tasks/000/x.ready", "tasks/000/0123456789~nope.ready", "ready/000/x",
+		"tasks/000/0123456789~" + id + "~7.ready", "tasks/000/0123456789~" + id + "~abc.ready", "tasks/000/0123456789~" + id + "~1000.ready"} {
 		if _, err := shards.ParsePointerKey(bad); err == nil {
 			t.Fatalf("parsed %q", bad)
 		}

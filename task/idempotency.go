@@ -28,6 +28,11 @@ type IdempotencyRecord struct {
 	// key and another type or input is a conflict, not the same task.
 	// Records written before it existed have none and are not checked.
 	Spec string `json:"spec,omitempty"`
+	// Shards is the shard count the task was placed with (its key is
+	// Key(ShardFor(ID, Shards), ID)), so a producer that completes the
+	// task for a record written before a reshard creates it where its own
+	// producer would. Records written before it existed have 0.
+	Shards int `json:"shards,omitempty"`
 }
 
 // SpecHash identifies a task's type and input (as stored: compact JSON).

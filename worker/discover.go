@@ -188,11 +188,16 @@ func (w *Worker) pollShard(ctx context.Context, shard int, iv clock.Interval, p 
 	i := 0
 	for ; i < len(cands) && w.free() > 0; i++ {
 		c := cands[i]
-		key := c.Key
-		if c.Pointer {
-			key = task.Key(task.ShardFor(c.ID, w.manifest.Shards), c.ID)
+		key, named := c.TaskKey()
+		var v taskio.Versioned
+		var err error
+		if named {
+			v, err = taskio.Load(ctx, w.st, key)
+		} else {
+			// A pointer from before pointers named their task's shard.
+			key = c.Key
+			v, err = taskio.LoadID(ctx, w.st, c.ID, w.manifest.Counts())
 		}
-		v, err := taskio.Load(ctx, w.st, key)
 		if err != nil {
 			switch {
 			case w.reportLoad(key, err):

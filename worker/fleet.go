@@ -36,6 +36,7 @@ type membership struct {
 	shutdown  bool // leaving because Run ends: even the last member goes
 
 	standbyWait time.Duration // a standby's wait before its next read
+	learnt      int           // the fleet's shard count the manifest was last re-read for
 
 	retry backoff // of the fleet requests, after a failure
 }
@@ -90,7 +91,6 @@ func (w *Worker) static() bool { return w.cfg.OwnShards != nil }
 // poll is due, and on demand.
 func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 	m := &w.fleet
-	n := w.manifest.Shards
 	margin := w.cfg.LeaseMargin
 	if !m.member {
 		f, etag, err := w.readFleet(ctx)
@@ -100,7 +100,9 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 			return err
 		}
 		m.fleet, m.etag, m.synced, m.standbyWait = f, etag, now, w.standbyWait(f)
+		w.learnShards(ctx, f)
 	}
+	n := m.fleet.ShardCount(w.manifest.Shards)
 	// After a standby's read, whose response dates it: no request of its own.
 	iv, err := w.clock.Now(ctx)
 	if err != nil {
@@ -151,6 +153,11 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 			kept = append(kept, shards.Member{ID: w.cfg.ID, Joined: m.joined, ExpiresAt: expiry, Types: w.types(), Dedicated: w.cfg.Dedicated})
 		}
 		f.Members = kept
+		if f.Shards < w.manifest.Shards {
+			// A reshard that stopped before raising the fleet's count, or
+			// a fleet from before it was recorded: members assign by ours.
+			f.Shards = w.manifest.Shards
+		}
 		if leaving && len(f.Live(iv, margin)) == 0 {
 			// The last member leaves on shutdown: the doorbell was its
 			// own, and the next member starts awake.
@@ -193,10 +200,12 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 		w.pace.reset(w.cfg.PollMin, now)
 	}
 	m.expiry, m.renewed = expiry, now
+	w.learnShards(ctx, f)
+	n = f.ShardCount(w.manifest.Shards)
 	a, _ := f.Assign(w.cfg.ID, iv, margin, n)
 	if len(a.Own) == 0 && (joining || len(m.assign.Own) > 0) {
 		// Only dedicated workers join a fleet with a member per shard.
-		w.log.Warn("no shard left to poll: every shard has a member; this worker idles as a spare until one leaves (the shard count is fixed when the queue is created)",
+		w.log.Warn("no shard left to poll: every shard has a member; this worker idles as a spare until one leaves or the queue gets more shards (s3queue reshard)",
 			"shards", n, "members", len(f.Live(iv, margin)))
 	}
 	m.assign = a
@@ -248,7 +257,8 @@ func (w *Worker) refreshView(ctx context.Context, now time.Time) error {
 		return err
 	}
 	m.fleet, m.etag, m.synced = f, etag, now
-	a, ok := f.Assign(w.cfg.ID, iv, w.cfg.LeaseMargin, w.manifest.Shards)
+	w.learnShards(ctx, f)
+	a, ok := f.Assign(w.cfg.ID, iv, w.cfg.LeaseMargin, f.ShardCount(w.manifest.Shards))
 	if !ok {
 		// Our entry is gone (pruned as dead): the next renewal rejoins.
 		m.renewed = time.Time{}
@@ -264,6 +274,27 @@ func (w *Worker) refreshView(ctx context.Context, now time.Time) error {
 		w.forwardWaiting(ctx)
 	}
 	return nil
+}
+
+// learnShards re-reads the queue manifest when fleet f assigns by more
+// shards than the worker's manifest has: the queue was resharded. One GET,
+// once per count the fleet shows (a failed read is tried again at the next
+// fleet read). Members assign by the fleet's count in any case, so they
+// agree; the manifest's counts are what old ready pointers are resolved by.
+func (w *Worker) learnShards(ctx context.Context, f shards.Fleet) {
+	if f.Shards <= w.manifest.Shards || f.Shards == w.fleet.learnt {
+		return
+	}
+	m, err := shards.ReadManifest(ctx, w.st)
+	if err != nil {
+		w.log.Warn("re-read the queue manifest after a reshard", "fleet_shards", f.Shards, "err", err)
+		return
+	}
+	w.fleet.learnt = f.Shards
+	if m.Shards > w.manifest.Shards {
+		w.log.Info("the queue was resharded", "shards", m.Shards, "was", w.manifest.Shards)
+		w.manifest = m
+	}
 }
 
 // readFleet reads the fleet object. A corrupt one is logged and read as

@@ -25,7 +25,7 @@ func (w *Worker) forwardOrKeep(ctx context.Context, t *task.Task, iv clock.Inter
 // this heals the moments their view of the fleet was stale.
 func (w *Worker) forward(ctx context.Context, t *task.Task, iv clock.Interval) bool {
 	v := w.view.Load()
-	targets := v.fleet.ShardsFor(t.Type, iv, w.cfg.LeaseMargin, w.manifest.Shards)
+	targets := v.fleet.ShardsFor(t.Type, iv, w.cfg.LeaseMargin, v.fleet.ShardCount(w.manifest.Shards))
 	if len(targets) == 0 {
 		return false // nobody can run it yet: it waits, unclaimed
 	}

@@ -463,7 +463,7 @@ func TestAPointerToAnOldTaskIsLeftForTheMonitor(t *testing.T) {
 			if err := shards.Announce(ctx, st, tk, now, -1); err != nil {
 				t.Fatal(err)
 			}
-			pointer := shards.PointerKey(0, id, now)
+			pointer := shards.PointerKey(0, 0, id, now)
 			if n, err := w.Poll(ctx); n != 1 || err != nil {
 				t.Fatalf("poll claimed %d (%v), want the task through its pointer", n, err)
 			}

@@ -470,7 +470,7 @@ func TestListAndStatsPassOverReadyPointers(t *testing.T) {
 	must(t, "requeue", id, "--store", store) // announces the task with a pointer
 	st := openStore(t, store)
 	tk := getTask(t, store, id)
-	pointer := shards.PointerKey(tk.Shard, id, time.Now())
+	pointer := shards.PointerKey(tk.Shard, tk.Shard, id, time.Now())
 	if _, err := st.Put(context.Background(), pointer, nil, s3store.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}

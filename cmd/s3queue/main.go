@@ -110,7 +110,7 @@ var commands []*command
 func init() {
 	commands = []*command{
 		workerCommand, monitorCommand, submitCommand, getCommand, historyCommand,
-		cancelCommand, requeueCommand, listCommand, statsCommand, doctorCommand,
+		cancelCommand, requeueCommand, listCommand, statsCommand, doctorCommand, reshardCommand,
 		demoCommand, costCommand, versionCommand, helpCommand,
 	}
 }

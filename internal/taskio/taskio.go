@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/s3queue/s3queue/clock"
@@ -39,12 +40,30 @@ func Load(ctx context.Context, st s3store.Store, key string) (Versioned, error) 
 	return Versioned{Task: t, ETag: obj.ETag}, nil
 }
 
-// LoadID reads task id in a queue of n shards.
-func LoadID(ctx context.Context, st s3store.Store, id string, n int) (Versioned, error) {
+// LoadID reads task id in a queue whose shard counts are counts (the
+// manifest's Counts: the current one first). A task stays in the shard it
+// was placed in when the queue is resharded, so each count's shard is tried
+// in turn, skipping shards already tried, and the first found wins: one GET
+// for a task placed under the current count, one more (a 404) per older
+// count otherwise. A task found under none wraps s3store.ErrNotFound.
+func LoadID(ctx context.Context, st s3store.Store, id string, counts []int) (Versioned, error) {
 	if !task.ValidID(id) {
 		return Versioned{}, fmt.Errorf("load task %q: %w", id, ErrBadID)
 	}
-	return Load(ctx, st, task.Key(task.ShardFor(id, n), id))
+	var tried []int
+	err := fmt.Errorf("load task %s: %w", id, s3store.ErrNotFound)
+	for _, n := range counts {
+		shard := task.ShardFor(id, n)
+		if slices.Contains(tried, shard) {
+			continue
+		}
+		tried = append(tried, shard)
+		var v Versioned
+		if v, err = Load(ctx, st, task.Key(shard, id)); !errors.Is(err, s3store.ErrNotFound) {
+			return v, err
+		}
+	}
+	return Versioned{}, err
 }
 
 // ErrBadID reports a string that is not a task id.

@@ -192,3 +192,59 @@ func TestALostResponseIsRecognisedAfterTheTaskMovedOn(t *testing.T) {
 		t.Fatalf("a write that lost the race: got %v, want a precondition failure", err)
 	}
 }
+
+// A task stays in the shard it was placed in when the queue is resharded:
+// LoadID finds it by trying each count, and pays a GET per count tried.
+func TestLoadIDFindsATaskPlacedUnderAnEarlierShardCount(t *testing.T) {
+	ctx := context.Background()
+	st := mem.New()
+	now := time.Now()
+	i := 0 // every id drawn is new
+	place := func(n int, differ bool) string {
+		t.Helper()
+		for {
+			i++
+			id, err := task.NewID(now, strings.NewReader(strings.Repeat(string(rune('a'+i%26)), 8)+strings.Repeat(string(rune('A'+i/26)), 8)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (task.ShardFor(id, 16) != task.ShardFor(id, 32)) != differ {
+				continue
+			}
+			tk, err := task.New(id, task.ShardFor(id, n), task.Spec{Type: "t"}, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := taskio.Create(ctx, st, clock.System(), tk); err != nil {
+				t.Fatal(err)
+			}
+			return id
+		}
+	}
+	old := place(16, true)   // placed under 16 shards, somewhere else under 32
+	cur := place(32, true)   // placed under 32 shards
+	same := place(16, false) // in the same shard under both
+	counts := []int{32, 16}  // the manifest's Counts after 16 -> 32
+	for _, tc := range []struct {
+		name string
+		id   string
+		gets int64
+	}{{"a task placed under the current count", cur, 1}, {"a task placed under an older count", old, 2}, {"a task whose shard did not move", same, 1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctr := s3store.NewCounter(st)
+			v, err := taskio.LoadID(ctx, ctr, tc.id, counts)
+			if err != nil || v.Task.ID != tc.id {
+				t.Fatalf("LoadID: %v", err)
+			}
+			if c := ctr.Counts(); c.Total() != tc.gets || c.Of(s3store.OpGet) != tc.gets {
+				t.Fatalf("LoadID made %s, want %d GET", c, tc.gets)
+			}
+		})
+	}
+	t.Run("an unknown id is not found under any count", func(t *testing.T) {
+		id, _ := task.NewID(now, strings.NewReader(strings.Repeat("z", 16)))
+		if _, err := taskio.LoadID(ctx, st, id, counts); !errors.Is(err, s3store.ErrNotFound) {
+			t.Fatalf("LoadID of an unknown id: %v, want not found", err)
+		}
+	})
+}
