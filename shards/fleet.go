@@ -43,6 +43,11 @@ type Fleet struct {
 	// more shards raises it in its next join or renewal. A process that
 	// sees it larger than its manifest's count re-reads the manifest.
 	Shards int `json:"shards,omitempty"`
+	// Crowded is the S3 time since which Want has stood above the shard
+	// count without a break (zero while it does not): standbys beyond the
+	// shard count cannot help, and once this has lasted the first member
+	// grows the shard count (the worker's max_shards and reshard_after).
+	Crowded time.Time `json:"crowded_since,omitzero"`
 }
 
 // ShardCount is the shard count to assign and route by for a process
@@ -64,6 +69,10 @@ type Member struct {
 	Types []string `json:"types,omitempty"`
 	// Dedicated members never leave when idle.
 	Dedicated bool `json:"dedicated,omitempty"`
+	// Busy: at its last write the member had every slot busy with due
+	// work left behind. Busy members hand work they cannot start to
+	// members that are not (by ready pointers in their shards).
+	Busy bool `json:"busy,omitempty"`
 }
 
 // Handles reports whether the member runs tasks of type typ.

@@ -49,6 +49,14 @@ type Config struct {
 	SleepAfter, BellPoll, SleepScan, AwakeGrace time.Duration
 	// DrainMax caps the back-off of sweeps of inactive shards.
 	DrainMax time.Duration
+	// MaxShards and ReshardAfter shape the automatic reshard: when the
+	// members keep asking for more members than the queue has shards (so
+	// standbys beyond the shard count cannot help) for ReshardAfter by S3
+	// time, the fleet's first member grows the shard count to
+	// min(MaxShards, max(2 × shards, the members asked for)). A MaxShards
+	// at or below the queue's shard count turns the policy off.
+	MaxShards    int
+	ReshardAfter time.Duration
 	// PollMin, PollMax and PollMultiplier shape adaptive polling: the
 	// interval resets to PollMin when a poll finds work and grows by
 	// PollMultiplier per empty poll up to PollMax.

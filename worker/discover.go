@@ -103,18 +103,25 @@ func (w *Worker) pollShards(ctx context.Context, list []int, peek bool) (p pass)
 // without another LIST. The member's own-shard polls come every PollMax
 // while it is full, so this costs at most one LIST per own shard per
 // PollMax, as an idle member's polls do.
+//
+// A member that is busy hands what it cannot start to members that are
+// not (handoff.go): its look then lists enough for them too.
 func (w *Worker) peek(ctx context.Context, list []int, iv clock.Interval, p *pass) error {
+	targets := w.handOffTargets(iv)
 	for _, shard := range list {
-		if pf := w.prefetched[shard]; pf.fresh(w.now(), w.cfg.PollMax) {
-			p.leftover = true
-			continue
+		pf := w.prefetched[shard]
+		if !pf.fresh(w.now(), w.cfg.PollMax) {
+			cands, err := w.list(ctx, shard, iv, p, len(targets)*cap(w.slots))
+			if err != nil {
+				return err
+			}
+			pf = prefetch{at: w.now(), cands: cands}
+			w.prefetched[shard] = pf
+			if len(targets) > 0 {
+				w.handOff(ctx, shard, iv, targets)
+			}
 		}
-		cands, err := w.list(ctx, shard, iv, p)
-		if err != nil {
-			return err
-		}
-		w.prefetched[shard] = prefetch{at: w.now(), cands: cands}
-		p.leftover = p.leftover || len(cands) > 0
+		p.leftover = p.leftover || len(w.prefetched[shard].cands) > 0
 	}
 	return nil
 }
@@ -123,8 +130,9 @@ func (w *Worker) peek(ctx context.Context, list []int, iv clock.Interval, p *pas
 // full set of slots under a backlog, so that slots freeing up one by one
 // are refilled from what is prefetched, not by a LIST each. One more than that
 // tells whether work is left behind.
-func (w *Worker) list(ctx context.Context, shard int, iv clock.Interval, p *pass) ([]shards.Candidate, error) {
-	want := max(w.free(), cap(w.slots), int(math.Ceil(w.cfg.PollBatch))) + 1
+// extra asks for that many more, to hand off.
+func (w *Worker) list(ctx context.Context, shard int, iv clock.Interval, p *pass, extra int) ([]shards.Candidate, error) {
+	want := max(w.free(), cap(w.slots), int(math.Ceil(w.cfg.PollBatch))) + 1 + extra
 	cands, err := w.scan(shard, iv).Next(ctx, w.st, iv.Latest, want)
 	if err != nil {
 		return nil, err
@@ -180,7 +188,7 @@ func (w *Worker) pollShard(ctx context.Context, shard int, iv clock.Interval, p 
 		// (they stay unsettled in the scan, so the listing returns them
 		// again).
 		var err error
-		if cands, err = w.list(ctx, shard, iv, p); err != nil {
+		if cands, err = w.list(ctx, shard, iv, p, 0); err != nil {
 			return err
 		}
 		pf.at = w.now()

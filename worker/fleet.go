@@ -37,6 +37,7 @@ type membership struct {
 
 	standbyWait time.Duration // a standby's wait before its next read
 	learnt      int           // the fleet's shard count the manifest was last re-read for
+	grew        time.Time     // local time of the last automatic reshard tried
 
 	retry backoff // of the fleet requests, after a failure
 }
@@ -119,10 +120,13 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 	}
 	want := 0
 	if m.saturated(w.now()) && w.free() == 0 {
-		want = min(n, 2*max(1, len(m.fleet.Live(iv, margin))))
+		// Twice the live members, and beyond the shard count only while
+		// the automatic reshard may grow it (max_shards above it).
+		want = min(max(n, w.cfg.MaxShards), 2*max(1, len(m.fleet.Live(iv, margin))))
 		m.asked = now
 	}
 	leaving, shutdown := m.leaving, m.shutdown
+	busy := !m.fullSince.IsZero() && m.backlog
 	joining := !m.member
 	expiry := iv.Latest.Add(w.memberTTL())
 	f, etag, err := shards.UpdateFleet(ctx, w.st, w.fleetCAS(), m.fleet, m.etag, func(f *shards.Fleet) bool {
@@ -143,14 +147,14 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 				if leaving {
 					continue
 				}
-				mem.ExpiresAt = expiry
+				mem.ExpiresAt, mem.Busy = expiry, busy
 			case lease.Expired(mem.ExpiresAt, iv, margin):
 				continue // certainly dead: prune it
 			}
 			kept = append(kept, mem)
 		}
 		if !found && !leaving {
-			kept = append(kept, shards.Member{ID: w.cfg.ID, Joined: m.joined, ExpiresAt: expiry, Types: w.types(), Dedicated: w.cfg.Dedicated})
+			kept = append(kept, shards.Member{ID: w.cfg.ID, Joined: m.joined, ExpiresAt: expiry, Types: w.types(), Dedicated: w.cfg.Dedicated, Busy: busy})
 		}
 		f.Members = kept
 		if f.Shards < w.manifest.Shards {
@@ -163,12 +167,25 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 			// own, and the next member starts awake.
 			f.Asleep = false
 		}
-		if want > f.Want {
+		n := f.ShardCount(w.manifest.Shards)
+		switch {
+		case want > f.Want:
 			f.Want, f.WantUntil = want, iv.Latest.Add(2*w.cfg.StandbyPoll)
+		case want > n:
+			// An ask beyond the shard count renews the standing one, so
+			// that it lasts without a break while members keep asking:
+			// the automatic reshard waits for that (growShards).
+			f.WantUntil = iv.Latest.Add(2 * w.cfg.StandbyPoll)
 		}
 		if f.Want > 0 && (len(f.Live(iv, margin)) >= f.Want || iv.After(f.WantUntil)) {
 			// Met, or nobody came in time: stop asking.
 			f.Want, f.WantUntil = 0, time.Time{}
+		}
+		switch {
+		case f.Want <= n:
+			f.Crowded = time.Time{}
+		case f.Crowded.IsZero():
+			f.Crowded = iv.Latest
 		}
 		return true
 	})
@@ -217,6 +234,7 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 	if len(a.Own) > 0 {
 		w.pointerShard.Store(int64(a.Own[0]))
 	}
+	w.growShards(ctx, now, f, a, iv)
 	return nil
 }
 
@@ -273,7 +291,41 @@ func (w *Worker) refreshView(ctx context.Context, now time.Time) error {
 	if len(f.Members) != len(prev.Members) {
 		w.forwardWaiting(ctx)
 	}
+	w.growShards(ctx, now, f, a, iv)
 	return nil
+}
+
+// growShards is the automatic reshard. When the members have asked for
+// more members than the queue has shards (Fleet.Want above the count)
+// without a break for ReshardAfter by S3 time, standbys cannot help:
+// a shard has one member. Then the fleet's first member (the anchor, so
+// that one process acts) grows the count to min(MaxShards, max(2 × count,
+// Want)), and the standbys join for the new shards. It reads nothing more
+// than the fleet object the member has just read or written; a reshard
+// costs a GET and a PUT of the manifest and of the fleet object, and is
+// tried at most once per ReshardAfter.
+func (w *Worker) growShards(ctx context.Context, now time.Time, f shards.Fleet, a shards.Assignment, iv clock.Interval) {
+	n := f.ShardCount(w.manifest.Shards)
+	if a.Index != 0 || w.cfg.MaxShards <= n || f.Want <= n || f.Crowded.IsZero() ||
+		iv.Earliest.Sub(f.Crowded) < w.cfg.ReshardAfter ||
+		!w.fleet.grew.IsZero() && now.Sub(w.fleet.grew) < w.cfg.ReshardAfter {
+		return
+	}
+	w.fleet.grew = now
+	target := min(w.cfg.MaxShards, max(2*n, f.Want))
+	mf, err := shards.Reshard(ctx, w.st, target)
+	switch {
+	case errors.Is(err, shards.ErrShrink):
+		return // another process grew it further first
+	case err != nil:
+		w.log.Warn("automatic reshard", "shards", n, "to", target, "err", err)
+		return
+	}
+	w.log.Info("resharded: the members kept asking for more members than there were shards",
+		"shards", mf.Shards, "was", n, "want", f.Want, "since", f.Crowded)
+	if mf.Shards > w.manifest.Shards {
+		w.manifest, w.fleet.learnt = mf, mf.Shards
+	}
 }
 
 // learnShards re-reads the queue manifest when fleet f assigns by more

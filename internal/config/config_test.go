@@ -48,6 +48,7 @@ func TestDefaultsMatchTheServices(t *testing.T) {
 		ScanLag: 5 * time.Second, ScanLookback: time.Hour, LeaseMargin: 2 * time.Second, ShutdownGrace: 30 * time.Second,
 		MemberTTL: 30 * time.Second, StandbyPoll: 25 * time.Second, IdleLeave: time.Minute, SleepAfter: 30 * time.Second,
 		BellPoll: 2 * time.Second, SleepScan: time.Minute, AwakeGrace: 5 * time.Second, DrainMax: 10 * time.Minute,
+		MaxShards: 256, ReshardAfter: time.Minute,
 	}
 	if got := c.Worker(); !reflect.DeepEqual(got, wantWorker) {
 		t.Errorf("Worker() = %+v\nwant %+v", got, wantWorker)
@@ -111,6 +112,8 @@ var keyCases = []keyCase{
 	{"worker.sleep_scan", `"5m"`, "5m", func(c Config) bool { return c.Worker().SleepScan == 5*time.Minute }},
 	{"worker.awake_grace", `"3s"`, "3s", func(c Config) bool { return c.Worker().AwakeGrace == 3*time.Second }},
 	{"worker.drain_max", `"30m"`, "30m", func(c Config) bool { return c.Worker().DrainMax == 30*time.Minute }},
+	{"worker.max_shards", "1", "1", func(c Config) bool { return c.Worker().MaxShards == 1 }},
+	{"worker.reshard_after", `"5m"`, "5m", func(c Config) bool { return c.Worker().ReshardAfter == 5*time.Minute }},
 	{"monitor.interval", `"750ms"`, "750ms", func(c Config) bool { return c.Monitor().Interval == 750*time.Millisecond }},
 	{"monitor.page_size", `100`, "100", func(c Config) bool { return c.Monitor().PageSize == 100 }},
 	{"monitor.shards_per_tick", `2`, "2", func(c Config) bool { return c.Monitor().ShardsPerTick == 2 }},
