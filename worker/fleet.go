@@ -300,13 +300,16 @@ func (w *Worker) refreshView(ctx context.Context, now time.Time) error {
 // without a break for ReshardAfter by S3 time, standbys cannot help:
 // a shard has one member. Then the fleet's first member (the anchor, so
 // that one process acts) grows the count to min(MaxShards, max(2 × count,
-// Want)), and the standbys join for the new shards. It reads nothing more
+// Want)), and the standbys join for the new shards; not while some shard
+// has no member (standbys would have joined for it). It reads nothing more
 // than the fleet object the member has just read or written; a reshard
 // costs a GET and a PUT of the manifest and of the fleet object, and is
 // tried at most once per ReshardAfter.
 func (w *Worker) growShards(ctx context.Context, now time.Time, f shards.Fleet, a shards.Assignment, iv clock.Interval) {
 	n := f.ShardCount(w.manifest.Shards)
-	if a.Index != 0 || w.cfg.MaxShards <= n || f.Want <= n || f.Crowded.IsZero() ||
+	// A fleet that has not filled its shards after asking this long has no
+	// standby to fill new ones.
+	if a.Index != 0 || w.cfg.MaxShards <= n || f.Want <= n || f.Crowded.IsZero() || len(f.Live(iv, w.cfg.LeaseMargin)) < n ||
 		iv.Earliest.Sub(f.Crowded) < w.cfg.ReshardAfter ||
 		!w.fleet.grew.IsZero() && now.Sub(w.fleet.grew) < w.cfg.ReshardAfter {
 		return
