@@ -103,25 +103,18 @@ func (w *Worker) pollShards(ctx context.Context, list []int, peek bool) (p pass)
 // without another LIST. The member's own-shard polls come every PollMax
 // while it is full, so this costs at most one LIST per own shard per
 // PollMax, as an idle member's polls do.
-//
-// A member that is busy hands what it cannot start to members that are
-// not (handoff.go): its look then lists enough for them too.
 func (w *Worker) peek(ctx context.Context, list []int, iv clock.Interval, p *pass) error {
-	targets := w.handOffTargets(iv)
 	for _, shard := range list {
-		pf := w.prefetched[shard]
-		if !pf.fresh(w.now(), w.cfg.PollMax) {
-			cands, err := w.list(ctx, shard, iv, p, len(targets)*cap(w.slots))
-			if err != nil {
-				return err
-			}
-			pf = prefetch{at: w.now(), cands: cands}
-			w.prefetched[shard] = pf
-			if len(targets) > 0 {
-				w.handOff(ctx, shard, iv, targets)
-			}
+		if pf := w.prefetched[shard]; pf.fresh(w.now(), w.cfg.PollMax) {
+			p.leftover = true
+			continue
 		}
-		p.leftover = p.leftover || len(w.prefetched[shard].cands) > 0
+		cands, err := w.list(ctx, shard, iv, p, 0)
+		if err != nil {
+			return err
+		}
+		w.prefetched[shard] = prefetch{at: w.now(), cands: cands}
+		p.leftover = p.leftover || len(cands) > 0
 	}
 	return nil
 }

@@ -30,6 +30,7 @@ type membership struct {
 	fullSince time.Time // local time every slot became busy (zero: not full)
 	backlog   bool      // the listing that filled the slots left due work behind
 	asked     time.Time // local time the member last asked for more members
+	handed    time.Time // local time the member last looked to hand work off
 	asleep    bool
 	sleptAt   time.Time
 	leaving   bool
@@ -120,13 +121,11 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 	}
 	want := 0
 	if m.saturated(w.now()) && w.free() == 0 {
-		// Twice the live members, and beyond the shard count only while
-		// the automatic reshard may grow it (max_shards above it).
-		want = min(max(n, w.cfg.MaxShards), 2*max(1, len(m.fleet.Live(iv, margin))))
+		want = w.want(n, len(m.fleet.Live(iv, margin)))
 		m.asked = now
 	}
 	leaving, shutdown := m.leaving, m.shutdown
-	busy := !m.fullSince.IsZero() && m.backlog
+	busy := !m.fullSince.IsZero() && m.backlog && w.free() == 0
 	joining := !m.member
 	expiry := iv.Latest.Add(w.memberTTL())
 	f, etag, err := shards.UpdateFleet(ctx, w.st, w.fleetCAS(), m.fleet, m.etag, func(f *shards.Fleet) bool {
@@ -236,6 +235,35 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 	}
 	w.growShards(ctx, now, f, a, iv)
 	return nil
+}
+
+// want is how many members a saturated member asks for, with n shards and
+// live members: twice as many, and beyond the shard count only while the
+// automatic reshard may grow it (MaxShards above it).
+func (w *Worker) want(n, live int) int {
+	return min(max(n, w.cfg.MaxShards), 2*max(1, live))
+}
+
+// mustAsk reports whether a saturated member writes the fleet object now
+// to ask for more members, rather than in its next renewal (which carries
+// the ask too): when it asks for more than the fleet has and wants, or
+// when its ask stands beyond the shard count and would lapse before the
+// next renewal (the automatic reshard waits for such an ask to last).
+func (w *Worker) mustAsk(ctx context.Context, now time.Time) bool {
+	m := &w.fleet
+	if !m.member || !m.saturated(now) || w.free() != 0 {
+		return false
+	}
+	iv, err := w.clock.Now(ctx)
+	if err != nil {
+		return false
+	}
+	f := m.fleet
+	live := len(f.Live(iv, w.cfg.LeaseMargin))
+	n := f.ShardCount(w.manifest.Shards)
+	want := w.want(n, live)
+	return want > max(live, f.Want) ||
+		want > n && !iv.Latest.Add(w.memberTTL()/3).Before(f.WantUntil)
 }
 
 // types lists the task types this worker has handlers for, sorted.
@@ -517,7 +545,7 @@ func (w *Worker) leave() {
 func (w *Worker) tendFleet(ctx context.Context, now time.Time) {
 	m := &w.fleet
 	due := (m.member && now.Sub(m.renewed) >= w.memberTTL()/3) || (!m.member && now.Sub(m.synced) >= m.standbyWait) ||
-		(m.saturated(now) && w.free() == 0) || m.leaving
+		w.mustAsk(ctx, now) || m.leaving
 	switch {
 	case !m.retry.ready(now):
 		// The last fleet request failed: it backs off.

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"slices"
+	"time"
 
 	"github.com/s3queue/s3queue/clock"
 	"github.com/s3queue/s3queue/internal/taskio"
@@ -17,10 +18,43 @@ import (
 // due tasks it cannot start to members that are not busy: a ready pointer
 // to each in the other member's shard, which that member's next listing
 // finds. It keeps a set of slots' worth for itself, and hands each other
-// member at most as many as it has slots per look (a look comes every
-// PollMax while it is full). Each task handed off costs a GET (is it still
-// pending and due?) and a PUT (the pointer); with no idle member, or no
-// backlog, it costs nothing.
+// member at most as many as it has slots per look, a look at most every
+// PollMax while it is full. A look lists the shard again (one LIST) when
+// what it has prefetched is not enough for the others too. Each task
+// handed off costs a GET (is it still pending and due?) and a PUT (the
+// pointer); with no idle member, or no backlog, it costs nothing.
+
+// handOffOwn is the busy member's look: after a poll of its own shards
+// that left every slot busy and due work behind, it hands some of that
+// work to the members that are not busy.
+func (w *Worker) handOffOwn(ctx context.Context, now time.Time) {
+	m := &w.fleet
+	if !m.handed.IsZero() && now.Sub(m.handed) < w.cfg.PollMax {
+		return
+	}
+	iv, err := w.clock.Now(ctx)
+	if err != nil {
+		return
+	}
+	targets := w.handOffTargets(iv)
+	if len(targets) == 0 {
+		return
+	}
+	m.handed = now
+	keep := cap(w.slots)
+	for _, shard := range m.assign.Own {
+		if pf := w.prefetched[shard]; len(pf.cands) < keep*(1+len(targets)) {
+			var p pass
+			cands, err := w.list(ctx, shard, iv, &p, keep*len(targets))
+			if err != nil {
+				w.log.Warn("list a shard to hand work off", "shard", shard, "err", err)
+				continue
+			}
+			w.prefetched[shard] = prefetch{at: w.now(), cands: cands}
+		}
+		w.handOff(ctx, shard, iv, targets)
+	}
+}
 
 // handOffTargets returns the active shards of the live members, other than
 // this worker, that were not busy at their last write and run every type

@@ -270,6 +270,9 @@ func (w *Worker) pollOwn(ctx context.Context, now time.Time) {
 	default:
 		m.backlog = m.backlog || p.leftover
 	}
+	if p.full && m.backlog {
+		w.handOffOwn(ctx, now)
+	}
 	w.pace.next = now.Add(w.adapt(p))
 }
 
