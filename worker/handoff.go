@@ -78,12 +78,12 @@ func (w *Worker) handOffTargets(iv clock.Interval) []int {
 }
 
 // handOff hands the candidates prefetched from shard beyond a set of slots'
-// worth to the members polling targets, and reports how many it handed.
-func (w *Worker) handOff(ctx context.Context, shard int, iv clock.Interval, targets []int) int {
+// worth to the members polling targets.
+func (w *Worker) handOff(ctx context.Context, shard int, iv clock.Interval, targets []int) {
 	pf := w.prefetched[shard]
 	keep := cap(w.slots)
 	if len(targets) == 0 || len(pf.cands) <= keep {
-		return 0
+		return
 	}
 	s := w.scan(shard, iv)
 	rest := slices.Clone(pf.cands[:keep])
@@ -95,7 +95,7 @@ func (w *Worker) handOff(ctx context.Context, shard int, iv clock.Interval, targ
 		}
 		v, err := taskio.Load(ctx, w.st, c.Key)
 		if err != nil || v.Task.Status != task.Pending || !dueNow(v.Task, iv) {
-			rest = append(rest, c) // claimed through pollShard, which decides
+			rest = append(rest, c) // left to pollShard, which decides
 			continue
 		}
 		if err := shards.Announce(ctx, w.st, v.Task, iv.Latest, targets[t]); err != nil {
@@ -114,5 +114,4 @@ func (w *Worker) handOff(ctx context.Context, shard int, iv clock.Interval, targ
 	if handed > 0 {
 		w.log.Debug("handed tasks off to idle members", "shard", shard, "tasks", handed, "members", min(t+1, len(targets)))
 	}
-	return handed
 }

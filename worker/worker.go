@@ -13,6 +13,7 @@
 // (fleet membership, the doorbell), pacing.go (when to poll), discover.go
 // (listing the shards and claiming), dispatch.go (handing claimed tasks to
 // handler slots), forward.go (tasks of a type this worker cannot run),
+// handoff.go (a busy member's backlog handed to members that are not busy),
 // run.go (one handler run: renewals and the fenced commit) and shutdown.go.
 package worker
 
