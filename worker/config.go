@@ -54,7 +54,9 @@ type Config struct {
 	// standbys beyond the shard count cannot help) for ReshardAfter by S3
 	// time, the fleet's first member grows the shard count to
 	// min(MaxShards, max(2 × shards, the members asked for)). A MaxShards
-	// at or below the queue's shard count turns the policy off.
+	// at or below the queue's shard count turns the policy off, and so does
+	// a Shards other than 0: processes configured with a shard count refuse
+	// a queue that has another.
 	MaxShards    int
 	ReshardAfter time.Duration
 	// PollMin, PollMax and PollMultiplier shape adaptive polling: the

@@ -239,9 +239,20 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 
 // want is how many members a saturated member asks for, with n shards and
 // live members: twice as many, and beyond the shard count only while the
-// automatic reshard may grow it (MaxShards above it).
+// automatic reshard may grow it.
 func (w *Worker) want(n, live int) int {
-	return min(max(n, w.cfg.MaxShards), 2*max(1, live))
+	if !w.mayGrow(n) {
+		return min(n, 2*max(1, live))
+	}
+	return min(w.cfg.MaxShards, 2*max(1, live))
+}
+
+// mayGrow reports whether the automatic reshard may grow n shards: when
+// MaxShards is above n, and the worker was not configured with a shard
+// count (processes started with that setting would refuse the grown queue
+// with a layout mismatch).
+func (w *Worker) mayGrow(n int) bool {
+	return w.cfg.Shards == 0 && w.cfg.MaxShards > n
 }
 
 // mustAsk reports whether a saturated member writes the fleet object now
@@ -337,7 +348,7 @@ func (w *Worker) growShards(ctx context.Context, now time.Time, f shards.Fleet, 
 	n := f.ShardCount(w.manifest.Shards)
 	// A fleet that has not filled its shards after asking this long has no
 	// standby to fill new ones.
-	if a.Index != 0 || w.cfg.MaxShards <= n || f.Want <= n || f.Crowded.IsZero() || len(f.Live(iv, w.cfg.LeaseMargin)) < n ||
+	if a.Index != 0 || !w.mayGrow(n) || f.Want <= n || f.Crowded.IsZero() || len(f.Live(iv, w.cfg.LeaseMargin)) < n ||
 		iv.Earliest.Sub(f.Crowded) < w.cfg.ReshardAfter ||
 		!w.fleet.grew.IsZero() && now.Sub(w.fleet.grew) < w.cfg.ReshardAfter {
 		return

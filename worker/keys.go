@@ -78,7 +78,7 @@ var ConfigKeys = &settings.Section[Config]{
 			"The longest wait between sweeps of shards that receive no new tasks.").
 			Must(settings.Positive),
 		settings.Int("max_shards", func(c *Config) *int { return &c.MaxShards }, 256,
-			"The automatic reshard's ceiling: when the members keep asking for more members than the queue has shards, for reshard_after, the first member grows the count to min(max_shards, max(2 × shards, members asked for)). At or below the queue's shard count the policy is off (1..1000).").
+			"The automatic reshard's ceiling: when the members keep asking for more members than the queue has shards, for reshard_after, the first member grows the count to min(max_shards, max(2 × shards, members asked for)). At or below the queue's shard count the policy is off, and so it is when shards is set (1..1000).").
 			Must(settings.IntRange(1, shards.MaxShards)),
 		settings.Duration("reshard_after", func(c *Config) *time.Duration { return &c.ReshardAfter }, time.Minute,
 			"How long, by S3 time, the members must keep asking for more members than there are shards before the automatic reshard (see max_shards).").
