@@ -126,7 +126,12 @@ func (w *world) check() Result {
 	// shard each task was placed in.
 	layout := shards.Manifest{Shards: w.plan.Shards}
 	placed := make(map[string]int)
-	for _, e := range log {
+	// The shard count of the manifest after each log index, for the count
+	// a worker read when it started.
+	countAt := make([]int, len(log)+1)
+	fleetShards := 0
+	for i, e := range log {
+		countAt[i] = layout.Shards
 		if e.Key == shards.ManifestKey && e.New != nil {
 			var m shards.Manifest
 			if err := json.Unmarshal(e.New, &m); err != nil || m.Shards < layout.Shards {
@@ -134,6 +139,21 @@ func (w *world) check() Result {
 				continue
 			}
 			layout = m
+			continue
+		}
+		// A reshard's fleet write may not happen (its resharder died):
+		// every worker that opened the queue after the manifest changed
+		// raises the fleet's count to the manifest's in its own fleet
+		// writes, and nothing lowers it.
+		var f shards.Fleet
+		if e.Key == shards.FleetKey && e.New != nil && json.Unmarshal(e.New, &f) == nil {
+			if f.Shards < fleetShards {
+				add(InvResharded, "", "%s lowered the fleet's shard count from %d to %d at %s", e.Proc, fleetShards, f.Shards, e.At.Format("15:04:05.000"))
+			}
+			if from, ok := w.spawned[e.Proc]; ok && isWorker(e.Proc) && f.Shards < countAt[from] {
+				add(InvResharded, "", "%s, started when the manifest had %d shards, wrote a fleet of %d at %s", e.Proc, countAt[from], f.Shards, e.At.Format("15:04:05.000"))
+			}
+			fleetShards = f.Shards
 			continue
 		}
 		if !strings.HasPrefix(e.Key, "tasks/") {

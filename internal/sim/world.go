@@ -161,6 +161,7 @@ type world struct {
 	execs   []execution
 	cursors []cursor
 	midway  map[string][]byte // the bucket at the end of the chaos phase
+	spawned map[string]int    // process name -> length of the server's log when it started
 	quietAt time.Time
 	wg      sync.WaitGroup
 }
@@ -226,7 +227,7 @@ func Run(seed uint64, opts Options) Result {
 	planLayout(&plan, opts)
 	w := &world{opts: opts, plan: plan, rng: rng,
 		srv:   NewServer(plan.Provider, rand.New(rand.NewPCG(seed, 0x5e4e)), plan.MaxPage),
-		procs: make(map[string]*proc), nextID: make(map[string]int), acked: make(map[string]ack)}
+		procs: make(map[string]*proc), nextID: make(map[string]int), acked: make(map[string]ack), spawned: make(map[string]int)}
 	ctx, cancel := context.WithCancel(context.Background())
 	w.root = ctx
 	w.setup()
@@ -383,8 +384,10 @@ var discard = slog.New(slog.DiscardHandler)
 func (w *world) spawn(kind, name string, run func(ctx context.Context, p *proc)) *proc {
 	ctx, cancel := context.WithCancel(w.root)
 	p := &proc{name: name, kind: kind, h: w.srv.Handle(name), cancel: cancel, done: make(chan struct{})}
+	at := w.logLen()
 	w.mu.Lock()
 	w.procs[name] = p
+	w.spawned[name] = at
 	w.mu.Unlock()
 	w.wg.Add(1)
 	go func() {
