@@ -130,6 +130,7 @@ func (w *world) check() Result {
 	// a worker read when it started.
 	countAt := make([]int, len(log)+1)
 	fleetShards := 0
+	behind := make(map[string]bool)
 	for i, e := range log {
 		countAt[i] = layout.Shards
 		if e.Key == shards.ManifestKey && e.New != nil {
@@ -150,7 +151,8 @@ func (w *world) check() Result {
 			if f.Shards < fleetShards {
 				add(InvResharded, "", "%s lowered the fleet's shard count from %d to %d at %s", e.Proc, fleetShards, f.Shards, e.At.Format("15:04:05.000"))
 			}
-			if from, ok := w.spawned[e.Proc]; ok && isWorker(e.Proc) && f.Shards < countAt[from] {
+			if from, ok := w.spawned[e.Proc]; ok && isWorker(e.Proc) && f.Shards < countAt[from] && !behind[e.Proc] {
+				behind[e.Proc] = true // once per worker tells the story
 				add(InvResharded, "", "%s, started when the manifest had %d shards, wrote a fleet of %d at %s", e.Proc, countAt[from], f.Shards, e.At.Format("15:04:05.000"))
 			}
 			fleetShards = f.Shards
