@@ -110,7 +110,7 @@ func TestReshardUnderLoad(t *testing.T) {
 	}()
 
 	// Load for a while, until the worker to be killed is running tasks.
-	waitUntil(t, ctx, "w2 to run tasks", func() bool {
+	waitUntil(t, ctx, "w2 to run tasks", time.Minute, func() bool {
 		select {
 		case err := <-submitted:
 			t.Fatalf("the producer stopped: %v", err)
@@ -150,7 +150,7 @@ func TestReshardUnderLoad(t *testing.T) {
 
 	// Every task reaches its final status: succeeded (the handler always
 	// succeeds; the killed worker's tasks run again after their leases).
-	waitUntil(t, ctx, "every task to succeed", func() bool {
+	waitUntil(t, ctx, "every task to succeed", time.Minute, func() bool {
 		for _, id := range all {
 			tk, err := prod.Get(ctx, id)
 			if err != nil || tk.Status != task.Succeeded {
@@ -327,13 +327,17 @@ func readRuns(t *testing.T, path string) []string {
 	return ids
 }
 
-// waitUntil polls cond until it holds, failing the test when ctx ends.
-func waitUntil(t *testing.T, ctx context.Context, what string, cond func() bool) {
+// waitUntil polls cond until it holds, failing the test when it has not
+// within d or ctx ends.
+func waitUntil(t *testing.T, ctx context.Context, what string, d time.Duration, cond func() bool) {
 	t.Helper()
+	deadline := time.After(d)
 	for !cond() {
 		select {
 		case <-ctx.Done():
-			t.Fatalf("timed out waiting for %s", what)
+			t.Fatalf("waiting for %s: %v", what, ctx.Err())
+		case <-deadline:
+			t.Fatalf("%s did not happen within %v", what, d)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
