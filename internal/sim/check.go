@@ -140,6 +140,7 @@ func (w *world) check() Result {
 				continue
 			}
 			layout = m
+			res.Reshards++
 			continue
 		}
 		// A reshard's fleet write may not happen (its resharder died):

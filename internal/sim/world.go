@@ -142,6 +142,7 @@ type Result struct {
 	Tasks      int // tasks acknowledged to producers
 	Executions int // handler runs
 	Duplicates int // handler runs whose claim was lost (no outcome of its own) before the task ran again
+	Reshards   int // manifest writes that grew the shard count
 	log        []Entry
 }
 
