@@ -687,9 +687,15 @@ func (w *world) race() {
 					continue
 				}
 			} else {
-				time.Sleep(min(time.Duration(1+rng.IntN(3))*time.Second, max(0, time.Until(next.Add(-2*time.Second)))))
+				d := min(time.Duration(1+rng.IntN(3))*time.Second, max(0, time.Until(next.Add(-2*time.Second))))
+				time.Sleep(d)
 				id := w.someAcked(rng)
 				if id == "" {
+					if d == 0 {
+						// The last seconds of the chaos phase, and no task
+						// acknowledged yet: let time pass rather than spin.
+						time.Sleep(time.Second)
+					}
 					continue
 				}
 				if t, err := prod.Get(ctx, id); err == nil && t.Status.Terminal() && (t.IdempotencyKey != "" || t.Status != task.Succeeded) {
