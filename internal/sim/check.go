@@ -2,13 +2,17 @@ package sim
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
 
+	"github.com/s3queue/s3queue/internal/taskio"
 	"github.com/s3queue/s3queue/s3store"
+	"github.com/s3queue/s3queue/s3store/mem"
 	"github.com/s3queue/s3queue/shards"
 	"github.com/s3queue/s3queue/task"
 )
@@ -29,23 +33,37 @@ func (v Violation) String() string {
 
 // Invariants the checker proves, by name.
 const (
-	InvTransition   = "valid transition" // each write of a task is a step of its state machine
-	InvBytesChange  = "every write changes the bytes"
-	InvFenced       = "outcomes are fenced"    // only the claim's own worker writes its outcome or renews it
-	InvOutcomeOnce  = "outcome written once"   // succeeded at most once per task
-	InvNotLost      = "nothing is lost"        // a live task is never deleted; an acknowledged task exists
-	InvRetention    = "retention is respected" // nothing deleted before its retention
-	InvIdempotent   = "one live task per idempotency key"
-	InvHonest       = "a failed call changed nothing" // a caller told "failed" made no change
-	InvLiveness     = "due tasks are picked up"
-	InvRunnable     = "a claimed task can run" // no handler starts with its lease already given up
-	InvAfterStop    = "nothing outlives Run"
-	InvCursor       = "scan cursors advance" // a member's cursor passes every key older than its lag
-	InvDecodable    = "the queue writes only valid task objects"
-	InvNoResurrect  = "a deleted task stays deleted"
+	InvTransition  = "valid transition" // each write of a task is a step of its state machine
+	InvBytesChange = "every write changes the bytes"
+	InvFenced      = "outcomes are fenced"    // only the claim's own worker writes its outcome or renews it
+	InvOutcomeOnce = "outcome written once"   // succeeded at most once per task
+	InvNotLost     = "nothing is lost"        // a live task is never deleted; an acknowledged task exists
+	InvRetention   = "retention is respected" // nothing deleted before its retention
+	InvIdempotent  = "one live task per idempotency key"
+	InvHonest      = "a failed call changed nothing" // a caller told "failed" made no change
+	InvLiveness    = "due tasks are picked up"
+	InvRunnable    = "a claimed task can run" // no handler starts with its lease already given up
+	InvAfterStop   = "nothing outlives Run"
+	InvCursor      = "scan cursors advance" // a member's cursor passes every key older than its lag
+	InvDecodable   = "the queue writes only valid task objects"
+	InvNoResurrect = "a deleted task stays deleted"
+	InvLayout      = "a task lives in one shard of the layout" // placed in [0, shards) by a count of the manifest, in one shard only
+	InvFound       = "every task is found by id"               // at the end, over the final manifest's counts
+	InvResharded   = "a reshard completes"                     // at the end the fleet assigns by the manifest's count
+
 	retentionMargin = 5 * time.Second // clock uncertainty the monitor may use
 	cursorLag       = time.Minute     // how far a member's scan may trail its shard's keys
 )
+
+// taskState is what the checker knows of one task, from the writes so far.
+type taskState struct {
+	t        *task.Task
+	dueAt    time.Time // pending: when it became due (or was written, if later)
+	changed  time.Time // UpdatedAt of its last change of status (a retirement is not one)
+	deleted  bool
+	created  bool
+	succeeds int
+}
 
 // check runs the checker over the finished run.
 func (w *world) check() Result {
@@ -63,15 +81,7 @@ func (w *world) check() Result {
 		vs = append(vs, Violation{Invariant: inv, Task: id, Detail: fmt.Sprintf(format, args...)})
 	}
 
-	type state struct {
-		t        *task.Task
-		dueAt    time.Time // pending: when it became due (or was written, if later)
-		changed  time.Time // UpdatedAt of its last change of status (a retirement is not one)
-		deleted  bool
-		created  bool
-		succeeds int
-	}
-	tasks := make(map[string]*state)
+	tasks := make(map[string]*taskState)
 	liveByKey := make(map[string]map[string]bool) // idempotency key -> live task ids
 	setLive := func(t *task.Task, live bool) {
 		if t == nil || t.IdempotencyKey == "" {
@@ -112,17 +122,75 @@ func (w *world) check() Result {
 		}
 		return false
 	}
-	for _, e := range log {
-		if !strings.HasPrefix(e.Key, "tasks/") || shards.IsPointer(e.Key) {
+	// The layout as the manifest said when each write was applied, and the
+	// shard each task was placed in.
+	layout := shards.Manifest{Shards: w.plan.Shards}
+	placed := make(map[string]int)
+	// The shard count of the manifest after each log index, for the count
+	// a worker read when it started.
+	countAt := make([]int, len(log)+1)
+	fleetShards := 0
+	behind := make(map[string]bool)
+	for i, e := range log {
+		countAt[i] = layout.Shards
+		if e.Key == shards.ManifestKey && e.New != nil {
+			var m shards.Manifest
+			if err := json.Unmarshal(e.New, &m); err != nil || m.Shards < layout.Shards {
+				add(InvLayout, "", "%s wrote a manifest of %d shards over one of %d at %s (%v)", e.Proc, m.Shards, layout.Shards, e.At.Format("15:04:05.000"), err)
+				continue
+			}
+			layout = m
+			res.Reshards++
 			continue
 		}
-		_, id, err := task.ParseKey(e.Key)
+		// A reshard's fleet write may not happen (its resharder died):
+		// every worker that opened the queue after the manifest changed
+		// raises the fleet's count to the manifest's in its own fleet
+		// writes, and nothing lowers it.
+		var f shards.Fleet
+		if e.Key == shards.FleetKey && e.New != nil && json.Unmarshal(e.New, &f) == nil {
+			if f.Shards < fleetShards {
+				add(InvResharded, "", "%s lowered the fleet's shard count from %d to %d at %s", e.Proc, fleetShards, f.Shards, e.At.Format("15:04:05.000"))
+			}
+			if from, ok := w.spawned[e.Proc]; ok && isWorker(e.Proc) && f.Shards < countAt[from] && !behind[e.Proc] {
+				behind[e.Proc] = true // once per worker tells the story
+				add(InvResharded, "", "%s, started when the manifest had %d shards, wrote a fleet of %d at %s", e.Proc, countAt[from], f.Shards, e.At.Format("15:04:05.000"))
+			}
+			fleetShards = f.Shards
+			continue
+		}
+		if !strings.HasPrefix(e.Key, "tasks/") {
+			continue
+		}
+		if shards.IsPointer(e.Key) {
+			p, err := shards.ParsePointerKey(e.Key)
+			if err != nil || e.New == nil {
+				continue
+			}
+			if p.In >= layout.Shards {
+				add(InvLayout, p.ID, "%s wrote a pointer in shard %d at %s, outside the %d shards of the layout", e.Proc, p.In, e.At.Format("15:04:05.000"), layout.Shards)
+			}
+			if s, ok := placed[p.ID]; ok && p.Shard >= 0 && p.Shard != s {
+				add(InvLayout, p.ID, "%s wrote a pointer naming shard %d at %s, but the task lives in shard %d", e.Proc, p.Shard, e.At.Format("15:04:05.000"), s)
+			}
+			continue
+		}
+		shard, id, err := task.ParseKey(e.Key)
 		if err != nil {
 			continue // a foreign object the run planted
 		}
+		if e.New != nil {
+			if s, ok := placed[id]; ok && s != shard {
+				add(InvLayout, id, "%s wrote it in shard %d at %s, but it lives in shard %d", e.Proc, shard, e.At.Format("15:04:05.000"), s)
+			}
+			if !slices.ContainsFunc(layout.Counts(), func(n int) bool { return task.ShardFor(id, n) == shard }) {
+				add(InvLayout, id, "%s wrote it in shard %d at %s, which no shard count of the layout %v places it in", e.Proc, shard, e.At.Format("15:04:05.000"), layout.Counts())
+			}
+			placed[id] = shard
+		}
 		st := tasks[id]
 		if st == nil {
-			st = &state{}
+			st = &taskState{}
 			tasks[id] = st
 		}
 		at := e.At.Format("15:04:05.000")
@@ -210,6 +278,7 @@ func (w *world) check() Result {
 			add(InvNotLost, id, "%s was told it was submitted (key %q), but it was never written", a.proc, a.key)
 		}
 	}
+	w.checkFound(tasks, add)
 	for _, o := range w.ops {
 		if o.err == nil {
 			continue
@@ -299,6 +368,61 @@ func (w *world) check() Result {
 	return res
 }
 
+// checkFound proves that every task is found by its id as `s3queue get`
+// finds it, with taskio.LoadID over the manifest's counts: at the end of
+// the chaos phase, every task object then in the bucket; at the end of the
+// run, every task object in the bucket and every task a producer was told
+// it submitted, unless retention deleted it (checked above). And that the
+// fleet assigns by the manifest's count: every reshard, even one whose
+// resharder died, completed.
+func (w *world) checkFound(tasks map[string]*taskState, add func(inv, id, format string, args ...any)) {
+	ctx := context.Background()
+	find := func(when string, objects map[string][]byte, ids []string) (shards.Manifest, s3store.Store) {
+		bucket := mem.New()
+		for key, body := range objects {
+			bucket.Put(ctx, key, body, s3store.PutOptions{})
+		}
+		m, err := shards.ReadManifest(ctx, bucket)
+		if err != nil {
+			add(InvFound, "", "%s: %v", when, err)
+			return m, bucket
+		}
+		for key, body := range objects {
+			if _, id, err := task.ParseKey(key); err == nil && !shards.IsPointer(key) {
+				if _, err := task.Decode(body); err == nil {
+					ids = append(ids, id)
+				}
+			}
+		}
+		sort.Strings(ids)
+		for _, id := range slices.Compact(ids) {
+			v, err := taskio.LoadID(ctx, bucket, id, m.Counts())
+			switch {
+			case err != nil:
+				add(InvFound, id, "%s, not found by id over the shard counts %v: %v", when, m.Counts(), err)
+			case v.Task.ID != id:
+				add(InvFound, id, "%s, loading it by id found task %s", when, v.Task.ID)
+			}
+		}
+		return m, bucket
+	}
+	find("at the end of the chaos phase", w.midway, nil)
+	var acked []string
+	for id := range w.acked {
+		if st := tasks[id]; st != nil && st.t != nil {
+			acked = append(acked, id) // not deleted by retention
+		}
+	}
+	m, bucket := find("at the end", w.srv.Objects(""), acked)
+	if len(w.plan.Reshards) == 0 {
+		return
+	}
+	f, _, err := shards.ReadFleet(ctx, bucket)
+	if err != nil || f.ShardCount(0) != m.Shards {
+		add(InvResharded, "", "the manifest has %d shards, but the fleet assigns by %d (%v)", m.Shards, f.ShardCount(0), err)
+	}
+}
+
 // badStep says what is wrong with the write of next over prev, or "".
 func badStep(prev, next *task.Task) string {
 	from, to := prev.Status, next.Status
@@ -382,5 +506,3 @@ func (r Result) Faults() map[string]int {
 	}
 	return out
 }
-
-var _ = s3store.OpPut

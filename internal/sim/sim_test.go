@@ -90,7 +90,7 @@ func TestSimulation(t *testing.T) {
 				}
 				sum.add(res)
 				if testing.Verbose() {
-					t.Logf("%s\ntasks %d, executions %d (duplicates %d), requests %v", res.Plan, res.Tasks, res.Executions, res.Duplicates, res.Counts)
+					t.Logf("%s\ntasks %d, executions %d (duplicates %d), reshards %d, requests %v", res.Plan, res.Tasks, res.Executions, res.Duplicates, res.Reshards, res.Counts)
 				}
 			})
 		})
@@ -101,6 +101,7 @@ func TestSimulation(t *testing.T) {
 type summary struct {
 	mu                                           sync.Mutex
 	seeds, failed, tasks, executions, duplicates int
+	reshards                                     int
 	requests                                     int
 	faults                                       map[string]int
 }
@@ -118,6 +119,7 @@ func (s *summary) add(r sim.Result) {
 	s.tasks += r.Tasks
 	s.executions += r.Executions
 	s.duplicates += r.Duplicates
+	s.reshards += r.Reshards
 	for _, op := range []string{"PUT", "GET", "HEAD", "LIST", "DELETE"} {
 		s.requests += r.Counts[op]
 	}
@@ -138,8 +140,8 @@ func (s *summary) String() string {
 	for _, k := range keys {
 		f = append(f, fmt.Sprintf("%s %d", k, s.faults[k]))
 	}
-	return fmt.Sprintf("SIM seeds %d (with violations %d), tasks acknowledged %d, handler runs %d (duplicates after a lost lease %d), requests served %d, faults: %s",
-		s.seeds, s.failed, s.tasks, s.executions, s.duplicates, s.requests, strings.Join(f, ", "))
+	return fmt.Sprintf("SIM seeds %d (with violations %d), tasks acknowledged %d, handler runs %d (duplicates after a lost lease %d), reshards %d, requests served %d, faults: %s",
+		s.seeds, s.failed, s.tasks, s.executions, s.duplicates, s.reshards, s.requests, strings.Join(f, ", "))
 }
 
 // A seed replays exactly: two runs of one seed serve the same requests in

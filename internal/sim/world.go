@@ -74,11 +74,63 @@ type Plan struct {
 	// idempotency keys of finished tasks, at the moment retention deletes
 	// them.
 	Racer bool
+	// Reshards (a third of the seeds): a resharder grows the shard count
+	// during the chaos phase, once or twice, while producers, workers and
+	// monitors opened before it keep running.
+	Reshards []Reshard
+	// Surge (a quarter of the seeds): more workers than the queue has
+	// shards join during the chaos phase, and some of them leave later.
+	Surge Surge
+}
+
+// Reshard is one planned `s3queue reshard`.
+type Reshard struct {
+	At time.Duration // into the chaos phase
+	To int           // the new shard count
+	// Crash: the resharder dies (kill -9) as soon as the manifest write
+	// succeeds, before it raises the fleet's count; members repair it, and
+	// the operator runs the command again at the start of the quiet tail.
+	Crash bool
+}
+
+func (r Reshard) String() string {
+	s := fmt.Sprintf("to %d at %v", r.To, r.At.Round(time.Second))
+	if r.Crash {
+		s += " (crash between the manifest and the fleet write)"
+	}
+	return s
+}
+
+// Surge is a large-fleet join and leave: Join workers start, a second
+// apart, at At into the chaos phase; at LeaveAt, Leave of them go (each
+// killed or stopped, as the seed decides).
+type Surge struct {
+	At, LeaveAt time.Duration
+	Join, Leave int
 }
 
 func (p Plan) String() string {
-	return fmt.Sprintf("seed %d: provider %s, %d shards, pages of %d, %d workers, %d monitors (leader %v), %d producers (burst %v, racer %v), %d crashes, faults %+v",
+	s := fmt.Sprintf("seed %d: provider %s, %d shards, pages of %d, %d workers, %d monitors (leader %v), %d producers (burst %v, racer %v), %d crashes, faults %+v",
 		p.Seed, p.Provider.Name, p.Shards, p.MaxPage, p.Workers, p.Monitors, p.Leader, p.Producers, p.Burst, p.Racer, p.Crashes, p.Faults)
+	if len(p.Reshards) == 0 {
+		s += ", no reshard"
+	}
+	for _, r := range p.Reshards {
+		s += ", reshard " + r.String()
+	}
+	if p.Surge.Join > 0 {
+		s += fmt.Sprintf(", surge of %d workers at %v, %d leave at %v", p.Surge.Join, p.Surge.At.Round(time.Second), p.Surge.Leave, p.Surge.LeaveAt.Round(time.Second))
+	}
+	return s
+}
+
+// finalShards is the shard count the queue has once every planned reshard
+// is done.
+func (p Plan) finalShards() int {
+	if len(p.Reshards) == 0 {
+		return p.Shards
+	}
+	return p.Reshards[len(p.Reshards)-1].To
 }
 
 // Result is what a run did and what the checker found.
@@ -90,6 +142,7 @@ type Result struct {
 	Tasks      int // tasks acknowledged to producers
 	Executions int // handler runs
 	Duplicates int // handler runs whose claim was lost (no outcome of its own) before the task ran again
+	Reshards   int // manifest writes that grew the shard count
 	log        []Entry
 }
 
@@ -108,6 +161,8 @@ type world struct {
 	ops     []op
 	execs   []execution
 	cursors []cursor
+	midway  map[string][]byte // the bucket at the end of the chaos phase
+	spawned map[string]int    // process name -> length of the server's log when it started
 	quietAt time.Time
 	wg      sync.WaitGroup
 }
@@ -170,9 +225,10 @@ func Run(seed uint64, opts Options) Result {
 			Forbidden: rng.IntN(3) == 0,
 		},
 	}
+	planLayout(&plan, opts)
 	w := &world{opts: opts, plan: plan, rng: rng,
 		srv:   NewServer(plan.Provider, rand.New(rand.NewPCG(seed, 0x5e4e)), plan.MaxPage),
-		procs: make(map[string]*proc), nextID: make(map[string]int), acked: make(map[string]ack)}
+		procs: make(map[string]*proc), nextID: make(map[string]int), acked: make(map[string]ack), spawned: make(map[string]int)}
 	ctx, cancel := context.WithCancel(context.Background())
 	w.root = ctx
 	w.setup()
@@ -200,8 +256,23 @@ func Run(seed uint64, opts Options) Result {
 			w.race()
 		}()
 	}
+	if len(plan.Reshards) > 0 {
+		producers.Add(1)
+		go func() {
+			defer producers.Done()
+			w.reshard()
+		}()
+	}
+	if plan.Surge.Join > 0 {
+		producers.Add(1)
+		go func() {
+			defer producers.Done()
+			w.surge()
+		}()
+	}
 	w.chaos()
 	producers.Wait()
+	w.midway = w.srv.Objects("")
 
 	// The quiet tail: no faults, every crashed process replaced.
 	w.srv.SetFaults(Faults{})
@@ -209,6 +280,7 @@ func Run(seed uint64, opts Options) Result {
 	w.quietAt = time.Now()
 	w.mu.Unlock()
 	w.restoreFleet()
+	w.finishReshard()
 	if plan.Burst {
 		w.burst()
 	}
@@ -221,6 +293,28 @@ func Run(seed uint64, opts Options) Result {
 	w.srv.Close()
 
 	return w.check()
+}
+
+// planLayout draws the seed's layout changes: reshards and a surge of
+// workers. It draws from a source of its own, so that a seed that draws
+// neither runs exactly as it did before they existed.
+func planLayout(plan *Plan, opts Options) {
+	rng := rand.New(rand.NewPCG(plan.Seed, 0x2e5a4d))
+	if rng.IntN(3) == 0 {
+		at := 2*time.Minute + time.Duration(rng.Int64N(int64(opts.Chaos)/2))
+		n := plan.Shards
+		for range 1 + rng.IntN(2) {
+			n += 1 + rng.IntN(4)
+			plan.Reshards = append(plan.Reshards, Reshard{At: at, To: n, Crash: rng.IntN(2) == 0})
+			at += time.Minute + time.Duration(rng.Int64N(int64(3*time.Minute)))
+		}
+	}
+	if rng.IntN(4) == 0 {
+		at := time.Minute + time.Duration(rng.Int64N(int64(opts.Chaos)/2))
+		join := plan.Shards + 1 + rng.IntN(4)
+		plan.Surge = Surge{At: at, LeaveAt: at + time.Minute + time.Duration(rng.Int64N(int64(4*time.Minute))),
+			Join: join, Leave: 1 + rng.IntN(join)}
+	}
 }
 
 // setup writes the queue's manifest, recording the provider as a real
@@ -291,8 +385,10 @@ var discard = slog.New(slog.DiscardHandler)
 func (w *world) spawn(kind, name string, run func(ctx context.Context, p *proc)) *proc {
 	ctx, cancel := context.WithCancel(w.root)
 	p := &proc{name: name, kind: kind, h: w.srv.Handle(name), cancel: cancel, done: make(chan struct{})}
+	at := w.logLen()
 	w.mu.Lock()
 	w.procs[name] = p
+	w.spawned[name] = at
 	w.mu.Unlock()
 	w.wg.Add(1)
 	go func() {
@@ -454,7 +550,7 @@ func (w *world) burst() {
 	w.mu.Unlock()
 	sort.Ints(each)
 	slots := 0
-	for _, n := range each[:min(len(each), w.plan.Shards)] {
+	for _, n := range each[:min(len(each), w.plan.finalShards())] {
 		slots += n
 	}
 	w.spawn("p", "pburst", func(ctx context.Context, p *proc) {
@@ -591,9 +687,15 @@ func (w *world) race() {
 					continue
 				}
 			} else {
-				time.Sleep(min(time.Duration(1+rng.IntN(3))*time.Second, max(0, time.Until(next.Add(-2*time.Second)))))
+				d := min(time.Duration(1+rng.IntN(3))*time.Second, max(0, time.Until(next.Add(-2*time.Second))))
+				time.Sleep(d)
 				id := w.someAcked(rng)
 				if id == "" {
+					if d == 0 {
+						// The last seconds of the chaos phase, and no task
+						// acknowledged yet: let time pass rather than spin.
+						time.Sleep(time.Second)
+					}
 					continue
 				}
 				if t, err := prod.Get(ctx, id); err == nil && t.Status.Terminal() && (t.IdempotencyKey != "" || t.Status != task.Succeeded) {
@@ -688,7 +790,7 @@ func (w *world) pick() *proc {
 			continue
 		default:
 		}
-		if p.kind != "p" && p.h.state.Load() == stateAlive {
+		if (p.kind == "w" || p.kind == "m") && p.h.state.Load() == stateAlive {
 			live = append(live, p)
 		}
 	}
@@ -775,5 +877,87 @@ func (w *world) stopAll() {
 	}
 	for _, p := range all {
 		<-p.done
+	}
+}
+
+// reshard runs the planned reshards, each as its own process (the
+// `s3queue reshard` command), which an operator runs again until it
+// succeeds, unless it was killed.
+func (w *world) reshard() {
+	start := time.Now()
+	for i, r := range w.plan.Reshards {
+		time.Sleep(time.Until(start.Add(r.At)))
+		p := w.spawn("r", fmt.Sprintf("r%d", i+1), func(ctx context.Context, p *proc) {
+			var st s3store.Store = p.h
+			if r.Crash {
+				st = crashAfterManifest{p.h}
+			}
+			for ctx.Err() == nil && !p.h.crashed() {
+				if _, err := shards.Reshard(ctx, st, r.To); err == nil {
+					return
+				}
+				time.Sleep(time.Second)
+			}
+		})
+		<-p.done
+	}
+}
+
+// finishReshard runs the last planned reshard again at the start of the
+// quiet tail if a resharder was killed, as its operator would: it raises
+// the fleet's count if no member has yet.
+func (w *world) finishReshard() {
+	crashed := false
+	for _, r := range w.plan.Reshards {
+		crashed = crashed || r.Crash
+	}
+	if !crashed {
+		return
+	}
+	p := w.spawn("r", "rfinish", func(ctx context.Context, p *proc) {
+		for ctx.Err() == nil {
+			if _, err := shards.Reshard(ctx, p.h, w.plan.finalShards()); err == nil {
+				return
+			}
+			time.Sleep(time.Second)
+		}
+	})
+	<-p.done
+}
+
+// crashAfterManifest is a resharder's store that kills its process the
+// moment its manifest write succeeds: the fleet's count is left behind.
+type crashAfterManifest struct{ *Handle }
+
+func (c crashAfterManifest) Put(ctx context.Context, key string, body []byte, opts s3store.PutOptions) (string, error) {
+	etag, err := c.Handle.Put(ctx, key, body, opts)
+	if err == nil && key == shards.ManifestKey {
+		c.Handle.Crash()
+	}
+	return etag, err
+}
+
+// surge starts more workers than the queue has shards, a second apart,
+// and later makes some of them leave, killed or stopped.
+func (w *world) surge() {
+	rng := rand.New(rand.NewPCG(w.plan.Seed, 0x5e26e))
+	s := w.plan.Surge
+	start := time.Now()
+	time.Sleep(s.At)
+	var joined []*proc
+	for range s.Join {
+		joined = append(joined, w.startWorker())
+		time.Sleep(time.Second)
+	}
+	time.Sleep(time.Until(start.Add(s.LeaveAt)))
+	for _, i := range rng.Perm(len(joined))[:s.Leave] {
+		p := joined[i]
+		if rng.IntN(2) == 0 {
+			p.h.Crash()
+			p.cancel()
+		} else {
+			p.cancel()
+			<-p.done
+		}
 	}
 }
