@@ -893,7 +893,9 @@ func (w *world) reshard() {
 				st = crashAfterManifest{p.h}
 			}
 			for ctx.Err() == nil && !p.h.crashed() {
-				if _, err := shards.Reshard(ctx, st, r.To); err == nil {
+				// ErrShrink: the workers' automatic reshard grew the
+				// queue past r.To meanwhile, which is as good.
+				if _, err := shards.Reshard(ctx, st, r.To); err == nil || errors.Is(err, shards.ErrShrink) {
 					return
 				}
 				time.Sleep(time.Second)
@@ -916,7 +918,11 @@ func (w *world) finishReshard() {
 	}
 	p := w.spawn("r", "rfinish", func(ctx context.Context, p *proc) {
 		for ctx.Err() == nil {
-			if _, err := shards.Reshard(ctx, p.h, w.plan.finalShards()); err == nil {
+			n := w.plan.finalShards()
+			if m, err := shards.ReadManifest(ctx, p.h); err == nil {
+				n = max(n, m.Shards) // an automatic reshard may have grown it further
+			}
+			if _, err := shards.Reshard(ctx, p.h, n); err == nil {
 				return
 			}
 			time.Sleep(time.Second)
