@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -41,7 +42,8 @@ func TestScaleSmallFleetKeepsUp(t *testing.T) {
 // The scale report (docs/scale.md): S3QUEUE_SCALE=1 go test ./internal/sim
 // -run TestScaleReport -timeout 60m -v runs fleets of 10, 100 and 1,000
 // workers over 16 to 1,000 shards, prints the table and draws
-// docs/scale-throughput.png. S3QUEUE_SCALE_MAX=100 stops at fleets of 100.
+// docs/scale-throughput.png. S3QUEUE_SCALE_MAX=100 stops at fleets of 100;
+// S3QUEUE_SCALE_CELLS picks cells.
 func TestScaleReport(t *testing.T) {
 	if os.Getenv("S3QUEUE_SCALE") == "" {
 		t.Skip("set S3QUEUE_SCALE=1 to run the scale grid (about 20 minutes on 2 cores)")
@@ -51,12 +53,21 @@ func TestScaleReport(t *testing.T) {
 		maxWorkers = n
 	}
 	shardCounts := []int{16, 64, 256, 1000}
+	// S3QUEUE_SCALE_CELLS=1000/64,1000/1000 runs only those cells
+	// (workers/shards) of the grid and of the kept-up runs.
+	cells := strings.Split(os.Getenv("S3QUEUE_SCALE_CELLS"), ",")
+	wanted := func(workers, shards int) bool {
+		return cells[0] == "" || slices.Contains(cells, fmt.Sprintf("%d/%d", workers, shards))
+	}
 	var rows []gridCell
 	for _, workers := range []int{10, 100, 1000} {
 		if workers > maxWorkers {
 			break
 		}
 		for _, sh := range shardCounts {
+			if !wanted(workers, sh) {
+				continue
+			}
 			opts := reportOptions(workers, sh)
 			began := time.Now()
 			var res ScaleResult
@@ -70,7 +81,9 @@ func TestScaleReport(t *testing.T) {
 			rows = append(rows, gridCell{res, wall})
 			fmt.Println(scaleRow(res, wall))
 		}
-		plotGrid(t, rows, shardCounts) // after each fleet size: a grid cut short still draws
+		if cells[0] == "" {
+			plotGrid(t, rows, shardCounts) // after each fleet size: a grid cut short still draws
+		}
 	}
 	// Then loads each fleet keeps up with (about 70% of what it carried
 	// above), for the cost and pickup of a queue that is not behind.
@@ -81,6 +94,9 @@ func TestScaleReport(t *testing.T) {
 	}{{10, 16, 100}, {100, 64, 600}, {100, 128, 1000}, {1000, 1000, 7000}} {
 		if c.workers > maxWorkers {
 			break
+		}
+		if !wanted(c.workers, c.shards) {
+			continue
 		}
 		opts := reportOptions(c.workers, c.shards)
 		opts.TasksPerSecond = c.rate
@@ -121,9 +137,15 @@ func reportOptions(workers, shards int) ScaleOptions {
 	for i := 1; i < min(16, shards); i++ {
 		bounds = append(bounds, fmt.Sprintf("tasks/%03d", i*shards/min(16, shards)))
 	}
-	return ScaleOptions{Workers: workers, Shards: shards, Concurrency: 16, HandlerTime: 100 * time.Millisecond,
+	o := ScaleOptions{Workers: workers, Shards: shards, Concurrency: 16, HandlerTime: 100 * time.Millisecond,
 		TasksPerSecond: min(10000, 25*float64(min(workers, shards))), Warmup: 25 * time.Second, Window: 20 * time.Second, Tail: 10 * time.Second,
 		Seed: 1, Model: S3ModelConfig{Boundaries: bounds}}
+	if workers >= 1000 {
+		// A fleet object of 1,000 members is read and rewritten hundreds
+		// of times a second: shorter runs, to fit the wall time.
+		o.Warmup, o.Window, o.Tail = 20*time.Second, 10*time.Second, 5*time.Second
+	}
+	return o
 }
 
 func envInt(t *testing.T, name string) (int, bool) {
@@ -175,4 +197,49 @@ func plotGrid(t *testing.T, rows []gridCell, shardCounts []int) {
 		t.Fatal(err)
 	}
 	t.Logf("wrote %s", png)
+}
+
+// TestScalePlot draws docs/scale-throughput.png from the SCALE lines of
+// earlier TestScaleReport outputs, for a grid run in parts
+// (S3QUEUE_SCALE_CELLS): S3QUEUE_SCALE_PLOT=out1.txt,out2.txt. Only the
+// grid's cells are drawn (an offered rate of 25 tasks/s per shard-holding
+// worker, up to 10,000); a later line for a cell replaces an earlier one.
+func TestScalePlot(t *testing.T) {
+	files := os.Getenv("S3QUEUE_SCALE_PLOT")
+	if files == "" {
+		t.Skip("set S3QUEUE_SCALE_PLOT to the outputs of TestScaleReport")
+	}
+	type cell struct{ workers, shards int }
+	got := make(map[cell]gridCell)
+	for _, name := range strings.Split(files, ",") {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.Split(line, " | ")
+			if len(f) < 5 || f[0] != "SCALE" || f[1] == "workers" {
+				continue
+			}
+			var c cell
+			var offered, done float64
+			fmt.Sscan(f[1], &c.workers)
+			fmt.Sscan(f[2], &c.shards)
+			fmt.Sscan(f[3], &offered)
+			fmt.Sscan(f[4], &done)
+			if offered != reportOptions(c.workers, c.shards).TasksPerSecond {
+				continue // a kept-up run
+			}
+			got[c] = gridCell{res: ScaleResult{Options: ScaleOptions{Workers: c.workers, Shards: c.shards}, Throughput: done}}
+		}
+	}
+	var rows []gridCell
+	for _, w := range []int{10, 100, 1000} {
+		for _, sh := range []int{16, 64, 256, 1000} {
+			if r, ok := got[cell{w, sh}]; ok {
+				rows = append(rows, r)
+			}
+		}
+	}
+	plotGrid(t, rows, []int{16, 64, 256, 1000})
 }

@@ -31,6 +31,7 @@ func writePlot(path string, series []plotSeries) error {
 			ymax = math.Max(ymax, v)
 		}
 	}
+	ymax = math.Max(ymax, 1)
 	step := niceStep(ymax / 6)
 	ymax = math.Ceil(ymax/step) * step
 	xmin, xmax := math.Log10(5), math.Log10(2000)
@@ -111,11 +112,12 @@ func line(img *image.RGBA, x0, y0, x1, y1 int, c color.Color) {
 		if x0 == x1 && y0 == y1 {
 			return
 		}
-		if 2*e >= dy {
+		e2 := 2 * e
+		if e2 >= dy {
 			e += dy
 			x0 += sx
 		}
-		if 2*e <= dx {
+		if e2 <= dx {
 			e += dx
 			y0 += sy
 		}
