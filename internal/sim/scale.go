@@ -177,6 +177,7 @@ func Scale(opts ScaleOptions) (ScaleResult, error) {
 	mon, err := monitor.New(ctx, r.store("m1", false), monitor.Config{ID: "m1", Rand: r.rand("m1"), Logger: discard})
 	if err != nil {
 		cancel()
+		srv.Close()
 		return ScaleResult{}, fmt.Errorf("open the monitor: %w", err)
 	}
 	spawn(func() { mon.Run(ctx) })
