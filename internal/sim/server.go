@@ -105,6 +105,10 @@ type request struct {
 	control func()
 	name    string // a control request's name, for the trace
 
+	// order is sortKey(), computed once when the request is enqueued:
+	// the schedule compares it many times.
+	order string
+
 	delayed   bool
 	abandoned bool // the caller gave up; served only as a zombie
 	zombie    bool
@@ -133,7 +137,8 @@ type Server struct {
 	faults   Faults
 	foreign  string // key prefix of objects whose GET is forbidden
 	objects  map[string]object
-	pending  []*request
+	keys     keyIndex   // the keys of objects, in order, for LIST
+	pending  []*request // sorted by request.less: the schedule draws an index into it
 	seq      uint64
 	closed   bool
 	log      []Entry
@@ -150,6 +155,9 @@ type Server struct {
 	// model, if set, is a modelled S3 (s3model.go) that times each
 	// request and refuses those over its partition's rate.
 	model *S3Model
+	// lean: keep no trace and no log of applied writes (a scale run makes
+	// millions of requests, and checks no invariant over them).
+	lean bool
 }
 
 // NewServer returns a server with the given provider behaviour, seeded
@@ -209,12 +217,33 @@ func (s *Server) signal() {
 }
 
 func (s *Server) enqueue(r *request) {
+	r.order = r.sortKey()
 	s.mu.Lock()
 	s.seq++
 	r.seq = s.seq
-	s.pending = append(s.pending, r)
+	s.addPending(r)
 	s.mu.Unlock()
 	s.signal()
+}
+
+// addPending inserts r into the pending requests in their order. Called
+// with s.mu held. Keeping them sorted as they arrive gives the order a
+// sort of the whole set before each pick would (less is a total order),
+// at the cost of one binary search and one copy per request.
+func (s *Server) addPending(r *request) {
+	i := sort.Search(len(s.pending), func(i int) bool { return r.less(s.pending[i]) })
+	s.pending = append(s.pending, nil)
+	copy(s.pending[i+1:], s.pending[i:])
+	s.pending[i] = r
+}
+
+// dropPending removes r from the pending requests, if it is there.
+// Called with s.mu held.
+func (s *Server) dropPending(r *request) {
+	i := sort.Search(len(s.pending), func(i int) bool { return !s.pending[i].less(r) })
+	if i < len(s.pending) && s.pending[i] == r {
+		s.pending = append(s.pending[:i], s.pending[i+1:]...)
+	}
 }
 
 // schedule is the scheduler goroutine.
@@ -232,7 +261,6 @@ func (s *Server) schedule() {
 			<-s.wake // durably blocked: virtual time moves to the next timer
 			continue
 		}
-		sort.Slice(s.pending, func(i, j int) bool { return s.pending[i].less(s.pending[j]) })
 		i := s.rng.IntN(len(s.pending))
 		r := s.pending[i]
 		s.pending = append(s.pending[:i], s.pending[i+1:]...)
@@ -244,9 +272,8 @@ func (s *Server) schedule() {
 // less orders pending requests by what they are, not by when their
 // goroutines happened to enqueue them.
 func (r *request) less(o *request) bool {
-	a, b := r.sortKey(), o.sortKey()
-	if a != b {
-		return a < b
+	if r.order != o.order {
+		return r.order < o.order
 	}
 	return r.seq < o.seq
 }
@@ -298,7 +325,7 @@ func (s *Server) serve(r *request) {
 		s.counts["delay"]++
 		time.AfterFunc(d, func() {
 			s.mu.Lock()
-			s.pending = append(s.pending, r)
+			s.addPending(r)
 			s.mu.Unlock()
 			s.signal()
 		})
@@ -353,6 +380,10 @@ func (s *Server) serve(r *request) {
 		resp.date = s.date()
 	default:
 		resp = s.apply(r, "")
+	}
+	if s.lean {
+		s.respond(r, resp)
+		return
 	}
 	if r.op == s3store.OpList && resp.err == nil && debugLists {
 		var ks []string
@@ -436,6 +467,9 @@ func short(etag string) string {
 }
 
 func (s *Server) tracef(format string, args ...any) {
+	if s.lean {
+		return
+	}
 	s.trace = append(s.trace, fmt.Sprintf("%9.3fs ", time.Since(s.start).Seconds())+fmt.Sprintf(format, args...))
 }
 
@@ -479,6 +513,9 @@ func (s *Server) apply(r *request, fault string) response {
 			sum := md5.Sum(r.body) // S3's ETag of a single-part PUT: identical bytes, identical ETag
 			o := object{body: append([]byte(nil), r.body...), etag: hex.EncodeToString(sum[:]), modified: now.Truncate(time.Second)}
 			s.objects[r.key] = o
+			if !exists {
+				s.keys.insert(r.key)
+			}
 			s.record(r, now, fault, cur, exists, o.body)
 			resp.etag = o.etag
 		}
@@ -489,6 +526,7 @@ func (s *Server) apply(r *request, fault string) response {
 		}
 		if exists {
 			delete(s.objects, r.key)
+			s.keys.remove(r.key)
 			s.record(r, now, fault, cur, true, nil)
 		}
 	case s3store.OpList:
@@ -499,13 +537,7 @@ func (s *Server) apply(r *request, fault string) response {
 		if s.maxPage > 0 && max > s.maxPage {
 			max = s.maxPage
 		}
-		keys := make([]string, 0, 16)
-		for k := range s.objects {
-			if strings.HasPrefix(k, r.key) && k > r.list.StartAfter {
-				keys = append(keys, k)
-			}
-		}
-		sort.Strings(keys)
+		keys := s.keys.list(r.key, r.list.StartAfter, max+1)
 		if len(keys) > max {
 			keys, resp.page.Truncated = keys[:max], true
 		}
@@ -518,6 +550,9 @@ func (s *Server) apply(r *request, fault string) response {
 }
 
 func (s *Server) record(r *request, now time.Time, fault string, old object, existed bool, body []byte) {
+	if s.lean {
+		return
+	}
 	e := Entry{Seq: len(s.log), At: now, Proc: r.h.proc, Op: r.op, Key: r.key, New: body, Fault: fault, Existed: existed}
 	if existed {
 		e.Old = old.body
@@ -574,6 +609,9 @@ func (s *Server) Put(key string, body []byte) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sum := md5.Sum(body)
+	if _, ok := s.objects[key]; !ok {
+		s.keys.insert(key)
+	}
 	s.objects[key] = object{body: body, etag: hex.EncodeToString(sum[:]), modified: time.Now().UTC().Truncate(time.Second)}
 }
 
@@ -645,11 +683,8 @@ func (h *Handle) do(ctx context.Context, r *request) response {
 		case resp = <-r.reply: // served meanwhile
 		default:
 			r.abandoned = true
-			for i, p := range h.srv.pending {
-				if p == r && !r.zombie {
-					h.srv.pending = append(h.srv.pending[:i], h.srv.pending[i+1:]...)
-					break
-				}
+			if !r.zombie {
+				h.srv.dropPending(r)
 			}
 			resp = response{err: ctx.Err()}
 		}
