@@ -247,7 +247,12 @@ type FleetCache struct {
 	local  clock.Local
 	cas    s3store.CAS
 
-	mu   sync.Mutex
+	// busy is a token held by the one caller reading or writing the fleet
+	// object: others wait for it (or for their ctx) and then reuse what it
+	// read. A channel, not a lock, so no lock is held across a request.
+	busy chan struct{}
+
+	mu   sync.Mutex // guards the view below; never held across a request
 	f    Fleet
 	etag string
 	read time.Time // local monotonic time of the read
@@ -265,7 +270,7 @@ func NewFleetCache(st s3store.Store, margin time.Duration, local clock.Local, sr
 	if src == nil {
 		src = rnd.New(nil)
 	}
-	c := &FleetCache{st: st, margin: margin, local: local, rand: src}
+	c := &FleetCache{st: st, margin: margin, local: local, rand: src, busy: make(chan struct{}, 1)}
 	c.cas = s3store.CAS{Jitter: src.Float64, Sleep: func(ctx context.Context, d time.Duration) error {
 		if !clock.Sleep(local, d, ctx.Done()) {
 			return ctx.Err()
@@ -286,18 +291,49 @@ func (c *FleetCache) Get(ctx context.Context) (Fleet, error) {
 // reuses any fresher read made for another caller. On an error it returns
 // the last view it had.
 func (c *FleetCache) GetWithin(ctx context.Context, maxAge time.Duration) (Fleet, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.read.IsZero() && clock.Since(c.local, c.read) < maxAge {
-		return c.f, nil
+	if f, ok := c.fresh(maxAge); ok {
+		return f, nil
+	}
+	if err := c.acquire(ctx); err != nil {
+		return c.Cached(), err
+	}
+	defer c.release()
+	if f, ok := c.fresh(maxAge); ok { // read by another caller meanwhile
+		return f, nil
 	}
 	f, etag, err := ReadFleet(ctx, c.st)
 	if err != nil && !errors.Is(err, ErrCorruptFleet) {
-		return c.f, err
+		return c.Cached(), err
 	}
-	c.f, c.etag, c.read = f, etag, c.local.Now()
+	c.store(f, etag)
 	return f, err
 }
+
+// fresh returns the cached view if it is younger than maxAge.
+func (c *FleetCache) fresh(maxAge time.Duration) (Fleet, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.f, !c.read.IsZero() && clock.Since(c.local, c.read) < maxAge
+}
+
+// store makes f, read or written now with etag, the cached view.
+func (c *FleetCache) store(f Fleet, etag string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.f, c.etag, c.read = f, etag, c.local.Now()
+}
+
+// acquire takes the busy token, or gives up when ctx ends.
+func (c *FleetCache) acquire(ctx context.Context) error {
+	select {
+	case c.busy <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (c *FleetCache) release() { <-c.busy }
 
 // Cached returns the fleet as last read, without reading it (an empty fleet
 // before the first read): what a caller may learn from without a request.
@@ -338,10 +374,15 @@ func (c *FleetCache) RingIfAsleep(ctx context.Context) (bool, error) {
 	if err != nil || !f.Asleep {
 		return false, err
 	}
+	if err := c.acquire(ctx); err != nil {
+		return false, err
+	}
+	defer c.release()
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	cur, curETag := c.f, c.etag
+	c.mu.Unlock()
 	rang := false
-	nf, etag, err := UpdateFleet(ctx, c.st, c.cas, c.f, c.etag, func(f *Fleet) bool {
+	nf, etag, err := UpdateFleet(ctx, c.st, c.cas, cur, curETag, func(f *Fleet) bool {
 		if !f.Asleep {
 			return false // someone else rang first
 		}
@@ -351,6 +392,6 @@ func (c *FleetCache) RingIfAsleep(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("ring the doorbell: %w", err)
 	}
-	c.f, c.etag, c.read = nf, etag, c.local.Now()
+	c.store(nf, etag)
 	return rang, nil
 }
