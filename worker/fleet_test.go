@@ -73,6 +73,41 @@ func (f *fleet) start(cfg worker.Config, st s3store.Store, h worker.Handler) *wo
 	return w
 }
 
+// producer opens a producer on st with the fleet's shard count and lease
+// margin.
+func (f *fleet) producer(st s3store.Store) *producer.Producer {
+	f.t.Helper()
+	p, err := producer.New(f.ctx, st, producer.Config{Shards: f.shards, LeaseMargin: 100 * time.Millisecond})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return p
+}
+
+// submit submits one task of type "job" and returns its id.
+func (f *fleet) submit(p *producer.Producer) string {
+	f.t.Helper()
+	id, err := p.Submit(f.ctx, "job", nil, producer.Options{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return id
+}
+
+// expectRun waits for a handler to report task id on ran; after within it
+// fails with what, as the caller describes the failure.
+func expectRun(t *testing.T, ran <-chan string, id string, within time.Duration, what func() string) {
+	t.Helper()
+	select {
+	case got := <-ran:
+		if got != id {
+			t.Fatalf("ran %s, want %s", got, id)
+		}
+	case <-time.After(within):
+		t.Fatal(what())
+	}
+}
+
 func (f *fleet) stop(id string) {
 	f.mu.Lock()
 	stop := f.stops[id]
@@ -299,22 +334,9 @@ func TestAnIdleFleetShrinksToOneSleepingMemberThatAProducerWakes(t *testing.T) {
 			t.Fatalf("the sleeping member renewed %d times in a second, want at most 3", n)
 		}
 		fl, _, _ := shards.ReadFleet(f.ctx, st)
-		p, err := producer.New(f.ctx, st, producer.Config{Shards: 4, LeaseMargin: 100 * time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
-		id, err := p.Submit(f.ctx, "job", nil, producer.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case got := <-started:
-			if got != id {
-				t.Fatalf("started %s, want %s", got, id)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatal("the sleeping member was not woken by the producer's ring")
-		}
+		p := f.producer(st)
+		id := f.submit(p)
+		expectRun(t, started, id, 10*time.Second, func() string { return "the sleeping member was not woken by the producer's ring" })
 		fl, _, _ = shards.ReadFleet(f.ctx, st)
 		if fl.Ring == 0 || len(fl.Members) == 0 {
 			t.Fatal("the producer did not ring the doorbell")
@@ -341,17 +363,12 @@ func TestStandbysJoinWhenMembersAreSaturated(t *testing.T) {
 		waitFor(t, "the first worker to join", 10*time.Second, func() bool { m, _ := w0.Member(); return m })
 		standby := f.fast("standby")
 		w1 := f.start(standby, nil, block)
-		p, err := producer.New(f.ctx, st, producer.Config{Shards: 4, LeaseMargin: 100 * time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
+		p := f.producer(st)
 		if m, _ := w1.Member(); m {
 			t.Fatal("a second elastic worker joined an idle fleet")
 		}
 		for i := 0; i < 10; i++ {
-			if _, err := p.Submit(f.ctx, "job", nil, producer.Options{}); err != nil {
-				t.Fatal(err)
-			}
+			f.submit(p)
 		}
 		start := time.Now()
 		waitFor(t, "the standby to join a saturated fleet", 20*time.Second, func() bool { m, _ := w1.Member(); return m })
@@ -441,22 +458,9 @@ func TestACorruptFleetObjectIsReportedAndReplaced(t *testing.T) {
 			done <- tk.ID
 			return nil, nil
 		})
-		p, err := producer.New(f.ctx, st, producer.Config{Shards: 4, LeaseMargin: 100 * time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
-		id, err := p.Submit(f.ctx, "job", nil, producer.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case got := <-done:
-			if got != id {
-				t.Fatalf("ran %s, want %s", got, id)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatal("the task was not run with a corrupt fleet object in the bucket")
-		}
+		p := f.producer(st)
+		id := f.submit(p)
+		expectRun(t, done, id, 10*time.Second, func() string { return "the task was not run with a corrupt fleet object in the bucket" })
 		fl, _, err := shards.ReadFleet(f.ctx, st)
 		if err != nil || len(fl.Members) != 1 {
 			t.Fatalf("fleet after the worker joined: %+v, %v; want the worker's entry", fl, err)
@@ -482,9 +486,7 @@ func TestAPacedMemberStaysAwakeWhileWorkTrickles(t *testing.T) {
 		}
 		slept := 0
 		for i := 0; i < 40; i++ { // 5 tasks a second for 8 seconds: a listing every 2 seconds
-			if _, err := p.Submit(f.ctx, "job", nil, producer.Options{}); err != nil {
-				t.Fatal(err)
-			}
+			f.submit(p)
 			time.Sleep(200 * time.Millisecond) // the arrival process under test, not a wait for work
 			if i >= 10 {
 				if fl, _, _ := shards.ReadFleet(f.ctx, st); fl.Asleep {

@@ -34,9 +34,7 @@ func scaleOut(t *testing.T, maxShards int, pinned bool) ([]*worker.Worker, shard
 		t.Fatal(err)
 	}
 	for range 200 {
-		if _, err := p.Submit(f.ctx, "job", nil, producer.Options{}); err != nil {
-			t.Fatal(err)
-		}
+		f.submit(p)
 	}
 	var ws []*worker.Worker
 	for i := range 8 {

@@ -269,30 +269,13 @@ func (r *run) commit(o outcome, cause error) {
 			}
 			// Past task.MaxSnoozes a snooze is a failed attempt, and a
 			// cancel requested meanwhile wins.
-			switch t.Status {
-			case task.Dead:
-				kind = "dead"
-			case task.Canceled:
-				kind = "canceled"
-			case task.Pending:
-				kind = "snoozed"
-				if t.Attempt == r.v.Task.Attempt {
-					kind = "failed"
-				}
-			}
+			kind = failedKind(t, t.Attempt != r.v.Task.Attempt)
 			return nil
 		}
 		if err := t.Fail(r.claimID, o.err.Error(), IsPermanent(o.err), now, rnd.Keyed(r.claimID)); err != nil {
 			return err
 		}
-		switch t.Status {
-		case task.Dead:
-			kind = "dead"
-		case task.Canceled:
-			kind = "canceled"
-		default:
-			kind = "failed"
-		}
+		kind = failedKind(t, false)
 		return nil
 	}
 	err := r.update(ctx, func(t *task.Task, now time.Time) error {
@@ -345,4 +328,19 @@ func (r *run) commit(o outcome, cause error) {
 			w.log.Warn("announce retry", "task_id", t0.ID, "err", err)
 		}
 	}
+}
+
+// failedKind names the event of an attempt that did not succeed, from the
+// status its write left: dead, canceled (a cancel requested meanwhile
+// wins), snoozed (back to pending without using an attempt), or failed.
+func failedKind(t *task.Task, snoozed bool) string {
+	switch {
+	case t.Status == task.Dead:
+		return "dead"
+	case t.Status == task.Canceled:
+		return "canceled"
+	case t.Status == task.Pending && snoozed:
+		return "snoozed"
+	}
+	return "failed"
 }

@@ -181,14 +181,9 @@ func TestAFullMemberSeesALaterBacklogAndAsksForHelp(t *testing.T) {
 		}
 		w0 := f.start(f.fast("first"), nil, block) // 2 slots
 		waitFor(t, "the first worker to join", 10*time.Second, func() bool { m, _ := w0.Member(); return m })
-		p, err := producer.New(f.ctx, st, producer.Config{Shards: 4, LeaseMargin: 100 * time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
+		p := f.producer(st)
 		for i := 0; i < 2; i++ {
-			if _, err := p.Submit(f.ctx, "job", nil, producer.Options{}); err != nil {
-				t.Fatal(err)
-			}
+			f.submit(p)
 		}
 		for i := 0; i < 2; i++ {
 			select {
@@ -199,9 +194,7 @@ func TestAFullMemberSeesALaterBacklogAndAsksForHelp(t *testing.T) {
 		}
 		w1 := f.start(f.fast("standby"), nil, block)
 		for i := 0; i < 6; i++ {
-			if _, err := p.Submit(f.ctx, "job", nil, producer.Options{}); err != nil {
-				t.Fatal(err)
-			}
+			f.submit(p)
 		}
 		waitFor(t, "the standby to join the full member", 10*time.Second, func() bool { m, _ := w1.Member(); return m })
 	})
@@ -297,23 +290,12 @@ func TestARestartedWorkerJoinsAtOnce(t *testing.T) {
 			ran <- tk.ID
 			return nil, nil
 		})
-		p, err := producer.New(f.ctx, st, producer.Config{Shards: 4, LeaseMargin: 100 * time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
-		id, err := p.Submit(f.ctx, "job", nil, producer.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case got := <-ran:
-			if got != id {
-				t.Fatalf("ran %s, want %s", got, id)
-			}
-		case <-time.After(5 * time.Second):
+		p := f.producer(st)
+		id := f.submit(p)
+		expectRun(t, ran, id, 5*time.Second, func() string {
 			m, _ := w.Member()
-			t.Fatalf("the restarted worker did not run a task within 5s (member: %v)", m)
-		}
+			return fmt.Sprintf("the restarted worker did not run a task within 5s (member: %v)", m)
+		})
 	})
 }
 
