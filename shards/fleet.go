@@ -73,6 +73,12 @@ type Member struct {
 	// work left behind. Busy members hand work they cannot start to
 	// members that are not (by ready pointers in their shards).
 	Busy bool `json:"busy,omitempty"`
+	// Leased members renew a lease object of their own (LeaseKey) instead
+	// of this entry, so that writes to the fleet object do not grow with
+	// the fleet. The keeper keeps their ExpiresAt and Busy from a listing
+	// of the lease objects (Fleet.Keep); TTL is the member's own.
+	Leased bool          `json:"leased,omitempty"`
+	TTL    time.Duration `json:"ttl,omitempty"`
 }
 
 // Handles reports whether the member runs tasks of type typ.

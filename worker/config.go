@@ -59,6 +59,11 @@ type Config struct {
 	// a queue that has another.
 	MaxShards    int
 	ReshardAfter time.Duration
+	// RootMembers is how many members renew their entries in the fleet
+	// object itself; members that join beyond them renew a lease object of
+	// their own, so that writes to the fleet object, and their 412s, do not
+	// grow with the fleet (docs/shards.md).
+	RootMembers int
 	// PollMin, PollMax and PollMultiplier shape adaptive polling: the
 	// interval resets to PollMin when a poll finds work and grows by
 	// PollMultiplier per empty poll up to PollMax.

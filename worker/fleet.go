@@ -3,11 +3,13 @@ package worker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sort"
 	"time"
 
 	"github.com/s3queue/s3queue/clock"
 	"github.com/s3queue/s3queue/lease"
+	"github.com/s3queue/s3queue/s3store"
 	"github.com/s3queue/s3queue/shards"
 )
 
@@ -38,6 +40,7 @@ type membership struct {
 
 	standbyWait time.Duration // a standby's wait before its next read
 	learnt      int           // the fleet's shard count the manifest was last re-read for
+	leaseKey    string        // a leased member's lease object, as last written
 	grew        time.Time     // local time of the last automatic reshard tried
 
 	retry backoff // of the fleet requests, after a failure
@@ -127,7 +130,19 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 	leaving, shutdown := m.leaving, m.shutdown
 	busy := !m.fullSince.IsZero() && m.backlog && w.free() == 0
 	joining := !m.member
-	expiry := iv.Latest.Add(w.memberTTL())
+	if !joining && w.leaseOnly(iv, want) {
+		return w.renewLease(ctx, now, iv, busy)
+	}
+	// The keeper lists the leased members' leases for the write below.
+	var leases map[string]shards.Lease
+	if !joining && !leaving && m.fleet.HasLeased() && w.keeper(iv) {
+		if leases, err = shards.ReadLeases(ctx, w.st); err != nil {
+			return err
+		}
+	}
+	ttl := w.memberTTL()
+	rootExpiry := iv.Latest.Add(ttl)
+	leaseExpiry := iv.Earliest.Add(ttl) // what a leased member counts on: its PUT lands after
 	f, etag, err := shards.UpdateFleet(ctx, w.st, w.fleetCAS(), m.fleet, m.etag, func(f *shards.Fleet) bool {
 		live := f.Live(iv, margin)
 		if joining && !(w.cfg.Dedicated || len(live) == 0 || f.Want > len(live) || !w.covered(*f, iv)) {
@@ -137,6 +152,9 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 			leaving = false // the fleet changed: stay rather than empty it
 			return false
 		}
+		// A place among the root members is free: a leased member takes it,
+		// and a newcomer gets it rather than a lease.
+		rootFree := f.RootLive(iv, margin) < w.cfg.RootMembers
 		kept := f.Members[:0]
 		found := false
 		for _, mem := range f.Members {
@@ -146,16 +164,29 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 				if leaving {
 					continue
 				}
-				mem.ExpiresAt, mem.Busy = expiry, busy
+				if mem.Leased && rootFree {
+					mem.Leased, mem.TTL = false, 0
+				}
+				if !mem.Leased {
+					mem.ExpiresAt, mem.Busy = rootExpiry, busy
+				}
 			case lease.Expired(mem.ExpiresAt, iv, margin):
 				continue // certainly dead: prune it
 			}
 			kept = append(kept, mem)
 		}
 		if !found && !leaving {
-			kept = append(kept, shards.Member{ID: w.cfg.ID, Joined: m.joined, ExpiresAt: expiry, Types: w.types(), Dedicated: w.cfg.Dedicated, Busy: busy})
+			me := shards.Member{ID: w.cfg.ID, Joined: m.joined, ExpiresAt: rootExpiry, Types: w.types(), Dedicated: w.cfg.Dedicated, Busy: busy}
+			if !rootFree {
+				me.Leased, me.TTL, me.Busy = true, ttl, false
+				me.ExpiresAt = shards.LeasedExpiry(me.LeaseLapse(shards.Lease{}, false), ttl, margin)
+			}
+			kept = append(kept, me)
 		}
 		f.Members = kept
+		if leases != nil {
+			f.Keep(leases, iv, w.cfg.MemberTTL, margin)
+		}
 		if f.Shards < w.manifest.Shards {
 			// A reshard that stopped before raising the fleet's count, or
 			// a fleet from before it was recorded: members assign by ours.
@@ -192,6 +223,9 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 		return err
 	}
 	m.fleet, m.etag, m.synced = f, etag, now
+	if leases != nil {
+		w.sweepLeases(ctx, f, leases, iv)
+	}
 	if joining && !contains(f.Members, w.cfg.ID) {
 		return nil // stayed a standby
 	}
@@ -201,6 +235,7 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 		return nil
 	}
 	if leaving {
+		w.dropLease(ctx)
 		w.log.Info("left the fleet", "members", len(f.Members))
 		m.member, m.leaving, m.asleep, m.shutdown = false, false, false, false
 		m.standbyWait = w.standbyWait(f)
@@ -215,7 +250,19 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 		m.lastWork = now
 		w.pace.reset(w.cfg.PollMin, now)
 	}
-	m.expiry, m.renewed = expiry, now
+	me, _ := entry(f, w.cfg.ID)
+	switch {
+	case me.Leased && !joining:
+		// The write was not the renewal: the lease object is.
+		if err := w.renewLease(ctx, now, iv, busy); err != nil {
+			return err
+		}
+	case me.Leased:
+		m.expiry, m.renewed = leaseExpiry, now
+	default:
+		w.dropLease(ctx) // a root member now, if it was leased
+		m.expiry, m.renewed = rootExpiry, now
+	}
 	w.learnShards(ctx, f)
 	n = f.ShardCount(w.manifest.Shards)
 	a, _ := f.Assign(w.cfg.ID, iv, margin, n)
@@ -651,4 +698,93 @@ type memberView struct {
 func (w *Worker) Member() (bool, shards.Assignment) {
 	v := w.view.Load()
 	return v.member, v.assign
+}
+
+// entry returns member id's entry in f.
+func entry(f shards.Fleet, id string) (shards.Member, bool) {
+	for _, m := range f.Members {
+		if m.ID == id {
+			return m, true
+		}
+	}
+	return shards.Member{}, false
+}
+
+// keeper reports whether this worker is the fleet's keeper: its first live
+// member, which keeps the leased members' entries (shards/leases.go).
+func (w *Worker) keeper(iv clock.Interval) bool {
+	live := w.fleet.fleet.Live(iv, w.cfg.LeaseMargin)
+	return len(live) > 0 && live[0].ID == w.cfg.ID
+}
+
+// leaseOnly reports whether the member's renewal is a PUT of its lease
+// object alone: it is a leased member, and has no reason to write the
+// fleet object (to leave, to ask for more members than the fleet has and
+// wants, to take a free place among the root members, or as the keeper).
+func (w *Worker) leaseOnly(iv clock.Interval, want int) bool {
+	m := &w.fleet
+	me, ok := entry(m.fleet, w.cfg.ID)
+	if !ok || !me.Leased || m.leaving {
+		return false
+	}
+	live := len(m.fleet.Live(iv, w.cfg.LeaseMargin))
+	return want <= max(live, m.fleet.Want) &&
+		m.fleet.RootLive(iv, w.cfg.LeaseMargin) >= w.cfg.RootMembers && !w.keeper(iv)
+}
+
+// renewLease renews a leased member's entry: one PUT of its lease object,
+// whose key carries its busy state (a flip also deletes the other key, a
+// free request). The member counts on the lease from the earliest S3 time
+// the PUT can have landed at.
+func (w *Worker) renewLease(ctx context.Context, now time.Time, iv clock.Interval, busy bool) error {
+	m := &w.fleet
+	key := shards.LeaseKey(w.cfg.ID, busy)
+	if _, err := w.st.Put(ctx, key, []byte{}, s3store.PutOptions{}); err != nil {
+		return fmt.Errorf("renew the fleet lease: %w", err)
+	}
+	if m.leaseKey != "" && m.leaseKey != key {
+		if err := w.st.Delete(ctx, m.leaseKey, s3store.DeleteOptions{}); err != nil {
+			w.log.Debug("delete the previous lease object; the keeper's listing reads the newer", "key", m.leaseKey, "err", err)
+		}
+	}
+	m.leaseKey = key
+	m.expiry, m.renewed = iv.Earliest.Add(w.memberTTL()), now
+	return nil
+}
+
+// dropLease deletes the member's lease object, if it wrote one: it left the
+// fleet, or renews in the fleet object now.
+func (w *Worker) dropLease(ctx context.Context) {
+	m := &w.fleet
+	if m.leaseKey == "" {
+		return
+	}
+	for _, busy := range []bool{false, true} {
+		if err := w.st.Delete(ctx, shards.LeaseKey(w.cfg.ID, busy), s3store.DeleteOptions{}); err != nil {
+			w.log.Debug("delete the lease object; the keeper deletes it later", "err", err)
+			return
+		}
+	}
+	m.leaseKey = ""
+}
+
+// sweepLeases is the keeper's clean-up after its write of fleet f: the
+// lease objects of members no longer in f (pruned, or gone without
+// deleting theirs) are deleted once they have certainly lapsed. Deletes are
+// free requests.
+func (w *Worker) sweepLeases(ctx context.Context, f shards.Fleet, leases map[string]shards.Lease, iv clock.Interval) {
+	for id, l := range leases {
+		if _, ok := entry(f, id); ok {
+			continue
+		}
+		gone := shards.Member{ID: id, TTL: w.cfg.MemberTTL}
+		if !lease.Expired(gone.LeaseLapse(l, true), iv, w.cfg.LeaseMargin) {
+			continue
+		}
+		for _, key := range l.Keys {
+			if err := w.st.Delete(ctx, key, s3store.DeleteOptions{}); err != nil {
+				w.log.Debug("delete a lapsed lease object", "key", key, "err", err)
+			}
+		}
+	}
 }

@@ -83,6 +83,9 @@ var ConfigKeys = &settings.Section[Config]{
 		settings.Duration("reshard_after", func(c *Config) *time.Duration { return &c.ReshardAfter }, time.Minute,
 			"How long, by S3 time, the members must keep asking for more members than there are shards before the automatic reshard (see max_shards).").
 			Must(settings.Positive),
+		settings.Int("root_members", func(c *Config) *int { return &c.RootMembers }, shards.DefaultRootMembers,
+			"How many fleet members renew their entries in fleet.json itself; members that join beyond them renew a lease object of their own under fleet/leases/, so that writes to fleet.json, and their conflicts, stay flat as the fleet grows (1..1000).").
+			Must(settings.IntRange(1, 1000)),
 	},
 	Rules: []settings.Rule[Config]{
 		{Keys: []string{"poll_min", "poll_max"}, Check: func(c *Config) error {

@@ -50,6 +50,7 @@ const (
 	InvLayout      = "a task lives in one shard of the layout" // placed in [0, shards) by a count of the manifest, in one shard only
 	InvFound       = "every task is found by id"               // at the end, over the final manifest's counts
 	InvResharded   = "a reshard completes"                     // at the end the fleet assigns by the manifest's count
+	InvMembers     = "the fleet lists only live workers"       // at the end: dead members pruned, their lease objects deleted
 
 	retentionMargin = 5 * time.Second // clock uncertainty the monitor may use
 	cursorLag       = time.Minute     // how far a member's scan may trail its shard's keys
@@ -341,6 +342,9 @@ func (w *world) check() Result {
 	// Every member's scan of its own shards has passed every key that is
 	// more than cursorLag old: a cursor held by a key it never settles
 	// starves the rest of its shard.
+	for _, d := range w.deadMembers {
+		add(InvMembers, "", "%s", d)
+	}
 	for _, c := range w.cursors {
 		var newest time.Time
 		for key := range w.srv.Objects(shards.TasksPrefix(c.shard)) {

@@ -32,6 +32,10 @@ type ScaleOptions struct {
 	Elastic              bool
 	// Shards of the queue (default 16).
 	Shards int
+	// RootMembers is the workers' root_members (0: the default, 16);
+	// 1,000 puts every member's renewal in the fleet object, as before
+	// leased members.
+	RootMembers int
 	// TasksPerSecond is the offered load (default 100): producers submit
 	// at this fixed rate whatever the queue does, so a queue that cannot
 	// keep up grows a backlog instead of slowing them.
@@ -105,10 +109,11 @@ type ScaleResult struct {
 	// it is reported as -1 (the queue did not keep up).
 	PickupP50, PickupP99 time.Duration
 	Unclaimed            int
-	// Membership traffic: the workers' requests on the fleet object in the
-	// window, by type and outcome, and the member-seconds they served
-	// (members sampled once a second).
-	FleetGets, FleetPuts, Fleet412s int
+	// Membership traffic: the workers' requests on the fleet object and
+	// on leased members' lease objects (fleet/leases/) in the window, by
+	// type and outcome, and the member-seconds they served (members
+	// sampled once a second). Fleet412s are the PUTs refused with 412.
+	FleetGets, FleetPuts, FleetLists, Fleet412s int
 	MemberSeconds                   float64
 	// Members is how many workers were members at the end of the window;
 	// Working how many of them claimed a task in it.
@@ -130,11 +135,12 @@ func (r ScaleResult) FleetRequestsPerMemberHour() float64 {
 	if r.MemberSeconds == 0 {
 		return 0
 	}
-	return float64(r.FleetGets+r.FleetPuts) / r.MemberSeconds * 3600
+	return float64(r.FleetGets+r.FleetPuts+r.FleetLists) / r.MemberSeconds * 3600
 }
 
 // ConflictsPerFleetWrite is the 412s per successful fleet write (mostly
-// renewals): how often a renewal lost the race for the one key.
+// renewals, in the fleet object or of a lease object): how often a write
+// lost a race for the fleet object.
 func (r ScaleResult) ConflictsPerFleetWrite() float64 {
 	ok := r.FleetPuts - r.Fleet412s
 	if ok <= 0 {
@@ -219,6 +225,7 @@ func Scale(opts ScaleOptions) (ScaleResult, error) {
 	res.Requests = cost.FromCounts(d.all)
 	res.FleetGets = int(d.fleet.Of(s3store.OpGet))
 	res.FleetPuts = int(d.fleet.Of(s3store.OpPut))
+	res.FleetLists = int(d.fleet.Of(s3store.OpList))
 	res.Fleet412s = int(d.fleet[s3store.OpPut][s3store.OutcomePrecondition])
 	res.SlowDownsBy = map[string]int{"fleet": d.slow[0], "tasks": d.slow[1], "other": d.slow[2]}
 	r.summarize(&res)
@@ -259,7 +266,7 @@ func (r *scaleRun) store(proc string, worker bool) *countingStore {
 func (r *scaleRun) runWorker(ctx context.Context, id string, delay time.Duration) {
 	time.Sleep(delay)
 	st := r.store(id, true)
-	wk, err := worker.New(ctx, st, worker.Config{ID: id, Concurrency: r.opts.Concurrency, Dedicated: !r.opts.Elastic,
+	wk, err := worker.New(ctx, st, worker.Config{ID: id, Concurrency: r.opts.Concurrency, Dedicated: !r.opts.Elastic, RootMembers: r.opts.RootMembers,
 		Rand: r.rand(id), Clock: clock.New(st, clock.Config{}), Logger: discard, ShutdownGrace: time.Second,
 		OnEvent: func(e worker.Event) { r.event(id, e) }})
 	if err != nil {
@@ -437,7 +444,7 @@ func (c *scaleCounts) add(op s3store.Op, key string, fleet bool, err error) {
 	}
 	if errors.Is(err, s3store.ErrInjected503) {
 		switch {
-		case key == shards.FleetKey:
+		case key == shards.FleetKey || strings.HasPrefix(key, shards.LeasePrefix):
 			c.slow[0]++
 		case strings.HasPrefix(key, "tasks/"):
 			c.slow[1]++
@@ -474,7 +481,9 @@ type countingStore struct {
 	worker bool
 }
 
-func (s *countingStore) onFleet(key string) bool { return s.worker && key == shards.FleetKey }
+func (s *countingStore) onFleet(key string) bool {
+	return s.worker && (key == shards.FleetKey || strings.HasPrefix(key, shards.LeasePrefix))
+}
 
 // Get implements s3store.Store.
 func (s *countingStore) Get(ctx context.Context, key string) (s3store.Object, error) {
@@ -507,7 +516,7 @@ func (s *countingStore) Delete(ctx context.Context, key string, opts s3store.Del
 // List implements s3store.Store.
 func (s *countingStore) List(ctx context.Context, prefix string, opts s3store.ListOptions) (s3store.ListPage, error) {
 	p, err := s.Handle.List(ctx, prefix, opts)
-	s.counts.add(s3store.OpList, prefix, false, err)
+	s.counts.add(s3store.OpList, prefix, s.onFleet(prefix), err)
 	return p, err
 }
 

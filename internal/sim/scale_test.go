@@ -116,9 +116,9 @@ func TestScaleReport(t *testing.T) {
 		fmt.Println(scaleRow(r.res, r.wall))
 	}
 	for _, r := range append(rows, kept...) {
-		fmt.Printf("DETAIL workers=%d shards=%d rate=%.0f partitions=%d 503s=%v fleet GET=%d PUT=%d 412=%d member-s=%.0f submit-errors=%d requests=%v\n",
+		fmt.Printf("DETAIL workers=%d shards=%d rate=%.0f partitions=%d 503s=%v fleet GET=%d PUT=%d LIST=%d 412=%d member-s=%.0f submit-errors=%d requests=%v\n",
 			r.res.Options.Workers, r.res.Options.Shards, r.res.Options.TasksPerSecond, r.res.Partitions, r.res.SlowDownsBy,
-			r.res.FleetGets, r.res.FleetPuts, r.res.Fleet412s, r.res.MemberSeconds, r.res.SubmitErrors, r.res.Requests)
+			r.res.FleetGets, r.res.FleetPuts, r.res.FleetLists, r.res.Fleet412s, r.res.MemberSeconds, r.res.SubmitErrors, r.res.Requests)
 	}
 }
 

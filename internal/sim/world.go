@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -81,6 +82,11 @@ type Plan struct {
 	// Surge (a quarter of the seeds): more workers than the queue has
 	// shards join during the chaos phase, and some of them leave later.
 	Surge Surge
+	// RootMembers (two seeds in three: 1, or 2 in a third of those; else
+	// 0, the default of 16):
+	// the workers' root_members, so that members beyond it renew leases
+	// of their own and the first member keeps their entries.
+	RootMembers int
 }
 
 // Reshard is one planned `s3queue reshard`.
@@ -117,6 +123,9 @@ func (p Plan) String() string {
 	}
 	for _, r := range p.Reshards {
 		s += ", reshard " + r.String()
+	}
+	if p.RootMembers > 0 {
+		s += fmt.Sprintf(", %d root members", p.RootMembers)
 	}
 	if p.Surge.Join > 0 {
 		s += fmt.Sprintf(", surge of %d workers at %v, %d leave at %v", p.Surge.Join, p.Surge.At.Round(time.Second), p.Surge.Leave, p.Surge.LeaveAt.Round(time.Second))
@@ -161,6 +170,9 @@ type world struct {
 	ops     []op
 	execs   []execution
 	cursors []cursor
+	// deadMembers: fleet entries and lease objects of workers not alive at
+	// the end of the quiet tail (the checker's InvMembers).
+	deadMembers []string
 	midway  map[string][]byte // the bucket at the end of the chaos phase
 	spawned map[string]int    // process name -> length of the server's log when it started
 	quietAt time.Time
@@ -286,6 +298,7 @@ func Run(seed uint64, opts Options) Result {
 	}
 	time.Sleep(opts.Quiet)
 	w.cursors = w.readCursors()
+	w.deadMembers = w.readDeadMembers()
 
 	w.stopAll()
 	cancel()
@@ -314,6 +327,12 @@ func planLayout(plan *Plan, opts Options) {
 		join := plan.Shards + 1 + rng.IntN(4)
 		plan.Surge = Surge{At: at, LeaveAt: at + time.Minute + time.Duration(rng.Int64N(int64(4*time.Minute))),
 			Join: join, Leave: 1 + rng.IntN(join)}
+	}
+	// Another source again, so that the seeds drawn before leased members
+	// existed keep their schedules where this draws the default.
+	rng = rand.New(rand.NewPCG(plan.Seed, 0x1ea5ed))
+	if rng.IntN(3) != 0 {
+		plan.RootMembers = 1 + rng.IntN(3)/2
 	}
 }
 
@@ -423,7 +442,7 @@ func (w *world) startWorker() *proc {
 	dedicated := rng.IntN(3) == 0
 	return w.spawn("w", name, func(ctx context.Context, p *proc) {
 		wk, ok := retry(ctx, func() (*worker.Worker, error) {
-			return worker.New(ctx, p.h, worker.Config{ID: p.name, Concurrency: concurrency, Dedicated: dedicated,
+			return worker.New(ctx, p.h, worker.Config{ID: p.name, Concurrency: concurrency, Dedicated: dedicated, RootMembers: w.plan.RootMembers,
 				Rand: w.seeded(p.name), Clock: w.clockFor(p.h), Logger: discard, ShutdownGrace: 10 * time.Second})
 		})
 		if !ok {
@@ -831,6 +850,45 @@ func (w *world) readCursors() []cursor {
 			if c, ok := at[s]; ok {
 				out = append(out, cursor{worker: p.name, shard: s, at: c})
 			}
+		}
+	}
+	return out
+}
+
+// readDeadMembers lists the fleet entries and lease objects, at the end of
+// the quiet tail, of workers that are not alive: every death was at least
+// the quiet tail ago, long enough for any keeper or root member to prune
+// the entry and delete the lease.
+func (w *world) readDeadMembers() []string {
+	alive := make(map[string]bool)
+	w.mu.Lock()
+	for _, p := range w.procs {
+		if p.kind == "w" && p.h.state.Load() == stateAlive {
+			alive[p.name] = true
+		}
+	}
+	w.mu.Unlock()
+	var out []string
+	objs := w.srv.Objects("")
+	var f shards.Fleet
+	if body, ok := objs[shards.FleetKey]; ok && json.Unmarshal(body, &f) == nil {
+		for _, m := range f.Members {
+			if !alive[m.ID] {
+				out = append(out, fmt.Sprintf("%s lists %s (leased %v, expires %s), which is not alive", shards.FleetKey, m.ID, m.Leased, m.ExpiresAt.Format("15:04:05")))
+			}
+		}
+	}
+	var keys []string
+	for k := range objs {
+		if strings.HasPrefix(k, shards.LeasePrefix) {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		_, id, _ := strings.Cut(strings.TrimPrefix(k, shards.LeasePrefix), "/")
+		if !alive[id] {
+			out = append(out, fmt.Sprintf("lease object %s of a worker that is not alive", k))
 		}
 	}
 	return out
