@@ -2,8 +2,11 @@ package shards
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/s3queue/s3queue/clock"
@@ -21,7 +24,8 @@ import (
 // object therefore come from at most RootMembers renewals and one keeper,
 // however large the fleet: no 412 grows with it.
 //
-// The keeper is the fleet's first live member (the anchor). At each of its
+// The keeper is the fleet's first live root member (its first live member
+// when none is left). At each of its
 // renewals it lists LeasePrefix (one LIST per 1,000 members) and, in the
 // same fleet write, prunes the leased members whose lease has certainly
 // lapsed by the S3 time of their last renewal (the object's LastModified),
@@ -145,6 +149,21 @@ func (f Fleet) HasLeased() bool {
 	return false
 }
 
+// Keeper returns the id of the fleet's keeper at now: its first live root
+// member, or with none its first live member ("" in an empty fleet).
+func (f Fleet) Keeper(now clock.Interval, margin time.Duration) string {
+	live := f.Live(now, margin)
+	for _, m := range live {
+		if !m.Leased {
+			return m.ID
+		}
+	}
+	if len(live) > 0 {
+		return live[0].ID
+	}
+	return ""
+}
+
 // RootLive counts the live members that renew in the fleet object.
 func (f Fleet) RootLive(now clock.Interval, margin time.Duration) int {
 	n := 0
@@ -154,4 +173,108 @@ func (f Fleet) RootLive(now clock.Interval, margin time.Duration) int {
 		}
 	}
 	return n
+}
+
+// Application is what a worker that joins beyond the root members writes
+// in its lease object: it applies, and the keeper admits it in its next
+// write of the fleet object (with those of every other applicant), so that
+// a fleet of hundreds starting at once does not race for the fleet object.
+type Application struct {
+	ID        string        `json:"-"`
+	Applied   time.Time     `json:"-"` // S3 time of the lease object's last write
+	Types     []string      `json:"types,omitempty"`
+	Dedicated bool          `json:"dedicated,omitempty"`
+	TTL       time.Duration `json:"ttl"`
+}
+
+// ReadApplications reads the applications among leases, those of workers
+// with no entry in f whose lease has not lapsed by now: one GET each, up
+// to 16 at a time. An application that cannot be read or decoded is left
+// for the next listing.
+func ReadApplications(ctx context.Context, st s3store.Store, f Fleet, leases map[string]Lease, now clock.Interval, margin time.Duration) []Application {
+	var ids []string
+	for id, l := range leases {
+		if _, ok := f.member(id); ok || l.Busy {
+			continue
+		}
+		if lease.Expired(l.Renewed.Add(lastModifiedSlack+maxApplicationTTL), now, margin) {
+			continue // too old to be a standing application, whatever its TTL
+		}
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	apps := make([]Application, len(ids))
+	ok := make([]bool, len(ids))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for i, id := range ids {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			obj, err := st.Get(ctx, LeaseKey(id, false))
+			if err != nil || json.Unmarshal(obj.Body, &apps[i]) != nil || apps[i].TTL <= 0 {
+				return
+			}
+			apps[i].ID, apps[i].Applied = id, leases[id].Renewed
+			if obj.LastModified.After(apps[i].Applied) {
+				apps[i].Applied = obj.LastModified
+			}
+			ok[i] = !lease.Expired(apps[i].Applied.Add(lastModifiedSlack+apps[i].TTL), now, margin)
+		}()
+	}
+	wg.Wait()
+	var out []Application
+	for i := range apps {
+		if ok[i] {
+			out = append(out, apps[i])
+		}
+	}
+	return out
+}
+
+// maxApplicationTTL bounds the TTL ReadApplications assumes before it has
+// read an application: older lease objects are not read.
+const maxApplicationTTL = time.Hour
+
+// Admit adds the applicants the fleet needs to f as leased members, in the
+// order they applied: dedicated workers, and others while the members ask
+// for more (Want) or one runs a type no live member runs. keeperTTL is the
+// grace of their entries (LeasedExpiry). It returns the ids admitted.
+func (f *Fleet) Admit(apps []Application, now clock.Interval, keeperTTL, margin time.Duration) []string {
+	sort.Slice(apps, func(i, j int) bool {
+		if !apps[i].Applied.Equal(apps[j].Applied) {
+			return apps[i].Applied.Before(apps[j].Applied)
+		}
+		return apps[i].ID < apps[j].ID
+	})
+	var admitted []string
+	for _, a := range apps {
+		if _, ok := f.member(a.ID); ok {
+			continue
+		}
+		live := f.Live(now, margin)
+		need := a.Dedicated || len(live) == 0 || f.Want > len(live)
+		for _, t := range a.Types {
+			need = need || !f.Covers(t, now, margin)
+		}
+		if !need {
+			continue
+		}
+		m := Member{ID: a.ID, Joined: a.Applied, Types: a.Types, Dedicated: a.Dedicated, Leased: true, TTL: a.TTL}
+		m.ExpiresAt = LeasedExpiry(m.LeaseLapse(Lease{}, false), keeperTTL, margin)
+		f.Members = append(f.Members, m)
+		admitted = append(admitted, a.ID)
+	}
+	return admitted
+}
+
+// member returns member id's entry.
+func (f Fleet) member(id string) (Member, bool) {
+	for _, m := range f.Members {
+		if m.ID == id {
+			return m, true
+		}
+	}
+	return Member{}, false
 }

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -41,6 +42,10 @@ type membership struct {
 	standbyWait time.Duration // a standby's wait before its next read
 	learnt      int           // the fleet's shard count the manifest was last re-read for
 	leaseKey    string        // a leased member's lease object, as last written
+
+	// applied is the local time a standby last wrote its application
+	// (zero: none stands); appliedExpiry the lease that write gives it.
+	applied, appliedExpiry time.Time
 	grew        time.Time     // local time of the last automatic reshard tried
 
 	retry backoff // of the fleet requests, after a failure
@@ -52,6 +57,18 @@ type membership struct {
 func (m *membership) saturated(now time.Time) bool {
 	return m.backlog && !m.fullSince.IsZero() && now.Sub(m.fullSince) >= saturatedAfter &&
 		now.Sub(m.asked) >= saturatedAfter
+}
+
+// stale reports that, at local time now, others have likely written the
+// fleet object since the member's last read: more than half an interval
+// between their writes ago (each root member, and the keeper's listing,
+// writes once per renew).
+func (m *membership) stale(now time.Time, iv clock.Interval, renew, margin time.Duration) bool {
+	writers := m.fleet.RootLive(iv, margin)
+	if m.fleet.HasLeased() {
+		writers++ // the keeper's listing changes the entries of leased members
+	}
+	return writers > 2 && now.Sub(m.synced) > renew/time.Duration(2*(writers-1))
 }
 
 // saturatedAfter is how long a member stays full with a backlog before it
@@ -115,10 +132,17 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 	}
 	if !m.member {
 		f := m.fleet
+		if me, ok := entry(f, w.cfg.ID); ok && me.Leased && !m.applied.IsZero() {
+			return w.admitted(ctx, now, iv, f, me)
+		}
 		live := f.Live(iv, margin)
 		join := w.cfg.Dedicated || len(live) == 0 || f.Want > len(live) || !w.covered(f, iv)
 		if !join || len(live) >= n && !w.cfg.Dedicated {
+			w.withdraw(ctx)
 			return nil
+		}
+		if f.RootLive(iv, margin) >= w.cfg.RootMembers {
+			return w.apply(ctx, now, iv)
 		}
 		m.joined = iv.Latest
 	}
@@ -135,14 +159,28 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 	}
 	// The keeper lists the leased members' leases for the write below.
 	var leases map[string]shards.Lease
-	if !joining && !leaving && m.fleet.HasLeased() && w.keeper(iv) {
+	var apps []shards.Application
+	if !joining && !leaving && (m.fleet.HasLeased() || m.fleet.RootLive(iv, margin) >= w.cfg.RootMembers) && w.keeper(iv) {
 		if leases, err = shards.ReadLeases(ctx, w.st); err != nil {
 			return err
 		}
+		apps = shards.ReadApplications(ctx, w.st, m.fleet, leases, iv, margin)
 	}
 	ttl := w.memberTTL()
 	rootExpiry := iv.Latest.Add(ttl)
 	leaseExpiry := iv.Earliest.Add(ttl) // what a leased member counts on: its PUT lands after
+	leasedExpiry := func(me shards.Member) time.Time {
+		return shards.LeasedExpiry(me.LeaseLapse(shards.Lease{Renewed: iv.Earliest}, true), w.cfg.MemberTTL, margin)
+	}
+	if !joining && m.stale(now, iv, w.cfg.MemberTTL/3, margin) {
+		// Others have most likely written since our read: a GET first is
+		// cheaper than a PUT refused with 412.
+		f, etag, err := w.readFleet(ctx)
+		if err != nil {
+			return err
+		}
+		m.fleet, m.etag, m.synced = f, etag, now
+	}
 	f, etag, err := shards.UpdateFleet(ctx, w.st, w.fleetCAS(), m.fleet, m.etag, func(f *shards.Fleet) bool {
 		live := f.Live(iv, margin)
 		if joining && !(w.cfg.Dedicated || len(live) == 0 || f.Want > len(live) || !w.covered(*f, iv)) {
@@ -152,11 +190,11 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 			leaving = false // the fleet changed: stay rather than empty it
 			return false
 		}
-		// A place among the root members is free: a leased member takes it,
-		// and a newcomer gets it rather than a lease.
+		// A place among the root members is free: the first leased member
+		// takes it, and a newcomer gets it rather than a lease.
 		rootFree := f.RootLive(iv, margin) < w.cfg.RootMembers
 		kept := f.Members[:0]
-		found := false
+		found, stayLeased := false, false
 		for _, mem := range f.Members {
 			switch {
 			case mem.ID == w.cfg.ID:
@@ -164,11 +202,15 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 				if leaving {
 					continue
 				}
-				if mem.Leased && rootFree {
+				if mem.Leased && rootFree && firstLeased(*f, iv, margin) == w.cfg.ID {
 					mem.Leased, mem.TTL = false, 0
 				}
+				stayLeased = mem.Leased
 				if !mem.Leased {
 					mem.ExpiresAt, mem.Busy = rootExpiry, busy
+				} else if e := leasedExpiry(mem); e.After(mem.ExpiresAt) {
+					// As the keeper would set it after the PUT below.
+					mem.ExpiresAt = e
 				}
 			case lease.Expired(mem.ExpiresAt, iv, margin):
 				continue // certainly dead: prune it
@@ -179,13 +221,17 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 			me := shards.Member{ID: w.cfg.ID, Joined: m.joined, ExpiresAt: rootExpiry, Types: w.types(), Dedicated: w.cfg.Dedicated, Busy: busy}
 			if !rootFree {
 				me.Leased, me.TTL, me.Busy = true, ttl, false
-				me.ExpiresAt = shards.LeasedExpiry(me.LeaseLapse(shards.Lease{}, false), ttl, margin)
+				me.ExpiresAt = shards.LeasedExpiry(me.LeaseLapse(shards.Lease{}, false), w.cfg.MemberTTL, margin)
 			}
 			kept = append(kept, me)
+		}
+		if stayLeased && leases == nil && want <= max(len(live), f.Want) {
+			return false // nothing to write: the lease object renews us
 		}
 		f.Members = kept
 		if leases != nil {
 			f.Keep(leases, iv, w.cfg.MemberTTL, margin)
+			f.Admit(apps, iv, w.cfg.MemberTTL, margin)
 		}
 		if f.Shards < w.manifest.Shards {
 			// A reshard that stopped before raising the fleet's count, or
@@ -257,14 +303,26 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 		if err := w.renewLease(ctx, now, iv, busy); err != nil {
 			return err
 		}
+	case me.Leased && !m.applied.IsZero():
+		// Admitted by the keeper while we joined: the application is the lease.
+		m.expiry, m.renewed, m.applied = m.appliedExpiry, m.applied, time.Time{}
 	case me.Leased:
 		m.expiry, m.renewed = leaseExpiry, now
 	default:
-		w.dropLease(ctx) // a root member now, if it was leased
+		w.dropLease(ctx) // a root member now, if it was leased or applied
+		m.applied = time.Time{}
 		m.expiry, m.renewed = rootExpiry, now
 	}
+	return w.takePlace(ctx, now, iv, f, joining)
+}
+
+// takePlace publishes the member's place in fleet f after a write or an
+// admission: its assignment, and the automatic reshard's check.
+func (w *Worker) takePlace(ctx context.Context, now time.Time, iv clock.Interval, f shards.Fleet, joining bool) error {
+	m := &w.fleet
+	margin := w.cfg.LeaseMargin
 	w.learnShards(ctx, f)
-	n = f.ShardCount(w.manifest.Shards)
+	n := f.ShardCount(w.manifest.Shards)
 	a, _ := f.Assign(w.cfg.ID, iv, margin, n)
 	if len(a.Own) == 0 && (joining || len(m.assign.Own) > 0) {
 		// Only dedicated workers join a fleet with a member per shard.
@@ -320,6 +378,10 @@ func (w *Worker) mustAsk(ctx context.Context, now time.Time) bool {
 	live := len(f.Live(iv, w.cfg.LeaseMargin))
 	n := f.ShardCount(w.manifest.Shards)
 	want := w.want(n, live)
+	if me, _ := entry(f, w.cfg.ID); me.Leased {
+		// Leased members leave the standing ask to the root members.
+		return want > max(live, f.Want)
+	}
 	return want > max(live, f.Want) ||
 		want > n && !iv.Latest.Add(w.memberTTL()/3).Before(f.WantUntil)
 }
@@ -585,6 +647,11 @@ func (w *Worker) checkBell(ctx context.Context, now time.Time) error {
 // then joins at once rather than after the entry expires.
 func (w *Worker) leave() {
 	if !w.fleet.member {
+		if !w.fleet.applied.IsZero() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			w.withdraw(ctx)
+		}
 		return
 	}
 	// Leaving is bounded on host time: a context deadline cannot run on
@@ -710,11 +777,12 @@ func entry(f shards.Fleet, id string) (shards.Member, bool) {
 	return shards.Member{}, false
 }
 
-// keeper reports whether this worker is the fleet's keeper: its first live
-// member, which keeps the leased members' entries (shards/leases.go).
+// keeper reports whether this worker is the fleet's keeper, which keeps
+// the leased members' entries (shards/leases.go): its first live root
+// member, whose renewals write the fleet object anyway, or, with none, its
+// first live member.
 func (w *Worker) keeper(iv clock.Interval) bool {
-	live := w.fleet.fleet.Live(iv, w.cfg.LeaseMargin)
-	return len(live) > 0 && live[0].ID == w.cfg.ID
+	return w.fleet.fleet.Keeper(iv, w.cfg.LeaseMargin) == w.cfg.ID
 }
 
 // leaseOnly reports whether the member's renewal is a PUT of its lease
@@ -728,8 +796,19 @@ func (w *Worker) leaseOnly(iv clock.Interval, want int) bool {
 		return false
 	}
 	live := len(m.fleet.Live(iv, w.cfg.LeaseMargin))
-	return want <= max(live, m.fleet.Want) &&
-		m.fleet.RootLive(iv, w.cfg.LeaseMargin) >= w.cfg.RootMembers && !w.keeper(iv)
+	convert := m.fleet.RootLive(iv, w.cfg.LeaseMargin) < w.cfg.RootMembers && firstLeased(m.fleet, iv, w.cfg.LeaseMargin) == w.cfg.ID
+	return want <= max(live, m.fleet.Want) && !convert && !w.keeper(iv)
+}
+
+// firstLeased returns the id of f's first live leased member, the one that
+// takes a free place among the root members ("" if none).
+func firstLeased(f shards.Fleet, iv clock.Interval, margin time.Duration) string {
+	for _, m := range f.Live(iv, margin) {
+		if m.Leased {
+			return m.ID
+		}
+	}
+	return ""
 }
 
 // renewLease renews a leased member's entry: one PUT of its lease object,
@@ -750,6 +829,53 @@ func (w *Worker) renewLease(ctx context.Context, now time.Time, iv clock.Interva
 	m.leaseKey = key
 	m.expiry, m.renewed = iv.Earliest.Add(w.memberTTL()), now
 	return nil
+}
+
+// apply is a standby's join beyond the root members: it writes its
+// application in its lease object (one PUT, renewed every third of
+// MemberTTL while it stands) for the keeper to admit, and reads the fleet
+// object every sixth of MemberTTL to see whether it was.
+func (w *Worker) apply(ctx context.Context, now time.Time, iv clock.Interval) error {
+	m := &w.fleet
+	m.standbyWait = w.cfg.MemberTTL / 6
+	if !m.applied.IsZero() && now.Sub(m.applied) < w.cfg.MemberTTL/3 {
+		return nil // the application stands
+	}
+	body, _ := json.Marshal(shards.Application{Types: w.types(), Dedicated: w.cfg.Dedicated, TTL: w.cfg.MemberTTL})
+	key := shards.LeaseKey(w.cfg.ID, false)
+	if _, err := w.st.Put(ctx, key, body, s3store.PutOptions{}); err != nil {
+		return fmt.Errorf("apply to join the fleet: %w", err)
+	}
+	if m.applied.IsZero() {
+		w.log.Debug("applied to join the fleet", "root_members", w.cfg.RootMembers)
+	}
+	m.applied, m.appliedExpiry, m.leaseKey = now, iv.Earliest.Add(w.cfg.MemberTTL), key
+	return nil
+}
+
+// withdraw takes back a standing application: the fleet no longer needs
+// this worker.
+func (w *Worker) withdraw(ctx context.Context) {
+	m := &w.fleet
+	if m.applied.IsZero() {
+		return
+	}
+	w.dropLease(ctx)
+	m.applied = time.Time{}
+}
+
+// admitted makes a standby whose application the keeper admitted (its
+// leased entry is in fleet f) a member. Its lease runs from the
+// application's last write.
+func (w *Worker) admitted(ctx context.Context, now time.Time, iv clock.Interval, f shards.Fleet, me shards.Member) error {
+	m := &w.fleet
+	m.joined = me.Joined
+	m.expiry, m.renewed, m.applied = m.appliedExpiry, m.applied, time.Time{}
+	w.log.Info("joined the fleet", "members", len(f.Members), "leased", true)
+	m.member = true
+	m.lastWork = now
+	w.pace.reset(w.cfg.PollMin, now)
+	return w.takePlace(ctx, now, iv, f, true)
 }
 
 // dropLease deletes the member's lease object, if it wrote one: it left the

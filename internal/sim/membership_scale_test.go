@@ -43,13 +43,13 @@ func TestMembershipScale(t *testing.T) {
 		}
 		roots = []int{n}
 	}
-	fmt.Println("MEMBERS | workers | root_members | members | fleet GET | PUT | LIST | 412 | req/member-h | 412/fleet write | done/s | wall")
+	fmt.Println("MEMBERS | workers | root_members | members | fleet GET | PUT | LIST | 412 | req/member-h | 412/fleet write | done/s | all joined after | join: fleet PUTs | 412s | wall")
 	for _, n := range sizes {
 		for _, root := range roots {
 			opts := reportOptions(n, min(n, 1000))
 			opts.TasksPerSecond = 2 * float64(n)
 			opts.RootMembers = root
-			opts.Warmup, opts.Window, opts.Tail = 25*time.Second, 30*time.Second, 5*time.Second
+			opts.Warmup, opts.Window, opts.Tail = 60*time.Second, 30*time.Second, 5*time.Second
 			began := time.Now()
 			var res ScaleResult
 			synctest.Test(t, func(t *testing.T) {
@@ -62,9 +62,17 @@ func TestMembershipScale(t *testing.T) {
 			if root == 0 {
 				label = "16 (default)"
 			}
-			fmt.Printf("MEMBERS | %d | %s | %d | %d | %d | %d | %d | %.0f | %.2f | %.0f | %.0fs\n",
+			fmt.Printf("MEMBERS | %d | %s | %d | %d | %d | %d | %d | %.0f | %.2f | %.0f | %v | %d | %d | %.0fs\n",
 				n, label, res.Members, res.FleetGets, res.FleetPuts, res.FleetLists, res.Fleet412s,
-				res.FleetRequestsPerMemberHour(), res.ConflictsPerFleetWrite(), res.Throughput, time.Since(began).Seconds())
+				res.FleetRequestsPerMemberHour(), res.ConflictsPerFleetWrite(), res.Throughput,
+				joined(res.Joined), res.JoinFleetPuts, res.Join412s, time.Since(began).Seconds())
 		}
 	}
+}
+
+func joined(d time.Duration) string {
+	if d == 0 {
+		return "not in the warm-up"
+	}
+	return d.String()
 }

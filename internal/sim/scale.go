@@ -114,6 +114,11 @@ type ScaleResult struct {
 	// type and outcome, and the member-seconds they served (members
 	// sampled once a second). Fleet412s are the PUTs refused with 412.
 	FleetGets, FleetPuts, FleetLists, Fleet412s int
+	// Joined is when, into the warm-up, every worker was a member (0: not
+	// all were by its end); JoinFleetPuts and Join412s are the fleet
+	// writes, and those refused, until then.
+	Joined                  time.Duration
+	JoinFleetPuts, Join412s int
 	MemberSeconds                   float64
 	// Members is how many workers were members at the end of the window;
 	// Working how many of them claimed a task in it.
@@ -199,7 +204,16 @@ func Scale(opts ScaleOptions) (ScaleResult, error) {
 
 	// The window: snapshot the counters at both ends, sample membership
 	// once a second in between.
-	time.Sleep(opts.Warmup)
+	// The warm-up: the fleet joins. Sampled once a second, to time the
+	// joins and count what they cost.
+	began, joinCounts := time.Now(), r.counts.snapshot()
+	var joined time.Duration
+	for time.Since(began) < opts.Warmup {
+		time.Sleep(min(time.Second, opts.Warmup-time.Since(began)))
+		if joined == 0 && r.members() >= opts.Workers {
+			joined, joinCounts = time.Since(began), r.counts.snapshot().sub(joinCounts)
+		}
+	}
 	r.mu.Lock()
 	r.from, r.to = time.Now(), time.Now().Add(opts.Window)
 	r.mu.Unlock()
@@ -219,7 +233,8 @@ func Scale(opts ScaleOptions) (ScaleResult, error) {
 	srv.Close()
 	st := model.Stats(time.Now())
 
-	res := ScaleResult{Options: opts, MemberSeconds: memberSeconds, Members: members,
+	res := ScaleResult{Options: opts, MemberSeconds: memberSeconds, Members: members, Joined: joined,
+		JoinFleetPuts: int(joinCounts.fleet.Of(s3store.OpPut)), Join412s: int(joinCounts.fleet[s3store.OpPut][s3store.OutcomePrecondition]),
 		SlowDowns: afterSrv["slowdown"] - beforeSrv["slowdown"], Partitions: len(st.Partitions), Splits: st.Splits}
 	d := after.sub(before)
 	res.Requests = cost.FromCounts(d.all)
