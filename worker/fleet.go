@@ -42,11 +42,11 @@ type membership struct {
 	standbyWait time.Duration // a standby's wait before its next read
 	learnt      int           // the fleet's shard count the manifest was last re-read for
 	leaseKey    string        // a leased member's lease object, as last written
+	grew        time.Time     // local time of the last automatic reshard tried
 
 	// applied is the local time a standby last wrote its application
 	// (zero: none stands); appliedExpiry the lease that write gives it.
 	applied, appliedExpiry time.Time
-	grew        time.Time     // local time of the last automatic reshard tried
 
 	retry backoff // of the fleet requests, after a failure
 }

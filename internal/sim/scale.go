@@ -119,7 +119,7 @@ type ScaleResult struct {
 	// writes, and those refused, until then.
 	Joined                  time.Duration
 	JoinFleetPuts, Join412s int
-	MemberSeconds                   float64
+	MemberSeconds           float64
 	// Members is how many workers were members at the end of the window;
 	// Working how many of them claimed a task in it.
 	Members, Working int

@@ -173,10 +173,10 @@ type world struct {
 	// deadMembers: fleet entries and lease objects of workers not alive at
 	// the end of the quiet tail (the checker's InvMembers).
 	deadMembers []string
-	midway  map[string][]byte // the bucket at the end of the chaos phase
-	spawned map[string]int    // process name -> length of the server's log when it started
-	quietAt time.Time
-	wg      sync.WaitGroup
+	midway      map[string][]byte // the bucket at the end of the chaos phase
+	spawned     map[string]int    // process name -> length of the server's log when it started
+	quietAt     time.Time
+	wg          sync.WaitGroup
 }
 
 // proc is one running process: a worker, monitor or producer.
