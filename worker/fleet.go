@@ -181,6 +181,7 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 		}
 		m.fleet, m.etag, m.synced = f, etag, now
 	}
+	applyInstead := false
 	f, etag, err := shards.UpdateFleet(ctx, w.st, w.fleetCAS(), m.fleet, m.etag, func(f *shards.Fleet) bool {
 		live := f.Live(iv, margin)
 		if joining && !(w.cfg.Dedicated || len(live) == 0 || f.Want > len(live) || !w.covered(*f, iv)) {
@@ -193,6 +194,13 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 		// A place among the root members is free: the first leased member
 		// takes it, and a newcomer gets it rather than a lease.
 		rootFree := f.RootLive(iv, margin) < w.cfg.RootMembers
+		applyInstead = false
+		if _, listed := entry(*f, w.cfg.ID); joining && !rootFree && !listed {
+			// The root places filled since our read: apply rather than
+			// race the other joiners for the object.
+			applyInstead = true
+			return false
+		}
 		kept := f.Members[:0]
 		found, stayLeased := false, false
 		for _, mem := range f.Members {
@@ -271,6 +279,9 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 	m.fleet, m.etag, m.synced = f, etag, now
 	if leases != nil {
 		w.sweepLeases(ctx, f, leases, iv)
+	}
+	if applyInstead {
+		return w.apply(ctx, now, iv)
 	}
 	if joining && !contains(f.Members, w.cfg.ID) {
 		return nil // stayed a standby
