@@ -49,6 +49,19 @@ type attempt struct {
 
 	nv       taskio.Versioned // the claim's write
 	claimErr error
+
+	// drop: the candidate is a ready pointer that is done with, to be
+	// deleted (deleting is free, and the task object decides, not the
+	// pointer).
+	drop    bool
+	dropErr error
+}
+
+// settle marks the candidate handled at etag, and a pointer that is done
+// with to be dropped.
+func (a *attempt) settle(s *shards.Scan, etag string, done bool) {
+	s.Seen(a.c, etag)
+	a.drop = a.c.Pointer && done
 }
 
 // nextBatch returns how many of cands, up to k, go in one batch: it stops
@@ -124,9 +137,22 @@ func (w *Worker) claimBatch(ctx context.Context, s *shards.Scan, batch []shards.
 			a.nv, a.claimErr = taskio.Update(ctx, w.st, w.local, a.v.Task, a.v.ETag)
 		})
 	}
+	var drops []*attempt
 	for i := range as {
 		if w.applyClaim(ctx, s, &as[i], iv) {
 			claimed++
+		}
+		if as[i].drop {
+			drops = append(drops, &as[i])
+		}
+	}
+	concurrently(len(drops), func(i int) {
+		a := drops[i]
+		a.dropErr = w.st.Delete(ctx, a.c.Key, s3store.DeleteOptions{})
+	})
+	for _, a := range drops {
+		if a.dropErr != nil {
+			w.log.Warn("delete ready pointer", "key", a.c.Key, "err", a.dropErr)
 		}
 	}
 	return claimed
@@ -142,7 +168,7 @@ func (w *Worker) tryClaim(ctx context.Context, s *shards.Scan, a *attempt, iv cl
 	if a.loadErr != nil {
 		switch {
 		case w.reportLoad(a.key, a.loadErr):
-			w.settle(ctx, s, c, c.ETag, true)
+			a.settle(s, c.ETag, true)
 		case s.Failed(c, iv.Latest):
 			// Unreadable again and again (a 403 on this one object):
 			// skipped at its ETag rather than pinning the shard.
@@ -234,7 +260,7 @@ func (w *Worker) applyClaim(ctx context.Context, s *shards.Scan, a *attempt, iv 
 		} else {
 			settledAt = shards.Settled
 		}
-		w.settle(ctx, s, c, settledAt, done)
+		a.settle(s, settledAt, done)
 	}
 	return ok
 }

@@ -199,17 +199,6 @@ func (w *Worker) pollShard(ctx context.Context, shard int, iv clock.Interval, p 
 	return nil
 }
 
-// settle marks a candidate handled, deleting a pointer that is done with.
-func (w *Worker) settle(ctx context.Context, s *shards.Scan, c shards.Candidate, etag string, done bool) {
-	s.Seen(c, etag)
-	if c.Pointer && done {
-		// Deleting is free, and the task object decides, not the pointer.
-		if err := w.st.Delete(ctx, c.Key, s3store.DeleteOptions{}); err != nil {
-			w.log.Warn("delete ready pointer", "key", c.Key, "err", err)
-		}
-	}
-}
-
 // reportLoad logs a failed load and reports whether the object is settled
 // as unusable (corrupt, gone) rather than unreadable for now.
 func (w *Worker) reportLoad(key string, err error) bool {
