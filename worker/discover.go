@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/s3queue/s3queue/clock"
-	"github.com/s3queue/s3queue/internal/taskio"
 	"github.com/s3queue/s3queue/s3store"
 	"github.com/s3queue/s3queue/shards"
 	"github.com/s3queue/s3queue/task"
@@ -186,83 +185,18 @@ func (w *Worker) pollShard(ctx context.Context, shard int, iv clock.Interval, p 
 		}
 		pf.at = w.now()
 	}
+	// Up to maxClaimBatch candidates, no more than the free slots, are
+	// claimed at once (claim.go); one free slot claims one at a time.
 	i := 0
-	for ; i < len(cands) && w.free() > 0; i++ {
-		c := cands[i]
-		key, named := c.TaskKey()
-		var v taskio.Versioned
-		var err error
-		if named {
-			v, err = taskio.Load(ctx, w.st, key)
-		} else {
-			// A pointer from before pointers named their task's shard.
-			key = c.Key
-			v, err = taskio.LoadID(ctx, w.st, c.ID, w.manifest.Counts())
-		}
-		if err != nil {
-			switch {
-			case w.reportLoad(key, err):
-				w.settle(ctx, s, c, c.ETag, true)
-			case s.Failed(c, iv.Latest):
-				// Unreadable again and again (a 403 on this one object):
-				// skipped at its ETag rather than pinning the shard.
-				w.stats.corrupt.Add(1)
-				w.log.Error("skipping an object whose reads keep failing", "key", c.Key, "failures", shards.MaxReadFailures, "err", err)
-				w.emit(Event{Kind: "corrupt", TaskID: c.ID, Err: err})
-			}
-			continue
-		}
-		ok, settledAt := w.tryClaim(ctx, v, iv)
-		if ok {
-			p.claimed++
-		}
-		if settledAt == "" && !c.Pointer && v.Task.Status == task.Pending && !dueNow(v.Task, iv) {
-			// A retried or snoozed task waits behind its own id: a pointer
-			// at its due time brings it back, so its key needs no second
-			// look (and must not hold the cursor until then).
-			if idt, err := task.IDTime(v.Task.ID); err == nil && v.Task.AvailableAt.After(idt) {
-				settledAt = v.ETag
-			}
-		}
-		if settledAt != "" {
-			// A pointer has done its job once its task is claimed or no
-			// longer pending; one to a task we cannot run stays for a
-			// worker that can.
-			done := ok || v.Task.Status != task.Pending
-			if c.Pointer && done && shards.MayLieBelowFloor(v.Task.ID, iv.Latest) {
-				// A task whose id is older than FloorLag may lie below the
-				// monitor's sweep floor: its pointer is how the monitor
-				// learns of it (were this worker to die, the task would
-				// otherwise wait for the full walk), and the monitor
-				// deletes it after lowering its floor. A finished one may
-				// be about to be requeued: requeues write the pointer
-				// first. Settled at its ETag, this scan does not hand it
-				// out again.
-				done = false
-			}
-			if c.Pointer {
-				settledAt = c.ETag
-			} else {
-				settledAt = shards.Settled
-			}
-			w.settle(ctx, s, c, settledAt, done)
-		}
+	for i < len(cands) && w.free() > 0 {
+		n := nextBatch(cands[i:], min(w.free(), maxClaimBatch))
+		p.claimed += w.claimBatch(ctx, s, cands[i:i+n], iv)
+		i += n
 	}
 	pf.cands = append([]shards.Candidate(nil), cands[i:]...)
 	w.prefetched[shard] = pf
 	p.leftover = p.leftover || len(pf.cands) > 0
 	return nil
-}
-
-// settle marks a candidate handled, deleting a pointer that is done with.
-func (w *Worker) settle(ctx context.Context, s *shards.Scan, c shards.Candidate, etag string, done bool) {
-	s.Seen(c, etag)
-	if c.Pointer && done {
-		// Deleting is free, and the task object decides, not the pointer.
-		if err := w.st.Delete(ctx, c.Key, s3store.DeleteOptions{}); err != nil {
-			w.log.Warn("delete ready pointer", "key", c.Key, "err", err)
-		}
-	}
 }
 
 // reportLoad logs a failed load and reports whether the object is settled
@@ -289,45 +223,4 @@ func dueNow(t *task.Task, iv clock.Interval) bool {
 		return t.Due(iv.Earliest)
 	}
 	return t.Due(iv.Latest)
-}
-
-// tryClaim claims v if it is pending, due and of a handled type. settledAt
-// is the ETag of the object's version that needs no second look (the one it
-// wrote when it claimed), or "" when a later poll should look again.
-func (w *Worker) tryClaim(ctx context.Context, v taskio.Versioned, iv clock.Interval) (claimed bool, settledAt string) {
-	t := v.Task
-	if t.Status != task.Pending {
-		return false, v.ETag
-	}
-	h := w.handler(t.Type)
-	if h == nil {
-		w.forwardOrKeep(ctx, t, iv)
-		return false, v.ETag
-	}
-	if !dueNow(t, iv) || w.stopping.Load() {
-		return false, ""
-	}
-	if !w.reserveSlot() {
-		return false, ""
-	}
-	claimID := w.rand.Hex(12)
-	if err := t.ClaimBy(w.cfg.ID, claimID, iv.Latest); err != nil {
-		w.unreserveSlot()
-		return false, ""
-	}
-	// A claim that landed with its response lost (the store's retry then
-	// met it as a 412, or any error after the write) is recognised by
-	// taskio.Update, which reads the object back: it is ours to run.
-	nv, err := taskio.Update(ctx, w.st, w.local, t, v.ETag)
-	if err != nil {
-		if !s3store.LostRace(err) {
-			w.log.Warn("claim", "task_id", t.ID, "err", err)
-		}
-		w.unreserveSlot()
-		return false, ""
-	}
-	w.stats.claimed.Add(1)
-	w.emit(Event{Kind: "claimed", TaskID: t.ID, Type: t.Type, Attempt: t.Attempt})
-	w.dispatch(nv, claimID, h)
-	return true, nv.ETag
 }

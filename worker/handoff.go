@@ -78,7 +78,11 @@ func (w *Worker) handOffTargets(iv clock.Interval) []int {
 }
 
 // handOff hands the candidates prefetched from shard beyond a set of slots'
-// worth to the members polling targets.
+// worth to the members polling targets, keep (a set of slots) to each. As
+// claims do (claim.go), it loads and announces up to maxClaimBatch tasks at
+// once, and decides and settles them on the scheduler in candidate order:
+// handed off one by one, the look kept a busy member from claiming for
+// seconds (a GET and a PUT each, for up to keep tasks per idle member).
 func (w *Worker) handOff(ctx context.Context, shard int, iv clock.Interval, targets []int) {
 	pf := w.prefetched[shard]
 	keep := cap(w.slots)
@@ -86,32 +90,55 @@ func (w *Worker) handOff(ctx context.Context, shard int, iv clock.Interval, targ
 		return
 	}
 	s := w.scan(shard, iv)
+	tail := pf.cands[keep:]
+	gone := make([]bool, len(tail)) // handed off
+	// planned counts the tasks sent (targets[planned/keep] gets the next),
+	// handed those that got there.
+	quota, planned, handed := keep*len(targets), 0, 0
+	for i := 0; i < len(tail) && handed < quota; {
+		var batch []int // indexes in tail of the tasks (not pointers) to look at
+		for ; i < len(tail) && len(batch) < min(maxClaimBatch, quota-handed); i++ {
+			if !tail[i].Pointer {
+				batch = append(batch, i)
+			}
+		}
+		vs := make([]taskio.Versioned, len(batch))
+		errs := make([]error, len(batch))
+		concurrently(len(batch), func(j int) { vs[j], errs[j] = taskio.Load(ctx, w.st, tail[batch[j]].Key) })
+		var send []int // indexes in batch of the tasks to hand off
+		for j := range batch {
+			// One that is not pending and due is left to pollShard, which
+			// decides.
+			if errs[j] == nil && vs[j].Task.Status == task.Pending && dueNow(vs[j].Task, iv) {
+				send = append(send, j)
+			}
+		}
+		clear(errs)
+		concurrently(len(send), func(k int) {
+			j := send[k]
+			errs[j] = shards.Announce(ctx, w.st, vs[j].Task, iv.Latest, targets[min((planned+k)/keep, len(targets)-1)])
+		})
+		for _, j := range send {
+			c := tail[batch[j]]
+			if errs[j] != nil {
+				w.log.Warn("hand a task off", "task_id", c.ID, "err", errs[j])
+				continue
+			}
+			s.Seen(c, vs[j].ETag)
+			gone[batch[j]] = true
+			handed++
+		}
+		planned += len(send)
+	}
 	rest := slices.Clone(pf.cands[:keep])
-	handed, t := 0, 0
-	for _, c := range pf.cands[keep:] {
-		if t == len(targets) || c.Pointer {
+	for i, c := range tail {
+		if !gone[i] {
 			rest = append(rest, c)
-			continue
-		}
-		v, err := taskio.Load(ctx, w.st, c.Key)
-		if err != nil || v.Task.Status != task.Pending || !dueNow(v.Task, iv) {
-			rest = append(rest, c) // left to pollShard, which decides
-			continue
-		}
-		if err := shards.Announce(ctx, w.st, v.Task, iv.Latest, targets[t]); err != nil {
-			w.log.Warn("hand a task off", "task_id", c.ID, "err", err)
-			rest = append(rest, c)
-			continue
-		}
-		s.Seen(c, v.ETag)
-		handed++
-		if handed%keep == 0 {
-			t++
 		}
 	}
 	pf.cands = rest
 	w.prefetched[shard] = pf
 	if handed > 0 {
-		w.log.Debug("handed tasks off to idle members", "shard", shard, "tasks", handed, "members", min(t+1, len(targets)))
+		w.log.Debug("handed tasks off to idle members", "shard", shard, "tasks", handed, "members", min((planned-1)/keep+1, len(targets)))
 	}
 }

@@ -1,0 +1,266 @@
+package worker
+
+import (
+	"context"
+	"sync"
+
+	"github.com/s3queue/s3queue/clock"
+	"github.com/s3queue/s3queue/internal/taskio"
+	"github.com/s3queue/s3queue/s3store"
+	"github.com/s3queue/s3queue/shards"
+	"github.com/s3queue/s3queue/task"
+)
+
+// maxClaimBatch caps how many candidates a member claims at once. A claim
+// is two requests in a row (the task's GET, then its conditional PUT: about
+// 65 ms on S3), so a member claiming one candidate at a time tops out near
+// 14 tasks a second whatever its slots; a batch of k costs about the same
+// time as one claim. Eight keeps a poll's burst of requests small next to
+// a shard partition's rate.
+const maxClaimBatch = 8
+
+// A claim of a batch of candidates runs in three steps (claimBatch): the
+// loads, concurrently; then, in candidate order on the scheduler, the
+// decisions (tryClaim: settle what needs no claim, forward what this
+// worker cannot run, reserve a slot and draw a claim id for the rest);
+// then the claims' conditional PUTs, concurrently; then, in candidate
+// order again, their outcomes (applyClaim: dispatch, settle, prefetch
+// bookkeeping). Only the store requests run concurrently: whatever draws
+// from w.rand, reserves a slot or touches the scans runs on the
+// scheduler, in candidate order, so a seeded run replays exactly. A batch
+// of one is the sequential claim.
+
+// attempt is one candidate's way through a claim.
+type attempt struct {
+	c       shards.Candidate
+	key     string // the task's key (the pointer's, for a pointer without one)
+	named   bool   // the candidate names its task's key (see Candidate.TaskKey)
+	v       taskio.Versioned
+	loadErr error
+
+	// Set by tryClaim for a task it reserved a slot for and marked claimed
+	// by this worker; the claim's PUT is still to be made.
+	claiming bool
+	h        Handler
+	claimID  string
+	// settledAt is tryClaim's verdict for a task it does not claim (see
+	// applyClaim), or the claim's new ETag.
+	settledAt string
+
+	nv       taskio.Versioned // the claim's write
+	claimErr error
+
+	// drop: the candidate is a ready pointer that is done with, to be
+	// deleted (deleting is free, and the task object decides, not the
+	// pointer).
+	drop    bool
+	dropErr error
+}
+
+// settle marks the candidate handled at etag, and a pointer that is done
+// with to be dropped.
+func (a *attempt) settle(s *shards.Scan, etag string, done bool) {
+	s.Seen(a.c, etag)
+	a.drop = a.c.Pointer && done
+}
+
+// nextBatch returns how many of cands, up to k, go in one batch: it stops
+// before a candidate whose task is already in the batch (a task's key and
+// a ready pointer to it may come in one listing), which must see the
+// outcome of the first claim, as a sequential claim would.
+func nextBatch(cands []shards.Candidate, k int) int {
+	n := 0
+	for n < len(cands) && n < k {
+		for _, c := range cands[:n] {
+			if c.ID == cands[n].ID {
+				return n
+			}
+		}
+		n++
+	}
+	return n
+}
+
+// concurrently runs fn(0), …, fn(n-1) concurrently and waits for them; a
+// single call runs on the caller's goroutine.
+func concurrently(n int, fn func(i int)) {
+	if n == 1 {
+		fn(0)
+		return
+	}
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { fn(i) })
+	}
+	wg.Wait()
+}
+
+// load reads the task a candidate stands for, trying each of the shard
+// counts counts for a pointer that does not name its task's key. It only
+// reads the store, so loads run concurrently.
+func (w *Worker) load(ctx context.Context, a *attempt, counts []int) {
+	if a.named {
+		a.v, a.loadErr = taskio.Load(ctx, w.st, a.key)
+		return
+	}
+	a.v, a.loadErr = taskio.LoadID(ctx, w.st, a.c.ID, counts)
+}
+
+// claimBatch claims the candidates of batch, which are no more than the
+// free slots, and reports how many it claimed.
+func (w *Worker) claimBatch(ctx context.Context, s *shards.Scan, batch []shards.Candidate, iv clock.Interval) (claimed int) {
+	as := make([]attempt, len(batch))
+	var counts []int
+	for i, c := range batch {
+		a := &as[i]
+		a.c = c
+		if a.key, a.named = c.TaskKey(); !a.named {
+			// A pointer from before pointers named their task's shard.
+			a.key = c.Key
+			counts = w.manifest.Counts()
+		}
+	}
+	concurrently(len(as), func(i int) { w.load(ctx, &as[i], counts) })
+	var claiming []*attempt
+	for i := range as {
+		if w.tryClaim(ctx, s, &as[i], iv) {
+			claiming = append(claiming, &as[i])
+		}
+	}
+	if len(claiming) > 0 {
+		// A claim that landed with its response lost (the store's retry
+		// then met it as a 412, or any error after the write) is
+		// recognised by taskio.Update, which reads the object back: it is
+		// ours to run.
+		concurrently(len(claiming), func(i int) {
+			a := claiming[i]
+			a.nv, a.claimErr = taskio.Update(ctx, w.st, w.local, a.v.Task, a.v.ETag)
+		})
+	}
+	var drops []*attempt
+	for i := range as {
+		if w.applyClaim(ctx, s, &as[i], iv) {
+			claimed++
+		}
+		if as[i].drop {
+			drops = append(drops, &as[i])
+		}
+	}
+	concurrently(len(drops), func(i int) {
+		a := drops[i]
+		a.dropErr = w.st.Delete(ctx, a.c.Key, s3store.DeleteOptions{})
+	})
+	for _, a := range drops {
+		if a.dropErr != nil {
+			w.log.Warn("delete ready pointer", "key", a.c.Key, "err", a.dropErr)
+		}
+	}
+	return claimed
+}
+
+// tryClaim decides what to do with a loaded candidate: it settles one that
+// could not be read for good, and it gets a claim ready for a task that is
+// pending, due and of a handled type: a slot reserved, a claim id drawn,
+// the task marked claimed. It reports whether the claim's PUT is to be
+// made. Runs on the scheduler, in candidate order.
+func (w *Worker) tryClaim(ctx context.Context, s *shards.Scan, a *attempt, iv clock.Interval) bool {
+	c, v := a.c, a.v
+	if a.loadErr != nil {
+		switch {
+		case w.reportLoad(a.key, a.loadErr):
+			a.settle(s, c.ETag, true)
+		case s.Failed(c, iv.Latest):
+			// Unreadable again and again (a 403 on this one object):
+			// skipped at its ETag rather than pinning the shard.
+			w.stats.corrupt.Add(1)
+			w.log.Error("skipping an object whose reads keep failing", "key", c.Key, "failures", shards.MaxReadFailures, "err", a.loadErr)
+			w.emit(Event{Kind: "corrupt", TaskID: c.ID, Err: a.loadErr})
+		}
+		return false
+	}
+	t := v.Task
+	if t.Status != task.Pending {
+		a.settledAt = v.ETag
+		return false
+	}
+	h := w.handler(t.Type)
+	if h == nil {
+		w.forwardOrKeep(ctx, t, iv)
+		a.settledAt = v.ETag
+		return false
+	}
+	if !dueNow(t, iv) || w.stopping.Load() {
+		return false
+	}
+	if !w.reserveSlot() {
+		return false
+	}
+	claimID := w.rand.Hex(12)
+	if err := t.ClaimBy(w.cfg.ID, claimID, iv.Latest); err != nil {
+		w.unreserveSlot()
+		return false
+	}
+	a.claiming, a.h, a.claimID = true, h, claimID
+	return true
+}
+
+// applyClaim acts on an attempt's outcome: a claimed task goes to dispatch,
+// a failed claim gives its slot back, and the candidate is settled when it
+// needs no second look. It reports whether the task was claimed. Runs on
+// the scheduler, in candidate order.
+func (w *Worker) applyClaim(ctx context.Context, s *shards.Scan, a *attempt, iv clock.Interval) (ok bool) {
+	if a.loadErr != nil {
+		return false // tryClaim has dealt with it
+	}
+	c, v := a.c, a.v
+	// settledAt is the ETag of the object's version that needs no second
+	// look (the one the claim wrote, or one that is not pending or that
+	// this worker cannot run), or "" when a later poll should look again.
+	settledAt := a.settledAt
+	if a.claiming {
+		if a.claimErr != nil {
+			if !s3store.LostRace(a.claimErr) {
+				w.log.Warn("claim", "task_id", v.Task.ID, "err", a.claimErr)
+			}
+			w.unreserveSlot()
+		} else {
+			t := v.Task
+			w.stats.claimed.Add(1)
+			w.emit(Event{Kind: "claimed", TaskID: t.ID, Type: t.Type, Attempt: t.Attempt})
+			w.dispatch(a.nv, a.claimID, a.h)
+			ok, settledAt = true, a.nv.ETag
+		}
+	}
+	if settledAt == "" && !c.Pointer && v.Task.Status == task.Pending && !dueNow(v.Task, iv) {
+		// A retried or snoozed task waits behind its own id: a pointer
+		// at its due time brings it back, so its key needs no second
+		// look (and must not hold the cursor until then).
+		if idt, err := task.IDTime(v.Task.ID); err == nil && v.Task.AvailableAt.After(idt) {
+			settledAt = v.ETag
+		}
+	}
+	if settledAt != "" {
+		// A pointer has done its job once its task is claimed or no
+		// longer pending; one to a task we cannot run stays for a
+		// worker that can.
+		done := ok || v.Task.Status != task.Pending
+		if c.Pointer && done && shards.MayLieBelowFloor(v.Task.ID, iv.Latest) {
+			// A task whose id is older than FloorLag may lie below the
+			// monitor's sweep floor: its pointer is how the monitor
+			// learns of it (were this worker to die, the task would
+			// otherwise wait for the full walk), and the monitor
+			// deletes it after lowering its floor. A finished one may
+			// be about to be requeued: requeues write the pointer
+			// first. Settled at its ETag, this scan does not hand it
+			// out again.
+			done = false
+		}
+		if c.Pointer {
+			settledAt = c.ETag
+		} else {
+			settledAt = shards.Settled
+		}
+		a.settle(s, settledAt, done)
+	}
+	return ok
+}

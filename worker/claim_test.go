@@ -1,0 +1,137 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/s3queue/s3queue/producer"
+	"github.com/s3queue/s3queue/s3store"
+	"github.com/s3queue/s3queue/s3store/mem"
+	"github.com/s3queue/s3queue/shards"
+	"github.com/s3queue/s3queue/task"
+	"github.com/s3queue/s3queue/worker"
+)
+
+// claimSetup is one static worker on one shard whose task reads take 30 ms
+// and task writes 35 ms (virtual time), with n tasks waiting and handlers
+// that hold their slots until release is closed.
+func claimSetup(t *testing.T, concurrency, n int) (w *worker.Worker, st *s3store.Faults, release chan struct{}) {
+	ctx := context.Background()
+	st = s3store.NewFaults(mem.New())
+	p, err := producer.New(ctx, st, producer.Config{Shards: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if _, err := p.Submit(ctx, "job", map[string]int{"i": i}, producer.Options{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st.Inject(s3store.Fault{Op: s3store.OpGet, KeyPrefix: "tasks/", Latency: 30 * time.Millisecond})
+	st.Inject(s3store.Fault{Op: s3store.OpPut, KeyPrefix: "tasks/", Latency: 35 * time.Millisecond})
+	w, err = worker.New(ctx, st, worker.Config{ID: "a", Shards: 1, OwnShards: []int{0}, Concurrency: concurrency, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	release = make(chan struct{})
+	w.Handle("job", func(ctx context.Context, _ *task.Task) (json.RawMessage, error) {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil, nil
+	})
+	return w, st, release
+}
+
+// A member with free slots claims the candidates of a listing several at a
+// time (up to 8): a poll that fills 16 slots takes two claims' time, not
+// sixteen (a GET and a conditional PUT each, about 65 ms).
+func TestFreeSlotsAreClaimedSeveralAtATime(t *testing.T) {
+	for _, tc := range []struct {
+		name            string
+		concurrency     int
+		claimed         int
+		atLeast, atMost time.Duration
+	}{
+		{"sixteen slots claim in two rounds", 16, 16, 2 * 65 * time.Millisecond, 4 * 65 * time.Millisecond},
+		{"one slot claims one", 1, 1, 65 * time.Millisecond, 2 * 65 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				w, _, release := claimSetup(t, tc.concurrency, 20)
+				began := time.Now()
+				n, err := w.Poll(context.Background())
+				took := time.Since(began)
+				if err != nil || n != tc.claimed {
+					t.Fatalf("poll claimed %d tasks (%v), want %d", n, err, tc.claimed)
+				}
+				if took < tc.atLeast || took > tc.atMost {
+					t.Errorf("the poll took %v, want %v to %v", took, tc.atLeast, tc.atMost)
+				}
+				close(release)
+				w.Wait()
+				if s := w.Stats(); s.Claimed != int64(tc.claimed) || s.Succeeded != int64(tc.claimed) {
+					t.Errorf("stats %+v: want %d claimed and succeeded", s, tc.claimed)
+				}
+			})
+		})
+	}
+}
+
+// A task and a ready pointer to it in one listing are not claimed together:
+// the pointer waits for the outcome of the task's claim, as it did when
+// candidates were claimed one at a time, so the task costs one claim PUT,
+// not a second one that loses with a 412.
+func TestATaskAndItsPointerAreNotClaimedTogether(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		w, st, release := claimSetup(t, 16, 1)
+		keys, err := st.List(ctx, shards.TasksPrefix(0), s3store.ListOptions{})
+		if err != nil || len(keys.Objects) != 1 {
+			t.Fatalf("listing: %+v %v", keys, err)
+		}
+		obj, err := st.Get(ctx, keys.Objects[0].Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tk, err := task.Decode(obj.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := shards.Announce(ctx, st, tk, time.Now(), -1); err != nil {
+			t.Fatal(err)
+		}
+		var mu sync.Mutex
+		var puts []string
+		st.Clear()
+		st.Inject(s3store.Fault{Op: s3store.OpGet, KeyPrefix: "tasks/", Latency: 30 * time.Millisecond})
+		st.Inject(s3store.Fault{Op: s3store.OpPut, KeyPrefix: "tasks/", Latency: 35 * time.Millisecond, Hook: func(key string) {
+			mu.Lock()
+			puts = append(puts, key)
+			mu.Unlock()
+		}})
+		if n, err := w.Poll(ctx); n != 1 || err != nil {
+			t.Fatalf("poll claimed %d tasks (%v), want 1", n, err)
+		}
+		close(release)
+		w.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		var claimPuts int
+		for _, k := range puts {
+			if strings.HasSuffix(k, ".json") {
+				claimPuts++
+			}
+		}
+		// The claim and the commit.
+		if claimPuts != 2 || w.Stats().Claimed != 1 {
+			t.Errorf("%d task writes %v and %d claims, want 2 writes (claim, commit) and 1 claim", claimPuts, puts, w.Stats().Claimed)
+		}
+	})
+}
