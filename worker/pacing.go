@@ -32,8 +32,8 @@ type sweeps struct {
 }
 
 // slotFreed reacts to a handler that finished: claim a prefetched candidate
-// now (no LIST), or if the last poll stopped for lack of slots, poll again
-// soon rather than after PollMax.
+// now (no LIST), or list again now while the shards have a backlog, or else
+// poll again after the current interval rather than after PollMax.
 func (w *Worker) slotFreed() {
 	now := w.now()
 	t := now.Add(w.pace.interval)
@@ -41,7 +41,10 @@ func (w *Worker) slotFreed() {
 	if w.static() {
 		own = w.cfg.OwnShards
 	}
-	if w.hasPrefetched(now, own) {
+	if w.hasPrefetched(now, own) || w.pace.capped {
+		// A prefetched candidate costs no LIST; after a listing that
+		// returned all it asked for, one LIST now brings a slot's worth
+		// and more of the backlog: waiting PollMin would idle the slot.
 		t = now
 	}
 	if t.Before(w.pace.next) {
