@@ -37,14 +37,8 @@ type ScaleOptions struct {
 	// keep up grows a backlog instead of slowing them.
 	TasksPerSecond float64
 	// Producers share the rate (default: one per 16 tasks a second, each
-	// submitting one task at a time, or one per 16 batches a second).
+	// submitting one task at a time).
 	Producers int
-	// Batch > 1: each producer submits Batch tasks at a time with
-	// SubmitBatch (BatchParallelism Batch), 16 batches a second, so that
-	// a high rate needs fewer producer processes (and fewer readers of
-	// the fleet object). Pickup is then measured from the SubmitBatch
-	// call. Default 1: one Submit at a time.
-	Batch int
 	// HandlerTime is how long each task's handler runs (default 100 ms).
 	HandlerTime time.Duration
 	// Warmup runs before the measured Window (defaults 30 s and 30 s of
@@ -72,11 +66,8 @@ func (o *ScaleOptions) fill() {
 	if o.TasksPerSecond == 0 {
 		o.TasksPerSecond = 100
 	}
-	if o.Batch < 1 {
-		o.Batch = 1
-	}
 	if o.Producers == 0 {
-		o.Producers = int(math.Ceil(o.TasksPerSecond / float64(16*o.Batch)))
+		o.Producers = int(math.Ceil(o.TasksPerSecond / 16))
 	}
 	if o.HandlerTime == 0 {
 		o.HandlerTime = 100 * time.Millisecond
@@ -313,17 +304,18 @@ func (r *scaleRun) event(workerID string, e worker.Event) {
 }
 
 // produce submits this producer's share of the rate on a fixed schedule,
-// one Submit (or one SubmitBatch of Batch tasks) at a time: one that falls
-// behind (a slow or refused PUT) submits at once until it is back on
-// schedule.
+// one Submit at a time: one that falls behind (a slow or refused PUT)
+// submits at once until it is back on schedule. (Fewer producers each
+// submitting batches with SubmitBatch were tried for wall time: the
+// producers' CPU is per task, not per producer, and they read the fleet
+// object less, which changes the results; see docs/scale.md.)
 func (r *scaleRun) produce(ctx context.Context, i int) {
 	name := fmt.Sprintf("p%d", i+1)
 	st := r.store(name, false)
 	var prod *producer.Producer
 	for prod == nil {
 		var err error
-		if prod, err = producer.New(ctx, st, producer.Config{Rand: r.rand(name), Clock: clock.New(st, clock.Config{}), Logger: discard,
-			BatchParallelism: r.opts.Batch}); err != nil {
+		if prod, err = producer.New(ctx, st, producer.Config{Rand: r.rand(name), Clock: clock.New(st, clock.Config{}), Logger: discard}); err != nil {
 			select {
 			case <-ctx.Done():
 				return
@@ -331,11 +323,7 @@ func (r *scaleRun) produce(ctx context.Context, i int) {
 			}
 		}
 	}
-	batch := make([]producer.Request, r.opts.Batch)
-	for j := range batch {
-		batch[j] = producer.Request{Type: taskType, Input: json.RawMessage(`{"n":1}`)}
-	}
-	every := time.Duration(float64(time.Second) * float64(r.opts.Producers*r.opts.Batch) / r.opts.TasksPerSecond)
+	every := time.Duration(float64(time.Second) * float64(r.opts.Producers) / r.opts.TasksPerSecond)
 	// Each producer has its own phase, so that their submits do not all
 	// land at one instant.
 	next := time.Now().Add(every * time.Duration(i) / time.Duration(r.opts.Producers))
@@ -349,24 +337,16 @@ func (r *scaleRun) produce(ctx context.Context, i int) {
 		}
 		next = next.Add(every)
 		at := time.Now()
-		var results []producer.Result
-		if r.opts.Batch == 1 {
-			id, err := prod.Submit(ctx, taskType, batch[0].Input, producer.Options{})
-			results = []producer.Result{{ID: id, Err: err}}
-		} else {
-			results = prod.SubmitBatch(ctx, batch)
-		}
+		id, err := prod.Submit(ctx, taskType, json.RawMessage(`{"n":1}`), producer.Options{})
 		if ctx.Err() != nil {
 			return
 		}
 		r.mu.Lock()
-		for _, res := range results {
-			switch {
-			case res.Err != nil && r.inWindow(at):
-				r.submitErr++
-			case res.Err == nil:
-				r.submitted[res.ID] = at
-			}
+		switch {
+		case err != nil && r.inWindow(at):
+			r.submitErr++
+		case err == nil:
+			r.submitted[id] = at
 		}
 		r.mu.Unlock()
 	}
