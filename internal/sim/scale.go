@@ -327,11 +327,10 @@ func (r *scaleRun) event(workerID string, e worker.Event) {
 
 // produce submits this producer's share of the rate on a fixed schedule,
 // one Submit at a time: one that falls behind (a slow or refused PUT)
-// submits at once until it is back on schedule. (One Submit at a time
-// because a producer's fleet cache holds its lock across its GET of the
-// fleet object, and in a synctest bubble a goroutine waiting for a lock is
-// not durably blocked: concurrent Submits of one producer would stall the
-// simulated server.)
+// submits at once until it is back on schedule. (Fewer producers each
+// submitting batches with SubmitBatch were tried for wall time: the
+// producers' CPU is per task, not per producer, and they read the fleet
+// object less, which changes the results; see docs/scale.md.)
 func (r *scaleRun) produce(ctx context.Context, i int) {
 	name := fmt.Sprintf("p%d", i+1)
 	st := r.store(name, false)

@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -105,9 +106,12 @@ type request struct {
 	control func()
 	name    string // a control request's name, for the trace
 
-	// order is sortKey(), computed once when the request is enqueued:
-	// the schedule compares it many times.
-	order string
+	// head and tail make up the request's order key (sortKey), split so
+	// that the tail, which hashes the body, is computed only when a
+	// comparison needs it: head is set once when the request is enqueued
+	// (the schedule compares it many times), tail on first use.
+	head, tail string
+	hasTail    bool
 
 	delayed   bool
 	abandoned bool // the caller gave up; served only as a zombie
@@ -217,7 +221,7 @@ func (s *Server) signal() {
 }
 
 func (s *Server) enqueue(r *request) {
-	r.order = r.sortKey()
+	r.head = r.sortHead()
 	s.mu.Lock()
 	s.seq++
 	r.seq = s.seq
@@ -270,21 +274,45 @@ func (s *Server) schedule() {
 }
 
 // less orders pending requests by what they are, not by when their
-// goroutines happened to enqueue them.
+// goroutines happened to enqueue them: by sortKey, then by arrival. It
+// compares the heads first and reads the tails (a hash of the body) only
+// when the heads cannot decide: equal, or one a prefix of the other.
+// Called with the server's lock held (it may compute a tail).
 func (r *request) less(o *request) bool {
-	if r.order != o.order {
-		return r.order < o.order
+	a, b := r.head, o.head
+	n := min(len(a), len(b))
+	if a[:n] != b[:n] {
+		return a[:n] < b[:n]
+	}
+	if c := strings.Compare(a+r.sortTail(), b+o.sortTail()); c != 0 {
+		return c < 0
 	}
 	return r.seq < o.seq
 }
 
-func (r *request) sortKey() string {
+// sortKey is the request's place in the schedule: sortHead()+sortTail().
+func (r *request) sortKey() string { return r.sortHead() + r.sortTail() }
+
+// sortHead is the start of sortKey: the process, the operation and the key.
+func (r *request) sortHead() string {
 	if r.control != nil {
 		return "\x00" + r.name
 	}
-	h := fnv.New64a()
-	h.Write(r.body)
-	return fmt.Sprintf("%s|%d|%v|%s|%x|%v|%v|%s", r.h.proc, r.op, r.now, r.key, h.Sum64(), r.put, r.del, r.list.StartAfter)
+	return r.h.proc + "|" + strconv.Itoa(int(r.op)) + "|" + strconv.FormatBool(r.now) + "|" + r.key + "|"
+}
+
+// sortTail is the rest of sortKey: a hash of the body and the options,
+// computed once.
+func (r *request) sortTail() string {
+	if !r.hasTail {
+		if r.control == nil {
+			h := fnv.New64a()
+			h.Write(r.body)
+			r.tail = fmt.Sprintf("%x|%v|%v|%s", h.Sum64(), r.put, r.del, r.list.StartAfter)
+		}
+		r.hasTail = true
+	}
+	return r.tail
 }
 
 // serve decides the fate of r and replies. Called with s.mu held.
@@ -511,7 +539,7 @@ func (s *Server) apply(r *request, fault string) response {
 			resp.err = fmt.Errorf("sim: put %q: %w", r.key, s3store.ErrPreconditionFailed)
 		default:
 			sum := md5.Sum(r.body) // S3's ETag of a single-part PUT: identical bytes, identical ETag
-			o := object{body: append([]byte(nil), r.body...), etag: hex.EncodeToString(sum[:]), modified: now.Truncate(time.Second)}
+			o := object{body: r.body, etag: hex.EncodeToString(sum[:]), modified: now.Truncate(time.Second)}
 			s.objects[r.key] = o
 			if !exists {
 				s.keys.insert(r.key)
@@ -710,6 +738,7 @@ func (h *Handle) Head(ctx context.Context, key string) (s3store.ObjectInfo, erro
 
 // Put implements s3store.Store.
 func (h *Handle) Put(ctx context.Context, key string, body []byte, opts s3store.PutOptions) (string, error) {
+	// The copy is the server's: apply stores it as the object's body.
 	r := h.do(ctx, &request{op: s3store.OpPut, key: key, body: append([]byte(nil), body...), put: opts})
 	return r.etag, r.err
 }
