@@ -213,16 +213,16 @@ func (p *Producer) Submit(ctx context.Context, typ string, input any, opts Optio
 		AvailableAt: at, IdempotencyKey: opts.IdempotencyKey, ShardKey: opts.ShardKey}
 	// New work goes to the shards fleet members poll; a shard key pins its
 	// shard instead, and the task is announced if that shard is inactive.
-	var shard int
+	var targets []int
 	m := p.Manifest()
 	if opts.ShardKey != "" {
-		shard = task.ShardFor(opts.ShardKey, m.Shards)
+		targets = []int{task.ShardFor(opts.ShardKey, m.Shards)}
 	} else {
 		var n int
 		m, n = p.layout(ctx)
-		shard = p.fleet.ShardFor(ctx, typ, now, n)
+		targets = p.fleet.ShardsFor(ctx, typ, now, n)
 	}
-	id, err := p.newID(at, shard, m.Shards)
+	id, err := p.newID(at, targets, m.Shards)
 	if err != nil {
 		return "", fmt.Errorf("submit: %w", err)
 	}
@@ -460,21 +460,30 @@ func (p *Producer) ring(ctx context.Context, id string) {
 	}
 }
 
-// newID returns an id of time at that belongs to shard in a queue of n
-// shards. Ids map to shards by hash, so a shard key is honoured by drawing
-// ids until one lands in its shard; every id then names its shard (under
-// the count it was placed with) and Get needs no lookup.
-func (p *Producer) newID(at time.Time, shard, n int) (string, error) {
+// newID returns an id of time at that belongs to one of the target shards
+// in a queue of n shards. Ids map to shards by hash, so a shard key (one
+// target) or the routing (the active shards whose member runs the type) is
+// honoured by drawing ids until one lands in a target; every id then names
+// its shard (under the count it was placed with) and Get needs no lookup.
+func (p *Producer) newID(at time.Time, targets []int, n int) (string, error) {
+	in := make([]bool, n)
+	for _, s := range targets {
+		if s >= 0 && s < n {
+			in[s] = true
+		}
+	}
+	// An id lands in one of k target shards every n/k draws on average:
+	// once when every shard is a target, n times for one shard of n.
 	for i := 0; i < 100*n+100; i++ {
 		id, err := task.NewID(at, p.rand)
 		if err != nil {
 			return "", err
 		}
-		if shard < 0 || task.ShardFor(id, n) == shard {
+		if in[task.ShardFor(id, n)] {
 			return id, nil
 		}
 	}
-	return "", fmt.Errorf("no id found for shard %d", shard)
+	return "", fmt.Errorf("no id found for shards %v of %d", targets, n)
 }
 
 func encodeInput(input any) (json.RawMessage, error) {

@@ -353,11 +353,24 @@ func (c *FleetCache) Cached() Fleet {
 // type typ, or any active shard when no live member does (the task then
 // waits for one; standbys that can run it join the fleet).
 func (c *FleetCache) ShardFor(ctx context.Context, typ string, now clock.Interval, n int) int {
+	s := c.ShardsFor(ctx, typ, now, n)
+	return s[c.rand.IntN(len(s))]
+}
+
+// ShardsFor returns the shards new tasks of type typ may go to, in the
+// cached view: the active shards whose member runs typ, or, when no live
+// member does, every active shard. Never empty.
+func (c *FleetCache) ShardsFor(ctx context.Context, typ string, now clock.Interval, n int) []int {
 	f, _ := c.Get(ctx)
 	if s := f.ShardsFor(typ, now, c.margin, n); len(s) > 0 {
-		return s[c.rand.IntN(len(s))]
+		return s
 	}
-	return c.rand.IntN(Active(len(f.Live(now, c.margin)), n))
+	k := Active(len(f.Live(now, c.margin)), n)
+	s := make([]int, k)
+	for i := range s {
+		s[i] = i
+	}
+	return s
 }
 
 // Serves reports whether shard is polled at full speed by a member that
