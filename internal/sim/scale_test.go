@@ -131,8 +131,8 @@ type gridCell struct {
 }
 
 // reportOptions are the settings of one cell of the grid: the load
-// offered is 25 tasks/s per worker that can hold a shard (above the ~14 a
-// member claims), up to 10,000; the bucket is
+// offered is 60 tasks/s per worker that can hold a shard (above what a
+// member claims, about 35), up to 10,000; the bucket is
 // pre-partitioned in 16 at shard prefixes (as AWS support can set one up),
 // so that the runs measure the queue rather than S3's warm-up.
 func reportOptions(workers, shards int) ScaleOptions {
@@ -141,7 +141,7 @@ func reportOptions(workers, shards int) ScaleOptions {
 		bounds = append(bounds, fmt.Sprintf("tasks/%03d", i*shards/min(16, shards)))
 	}
 	o := ScaleOptions{Workers: workers, Shards: shards, Concurrency: 16, HandlerTime: 100 * time.Millisecond,
-		TasksPerSecond: min(10000, 25*float64(min(workers, shards))), Warmup: 25 * time.Second, Window: 20 * time.Second, Tail: 10 * time.Second,
+		TasksPerSecond: min(10000, 60*float64(min(workers, shards))), Warmup: 25 * time.Second, Window: 20 * time.Second, Tail: 10 * time.Second,
 		Seed: 1, Model: S3ModelConfig{Boundaries: bounds}}
 	if workers >= 1000 {
 		// A fleet object of 1,000 members is read and rewritten hundreds
@@ -228,7 +228,7 @@ func plotGrid(t *testing.T, rows []gridCell, shardCounts []int) {
 // TestScalePlot draws docs/scale-throughput.png from the SCALE lines of
 // earlier TestScaleReport outputs, for a grid run in parts
 // (S3QUEUE_SCALE_CELLS): S3QUEUE_SCALE_PLOT=out1.txt,out2.txt. Only the
-// grid's cells are drawn (an offered rate of 25 tasks/s per shard-holding
+// grid's cells are drawn (an offered rate of 60 tasks/s per shard-holding
 // worker, up to 10,000); a later line for a cell replaces an earlier one.
 func TestScalePlot(t *testing.T) {
 	files := os.Getenv("S3QUEUE_SCALE_PLOT")
