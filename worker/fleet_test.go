@@ -128,6 +128,20 @@ func waitFor(t *testing.T, what string, within time.Duration, cond func() bool) 
 	}
 }
 
+// blockUntilCleanup returns a handler that runs until the test ends (or its
+// context does): it holds its slot.
+func blockUntilCleanup(t *testing.T) worker.Handler {
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	return func(ctx context.Context, _ *task.Task) (json.RawMessage, error) {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil, nil
+	}
+}
+
 // shares returns each worker's active and drain shards, and whether every
 // shard is polled by exactly one member.
 func shares(ws []*worker.Worker, n int) (own, drain map[int][]int, exact bool) {
@@ -348,15 +362,7 @@ func TestStandbysJoinWhenMembersAreSaturated(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		st := mem.New()
 		f := newFleet(t, st, 4)
-		release := make(chan struct{})
-		t.Cleanup(func() { close(release) })
-		block := func(ctx context.Context, _ *task.Task) (json.RawMessage, error) {
-			select {
-			case <-release:
-			case <-ctx.Done():
-			}
-			return nil, nil
-		}
+		block := blockUntilCleanup(t)
 		first := f.fast("first")
 		first.Concurrency = 1
 		w0 := f.start(first, nil, block)

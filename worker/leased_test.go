@@ -2,7 +2,6 @@ package worker_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -13,7 +12,6 @@ import (
 	"github.com/s3queue/s3queue/s3store"
 	"github.com/s3queue/s3queue/s3store/mem"
 	"github.com/s3queue/s3queue/shards"
-	"github.com/s3queue/s3queue/task"
 	"github.com/s3queue/s3queue/worker"
 )
 
@@ -176,15 +174,7 @@ func TestStandbysApplyAndAreAdmittedOnlyWhenTheFleetAsks(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		st := mem.New()
 		f := newFleet(t, st, 4)
-		release := make(chan struct{})
-		t.Cleanup(func() { close(release) })
-		block := func(ctx context.Context, _ *task.Task) (json.RawMessage, error) {
-			select {
-			case <-release:
-			case <-ctx.Done():
-			}
-			return nil, nil
-		}
+		block := blockUntilCleanup(t)
 		elastic := func(id string) worker.Config {
 			cfg := leasedConfig(f, id, 1)
 			cfg.Dedicated, cfg.Concurrency = false, 1
