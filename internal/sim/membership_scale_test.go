@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"testing/synctest"
 	"time"
 )
 
@@ -51,13 +50,7 @@ func TestMembershipScale(t *testing.T) {
 			opts.RootMembers = root
 			opts.Warmup, opts.Window, opts.Tail = 60*time.Second, 30*time.Second, 5*time.Second
 			began := time.Now()
-			var res ScaleResult
-			synctest.Test(t, func(t *testing.T) {
-				var err error
-				if res, err = Scale(opts); err != nil {
-					t.Fatal(err)
-				}
-			})
+			res := runScale(t, opts)
 			label := fmt.Sprint(root)
 			if root == 0 {
 				label = "16 (default)"

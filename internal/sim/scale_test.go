@@ -73,13 +73,7 @@ func TestScaleReport(t *testing.T) {
 			}
 			opts := reportOptions(workers, sh)
 			began := time.Now()
-			var res ScaleResult
-			synctest.Test(t, func(t *testing.T) {
-				var err error
-				if res, err = Scale(opts); err != nil {
-					t.Fatal(err)
-				}
-			})
+			res := runScale(t, opts)
 			wall := time.Since(began)
 			rows = append(rows, gridCell{res, wall})
 			fmt.Println(scaleRow(res, wall))
@@ -104,13 +98,7 @@ func TestScaleReport(t *testing.T) {
 		opts := reportOptions(c.workers, c.shards)
 		opts.TasksPerSecond = c.rate
 		began := time.Now()
-		var res ScaleResult
-		synctest.Test(t, func(t *testing.T) {
-			var err error
-			if res, err = Scale(opts); err != nil {
-				t.Fatal(err)
-			}
-		})
+		res := runScale(t, opts)
 		kept = append(kept, gridCell{res, time.Since(began)})
 		fmt.Println(scaleRow(res, time.Since(began)))
 	}
@@ -123,6 +111,19 @@ func TestScaleReport(t *testing.T) {
 			r.res.Options.Workers, r.res.Options.Shards, r.res.Options.TasksPerSecond, r.res.Partitions, r.res.SlowDownsBy,
 			r.res.FleetGets, r.res.FleetPuts, r.res.FleetLists, r.res.Fleet412s, r.res.MemberSeconds, r.res.SubmitErrors, r.res.Requests)
 	}
+}
+
+// runScale runs one scale run in a synctest bubble of its own.
+func runScale(t *testing.T, opts ScaleOptions) ScaleResult {
+	t.Helper()
+	var res ScaleResult
+	synctest.Test(t, func(t *testing.T) {
+		var err error
+		if res, err = Scale(opts); err != nil {
+			t.Fatal(err)
+		}
+	})
+	return res
 }
 
 type gridCell struct {
