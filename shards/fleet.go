@@ -262,6 +262,18 @@ type FleetCache struct {
 	f    Fleet
 	etag string
 	read time.Time // local monotonic time of the read
+	// routes caches ShardsFor's answers for the view: a producer places
+	// every task by them, and finding the live members sorts the fleet.
+	routes *routes
+}
+
+// routes are the shards new tasks go to, by type, in one view of the fleet
+// with n shards, valid while no live member's entry can have expired.
+type routes struct {
+	n      int
+	until  time.Time // the earliest expiry plus margin among the live members
+	active []int     // shards [0, Active)
+	byType map[string][]int
 }
 
 // NewFleetCache returns an empty cache; margin is the members' lease
@@ -327,6 +339,7 @@ func (c *FleetCache) store(f Fleet, etag string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.f, c.etag, c.read = f, etag, c.local.Now()
+	c.routes = nil
 }
 
 // acquire takes the busy token, or gives up when ctx ends.
@@ -361,16 +374,32 @@ func (c *FleetCache) ShardFor(ctx context.Context, typ string, now clock.Interva
 // cached view: the active shards whose member runs typ, or, when no live
 // member does, every active shard. Never empty.
 func (c *FleetCache) ShardsFor(ctx context.Context, typ string, now clock.Interval, n int) []int {
-	f, _ := c.Get(ctx)
-	if s := f.ShardsFor(typ, now, c.margin, n); len(s) > 0 {
+	c.Get(ctx)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r := c.routes
+	if r == nil || r.n != n || now.Earliest.After(r.until) {
+		live := c.f.Live(now, c.margin)
+		r = &routes{n: n, until: time.Unix(1<<40, 0), active: make([]int, Active(len(live), n)), byType: map[string][]int{}}
+		for i := range r.active {
+			r.active[i] = i
+		}
+		for _, m := range live {
+			if e := m.ExpiresAt.Add(c.margin); e.Before(r.until) {
+				r.until = e
+			}
+		}
+		for s := 0; s < len(r.active) && s < len(live); s++ {
+			for _, t := range live[s%len(live)].Types {
+				r.byType[t] = append(r.byType[t], s)
+			}
+		}
+		c.routes = r
+	}
+	if s := r.byType[typ]; len(s) > 0 {
 		return s
 	}
-	k := Active(len(f.Live(now, c.margin)), n)
-	s := make([]int, k)
-	for i := range s {
-		s[i] = i
-	}
-	return s
+	return r.active
 }
 
 // Serves reports whether shard is polled at full speed by a member that
