@@ -132,6 +132,9 @@ type ScaleResult struct {
 	// Partitions is the bucket's partition count at the end; Splits what
 	// the model split during the run.
 	Partitions int
+	// ShardsAtEnd is the queue's shard count at the end of the window:
+	// more than Options.Shards when the workers' automatic reshard grew it.
+	ShardsAtEnd int
 	Splits     []Split
 }
 
@@ -225,6 +228,8 @@ func Scale(opts ScaleOptions) (ScaleResult, error) {
 	}
 	after, afterSrv := r.counts.snapshot(), srv.Counts()
 	members := r.members()
+	var layout shards.Manifest
+	json.Unmarshal(srv.Objects(shards.ManifestKey)[shards.ManifestKey], &layout)
 	// The tail: the load goes on while tasks submitted near the end of
 	// the window are claimed.
 	time.Sleep(opts.Tail)
@@ -233,7 +238,7 @@ func Scale(opts ScaleOptions) (ScaleResult, error) {
 	srv.Close()
 	st := model.Stats(time.Now())
 
-	res := ScaleResult{Options: opts, MemberSeconds: memberSeconds, Members: members, Joined: joined,
+	res := ScaleResult{Options: opts, MemberSeconds: memberSeconds, Members: members, Joined: joined, ShardsAtEnd: layout.Shards,
 		JoinFleetPuts: int(joinCounts.fleet.Of(s3store.OpPut)), Join412s: int(joinCounts.fleet[s3store.OpPut][s3store.OutcomePrecondition]),
 		SlowDowns: afterSrv["slowdown"] - beforeSrv["slowdown"], Partitions: len(st.Partitions), Splits: st.Splits}
 	d := after.sub(before)
