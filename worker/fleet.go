@@ -182,7 +182,7 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 		m.fleet, m.etag, m.synced = f, etag, now
 	}
 	applyInstead := false
-	f, etag, err := shards.UpdateFleet(ctx, w.st, w.fleetCAS(), m.fleet, m.etag, func(f *shards.Fleet) bool {
+	f, etag, err := w.updateFleet(ctx, func(f *shards.Fleet) bool {
 		live := f.Live(iv, margin)
 		if joining && !(w.cfg.Dedicated || len(live) == 0 || f.Want > len(live) || !w.covered(*f, iv)) {
 			return false // decided on the object as it is now: not needed after all
@@ -220,6 +220,8 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 					// As the keeper would set it after the PUT below.
 					mem.ExpiresAt = e
 				}
+			case mem.Leased && leases != nil:
+				// The keeper judges leased members by their leases (Keep).
 			case lease.Expired(mem.ExpiresAt, iv, margin):
 				continue // certainly dead: prune it
 			}
@@ -228,8 +230,10 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 		if !found && !leaving {
 			me := shards.Member{ID: w.cfg.ID, Joined: m.joined, ExpiresAt: rootExpiry, Types: w.types(), Dedicated: w.cfg.Dedicated, Busy: busy}
 			if !rootFree {
+				// A leased member back after its entry was pruned: the PUT
+				// of its lease follows this write.
 				me.Leased, me.TTL, me.Busy = true, ttl, false
-				me.ExpiresAt = shards.LeasedExpiry(me.LeaseLapse(shards.Lease{}, false), w.cfg.MemberTTL, margin)
+				me.ExpiresAt = leasedExpiry(me)
 			}
 			kept = append(kept, me)
 		}
@@ -240,11 +244,6 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 		if leases != nil {
 			f.Keep(leases, iv, w.cfg.MemberTTL, margin)
 			f.Admit(apps, iv, w.cfg.MemberTTL, margin)
-		}
-		if f.Shards < w.manifest.Shards {
-			// A reshard that stopped before raising the fleet's count, or
-			// a fleet from before it was recorded: members assign by ours.
-			f.Shards = w.manifest.Shards
 		}
 		if leaving && len(f.Live(iv, margin)) == 0 {
 			// The last member leaves on shutdown: the doorbell was its
@@ -351,6 +350,19 @@ func (w *Worker) takePlace(ctx context.Context, now time.Time, iv clock.Interval
 	}
 	w.growShards(ctx, now, f, a, iv)
 	return nil
+}
+
+// updateFleet applies change to the fleet object from the member's view
+// (shards.UpdateFleet). Every write also raises the fleet's shard count to
+// the worker's manifest's: a reshard that stopped before raising it, or a
+// fleet from before it was recorded; members assign by ours.
+func (w *Worker) updateFleet(ctx context.Context, change func(*shards.Fleet) bool) (shards.Fleet, string, error) {
+	return shards.UpdateFleet(ctx, w.st, w.fleetCAS(), w.fleet.fleet, w.fleet.etag, func(f *shards.Fleet) bool {
+		if f.Shards < w.manifest.Shards {
+			f.Shards = w.manifest.Shards
+		}
+		return change(f)
+	})
 }
 
 // want is how many members a saturated member asks for, with n shards and
@@ -481,6 +493,12 @@ func (w *Worker) growShards(ctx context.Context, now time.Time, f shards.Fleet, 
 		return // another process grew it further first
 	case err != nil:
 		w.log.Warn("automatic reshard", "shards", n, "to", target, "err", err)
+		// The manifest's write may have landed with its response lost:
+		// assign by it if so (one GET), or the fleet keeps the old count
+		// until another process reads the manifest.
+		if mf, err := shards.ReadManifest(ctx, w.st); err == nil && mf.Shards > w.manifest.Shards {
+			w.manifest, w.fleet.learnt = mf, mf.Shards
+		}
 		return
 	}
 	w.log.Info("resharded: the members kept asking for more members than there were shards",
@@ -587,7 +605,7 @@ func (w *Worker) sleep(ctx context.Context, now time.Time) error {
 	}
 	expiry := iv.Latest.Add(asleepTTL * w.cfg.MemberTTL)
 	mine := false
-	f, etag, err := shards.UpdateFleet(ctx, w.st, w.fleetCAS(), m.fleet, m.etag, func(f *shards.Fleet) bool {
+	f, etag, err := w.updateFleet(ctx, func(f *shards.Fleet) bool {
 		mine = false
 		if f.Asleep {
 			return false
@@ -623,7 +641,7 @@ func (w *Worker) wake(ctx context.Context, now time.Time) {
 	if !m.fleet.Asleep {
 		return
 	}
-	f, etag, err := shards.UpdateFleet(ctx, w.st, w.fleetCAS(), m.fleet, m.etag, func(f *shards.Fleet) bool {
+	f, etag, err := w.updateFleet(ctx, func(f *shards.Fleet) bool {
 		if !f.Asleep {
 			return false
 		}
@@ -742,7 +760,7 @@ func (w *Worker) idle(ctx context.Context, now time.Time, iv clock.Interval) (le
 	case idle >= w.cfg.IdleLeave && w.nextToLeave(live):
 		m.leaving = true
 		return true
-	case len(live) == 1 && !m.asleep && idle >= w.cfg.SleepAfter && m.retry.ready(now):
+	case len(live) == 1 && !m.asleep && idle >= w.cfg.SleepAfter && m.retry.ready(now) && !w.leased():
 		w.fleetOp(ctx, now, "mark the fleet asleep", func() error { return w.sleep(ctx, now) })
 	}
 	return false
@@ -776,6 +794,13 @@ type memberView struct {
 func (w *Worker) Member() (bool, shards.Assignment) {
 	v := w.view.Load()
 	return v.member, v.assign
+}
+
+// leased reports whether the member renews by a lease object (it takes the
+// root place at its next renewal when one is free; only then may it sleep).
+func (w *Worker) leased() bool {
+	me, _ := entry(w.fleet.fleet, w.cfg.ID)
+	return me.Leased
 }
 
 // entry returns member id's entry in f.
@@ -910,7 +935,13 @@ func (w *Worker) dropLease(ctx context.Context) {
 // deleting theirs) are deleted once they have certainly lapsed. Deletes are
 // free requests.
 func (w *Worker) sweepLeases(ctx context.Context, f shards.Fleet, leases map[string]shards.Lease, iv clock.Interval) {
-	for id, l := range leases {
+	ids := make([]string, 0, len(leases))
+	for id := range leases {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids) // one order of requests: the simulator replays it
+	for _, id := range ids {
+		l := leases[id]
 		if _, ok := entry(f, id); ok {
 			continue
 		}

@@ -47,10 +47,10 @@ const (
 	InvCursor      = "scan cursors advance" // a member's cursor passes every key older than its lag
 	InvDecodable   = "the queue writes only valid task objects"
 	InvNoResurrect = "a deleted task stays deleted"
-	InvLayout      = "a task lives in one shard of the layout" // placed in [0, shards) by a count of the manifest, in one shard only
-	InvFound       = "every task is found by id"               // at the end, over the final manifest's counts
-	InvResharded   = "a reshard completes"                     // at the end the fleet assigns by the manifest's count
-	InvMembers     = "the fleet lists only live workers"       // at the end: dead members pruned, their lease objects deleted
+	InvLayout      = "a task lives in one shard of the layout"         // placed in [0, shards) by a count of the manifest, in one shard only
+	InvFound       = "every task is found by id"                       // at the end, over the final manifest's counts
+	InvResharded   = "a reshard completes"                             // at the end the fleet assigns by the manifest's count
+	InvMembers     = "the fleet lists its live workers, and only them" // at the end: dead members pruned, their leases deleted; dedicated ones listed
 
 	retentionMargin = 5 * time.Second // clock uncertainty the monitor may use
 	cursorLag       = time.Minute     // how far a member's scan may trail its shard's keys

@@ -173,6 +173,7 @@ type world struct {
 	// deadMembers: fleet entries and lease objects of workers not alive at
 	// the end of the quiet tail (the checker's InvMembers).
 	deadMembers []string
+	dedicated   map[string]bool // workers started dedicated (always members)
 	midway      map[string][]byte // the bucket at the end of the chaos phase
 	spawned     map[string]int    // process name -> length of the server's log when it started
 	quietAt     time.Time
@@ -240,7 +241,7 @@ func Run(seed uint64, opts Options) Result {
 	planLayout(&plan, opts)
 	w := &world{opts: opts, plan: plan, rng: rng,
 		srv:   NewServer(plan.Provider, rand.New(rand.NewPCG(seed, 0x5e4e)), plan.MaxPage),
-		procs: make(map[string]*proc), nextID: make(map[string]int), acked: make(map[string]ack), spawned: make(map[string]int)}
+		procs: make(map[string]*proc), dedicated: make(map[string]bool), nextID: make(map[string]int), acked: make(map[string]ack), spawned: make(map[string]int)}
 	ctx, cancel := context.WithCancel(context.Background())
 	w.root = ctx
 	w.setup()
@@ -440,6 +441,11 @@ func (w *world) startWorker() *proc {
 	rng := w.procRand(name)
 	concurrency := 1 + rng.IntN(3)
 	dedicated := rng.IntN(3) == 0
+	if dedicated {
+		w.mu.Lock()
+		w.dedicated[name] = true
+		w.mu.Unlock()
+	}
 	return w.spawn("w", name, func(ctx context.Context, p *proc) {
 		wk, ok := retry(ctx, func() (*worker.Worker, error) {
 			return worker.New(ctx, p.h, worker.Config{ID: p.name, Concurrency: concurrency, Dedicated: dedicated, RootMembers: w.plan.RootMembers,
@@ -872,11 +878,25 @@ func (w *world) readDeadMembers() []string {
 	objs := w.srv.Objects("")
 	var f shards.Fleet
 	if body, ok := objs[shards.FleetKey]; ok && json.Unmarshal(body, &f) == nil {
+		listed := make(map[string]bool)
 		for _, m := range f.Members {
 			if !alive[m.ID] {
 				out = append(out, fmt.Sprintf("%s lists %s (leased %v, expires %s), which is not alive", shards.FleetKey, m.ID, m.Leased, m.ExpiresAt.Format("15:04:05")))
 			}
+			listed[m.ID] = m.ExpiresAt.After(time.Now())
 		}
+		var names []string
+		for name := range alive {
+			names = append(names, name)
+		}
+		sort.Strings(names)
+		w.mu.Lock()
+		for _, name := range names {
+			if w.dedicated[name] && !listed[name] {
+				out = append(out, fmt.Sprintf("dedicated worker %s is alive but not a live member of %s", name, shards.FleetKey))
+			}
+		}
+		w.mu.Unlock()
 	}
 	var keys []string
 	for k := range objs {
