@@ -36,13 +36,21 @@ var ErrShrink = errors.New("shrinking is not supported")
 // manifest, a GET and a PUT of the fleet object (created if there is none
 // yet), and a retry of either after a lost race.
 func Reshard(ctx context.Context, st s3store.Store, n int) (Manifest, error) {
+	_, after, err := Grow(ctx, st, n)
+	return after, err
+}
+
+// Grow is Reshard, and also returns the manifest it replaced (the one it
+// found, when it changed nothing).
+func Grow(ctx context.Context, st s3store.Store, n int) (before, after Manifest, err error) {
 	var cas s3store.CAS // a reshard is rare: host-time pauses after a lost race
 	if n < 1 || n > MaxShards {
-		return Manifest{}, fmt.Errorf("reshard: shard count %d out of range 1..%d", n, MaxShards)
+		return Manifest{}, Manifest{}, fmt.Errorf("reshard: shard count %d out of range 1..%d", n, MaxShards)
 	}
 	var out Manifest
-	err := cas.Retry(ctx, func(int) (bool, error) {
+	err = cas.Retry(ctx, func(int) (bool, error) {
 		m, etag, err := readManifest(ctx, st)
+		before = m
 		if errors.Is(err, s3store.ErrNotFound) {
 			return false, fmt.Errorf("reshard: no queue in this store (no %s): %w", ManifestKey, err)
 		}
@@ -67,14 +75,14 @@ func Reshard(ctx context.Context, st s3store.Store, n int) (Manifest, error) {
 		return false, nil
 	})
 	if err != nil {
-		return Manifest{}, err
+		return Manifest{}, Manifest{}, err
 	}
 	// The fleet object is written even when there is none yet: a worker
 	// that opened the manifest before this reshard may be about to create
 	// it, and would record its own, older count.
 	f, etag, err := ReadFleet(ctx, st)
 	if err != nil && !errors.Is(err, ErrCorruptFleet) {
-		return out, fmt.Errorf("reshard: the manifest says %d shards; members learn it at their next renewal: %w", out.Shards, err)
+		return before, out, fmt.Errorf("reshard: the manifest says %d shards; members learn it at their next renewal: %w", out.Shards, err)
 	}
 	_, _, err = UpdateFleet(ctx, st, cas, f, etag, func(f *Fleet) bool {
 		if f.Shards >= out.Shards {
@@ -84,7 +92,7 @@ func Reshard(ctx context.Context, st s3store.Store, n int) (Manifest, error) {
 		return true
 	})
 	if err != nil {
-		return out, fmt.Errorf("reshard: the manifest says %d shards; members learn it at their next renewal: %w", out.Shards, err)
+		return before, out, fmt.Errorf("reshard: the manifest says %d shards; members learn it at their next renewal: %w", out.Shards, err)
 	}
-	return out, nil
+	return before, out, nil
 }

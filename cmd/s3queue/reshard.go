@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 
-	"github.com/s3queue/s3queue/s3store"
 	"github.com/s3queue/s3queue/shards"
 )
 
@@ -28,19 +27,9 @@ var reshardCommand = &command{
 			if err != nil {
 				return err
 			}
-			before, err := shards.ReadManifest(ctx, st)
-			if errors.Is(err, s3store.ErrNotFound) {
-				return fmt.Errorf("reshard: no queue in this store (no %s): nothing to reshard", shards.ManifestKey)
-			}
-			if err != nil {
-				return fmt.Errorf("reshard: %w", err)
-			}
-			if *n < before.Shards {
-				return usageError("reshard: shrinking is not supported: the queue has %d shards, more than the %d asked for", before.Shards, *n)
-			}
-			after, err := shards.Reshard(ctx, st, *n)
+			before, after, err := shards.Grow(ctx, st, *n)
 			if errors.Is(err, shards.ErrShrink) {
-				return withCode(exitUsage, err) // another reshard grew it past n meanwhile
+				return withCode(exitUsage, err) // the queue has more shards than n
 			}
 			if err != nil {
 				return err
