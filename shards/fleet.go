@@ -48,6 +48,10 @@ type Fleet struct {
 	// shard count cannot help, and once this has lasted the first member
 	// grows the shard count (the worker's max_shards and reshard_after).
 	Crowded time.Time `json:"crowded_since,omitzero"`
+	// Leases: lease objects may exist under LeasePrefix (leased members,
+	// applicants, or what departed ones left behind), so the keeper lists
+	// them at its renewals; it clears this when a listing finds none.
+	Leases bool `json:"leases,omitempty"`
 }
 
 // ShardCount is the shard count to assign and route by for a process

@@ -160,7 +160,7 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 	// The keeper lists the leased members' leases for the write below.
 	var leases map[string]shards.Lease
 	var apps []shards.Application
-	if !joining && !leaving && (m.fleet.HasLeased() || m.fleet.RootLive(iv, margin) >= w.cfg.RootMembers) && w.keeper(iv) {
+	if !joining && !leaving && (m.fleet.HasLeased() || m.fleet.Leases || m.fleet.RootLive(iv, margin) >= w.cfg.RootMembers) && w.keeper(iv) {
 		if leases, err = shards.ReadLeases(ctx, w.st); err != nil {
 			return err
 		}
@@ -244,6 +244,12 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 		if leases != nil {
 			f.Keep(leases, iv, w.cfg.MemberTTL, margin)
 			f.Admit(apps, iv, w.cfg.MemberTTL, margin)
+			// Lapsed ones are deleted after this write: listed again at
+			// the next renewal, until a listing finds none.
+			f.Leases = len(leases) > 0
+		}
+		if f.HasLeased() {
+			f.Leases = true
 		}
 		if leaving && len(f.Live(iv, margin)) == 0 {
 			// The last member leaves on shutdown: the doorbell was its
