@@ -88,7 +88,7 @@ func TestScaleReport(t *testing.T) {
 	for _, c := range []struct {
 		workers, shards int
 		rate            float64
-	}{{10, 16, 250}, {100, 64, 1500}, {100, 128, 2500}, {1000, 1000, 7000}} {
+	}{{10, 16, 250}, {100, 64, 1100}, {100, 128, 1700}, {1000, 1000, 7000}} {
 		if c.workers > maxWorkers {
 			break
 		}
