@@ -29,15 +29,15 @@ type membership struct {
 	expiry  time.Time // our entry's expiry, as last written
 	assign  shards.Assignment
 
-	lastWork  time.Time // local time a poll last found work
-	fullSince time.Time // local time every slot became busy (zero: not full)
-	backlog   bool      // the listing that filled the slots left due work behind
-	asked     time.Time // local time the member last asked for more members
-	handed    time.Time // local time the member last looked to hand work off
-	asleep    bool
-	sleptAt   time.Time
-	leaving   bool
-	shutdown  bool // leaving because Run ends: even the last member goes
+	lastWork    time.Time // local time a poll last found work
+	behindSince time.Time // local time the member fell behind its shards (zero: it is not)
+	backlog     bool      // the listing that filled the slots left due work behind
+	asked       time.Time // local time the member last asked for more members
+	handed      time.Time // local time the member last looked to hand work off
+	asleep      bool
+	sleptAt     time.Time
+	leaving     bool
+	shutdown    bool // leaving because Run ends: even the last member goes
 
 	standbyWait time.Duration // a standby's wait before its next read
 	learnt      int           // the fleet's shard count the manifest was last re-read for
@@ -51,11 +51,12 @@ type membership struct {
 	retry backoff // of the fleet requests, after a failure
 }
 
-// saturated reports that, at local time now, the member has had every slot
-// busy for a while with due work left behind, and has not asked for help in
-// the last while.
+// saturated reports that, at local time now, the member has been behind
+// its shards for a while (every poll leaving due work unclaimed, or every
+// slot busy), with due work left behind, and has not asked for help in the
+// last while.
 func (m *membership) saturated(now time.Time) bool {
-	return m.backlog && !m.fullSince.IsZero() && now.Sub(m.fullSince) >= saturatedAfter &&
+	return m.backlog && !m.behindSince.IsZero() && now.Sub(m.behindSince) >= saturatedAfter &&
 		now.Sub(m.asked) >= saturatedAfter
 }
 
@@ -147,12 +148,12 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 		m.joined = iv.Latest
 	}
 	want := 0
-	if m.saturated(w.now()) && w.free() == 0 {
+	if m.saturated(w.now()) {
 		want = w.want(n, len(m.fleet.Live(iv, margin)))
 		m.asked = now
 	}
 	leaving, shutdown := m.leaving, m.shutdown
-	busy := !m.fullSince.IsZero() && m.backlog && w.free() == 0
+	busy := !m.behindSince.IsZero() && m.backlog
 	joining := !m.member
 	if !joining && w.leaseOnly(iv, want) {
 		return w.renewLease(ctx, now, iv, busy)
@@ -396,7 +397,7 @@ func (w *Worker) mayGrow(n int) bool {
 // next renewal (the automatic reshard waits for such an ask to last).
 func (w *Worker) mustAsk(ctx context.Context, now time.Time) bool {
 	m := &w.fleet
-	if !m.member || !m.saturated(now) || w.free() != 0 {
+	if !m.member || !m.saturated(now) {
 		return false
 	}
 	iv, err := w.clock.Now(ctx)

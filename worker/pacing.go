@@ -50,11 +50,10 @@ func (w *Worker) slotFreed() {
 	if t.Before(w.pace.next) {
 		w.pace.next = t
 	}
-	// Still full, as far as saturation goes: a slot refilled at once from a
-	// backlog keeps the member saturated, and the next poll that leaves a
-	// slot free says it is not (pollOwn). Were it reset here, a member
-	// whose handlers finish more often than saturatedAfter would never
-	// ask for help.
+	// Still behind, as far as saturation goes: only a poll that leaves
+	// nothing behind with a slot free says it is not (pollOwn). Were it
+	// reset here, a member whose handlers finish more often than
+	// saturatedAfter would never ask for help.
 }
 
 // sweepDrainShards sweeps the member's inactive shards for leftovers, each on

@@ -53,7 +53,7 @@ func writePlot(path string, series []plotSeries) error {
 	line(img, left, top, left, h-bottom, ink)
 	line(img, left, h-bottom, w-right, h-bottom, ink)
 	text(img, (left+w-right)/2-60, h-bottom+35, "workers (log scale)", ink)
-	text(img, 10, top-25, "tasks completed per second, today's design (one member per shard)", ink)
+	text(img, 10, top-25, "tasks completed per second, shard count fixed (no reshard in the run)", ink)
 
 	palette := []color.RGBA{{31, 119, 180, 255}, {255, 127, 14, 255}, {44, 160, 44, 255}, {214, 39, 40, 255}, {148, 103, 189, 255}}
 	for i, s := range series {
