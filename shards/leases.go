@@ -238,7 +238,7 @@ func ReadApplications(ctx context.Context, st s3store.Store, f Fleet, leases map
 const maxApplicationTTL = time.Hour
 
 // Admit adds the applicants the fleet needs to f as leased members, in the
-// order they applied: dedicated workers, and others while the members ask
+// order they applied, joined at now.Latest: dedicated workers, and others while the members ask
 // for more (Want) or one runs a type no live member runs. keeperTTL is the
 // grace of their entries (LeasedExpiry). It returns the ids admitted.
 func (f *Fleet) Admit(apps []Application, now clock.Interval, keeperTTL, margin time.Duration) []string {
@@ -261,7 +261,10 @@ func (f *Fleet) Admit(apps []Application, now clock.Interval, keeperTTL, margin 
 		if !need {
 			continue
 		}
-		m := Member{ID: a.ID, Joined: a.Applied, Types: a.Types, Dedicated: a.Dedicated, Leased: true, TTL: a.TTL}
+		// Joined at admission: after every member already in the fleet
+		// (the application's LastModified is to the second, and would sort
+		// it before members that joined in that second).
+		m := Member{ID: a.ID, Joined: now.Latest, Types: a.Types, Dedicated: a.Dedicated, Leased: true, TTL: a.TTL}
 		m.ExpiresAt = LeasedExpiry(m.LeaseLapse(Lease{}, false), keeperTTL, margin)
 		f.Members = append(f.Members, m)
 		admitted = append(admitted, a.ID)

@@ -238,7 +238,7 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 			}
 			kept = append(kept, me)
 		}
-		if stayLeased && leases == nil && want <= max(len(live), f.Want) {
+		if stayLeased && leases == nil && want <= max(len(live), f.Want) && !w.renewsAsk(*f, iv, want, f.ShardCount(w.manifest.Shards)) {
 			return false // nothing to write: the lease object renews us
 		}
 		f.Members = kept
@@ -408,12 +408,28 @@ func (w *Worker) mustAsk(ctx context.Context, now time.Time) bool {
 	live := len(f.Live(iv, w.cfg.LeaseMargin))
 	n := f.ShardCount(w.manifest.Shards)
 	want := w.want(n, live)
-	if me, _ := entry(f, w.cfg.ID); me.Leased {
-		// Leased members leave the standing ask to the root members.
-		return want > max(live, f.Want)
+	return want > max(live, f.Want) || w.renewsAsk(f, iv, want, n)
+}
+
+// renewsAsk reports whether the member writes the fleet object to keep a
+// standing ask beyond the shard count from lapsing before its next
+// renewal (the automatic reshard waits for the ask to last). Only the
+// first root_members live members do, so that the writes stay bounded:
+// they hold the active shards, and in a crowded fleet they are the ones
+// behind.
+func (w *Worker) renewsAsk(f shards.Fleet, iv clock.Interval, want, n int) bool {
+	if want <= n || iv.Latest.Add(w.memberTTL()/3).Before(f.WantUntil) {
+		return false
 	}
-	return want > max(live, f.Want) ||
-		want > n && !iv.Latest.Add(w.memberTTL()/3).Before(f.WantUntil)
+	for i, m := range f.Live(iv, w.cfg.LeaseMargin) {
+		if i >= w.cfg.RootMembers {
+			break
+		}
+		if m.ID == w.cfg.ID {
+			return true
+		}
+	}
+	return false
 }
 
 // types lists the task types this worker has handlers for, sorted.
@@ -831,7 +847,8 @@ func (w *Worker) keeper(iv clock.Interval) bool {
 // leaseOnly reports whether the member's renewal is a PUT of its lease
 // object alone: it is a leased member, and has no reason to write the
 // fleet object (to leave, to ask for more members than the fleet has and
-// wants, to take a free place among the root members, or as the keeper).
+// wants or keep such an ask standing, to take a free place among the root
+// members, or as the keeper).
 func (w *Worker) leaseOnly(iv clock.Interval, want int) bool {
 	m := &w.fleet
 	me, ok := entry(m.fleet, w.cfg.ID)
@@ -840,7 +857,8 @@ func (w *Worker) leaseOnly(iv clock.Interval, want int) bool {
 	}
 	live := len(m.fleet.Live(iv, w.cfg.LeaseMargin))
 	convert := m.fleet.RootLive(iv, w.cfg.LeaseMargin) < w.cfg.RootMembers && firstLeased(m.fleet, iv, w.cfg.LeaseMargin) == w.cfg.ID
-	return want <= max(live, m.fleet.Want) && !convert && !w.keeper(iv)
+	n := m.fleet.ShardCount(w.manifest.Shards)
+	return want <= max(live, m.fleet.Want) && !w.renewsAsk(m.fleet, iv, want, n) && !convert && !w.keeper(iv)
 }
 
 // firstLeased returns the id of f's first live leased member, the one that
