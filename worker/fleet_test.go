@@ -505,3 +505,34 @@ func TestAPacedMemberStaysAwakeWhileWorkTrickles(t *testing.T) {
 		}
 	})
 }
+
+// A member behind a backlog of short tasks asks for help too: a slot is
+// free after almost every poll (a task ends every few milliseconds), but
+// every poll leaves due work behind.
+func TestStandbysJoinAMemberBehindABacklogOfShortTasks(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := s3store.NewFaults(mem.New())
+		f := newFleet(t, st, 4)
+		short := func(ctx context.Context, _ *task.Task) (json.RawMessage, error) {
+			time.Sleep(100 * time.Millisecond)
+			return nil, nil
+		}
+		first := f.fast("first")
+		first.Concurrency = 16
+		w0 := f.start(first, nil, short)
+		waitFor(t, "the first worker to join", 10*time.Second, func() bool { m, _ := w0.Member(); return m })
+		p := f.producer(st)
+		for range 3000 {
+			f.submit(p)
+		}
+		// Then S3's latency on tasks, so that a poll takes as long as it
+		// does there and handlers end while it runs.
+		st.Inject(s3store.Fault{Op: s3store.OpGet, KeyPrefix: "tasks/", Latency: 30 * time.Millisecond})
+		st.Inject(s3store.Fault{Op: s3store.OpPut, KeyPrefix: "tasks/", Latency: 35 * time.Millisecond})
+		st.Inject(s3store.Fault{Op: s3store.OpList, KeyPrefix: "tasks/", Latency: 40 * time.Millisecond})
+		w1 := f.start(f.fast("standby"), nil, short)
+		start := time.Now()
+		waitFor(t, "the standby to join a member behind its backlog", 20*time.Second, func() bool { m, _ := w1.Member(); return m })
+		t.Logf("standby joined after %v", time.Since(start))
+	})
+}
