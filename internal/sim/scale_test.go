@@ -134,10 +134,13 @@ type gridCell struct {
 // reportOptions are the settings of one cell of the grid: the load
 // offered is 60 tasks/s per worker that can hold a shard (above what a
 // member claims, about 35), up to 10,000; the bucket is
-// pre-partitioned in 16 at shard prefixes (as AWS support can set one up),
+// pre-partitioned in 17: the queue's own objects, then 16 at shard prefixes (as AWS support can set one up),
 // so that the runs measure the queue rather than S3's warm-up.
 func reportOptions(workers, shards int) ScaleOptions {
-	var bounds []string
+	// The queue's own objects (fleet.json, fleet/leases/, idempotency/,
+	// queue.json) on a partition of their own, then one per 1/16 of the
+	// shards.
+	bounds := []string{"tasks/"}
 	for i := 1; i < min(16, shards); i++ {
 		bounds = append(bounds, fmt.Sprintf("tasks/%03d", i*shards/min(16, shards)))
 	}
