@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"sync"
 
 	"github.com/s3queue/s3queue/clock"
@@ -168,7 +169,12 @@ func (w *Worker) tryClaim(ctx context.Context, s *shards.Scan, a *attempt, iv cl
 	if a.loadErr != nil {
 		switch {
 		case w.reportLoad(a.key, a.loadErr):
-			a.settle(s, c.ETag, true)
+			// A pointer to a task that may lie below the monitor's floor
+			// may be a write-ahead: its task's PUT may still land (a
+			// delayed request). It stays for the monitor, which decides
+			// after PointerGrace (shards.MayLieBelowFloor).
+			gone := !(c.Pointer && errors.Is(a.loadErr, s3store.ErrNotFound) && shards.MayLieBelowFloor(c.ID, iv.Latest))
+			a.settle(s, c.ETag, gone)
 		case s.Failed(c, iv.Latest):
 			// Unreadable again and again (a 403 on this one object):
 			// skipped at its ETag rather than pinning the shard.
