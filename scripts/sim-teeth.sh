@@ -21,7 +21,7 @@ SEEDS=${SEEDS:-300}
 patches=internal/sim/testdata/defects
 defects=("$@")
 if ((${#defects[@]} == 0)); then
-	defects=(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16)
+	defects=(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17)
 fi
 
 work=$(mktemp -d)
