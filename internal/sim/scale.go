@@ -132,10 +132,10 @@ type ScaleResult struct {
 	// Partitions is the bucket's partition count at the end; Splits what
 	// the model split during the run.
 	Partitions int
+	Splits     []Split
 	// ShardsAtEnd is the queue's shard count at the end of the window:
 	// more than Options.Shards when the workers' automatic reshard grew it.
 	ShardsAtEnd int
-	Splits     []Split
 }
 
 // FleetRequestsPerMemberHour is the fleet-object requests per member-hour.

@@ -173,7 +173,7 @@ type world struct {
 	// deadMembers: fleet entries and lease objects of workers not alive at
 	// the end of the quiet tail (the checker's InvMembers).
 	deadMembers []string
-	dedicated   map[string]bool // workers started dedicated (always members)
+	dedicated   map[string]bool   // workers started dedicated (always members)
 	midway      map[string][]byte // the bucket at the end of the chaos phase
 	spawned     map[string]int    // process name -> length of the server's log when it started
 	quietAt     time.Time
