@@ -24,19 +24,8 @@ import (
 // and its lease object deleted, by the S3 time of the lease's
 // LastModified as MinIO lists it; every task succeeds.
 func TestLeasedMembersOnMinIO(t *testing.T) {
-	srv := harness.MinIO(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	bucket := srv.NewBucket(t)
-	url := srv.StoreURL(bucket, "q")
-	st, err := storeurl.Open(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	prod, err := producer.New(ctx, st, producer.Config{Shards: 8})
-	if err != nil {
-		t.Fatal(err)
-	}
+	q := newMinIOQueue(t, 8, 4*time.Minute)
+	ctx, srv, bucket, url, st, prod := q.ctx, q.srv, q.bucket, q.url, q.st, q.prod
 	bin := buildCLI(t)
 	env := []string{"S3QUEUE_STORE=" + url, "S3QUEUE_WORKER_ROOT_MEMBERS=1", "S3QUEUE_WORKER_DEDICATED=true",
 		"S3QUEUE_WORKER_MEMBER_TTL=9s", "S3QUEUE_WORKER_LEASE_MARGIN=1s", "S3QUEUE_WORKER_POLL_MAX=1s",
@@ -156,4 +145,33 @@ func listLeases(ctx context.Context, t *testing.T, c *minio.Client, bucket strin
 		keys = append(keys, o.Key)
 	}
 	return keys
+}
+
+// minioQueue is a queue under prefix q/ of a new MinIO bucket, with a
+// producer that created it.
+type minioQueue struct {
+	ctx         context.Context
+	srv         *harness.Server
+	bucket, url string
+	st          s3store.Store
+	prod        *producer.Producer
+}
+
+// newMinIOQueue creates a queue of n shards on MinIO; its context ends
+// after within, or with the test.
+func newMinIOQueue(t *testing.T, n int, within time.Duration) minioQueue {
+	t.Helper()
+	srv := harness.MinIO(t)
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	t.Cleanup(cancel)
+	q := minioQueue{ctx: ctx, srv: srv, bucket: srv.NewBucket(t)}
+	q.url = srv.StoreURL(q.bucket, "q")
+	var err error
+	if q.st, err = storeurl.Open(ctx, q.url); err != nil {
+		t.Fatal(err)
+	}
+	if q.prod, err = producer.New(ctx, q.st, producer.Config{Shards: n}); err != nil {
+		t.Fatal(err)
+	}
+	return q
 }

@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,9 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/s3queue/s3queue/integration/harness"
 	"github.com/s3queue/s3queue/producer"
-	"github.com/s3queue/s3queue/s3store/storeurl"
 	"github.com/s3queue/s3queue/shards"
 	"github.com/s3queue/s3queue/task"
 )
@@ -27,19 +24,8 @@ import (
 // task's history names the worker that ran it), every task succeeds, and
 // none runs twice (nothing is killed).
 func TestAFleetLargerThanTheShardCountDrainsABacklogMinIO(t *testing.T) {
-	srv := harness.MinIO(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	bucket := srv.NewBucket(t)
-	url := srv.StoreURL(bucket, "q")
-	st, err := storeurl.Open(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	prod, err := producer.New(ctx, st, producer.Config{Shards: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
+	q := newMinIOQueue(t, 2, 4*time.Minute)
+	ctx, url, st, prod := q.ctx, q.url, q.st, q.prod
 	const tasks = 80
 	ids := make([]string, 0, tasks)
 	for i := range tasks {
