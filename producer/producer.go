@@ -594,8 +594,8 @@ func (p *Producer) learnOnMiss(ctx context.Context) bool {
 // is asked to stop, and its handler's context is canceled no later than the
 // worker's next lease renewal. It reports whether the task was running.
 func (p *Producer) Cancel(ctx context.Context, id string) (requested bool, err error) {
-	err = p.modify(ctx, id, func(t *task.Task, now time.Time) error {
-		requested, err = t.Cancel(now)
+	err = p.modify(ctx, id, func(t *task.Task, now clock.Interval) error {
+		requested, err = t.Cancel(now.Mid())
 		return err
 	})
 	if errors.Is(err, task.ErrCancelAlreadyRequested) {
@@ -618,12 +618,14 @@ func (p *Producer) Cancel(ctx context.Context, id string) (requested bool, err e
 func (p *Producer) Requeue(ctx context.Context, id string) error {
 	var t *task.Task
 	var announced time.Time // local time of the write-ahead pointer, if any
-	err := p.modify(ctx, id, func(cur *task.Task, now time.Time) error {
-		if err := cur.Requeue(now); err != nil {
+	err := p.modify(ctx, id, func(cur *task.Task, now clock.Interval) error {
+		if err := cur.Requeue(now.Mid()); err != nil {
 			return err
 		}
 		t = cur
-		if !shards.MayLieBelowFloor(cur.ID, now) || !announced.IsZero() && clock.Since(p.local, announced) < shards.PointerGrace/2 {
+		// By the latest the clock can be: a task that may lie below the
+		// floor is announced first, however uncertain the clock.
+		if !shards.MayLieBelowFloor(cur.ID, now.Latest) || !announced.IsZero() && clock.Since(p.local, announced) < shards.PointerGrace/2 {
 			return nil
 		}
 		if err := p.announce(ctx, cur); err != nil {
@@ -636,13 +638,33 @@ func (p *Producer) Requeue(ctx context.Context, id string) error {
 		return err
 	}
 	if announced.IsZero() || clock.Since(p.local, announced) > shards.PointerGrace/2 {
-		if err := p.announce(ctx, t); err != nil {
+		if err := p.announceLanded(ctx, t); err != nil {
 			// A young task: the monitor's repair announces it.
 			p.log.Warn("announce requeued task", "task_id", id, "err", err)
 		}
 	}
 	p.ring(ctx, id)
 	return nil
+}
+
+// announceLanded announces t after its write. A write decided while t was
+// young may land once it is older than shards.FloorLag (a slow or delayed
+// request), below the monitor's floor, where only a pointer lets anyone
+// find it: then a failed announcement is tried again, under the CAS
+// policy's pauses, until one lands or ctx ends.
+func (p *Producer) announceLanded(ctx context.Context, t *task.Task) error {
+	err := p.announce(ctx, t)
+	if err == nil {
+		return nil
+	}
+	now, cerr := p.clock.Now(ctx)
+	if cerr != nil || !shards.MayLieBelowFloor(t.ID, now.Latest) {
+		return err
+	}
+	return p.cas.Retry(ctx, func(attempt int) (bool, error) {
+		err := p.announce(ctx, t)
+		return err != nil && !errors.Is(err, s3store.ErrUnusable), err
+	})
 }
 
 // announce writes a ready pointer to t in a shard whose member runs its
@@ -658,7 +680,7 @@ func (p *Producer) announce(ctx context.Context, t *task.Task) error {
 
 // modify applies change to task id by read-modify-write, re-reading on a
 // lost race (see s3store.CAS).
-func (p *Producer) modify(ctx context.Context, id string, change func(*task.Task, time.Time) error) error {
+func (p *Producer) modify(ctx context.Context, id string, change func(*task.Task, clock.Interval) error) error {
 	return p.cas.Retry(ctx, func(int) (bool, error) {
 		v, err := p.load(ctx, id)
 		if err != nil {
@@ -668,7 +690,7 @@ func (p *Producer) modify(ctx context.Context, id string, change func(*task.Task
 		if err != nil {
 			return false, err
 		}
-		if err := change(v.Task, now.Mid()); err != nil {
+		if err := change(v.Task, now); err != nil {
 			return false, fmt.Errorf("task %s: %w", id, err)
 		}
 		_, err = taskio.Update(ctx, p.st, p.local, v.Task, v.ETag)
