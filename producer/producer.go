@@ -447,7 +447,7 @@ func (p *Producer) afterCreate(ctx context.Context, t *task.Task) {
 		return
 	}
 	in := p.fleet.ShardFor(ctx, t.Type, now, n)
-	if err := shards.Announce(ctx, p.st, t, now.Latest, in); err != nil {
+	if err := p.keepAnnouncing(ctx, t, shards.Announce(ctx, p.st, t, now.Latest, in)); err != nil {
 		// The monitor's repair will announce it; nothing is lost.
 		p.log.Warn("announce task", "task_id", t.ID, "err", err)
 	}
@@ -647,13 +647,18 @@ func (p *Producer) Requeue(ctx context.Context, id string) error {
 	return nil
 }
 
-// announceLanded announces t after its write. A write decided while t was
-// young may land once it is older than shards.FloorLag (a slow or delayed
-// request), below the monitor's floor, where only a pointer lets anyone
-// find it: then a failed announcement is tried again, under the CAS
-// policy's pauses, until one lands or ctx ends.
+// announceLanded announces t after its write (keepAnnouncing).
 func (p *Producer) announceLanded(ctx context.Context, t *task.Task) error {
-	err := p.announce(ctx, t)
+	return p.keepAnnouncing(ctx, t, p.announce(ctx, t))
+}
+
+// keepAnnouncing follows up err, the outcome of announcing t after its
+// write. A write decided while t was young may land once it is older than
+// shards.FloorLag (a slow or delayed request), below the monitor's floor,
+// where only a pointer lets anyone find it: then a failed announcement is
+// tried again, under the CAS policy's pauses, until one lands or ctx ends.
+// A young task's is left to the monitor's repair.
+func (p *Producer) keepAnnouncing(ctx context.Context, t *task.Task, err error) error {
 	if err == nil {
 		return nil
 	}

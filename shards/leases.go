@@ -54,6 +54,7 @@ func LeaseKey(id string, busy bool) string {
 // Lease is a leased member's lease object as a listing shows it.
 type Lease struct {
 	Renewed time.Time // S3 time of the last renewal (LastModified)
+	ETag    string    // of that renewal's object
 	Busy    bool
 	Keys    []string // every lease object of the member (two after a busy flip whose DELETE failed)
 }
@@ -76,7 +77,7 @@ func ReadLeases(ctx context.Context, st s3store.Store) (map[string]Lease, error)
 			l := out[id]
 			l.Keys = append(l.Keys, o.Key)
 			if !o.LastModified.Before(l.Renewed) {
-				l.Renewed, l.Busy = o.LastModified, state == "busy"
+				l.Renewed, l.ETag, l.Busy = o.LastModified, o.ETag, state == "busy"
 			}
 			out[id] = l
 		}
@@ -182,6 +183,7 @@ func (f Fleet) RootLive(now clock.Interval, margin time.Duration) int {
 type Application struct {
 	ID        string        `json:"-"`
 	Applied   time.Time     `json:"-"` // S3 time of the lease object's last write
+	ETag      string        `json:"-"` // of the object read
 	Types     []string      `json:"types,omitempty"`
 	Dedicated bool          `json:"dedicated,omitempty"`
 	TTL       time.Duration `json:"ttl"`
@@ -189,12 +191,16 @@ type Application struct {
 
 // ReadApplications reads the applications among leases, those of workers
 // with no entry in f whose lease has not lapsed by now: one GET each, up
-// to 16 at a time. An application that cannot be read or decoded is left
-// for the next listing.
-func ReadApplications(ctx context.Context, st s3store.Store, f Fleet, leases map[string]Lease, now clock.Interval, margin time.Duration) []Application {
+// to 16 at a time, but none for an object whose ETag the caller's known
+// (the applications it read before, by worker id; ReadApplications keeps
+// it current) already holds: an applicant renews its application with the
+// same bytes every third of its TTL. An object that cannot be read is left
+// for the next listing; one that is not an application (a pruned member's
+// empty lease) is remembered as none.
+func ReadApplications(ctx context.Context, st s3store.Store, f Fleet, leases map[string]Lease, now clock.Interval, margin time.Duration, known map[string]Application) []Application {
 	var ids []string
 	for id, l := range leases {
-		if _, ok := f.member(id); ok || l.Busy {
+		if _, ok := f.Member(id); ok || l.Busy {
 			continue
 		}
 		if lease.Expired(l.Renewed.Add(lastModifiedSlack+maxApplicationTTL), now, margin) {
@@ -204,30 +210,44 @@ func ReadApplications(ctx context.Context, st s3store.Store, f Fleet, leases map
 	}
 	sort.Strings(ids)
 	apps := make([]Application, len(ids))
-	ok := make([]bool, len(ids))
+	read := make([]bool, len(ids))
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 16)
 	for i, id := range ids {
+		if k, ok := known[id]; ok && k.ETag == leases[id].ETag {
+			apps[i], read[i] = k, true
+			continue
+		}
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			obj, err := st.Get(ctx, LeaseKey(id, false))
-			if err != nil || json.Unmarshal(obj.Body, &apps[i]) != nil || apps[i].TTL <= 0 {
+			if err != nil {
 				return
 			}
-			apps[i].ID, apps[i].Applied = id, leases[id].Renewed
-			if obj.LastModified.After(apps[i].Applied) {
-				apps[i].Applied = obj.LastModified
+			if json.Unmarshal(obj.Body, &apps[i]) != nil {
+				apps[i] = Application{} // not an application: remembered as none
 			}
-			ok[i] = !lease.Expired(apps[i].Applied.Add(lastModifiedSlack+apps[i].TTL), now, margin)
+			apps[i].ETag, read[i] = obj.ETag, true
 		}()
 	}
 	wg.Wait()
 	var out []Application
-	for i := range apps {
-		if ok[i] {
-			out = append(out, apps[i])
+	for i, id := range ids {
+		if !read[i] {
+			continue
+		}
+		known[id] = apps[i]
+		a := apps[i]
+		a.ID, a.Applied = id, leases[id].Renewed
+		if a.TTL > 0 && !lease.Expired(a.Applied.Add(lastModifiedSlack+a.TTL), now, margin) {
+			out = append(out, a)
+		}
+	}
+	for id := range known {
+		if _, ok := leases[id]; !ok {
+			delete(known, id)
 		}
 	}
 	return out
@@ -250,7 +270,7 @@ func (f *Fleet) Admit(apps []Application, now clock.Interval, keeperTTL, margin 
 	})
 	var admitted []string
 	for _, a := range apps {
-		if _, ok := f.member(a.ID); ok {
+		if _, ok := f.Member(a.ID); ok {
 			continue
 		}
 		live := f.Live(now, margin)
@@ -272,12 +292,18 @@ func (f *Fleet) Admit(apps []Application, now clock.Interval, keeperTTL, margin 
 	return admitted
 }
 
-// member returns member id's entry.
-func (f Fleet) member(id string) (Member, bool) {
+// Member returns member id's entry.
+func (f Fleet) Member(id string) (Member, bool) {
 	for _, m := range f.Members {
 		if m.ID == id {
 			return m, true
 		}
 	}
 	return Member{}, false
+}
+
+// Has reports whether id has an entry.
+func (f Fleet) Has(id string) bool {
+	_, ok := f.Member(id)
+	return ok
 }

@@ -47,6 +47,9 @@ type membership struct {
 	// applied is the local time a standby last wrote its application
 	// (zero: none stands); appliedExpiry the lease that write gives it.
 	applied, appliedExpiry time.Time
+	// apps are the applications the keeper has read, by worker id: read
+	// again only when their object changes.
+	apps map[string]shards.Application
 
 	retry backoff // of the fleet requests, after a failure
 }
@@ -133,7 +136,7 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 	}
 	if !m.member {
 		f := m.fleet
-		if me, ok := entry(f, w.cfg.ID); ok && me.Leased && !m.applied.IsZero() {
+		if me, ok := f.Member(w.cfg.ID); ok && me.Leased && !m.applied.IsZero() {
 			return w.admitted(ctx, now, iv, f, me)
 		}
 		live := f.Live(iv, margin)
@@ -165,7 +168,10 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 		if leases, err = shards.ReadLeases(ctx, w.st); err != nil {
 			return err
 		}
-		apps = shards.ReadApplications(ctx, w.st, m.fleet, leases, iv, margin)
+		if m.apps == nil {
+			m.apps = make(map[string]shards.Application)
+		}
+		apps = shards.ReadApplications(ctx, w.st, m.fleet, leases, iv, margin, m.apps)
 	}
 	ttl := w.memberTTL()
 	rootExpiry := iv.Latest.Add(ttl)
@@ -196,7 +202,7 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 		// takes it, and a newcomer gets it rather than a lease.
 		rootFree := f.RootLive(iv, margin) < w.cfg.RootMembers
 		applyInstead = false
-		if _, listed := entry(*f, w.cfg.ID); joining && !rootFree && !listed {
+		if _, listed := f.Member(w.cfg.ID); joining && !rootFree && !listed {
 			// The root places filled since our read: apply rather than
 			// race the other joiners for the object.
 			applyInstead = true
@@ -289,7 +295,7 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 	if applyInstead {
 		return w.apply(ctx, now, iv)
 	}
-	if joining && !contains(f.Members, w.cfg.ID) {
+	if joining && !f.Has(w.cfg.ID) {
 		return nil // stayed a standby
 	}
 	if m.leaving && !leaving {
@@ -313,7 +319,7 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 		m.lastWork = now
 		w.pace.reset(w.cfg.PollMin, now)
 	}
-	me, _ := entry(f, w.cfg.ID)
+	me, _ := f.Member(w.cfg.ID)
 	switch {
 	case me.Leased && !joining:
 		// The write was not the renewal: the lease object is.
@@ -561,15 +567,6 @@ func (w *Worker) readFleet(ctx context.Context) (shards.Fleet, string, error) {
 		err = nil
 	}
 	return f, etag, err
-}
-
-func contains(ms []shards.Member, id string) bool {
-	for _, m := range ms {
-		if m.ID == id {
-			return true
-		}
-	}
-	return false
 }
 
 // mayLeave reports whether leaving keeps the fleet whole: another live
@@ -822,18 +819,8 @@ func (w *Worker) Member() (bool, shards.Assignment) {
 // leased reports whether the member renews by a lease object (it takes the
 // root place at its next renewal when one is free; only then may it sleep).
 func (w *Worker) leased() bool {
-	me, _ := entry(w.fleet.fleet, w.cfg.ID)
+	me, _ := w.fleet.fleet.Member(w.cfg.ID)
 	return me.Leased
-}
-
-// entry returns member id's entry in f.
-func entry(f shards.Fleet, id string) (shards.Member, bool) {
-	for _, m := range f.Members {
-		if m.ID == id {
-			return m, true
-		}
-	}
-	return shards.Member{}, false
 }
 
 // keeper reports whether this worker is the fleet's keeper, which keeps
@@ -851,7 +838,7 @@ func (w *Worker) keeper(iv clock.Interval) bool {
 // members, or as the keeper).
 func (w *Worker) leaseOnly(iv clock.Interval, want int) bool {
 	m := &w.fleet
-	me, ok := entry(m.fleet, w.cfg.ID)
+	me, ok := m.fleet.Member(w.cfg.ID)
 	if !ok || !me.Leased || m.leaving {
 		return false
 	}
@@ -967,7 +954,7 @@ func (w *Worker) sweepLeases(ctx context.Context, f shards.Fleet, leases map[str
 	sort.Strings(ids) // one order of requests: the simulator replays it
 	for _, id := range ids {
 		l := leases[id]
-		if _, ok := entry(f, id); ok {
+		if _, ok := f.Member(id); ok {
 			continue
 		}
 		gone := shards.Member{ID: id, TTL: w.cfg.MemberTTL}

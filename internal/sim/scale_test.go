@@ -273,3 +273,24 @@ func TestScalePlot(t *testing.T) {
 	}
 	plotGrid(t, rows, []int{16, 64, 256, 1000})
 }
+
+// TestScaleGrowth runs a fleet larger than the queue's shard count long
+// enough for the workers' automatic reshard (issue 10, items 1 and 2) to
+// act: 100 workers on 16 shards offered 3,000 tasks/s, a 150 s warm-up
+// (the members must ask for more than the shard count for reshard_after, a
+// minute) and a 30 s window. It prints the grid's row and the shard count
+// the queue grew to.
+//
+//	S3QUEUE_SCALE=1 go test ./internal/sim -run TestScaleGrowth -timeout 60m -v | grep ^GROWTH
+func TestScaleGrowth(t *testing.T) {
+	if os.Getenv("S3QUEUE_SCALE") == "" {
+		t.Skip("set S3QUEUE_SCALE=1 to run a fleet through the automatic reshard (minutes on 2 cores)")
+	}
+	opts := reportOptions(100, 16)
+	opts.TasksPerSecond = 3000
+	opts.Warmup, opts.Window, opts.Tail = 150*time.Second, 30*time.Second, 10*time.Second
+	began := time.Now()
+	res := runScale(t, opts)
+	fmt.Println("GROWTH " + scaleRow(res, time.Since(began)))
+	fmt.Printf("GROWTH shards: %d at the start, %d at the end of the window\n", opts.Shards, res.ShardsAtEnd)
+}
