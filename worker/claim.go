@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 
 	"github.com/s3queue/s3queue/clock"
 	"github.com/s3queue/s3queue/internal/taskio"
@@ -44,6 +45,9 @@ type attempt struct {
 	claiming bool
 	h        Handler
 	claimID  string
+	pool     *pool
+	adm      admission
+	evicted  *run // a pending run evicted for this one (DropOldest), to release
 	// settledAt is tryClaim's verdict for a task it does not claim (see
 	// applyClaim), or the claim's new ETag.
 	settledAt string
@@ -109,7 +113,7 @@ func (w *Worker) load(ctx context.Context, a *attempt, counts []int) {
 
 // claimBatch claims the candidates of batch, which are no more than the
 // free slots, and reports how many it claimed.
-func (w *Worker) claimBatch(ctx context.Context, s *shards.Scan, batch []shards.Candidate, iv clock.Interval) (claimed int) {
+func (w *Worker) claimBatch(ctx context.Context, s *shards.Scan, batch []shards.Candidate, iv clock.Interval, found time.Time) (claimed int) {
 	as := make([]attempt, len(batch))
 	var counts []int
 	for i, c := range batch {
@@ -132,7 +136,13 @@ func (w *Worker) claimBatch(ctx context.Context, s *shards.Scan, batch []shards.
 		// A claim that landed with its response lost (the store's retry
 		// then met it as a 412, or any error after the write) is
 		// recognised by taskio.Update, which reads the object back: it is
-		// ours to run.
+		// ours to run. A pending task evicted for a claim (DropOldest) is
+		// released first, in candidate order.
+		for _, a := range claiming {
+			if a.evicted != nil {
+				w.drop(ctx, a.evicted)
+			}
+		}
 		concurrently(len(claiming), func(i int) {
 			a := claiming[i]
 			a.nv, a.claimErr = taskio.Update(ctx, w.st, w.local, a.v.Task, a.v.ETag)
@@ -140,7 +150,7 @@ func (w *Worker) claimBatch(ctx context.Context, s *shards.Scan, batch []shards.
 	}
 	var drops []*attempt
 	for i := range as {
-		if w.applyClaim(ctx, s, &as[i], iv) {
+		if w.applyClaim(ctx, s, &as[i], iv, found) {
 			claimed++
 		}
 		if as[i].drop {
@@ -198,23 +208,64 @@ func (w *Worker) tryClaim(ctx context.Context, s *shards.Scan, a *attempt, iv cl
 	if !dueNow(t, iv) || w.stopping.Load() {
 		return false
 	}
-	if !w.reserveSlot() {
+	p := w.poolFor(t.Type)
+	adm, evicted := p.admit()
+	if adm == refused {
+		w.refuse(p, t)
 		return false
 	}
 	claimID := w.rand.Hex(12)
 	if err := t.ClaimBy(w.cfg.ID, claimID, iv.Latest); err != nil {
-		w.unreserveSlot()
+		if evicted != nil {
+			p.requeue(evicted) // back where it was
+		}
+		p.unadmit(adm)
 		return false
 	}
-	a.claiming, a.h, a.claimID = true, h, claimID
+	a.claiming, a.h, a.claimID, a.pool, a.adm, a.evicted = true, h, claimID, p, adm, evicted
 	return true
+}
+
+// refuse leaves a task due for the full pool p in the bucket, for this
+// worker's next poll or any other worker: counted as waiting (Block), or
+// refused (Reject) or dropped (DropLatest) with a hook and an event.
+func (w *Worker) refuse(p *pool, t *task.Task) {
+	q := Queued{Pool: p.name, TaskID: t.ID, Type: t.Type, Attempt: t.Attempt, Phase: PhaseWaiting, Reason: "the pool's queue is full"}
+	switch p.policy {
+	case Reject:
+		w.stats.refused.Add(1)
+		if h := w.cfg.Hooks.OnReject; h != nil {
+			h(q)
+		}
+		w.emit(Event{Kind: "rejected", TaskID: t.ID, Type: t.Type, Attempt: t.Attempt, Pool: p.name, Phase: string(PhaseWaiting)})
+	case DropLatest, DropOldest:
+		// DropOldest refuses only when nothing is pending to evict.
+		w.stats.dropped.Add(1)
+		if h := w.cfg.Hooks.OnDrop; h != nil {
+			h(q)
+		}
+		w.emit(Event{Kind: "dropped", TaskID: t.ID, Type: t.Type, Attempt: t.Attempt, Pool: p.name, Phase: string(PhaseWaiting)})
+	}
+	w.blocked[p]++
+}
+
+// drop releases a pending run evicted by a newer task (DropOldest): its
+// claim undone by CAS, the task due again at once, its attempt not used.
+func (w *Worker) drop(ctx context.Context, r *run) {
+	t := r.v.Task
+	w.stats.dropped.Add(1)
+	if h := w.cfg.Hooks.OnDrop; h != nil {
+		h(Queued{Pool: r.pool.name, TaskID: t.ID, Type: t.Type, Attempt: t.Attempt, Phase: PhasePending, Reason: "evicted by a newer task"})
+	}
+	w.emit(Event{Kind: "dropped", TaskID: t.ID, Type: t.Type, Attempt: t.Attempt, Pool: r.pool.name, Phase: string(PhasePending)})
+	r.giveBack(ctx, PhasePending, "dropped from a full queue for a newer task")
 }
 
 // applyClaim acts on an attempt's outcome: a claimed task goes to dispatch,
 // a failed claim gives its slot back, and the candidate is settled when it
 // needs no second look. It reports whether the task was claimed. Runs on
 // the scheduler, in candidate order.
-func (w *Worker) applyClaim(ctx context.Context, s *shards.Scan, a *attempt, iv clock.Interval) (ok bool) {
+func (w *Worker) applyClaim(ctx context.Context, s *shards.Scan, a *attempt, iv clock.Interval, found time.Time) (ok bool) {
 	if a.loadErr != nil {
 		return false // tryClaim has dealt with it
 	}
@@ -228,12 +279,12 @@ func (w *Worker) applyClaim(ctx context.Context, s *shards.Scan, a *attempt, iv 
 			if !s3store.LostRace(a.claimErr) {
 				w.log.Warn("claim", "task_id", v.Task.ID, "err", a.claimErr)
 			}
-			w.unreserveSlot()
+			a.pool.unadmit(a.adm)
 		} else {
 			t := v.Task
 			w.stats.claimed.Add(1)
-			w.emit(Event{Kind: "claimed", TaskID: t.ID, Type: t.Type, Attempt: t.Attempt})
-			w.dispatch(a.nv, a.claimID, a.h)
+			w.emit(Event{Kind: "claimed", TaskID: t.ID, Type: t.Type, Attempt: t.Attempt, Pool: a.pool.name})
+			w.dispatch(a.pool, a.adm, a.nv, a.claimID, a.h, found)
 			ok, settledAt = true, a.nv.ETag
 		}
 	}

@@ -19,8 +19,27 @@ import (
 type Config struct {
 	// ID names the worker in claims and logs; "" picks host-pid-random.
 	ID string
-	// Concurrency is how many handlers run at once.
+	// Concurrency is how many handlers run at once in the default pool:
+	// MaxInFlight's default.
 	Concurrency int
+	// MaxInFlight bounds the default pool's running handlers (0:
+	// Concurrency; Unbounded: none). MaxQueueDepth bounds its tasks found
+	// and waiting to start (0: a listing's worth, max(MaxInFlight,
+	// PollBatch) + 1; Unbounded: none), QueuePolicy says what happens to a
+	// task found when it is full ("": Block). See dispatch.go and
+	// docs/flow-control.md.
+	MaxInFlight, MaxQueueDepth int
+	QueuePolicy                QueuePolicy
+	// CrashPolicy is what a handler that panics does to its task:
+	// CrashFail ("" too: a failed attempt, retried after the task's retry
+	// delay, by any worker) or CrashRequeue (a failed attempt, run again
+	// at once by this worker, ahead of its pool's pending tasks).
+	CrashPolicy string
+	// Pools run the task types they list with their own handlers and
+	// limits; the other types run in the default pool.
+	Pools []Pool
+	// Hooks observe the dispatch queues.
+	Hooks Hooks
 	// Shards must match the queue's manifest; 0 accepts the queue's count.
 	Shards int
 	// OwnShards pins the worker to these shards: it polls them and takes no
@@ -120,11 +139,23 @@ type Event struct {
 	Type    string
 	Attempt int
 	Err     error
+	Pool    string
+	Phase   string
 }
 
 // Stats counts what the worker did.
 type Stats struct {
-	Claimed, Succeeded, Failed, Dead, Snoozed, Canceled, LeaseLost, Rejected, Released, Corrupt, Panics int64
+	Claimed, Succeeded, Failed, Dead, Snoozed, Canceled, LeaseLost int64
+	// Rejected counts outcomes the fence refused (the task had moved on
+	// after a lease loss): events "outcome_rejected".
+	Rejected int64
+	// Released counts tasks handed back unfinished: at shutdown, dropped
+	// from pending (DropOldest).
+	Released, Corrupt, Panics int64
+	// Refused counts tasks the dispatch queue refused (Reject), Dropped
+	// those it dropped (DropLatest, DropOldest), Requeued those whose
+	// handler crashed and ran again at once (CrashRequeue).
+	Refused, Dropped, Requeued int64
 }
 
 // fill sets the defaults; src is the worker's source over c.Rand, from
@@ -135,6 +166,12 @@ func (c *Config) fill(src *rnd.Source) error {
 		c.ID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), src.Hex(3))
 	}
 	ConfigKeys.Fill(c)
+	if c.MaxInFlight == 0 {
+		c.MaxInFlight = c.Concurrency
+	}
+	if c.MaxQueueDepth == 0 {
+		c.MaxQueueDepth = defaultDepth(c.MaxInFlight, c.PollBatch)
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -145,5 +182,15 @@ func (c *Config) fill(src *rnd.Source) error {
 }
 
 func (c *Config) validate() error {
-	return ConfigKeys.Validate(c)
+	if err := ConfigKeys.Validate(c); err != nil {
+		return err
+	}
+	c.Pools = append([]Pool(nil), c.Pools...)
+	return checkPools(c)
 }
+
+// Crash policies (Config.CrashPolicy).
+const (
+	CrashFail    = "fail"
+	CrashRequeue = "requeue"
+)

@@ -60,6 +60,8 @@ type pass struct {
 // if peek, it then learns whether due work waits (see peek).
 func (w *Worker) pollShards(ctx context.Context, list []int, peek bool) (p pass) {
 	defer w.publishCursors()
+	w.blocked = make(map[*pool]int)
+	defer w.publishWaiting()
 	if w.stopping.Load() || len(list) == 0 {
 		return p
 	}
@@ -94,6 +96,24 @@ func (w *Worker) pollShards(ctx context.Context, list []int, peek bool) (p pass)
 	return p
 }
 
+// publishWaiting sets each pool's waiting gauge from the last poll: the
+// tasks it found due and left unclaimed for lack of room, and, in the
+// default pool's, the candidates held from a listing, whose types are not
+// known until they are read.
+func (w *Worker) publishWaiting() {
+	held := 0
+	for _, pf := range w.prefetched {
+		held += len(pf.cands)
+	}
+	for i, p := range w.pools {
+		n := w.blocked[p]
+		if i == 0 {
+			n += held
+		}
+		p.setWaiting(n)
+	}
+}
+
 // peek learns, while every slot is busy, whether due work waits in list, so
 // that a saturated member asks for help (a member that only listed when a
 // slot was free would never see a backlog under long handlers). Candidates
@@ -124,7 +144,7 @@ func (w *Worker) peek(ctx context.Context, list []int, iv clock.Interval, p *pas
 // tells whether work is left behind.
 // extra asks for that many more, to hand off.
 func (w *Worker) list(ctx context.Context, shard int, iv clock.Interval, p *pass, extra int) ([]shards.Candidate, error) {
-	want := max(w.free(), cap(w.slots), int(math.Ceil(w.cfg.PollBatch))) + 1 + extra
+	want := max(w.free(), w.capacity(), int(math.Ceil(w.cfg.PollBatch))) + 1 + extra
 	cands, err := w.scan(shard, iv).Next(ctx, w.st, iv.Latest, want)
 	if err != nil {
 		return nil, err
@@ -190,7 +210,7 @@ func (w *Worker) pollShard(ctx context.Context, shard int, iv clock.Interval, p 
 	i := 0
 	for i < len(cands) && w.free() > 0 {
 		n := nextBatch(cands[i:], min(w.free(), maxClaimBatch))
-		p.claimed += w.claimBatch(ctx, s, cands[i:i+n], iv)
+		p.claimed += w.claimBatch(ctx, s, cands[i:i+n], iv, pf.at)
 		i += n
 	}
 	pf.cands = append([]shards.Candidate(nil), cands[i:]...)

@@ -41,7 +41,7 @@ func (w *Worker) handOffOwn(ctx context.Context, now time.Time) {
 		return
 	}
 	m.handed = now
-	keep := cap(w.slots)
+	keep := w.capacity()
 	for _, shard := range m.assign.Own {
 		if pf := w.prefetched[shard]; len(pf.cands) < keep*(1+len(targets)) {
 			var p pass
@@ -85,7 +85,7 @@ func (w *Worker) handOffTargets(iv clock.Interval) []int {
 // seconds (a GET and a PUT each, for up to keep tasks per idle member).
 func (w *Worker) handOff(ctx context.Context, shard int, iv clock.Interval, targets []int) {
 	pf := w.prefetched[shard]
-	keep := cap(w.slots)
+	keep := w.capacity()
 	if len(targets) == 0 || len(pf.cands) <= keep {
 		return
 	}

@@ -24,6 +24,18 @@ var ConfigKeys = &settings.Section[Config]{
 		settings.Int("concurrency", func(c *Config) *int { return &c.Concurrency }, 4,
 			"How many tasks one worker process runs at once (1..10000).").
 			Must(settings.IntRange(1, 10000)),
+		settings.Limit("max_in_flight", func(c *Config) *int { return &c.MaxInFlight }, Unbounded,
+			"Bounds the handlers running at once in the default pool: \"auto\" is concurrency; 0 or \"unbounded\" sets no bound (every task claimed starts at once). See docs/flow-control.md.").
+			Must(checkLimitKey),
+		settings.Limit("max_queue_depth", func(c *Config) *int { return &c.MaxQueueDepth }, Unbounded,
+			"Bounds the default pool's tasks found and waiting to start: \"auto\" is a listing's worth, max(max_in_flight, poll_batch) + 1; 0 or \"unbounded\" sets no bound.").
+			Must(checkLimitKey),
+		settings.Text("queue_policy", func(c *Config) *QueuePolicy { return &c.QueuePolicy }, Block, ParsePolicy,
+			func(p QueuePolicy) string { return string(p) },
+			"What a full default pool does with a task it finds: \"block\" claims only for a free handler and leaves the rest in the bucket; \"reject\" and \"drop-latest\" claim ahead up to max_queue_depth and leave the rest, reported; \"drop-oldest\" claims ahead and releases the oldest pending task for the newest."),
+		settings.Text("crash_policy", func(c *Config) *string { return &c.CrashPolicy }, CrashFail, parseCrashPolicy,
+			func(s string) string { return s },
+			"What a handler that panics does to its task: \"fail\" records a failed attempt, retried after the task's retry delay by any worker; \"requeue\" records it and runs the task again at once on this worker, ahead of its pool's pending tasks."),
 		settings.Duration("poll_min", func(c *Config) *time.Duration { return &c.PollMin }, 200*time.Millisecond,
 			"The shortest wait after a poll that found work.").
 			Must(settings.Positive),
@@ -103,6 +115,20 @@ var ConfigKeys = &settings.Section[Config]{
 			return nil
 		}},
 	},
+}
+
+func checkLimitKey(n int) error {
+	if n == 0 {
+		return nil
+	}
+	return checkLimit(n)
+}
+
+func parseCrashPolicy(s string) (string, error) {
+	if s != CrashFail && s != CrashRequeue {
+		return "", fmt.Errorf("unknown crash policy %q: want fail or requeue", s)
+	}
+	return s, nil
 }
 
 func checkID(s string) error {

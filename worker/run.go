@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"github.com/s3queue/s3queue/clock"
@@ -24,6 +25,45 @@ type run struct {
 	claimID string
 	handler Handler
 	cancel  context.CancelCauseFunc
+	pool    *pool
+	// found is the local time discovery found the task (listed it), claimed
+	// when it was claimed, renewed when a pending run's lease was last
+	// renewed.
+	found, claimed, renewed time.Time
+	// release, when set, makes commit hand the task back (Release) with
+	// this reason instead of recording an outcome.
+	release string
+	// phase is where the task was when it was handed back.
+	phase Phase
+}
+
+// start runs the task on the calling loop: its dispatch (the wait
+// histogram, the hook, the started event), then execute.
+func (r *run) start() {
+	w, p := r.w, r.pool
+	wait := w.now().Sub(r.found)
+	p.mu.Lock()
+	p.wait.observe(wait)
+	p.mu.Unlock()
+	t := r.v.Task
+	if h := w.cfg.Hooks.OnDispatch; h != nil {
+		h(Queued{Pool: p.name, TaskID: t.ID, Type: t.Type, Attempt: t.Attempt, Phase: PhasePending, Wait: wait})
+	}
+	w.emit(Event{Kind: "started", TaskID: t.ID, Type: t.Type, Attempt: t.Attempt})
+	r.execute()
+}
+
+// giveBack hands a claimed task that never started back to the bucket:
+// released (pending again, due at once, its attempt not used), or
+// canceled if a cancel was requested meanwhile. One conditional PUT, and
+// a ready pointer to bring it back before the scans.
+func (r *run) giveBack(ctx context.Context, phase Phase, reason string) {
+	defer func() {
+		r.w.running.Delete(r.claimID)
+		r.w.inflight.Done()
+	}()
+	r.release, r.phase = reason, phase
+	r.commit(outcome{}, nil)
 }
 
 type outcome struct {
@@ -33,10 +73,12 @@ type outcome struct {
 
 func (r *run) execute() {
 	w := r.w
+	requeued := false
 	defer func() {
-		w.releaseSlot()
 		w.running.Delete(r.claimID)
-		w.inflight.Done()
+		if !requeued {
+			w.inflight.Done()
+		}
 	}()
 	// Handlers outlive the poll that claimed them; their context ends only
 	// by lease loss, cancellation or shutdown.
@@ -46,6 +88,7 @@ func (r *run) execute() {
 	w.running.Store(r.claimID, r)
 
 	done := make(chan outcome, 1)
+	crashed := false
 	own := r.v.Task.Clone()
 	go func() {
 		defer func() {
@@ -55,6 +98,7 @@ func (r *run) execute() {
 				// alone: goroutine ids and addresses would make its last
 				// error differ from run to run, and a stack is kilobytes.
 				w.log.Error("handler panicked", "task_id", r.v.Task.ID, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+				crashed = true
 				done <- outcome{err: fmt.Errorf("handler panicked: %v", p)}
 			}
 		}()
@@ -77,6 +121,12 @@ func (r *run) execute() {
 			<-done
 			return
 		case o := <-done:
+			if crashed && w.cfg.CrashPolicy == CrashRequeue && context.Cause(hctx) == nil {
+				requeued = r.requeueCrashed(o)
+				if requeued {
+					return
+				}
+			}
 			r.commit(o, context.Cause(hctx))
 			return
 		case <-renew.C():
@@ -248,6 +298,16 @@ func (r *run) commit(o outcome, cause error) {
 	var announced time.Time // local time of the write-ahead pointer, if any
 	decide := func(t *task.Task, now time.Time) error {
 		switch {
+		case r.release != "":
+			kind = "released"
+			if err := t.Release(r.claimID, r.release, now); err != nil {
+				return err
+			}
+			kind = failedKind(t, true)
+			if kind == "snoozed" {
+				kind = "released"
+			}
+			return nil
 		case errors.Is(cause, ErrShutdown) && o.err != nil:
 			kind = "released"
 			return t.Release(r.claimID, "worker shut down", now)
@@ -298,7 +358,7 @@ func (r *run) commit(o outcome, cause error) {
 	if errors.Is(err, ErrLeaseLost) {
 		w.stats.rejected.Add(1)
 		w.log.Warn("outcome rejected: the task was re-dispatched while this attempt ran", "task_id", t0.ID, "attempt", t0.Attempt)
-		w.emit(Event{Kind: "rejected", TaskID: t0.ID, Type: t0.Type, Attempt: t0.Attempt, Err: ErrLeaseLost})
+		w.emit(Event{Kind: "outcome_rejected", TaskID: t0.ID, Type: t0.Type, Attempt: t0.Attempt, Err: ErrLeaseLost})
 		return
 	}
 	if err != nil {
@@ -320,7 +380,11 @@ func (r *run) commit(o outcome, cause error) {
 	case "released":
 		w.stats.released.Add(1)
 	}
-	w.emit(Event{Kind: kind, TaskID: t0.ID, Type: t0.Type, Attempt: t0.Attempt, Err: o.err})
+	w.emit(Event{Kind: kind, TaskID: t0.ID, Type: t0.Type, Attempt: t0.Attempt, Err: o.err, Phase: string(r.phase)})
+	if kind == "failed" {
+		// The attempt failed and the task will run again.
+		w.emit(Event{Kind: "retried", TaskID: t0.ID, Type: t0.Type, Attempt: t0.Attempt, Err: o.err})
+	}
 	if r.v.Task.Status == task.Pending && (announced.IsZero() || clock.Since(w.local, announced) > shards.PointerGrace/2) {
 		// Back behind the scan cursors: announce it.
 		iv, _ := w.clock.Now(ctx)
@@ -343,4 +407,59 @@ func failedKind(t *task.Task, snoozed bool) string {
 		return "snoozed"
 	}
 	return "failed"
+}
+
+// requeueCrashed handles a handler that panicked under CrashRequeue: in one
+// conditional PUT the failed attempt is recorded and the task claimed again
+// by this worker under a new claim (its attempt counted, no retry delay),
+// and it goes back to the front of its pool's pending tasks, bypassing
+// admission. A task whose attempts are used up, or that was canceled,
+// takes its ordinary outcome instead (it reports false, and commit records
+// it).
+func (r *run) requeueCrashed(o outcome) bool {
+	w := r.w
+	if w.stopped.Err() != nil || w.stopping.Load() {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(w.stopped, time.Minute)
+	defer cancel()
+	claimID := nextClaimID(r.claimID, r.v.Task.Attempt+1)
+	t0 := r.v.Task
+	err := r.update(ctx, func(t *task.Task, now time.Time) error {
+		if err := t.Fail(r.claimID, o.err.Error(), false, now, nil); err != nil {
+			return err
+		}
+		if t.Status != task.Pending {
+			return errNotRequeued
+		}
+		t.AvailableAt = now
+		return t.ClaimBy(w.cfg.ID, claimID, now)
+	})
+	if err != nil {
+		if !errors.Is(err, errNotRequeued) && !errors.Is(err, ErrLeaseLost) {
+			w.log.Warn("requeue a crashed handler's task", "task_id", t0.ID, "err", err)
+		}
+		return false
+	}
+	w.stats.failed.Add(1)
+	w.stats.requeued.Add(1)
+	w.emit(Event{Kind: "failed", TaskID: t0.ID, Type: t0.Type, Attempt: t0.Attempt, Err: o.err})
+	w.emit(Event{Kind: "requeued", TaskID: t0.ID, Type: t0.Type, Attempt: r.v.Task.Attempt, Phase: string(PhasePending)})
+	next := &run{w: w, v: r.v, claimID: claimID, handler: r.handler, found: w.now(), claimed: w.now()}
+	next.renewed = next.claimed
+	w.running.Store(claimID, next)
+	// The run's inflight count passes to next.
+	r.pool.requeue(next)
+	return true
+}
+
+// errNotRequeued: the crashed task's failure ended it (dead, canceled).
+var errNotRequeued = errors.New("not requeued")
+
+// nextClaimID derives the claim id of a crashed task's next attempt from
+// its first: deterministic (no draw from the scheduler's source), unique
+// per attempt.
+func nextClaimID(claimID string, attempt int) string {
+	base, _, _ := strings.Cut(claimID, ".")
+	return fmt.Sprintf("%s.%d", base, attempt)
 }

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"time"
@@ -24,6 +25,10 @@ func (w *Worker) finishHandlers() error {
 // finishHandlersWithin is finishHandlers with another grace period.
 func (w *Worker) finishHandlersWithin(graceFor time.Duration) error {
 	w.stopping.Store(true)
+	// Tasks claimed but never started go back to the bucket at once.
+	ctx, cancel := context.WithTimeout(w.stopped, time.Minute)
+	w.closePools(ctx)
+	cancel()
 	done := make(chan struct{})
 	go func() { w.inflight.Wait(); close(done) }()
 	grace := w.local.NewTimer(graceFor)
@@ -58,5 +63,17 @@ func (w *Worker) finishHandlersWithin(graceFor time.Duration) error {
 	return nil
 }
 
-// Wait blocks until no handler is running.
-func (w *Worker) Wait() { w.inflight.Wait() }
+// Wait blocks until no handler is running and no claimed task waits for
+// one, and retires the idle handler loops.
+func (w *Worker) Wait() {
+	w.inflight.Wait()
+	for _, p := range w.pools {
+		p.retireIdle()
+	}
+	w.loops.Wait()
+	for _, p := range w.pools {
+		p.mu.Lock()
+		p.retiring = false
+		p.mu.Unlock()
+	}
+}

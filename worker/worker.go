@@ -68,6 +68,7 @@ type Worker struct {
 	prefetched map[int]prefetch
 	rotate     int
 	unhandled  map[string]string // task key -> type: pending tasks seen that no known member could run
+	blocked    map[*pool]int     // tasks the current poll left for lack of room, by pool
 
 	// Published by the scheduler for other goroutines.
 	view         atomic.Pointer[memberView]
@@ -77,7 +78,9 @@ type Worker struct {
 	mu       sync.Mutex
 	handlers map[string]Handler
 
-	slots    chan struct{}
+	pools    []*pool          // the default pool first
+	poolOf   map[string]*pool // type -> its pool, for the types not in the default pool
+	loops    sync.WaitGroup
 	freed    chan struct{}
 	inflight sync.WaitGroup
 	running  sync.Map // claim id -> *run
@@ -89,7 +92,8 @@ type Worker struct {
 	markStopped context.CancelFunc
 
 	stats struct {
-		claimed, succeeded, failed, dead, snoozed, canceled, leaseLost, rejected, released, corrupt, panics atomic.Int64
+		claimed, succeeded, failed, dead, snoozed, canceled, leaseLost, rejected, released, corrupt, panics,
+		refused, dropped, requeued atomic.Int64
 	}
 }
 
@@ -121,9 +125,10 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Worker, error) {
 		scans:      make(map[int]*shards.Scan),
 		prefetched: make(map[int]prefetch),
 		unhandled:  make(map[string]string),
-		slots:      make(chan struct{}, cfg.Concurrency),
+		blocked:    make(map[*pool]int),
 		freed:      make(chan struct{}, 1),
 	}
+	w.newPools()
 	w.pointerShard.Store(-1)
 	w.view.Store(&memberView{})
 	w.stopped, w.markStopped = context.WithCancel(context.Background())
@@ -150,7 +155,8 @@ func (w *Worker) handler(typ string) Handler {
 func (w *Worker) Stats() Stats {
 	s := &w.stats
 	return Stats{s.claimed.Load(), s.succeeded.Load(), s.failed.Load(), s.dead.Load(), s.snoozed.Load(),
-		s.canceled.Load(), s.leaseLost.Load(), s.rejected.Load(), s.released.Load(), s.corrupt.Load(), s.panics.Load()}
+		s.canceled.Load(), s.leaseLost.Load(), s.rejected.Load(), s.released.Load(), s.corrupt.Load(), s.panics.Load(),
+		s.refused.Load(), s.dropped.Load(), s.requeued.Load()}
 }
 
 func (w *Worker) emit(e Event) {
@@ -204,7 +210,8 @@ func (w *Worker) Run(ctx context.Context) error {
 			w.slotFreed()
 		default:
 		}
-		timer.Reset(w.step(ctx))
+		d := w.step(ctx)
+		timer.Reset(min(d, w.tendPending(ctx)))
 	}
 }
 
@@ -231,7 +238,7 @@ func (w *Worker) step(ctx context.Context) time.Duration {
 		// Our entry may have lapsed: poll nothing until a renewal lands.
 		return max(w.cfg.PollMin, time.Second)
 	}
-	if w.free() < cap(w.slots) {
+	if w.busy() {
 		m.lastWork = now // running handlers are work: a busy member is not idle
 	}
 	// Until the renewal is due, or, if it is overdue, until its retry.

@@ -298,7 +298,7 @@ func String[S any](name string, field func(*S) *string, def, doc string) *Typed[
 
 // Text declares a key written as a quoted string and held as a V: parse
 // reads it, format writes it back.
-func Text[S, V comparable](name string, field func(*S) *V, def V, parse func(string) (V, error), format func(V) string, doc string) *Typed[S, V] {
+func Text[S any, V comparable](name string, field func(*S) *V, def V, parse func(string) (V, error), format func(V) string, doc string) *Typed[S, V] {
 	var zero V
 	return declare(kind[V]{
 		decode: func(raw any) (V, error) {
@@ -338,6 +338,48 @@ func Int[S any](name string, field func(*S) *int, def int, doc string) *Typed[S,
 		zero:     func(n int) bool { return n == 0 },
 		negative: func(n int) bool { return n < 0 },
 	}, name, field, def, doc)
+}
+
+// Limit declares a key holding a bound: a positive integer, "unbounded"
+// (or 0, in queue.toml and the environment) for none, held as unbounded,
+// or "auto" for a default another key decides, held as 0 (the zero value,
+// which Fill leaves for the service to fill).
+func Limit[S any](name string, field func(*S) *int, unbounded int, doc string) *Typed[S, int] {
+	parse := func(s string) (int, error) {
+		switch s {
+		case "unbounded", "0":
+			return unbounded, nil
+		case "auto":
+			return 0, nil
+		}
+		n, err := strconv.ParseInt(s, 10, 32)
+		if err != nil || n < 0 {
+			return 0, fmt.Errorf("invalid limit %q: want a positive integer, \"unbounded\" (or 0) or \"auto\"", s)
+		}
+		return int(n), nil
+	}
+	return declare(kind[int]{
+		decode: func(raw any) (int, error) {
+			switch v := raw.(type) {
+			case int64:
+				return parse(strconv.FormatInt(v, 10))
+			case string:
+				return parse(v)
+			}
+			return 0, fmt.Errorf("want a positive integer, \"unbounded\" (or 0) or \"auto\", got %s", Describe(raw))
+		},
+		parse: parse,
+		format: func(n int) string {
+			switch n {
+			case unbounded:
+				return `"unbounded"`
+			case 0:
+				return `"auto"`
+			}
+			return strconv.Itoa(n)
+		},
+		zero: func(n int) bool { return n == 0 },
+	}, name, field, 0, doc)
 }
 
 // Float declares a key holding a finite number.
