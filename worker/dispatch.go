@@ -592,10 +592,10 @@ func checkPools(c *Config) error {
 	for i := range c.Pools {
 		pc := &c.Pools[i]
 		if pc.Name == "" {
-			return fmt.Errorf("worker.pools: pool %d has no name", i)
+			return fmt.Errorf("pool %d has no name", i)
 		}
 		if names[pc.Name] {
-			return fmt.Errorf("worker.pools: pool %q declared twice (\"default\" is the default pool's)", pc.Name)
+			return fmt.Errorf("pool %q declared twice (\"default\" is the default pool's)", pc.Name)
 		}
 		names[pc.Name] = true
 		if len(pc.Types) == 0 {
@@ -603,7 +603,7 @@ func checkPools(c *Config) error {
 		}
 		for _, t := range pc.Types {
 			if other, dup := types[t]; dup {
-				return fmt.Errorf("worker.pools: type %q is in pools %q and %q", t, other, pc.Name)
+				return fmt.Errorf("type %q is in pools %q and %q", t, other, pc.Name)
 			}
 			types[t] = pc.Name
 		}
@@ -617,16 +617,24 @@ func checkPools(c *Config) error {
 			pc.QueuePolicy = Block
 		}
 		if err := checkLimit(pc.MaxInFlight); err != nil {
-			return fmt.Errorf("worker.pools.%s.max_in_flight: %w", pc.Name, err)
+			return fmt.Errorf("pools.%s.max_in_flight: %w", pc.Name, err)
 		}
 		if err := checkLimit(pc.MaxQueueDepth); err != nil {
-			return fmt.Errorf("worker.pools.%s.max_queue_depth: %w", pc.Name, err)
+			return fmt.Errorf("pools.%s.max_queue_depth: %w", pc.Name, err)
 		}
 		if err := checkPolicy(pc.QueuePolicy); err != nil {
-			return fmt.Errorf("worker.pools.%s.queue_policy: %w", pc.Name, err)
+			return fmt.Errorf("pools.%s.queue_policy: %w", pc.Name, err)
 		}
 	}
 	return nil
+}
+
+// CheckPools checks the pools of c as New does: names and types given
+// once each, limits in range, known policies.
+func CheckPools(c Config) error {
+	ConfigKeys.Fill(&c)
+	c.Pools = slices.Clone(c.Pools)
+	return checkPools(&c)
 }
 
 // defaultDepth is a pool's default MaxQueueDepth: what one listing brings

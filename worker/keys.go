@@ -117,6 +117,22 @@ var ConfigKeys = &settings.Section[Config]{
 	},
 }
 
+// PoolKeys declares the keys of a [pools.NAME] table of queue.toml, each
+// pool's own limits (Pool). Its types key, a list of task types, is read
+// apart: the pool's name when left out.
+var PoolKeys = &settings.Section[Pool]{
+	Name: "pools.NAME",
+	Keys: []settings.Key[Pool]{
+		settings.Limit("max_in_flight", func(p *Pool) *int { return &p.MaxInFlight }, Unbounded,
+			"Bounds the pool's running handlers: \"auto\" is worker.concurrency; 0 or \"unbounded\" sets no bound."),
+		settings.Limit("max_queue_depth", func(p *Pool) *int { return &p.MaxQueueDepth }, Unbounded,
+			"Bounds the pool's tasks found and waiting to start: \"auto\" is max(max_in_flight, poll_batch) + 1; 0 or \"unbounded\" sets no bound."),
+		settings.Text("queue_policy", func(p *Pool) *QueuePolicy { return &p.QueuePolicy }, Block, ParsePolicy,
+			func(p QueuePolicy) string { return string(p) },
+			"What the pool does with a task it finds when full: block, reject, drop-latest or drop-oldest (see worker.queue_policy)."),
+	},
+}
+
 func checkLimitKey(n int) error {
 	if n == 0 {
 		return nil

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/s3queue/s3queue/monitor"
@@ -42,6 +44,16 @@ var workerCommand = &command{
 			execs[typ] = cmd
 			return nil
 		})
+		var pools []worker.Pool
+		fs.Func("pool", "run tasks of `NAME=N[:TYPE,...]` in a pool of their own with N handlers at most\n"+
+			"(types: NAME alone unless listed; repeatable; wins over [pools.NAME] in queue.toml)", func(v string) error {
+			p, err := parsePoolFlag(v)
+			if err != nil {
+				return err
+			}
+			pools = append(pools, p)
+			return nil
+		})
 		return func(ctx context.Context, _ []string) error {
 			handlers := map[string]string{}
 			for typ, cmd := range a.cfg.Handlers {
@@ -59,6 +71,10 @@ var workerCommand = &command{
 			}
 			wcfg := a.cfg.Worker()
 			wcfg.Logger = a.log
+			wcfg.Pools = mergePools(wcfg.Pools, pools)
+			if err := worker.CheckPools(wcfg); err != nil {
+				return usageError("worker: %v", err)
+			}
 			w, err := worker.New(ctx, st, wcfg)
 			if err != nil {
 				return unsupported(url, err)
@@ -71,7 +87,7 @@ var workerCommand = &command{
 			}
 			sort.Strings(types)
 			a.log.Info("worker started", "store", url, "worker_id", w.ID(), "types", strings.Join(types, ","),
-				"concurrency", wcfg.Concurrency)
+				"concurrency", wcfg.Concurrency, "pools", describePools(w.QueueStates()))
 			err = w.Run(ctx)
 			if errors.Is(err, s3store.ErrUnusable) {
 				err = unusable(url, err)
@@ -79,10 +95,71 @@ var workerCommand = &command{
 			s := w.Stats()
 			a.log.Info("worker stopped", "worker_id", w.ID(), "claimed", s.Claimed, "succeeded", s.Succeeded,
 				"failed", s.Failed, "dead", s.Dead, "snoozed", s.Snoozed, "canceled", s.Canceled,
-				"lease_lost", s.LeaseLost, "released", s.Released)
+				"lease_lost", s.LeaseLost, "released", s.Released, "refused", s.Refused, "dropped", s.Dropped,
+				"requeued", s.Requeued)
 			return err
 		}
 	},
+}
+
+// parsePoolFlag parses --pool NAME=N[:TYPE,...].
+func parsePoolFlag(v string) (worker.Pool, error) {
+	name, rest, ok := strings.Cut(v, "=")
+	name = strings.TrimSpace(name)
+	if !ok || name == "" {
+		return worker.Pool{}, fmt.Errorf("want NAME=N[:TYPE,...], got %q", v)
+	}
+	n, types, _ := strings.Cut(rest, ":")
+	limit, err := strconv.Atoi(strings.TrimSpace(n))
+	if err != nil || limit < 1 {
+		return worker.Pool{}, fmt.Errorf("pool %s: want a positive number of handlers, got %q", name, n)
+	}
+	p := worker.Pool{Name: name, MaxInFlight: limit}
+	if types != "" {
+		for _, typ := range strings.Split(types, ",") {
+			typ = strings.TrimSpace(typ)
+			if err := task.ValidType(typ); err != nil {
+				return worker.Pool{}, fmt.Errorf("pool %s: %w", name, err)
+			}
+			p.Types = append(p.Types, typ)
+		}
+	}
+	return p, nil
+}
+
+// mergePools applies the --pool flags to the pools of queue.toml: a flag
+// naming a pool there sets its handlers (and its types, if it lists any).
+func mergePools(file, flags []worker.Pool) []worker.Pool {
+	out := append([]worker.Pool(nil), file...)
+	for _, f := range flags {
+		i := slices.IndexFunc(out, func(p worker.Pool) bool { return p.Name == f.Name })
+		if i < 0 {
+			out = append(out, f)
+			continue
+		}
+		out[i].MaxInFlight = f.MaxInFlight
+		if len(f.Types) > 0 {
+			out[i].Types = f.Types
+		}
+	}
+	return out
+}
+
+// describePools says, for the start-up line, each pool's handlers and
+// policy.
+func describePools(states []worker.QueueState) string {
+	var b strings.Builder
+	for i, s := range states {
+		if i > 0 {
+			b.WriteString(" ")
+		}
+		limit := "unbounded"
+		if s.MaxInFlight != worker.Unbounded {
+			limit = strconv.Itoa(s.MaxInFlight)
+		}
+		fmt.Fprintf(&b, "%s=%s/%s", s.Pool, limit, s.QueuePolicy)
+	}
+	return b.String()
 }
 
 var monitorCommand = &command{

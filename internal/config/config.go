@@ -191,6 +191,9 @@ func (c *Config) crossCheck(tables []settings.Table, src map[string]string) erro
 			}
 		}
 	}
+	if err := worker.CheckPools(c.Worker()); err != nil {
+		return fmt.Errorf("%s%w", origin("pools"), err)
+	}
 	if c.Shards > 0 {
 		for _, sh := range c.WorkerSection.OwnShards {
 			if sh >= c.Shards {
@@ -210,6 +213,10 @@ func (c Config) Worker() worker.Config {
 		w.OwnShards = slices.Clone(w.OwnShards)
 	} else {
 		w.OwnShards = nil
+	}
+	w.Pools = slices.Clone(w.Pools)
+	for i := range w.Pools {
+		w.Pools[i].Types = slices.Clone(w.Pools[i].Types)
 	}
 	return w
 }

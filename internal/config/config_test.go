@@ -44,7 +44,7 @@ func TestDefaultsMatchTheServices(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantWorker := worker.Config{
-		Concurrency: 4, PollMin: 200 * time.Millisecond, PollMax: 5 * time.Second, PollMultiplier: 2, PollBatch: 3,
+		Concurrency: 4, QueuePolicy: worker.Block, CrashPolicy: worker.CrashFail, PollMin: 200 * time.Millisecond, PollMax: 5 * time.Second, PollMultiplier: 2, PollBatch: 3,
 		ScanLag: 5 * time.Second, ScanLookback: time.Hour, LeaseMargin: 2 * time.Second, ShutdownGrace: 30 * time.Second,
 		MemberTTL: 30 * time.Second, StandbyPoll: 25 * time.Second, IdleLeave: time.Minute, SleepAfter: 30 * time.Second,
 		BellPoll: 2 * time.Second, SleepScan: time.Minute, AwakeGrace: 5 * time.Second, DrainMax: 10 * time.Minute,
@@ -88,6 +88,10 @@ var keyCases = []keyCase{
 	}},
 	{"worker.id", `"w-7"`, "w-7", func(c Config) bool { return c.Worker().ID == "w-7" }},
 	{"worker.concurrency", `7`, "7", func(c Config) bool { return c.Worker().Concurrency == 7 }},
+	{"worker.max_in_flight", `6`, "6", func(c Config) bool { return c.Worker().MaxInFlight == 6 }},
+	{"worker.max_queue_depth", `"unbounded"`, "0", func(c Config) bool { return c.Worker().MaxQueueDepth == worker.Unbounded }},
+	{"worker.queue_policy", `"drop-oldest"`, "drop-oldest", func(c Config) bool { return c.Worker().QueuePolicy == worker.DropOldest }},
+	{"worker.crash_policy", `"requeue"`, "requeue", func(c Config) bool { return c.Worker().CrashPolicy == worker.CrashRequeue }},
 	{"worker.poll_min", `"250ms"`, "250ms", func(c Config) bool { return c.Worker().PollMin == 250*time.Millisecond }},
 	{"worker.poll_max", `"9s"`, "9s", func(c Config) bool { return c.Worker().PollMax == 9*time.Second }},
 	{"worker.poll_multiplier", `1.5`, "1.5", func(c Config) bool { return c.Worker().PollMultiplier == 1.5 }},
@@ -254,6 +258,10 @@ func TestInvalidValuesAreErrorsNamingTheKey(t *testing.T) {
 		{"[worker]\nconcurrency = -1\n", `queue.toml: worker.concurrency: -1 must not be negative`},
 		{"[worker]\nconcurrency = 0\n", `queue.toml: worker.concurrency: 0 out of range 1..10000`},
 		{"[worker]\nconcurrency = \"4\"\n", `queue.toml: worker.concurrency: want an integer, got string "4"`},
+		{"[worker]\nmax_in_flight = -3\n", `queue.toml: worker.max_in_flight: invalid limit "-3"`},
+		{"[worker]\nmax_queue_depth = \"lots\"\n", `queue.toml: worker.max_queue_depth: invalid limit "lots"`},
+		{"[worker]\nqueue_policy = \"drop-newest\"\n", `queue.toml: worker.queue_policy: unknown queue policy "drop-newest"`},
+		{"[worker]\ncrash_policy = \"retry\"\n", `queue.toml: worker.crash_policy: unknown crash policy "retry"`},
 		{"[worker]\npoll_min = \"10s\"\n", `queue.toml: worker.poll_min: worker.poll_min (10s) is more than worker.poll_max (5s)`},
 		{"[worker]\npoll_max = \"50ms\"\n", `queue.toml: worker.poll_max: worker.poll_min (200ms) is more than worker.poll_max (50ms)`},
 		{"[worker]\npoll_multiplier = 0.5\n", `queue.toml: worker.poll_multiplier: 0.5 out of range 1..100`},

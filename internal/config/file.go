@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -11,10 +12,14 @@ import (
 
 	"github.com/s3queue/s3queue/internal/settings"
 	"github.com/s3queue/s3queue/task"
+	"github.com/s3queue/s3queue/worker"
 )
 
 // handlersTable is the table of task types and their commands.
 const handlersTable = "handlers"
+
+// poolsTable holds a table per pool of task types ([pools.NAME]).
+const poolsTable = "pools"
 
 // decodeFile applies the TOML text of the file at path, recording in src
 // the keys it set.
@@ -25,7 +30,7 @@ func (c *Config) decodeFile(path, text string, tables []settings.Table, src map[
 		return tomlError(path, err)
 	}
 	sections := map[string]map[string]any{"": doc}
-	for _, name := range append(tableNames(tables), handlersTable) {
+	for _, name := range append(tableNames(tables), handlersTable, poolsTable) {
 		v, ok := doc[name]
 		if !ok {
 			continue
@@ -51,7 +56,58 @@ func (c *Config) decodeFile(path, text string, tables []settings.Table, src map[
 			src[k.Name] = path
 		}
 	}
+	if err := c.decodePools(path, sections[poolsTable]); err != nil {
+		return err
+	}
 	return c.decodeHandlers(path, sections[handlersTable])
+}
+
+// decodePools reads the [pools.NAME] tables, in name order, each with
+// worker.PoolKeys and its list of types.
+func (c *Config) decodePools(path string, table map[string]any) error {
+	names := make([]string, 0, len(table))
+	for name := range table {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	c.WorkerSection.Pools = nil
+	for _, name := range names {
+		where := poolsTable + "." + quoteKey(name)
+		keys, ok := table[name].(map[string]any)
+		if !ok {
+			return fmt.Errorf("%s: %s: want a table [%s], got %s", path, where, where, settings.Describe(table[name]))
+		}
+		p := worker.Pool{Name: name}
+		bound := worker.PoolKeys.Bind(&p)
+		for k, raw := range keys {
+			if k == "types" {
+				list, ok := raw.([]any)
+				if !ok {
+					return fmt.Errorf("%s: %s.types: want an array of task types, got %s", path, where, settings.Describe(raw))
+				}
+				for _, v := range list {
+					typ, ok := v.(string)
+					if !ok {
+						return fmt.Errorf("%s: %s.types: want quoted task types, got %s", path, where, settings.Describe(v))
+					}
+					if err := task.ValidType(typ); err != nil {
+						return fmt.Errorf("%s: %s.types: %v", path, where, err)
+					}
+					p.Types = append(p.Types, typ)
+				}
+				continue
+			}
+			i := slices.IndexFunc(bound.Keys, func(b settings.Bound) bool { return b.Name == worker.PoolKeys.Name+"."+k })
+			if i < 0 {
+				return fmt.Errorf("%s: %s.%s: unknown key: a pool has types, max_in_flight, max_queue_depth and queue_policy", path, where, k)
+			}
+			if err := bound.Keys[i].SetTOML(raw); err != nil {
+				return fmt.Errorf("%s: %s.%s: %w", path, where, k, err)
+			}
+		}
+		c.WorkerSection.Pools = append(c.WorkerSection.Pools, p)
+	}
+	return nil
 }
 
 // tableNames returns the names of the sections that are tables.
@@ -104,7 +160,7 @@ func tomlError(path string, err error) error {
 // declared key, no section and nothing in [handlers].
 func unknownKeys(path string, inFile []toml.Key, declared []settings.Bound) error {
 	isKey := make(map[string]bool)
-	sections := map[string]bool{handlersTable: true}
+	sections := map[string]bool{handlersTable: true, poolsTable: true}
 	var names []string
 	for _, k := range declared {
 		isKey[k.Name] = true
@@ -116,7 +172,7 @@ func unknownKeys(path string, inFile []toml.Key, declared []settings.Bound) erro
 	// known: a key, a section, or inside a key's value (a table where a
 	// value should be, which the key's type check reports) or [handlers].
 	known := func(k toml.Key) bool {
-		if len(k) == 1 && sections[k[0]] || k[0] == handlersTable {
+		if len(k) == 1 && sections[k[0]] || k[0] == handlersTable || k[0] == poolsTable {
 			return true
 		}
 		for i := 1; i <= len(k); i++ {
