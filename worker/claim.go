@@ -258,6 +258,13 @@ func (w *Worker) drop(ctx context.Context, r *run) {
 		h(Queued{Pool: r.pool.name, TaskID: t.ID, Type: t.Type, Attempt: t.Attempt, Phase: PhasePending, Reason: "evicted by a newer task"})
 	}
 	w.emit(Event{Kind: "dropped", TaskID: t.ID, Type: t.Type, Attempt: t.Attempt, Pool: r.pool.name, Phase: string(PhasePending)})
+	// Announced to a member that is not busy, if the fleet has one: it
+	// finds the task at its next poll.
+	if iv, err := w.clock.Now(ctx); err == nil {
+		if targets := w.handOffTargets(iv); len(targets) > 0 {
+			r.target = targets[0]
+		}
+	}
 	r.giveBack(ctx, PhasePending, "dropped from a full queue for a newer task")
 }
 

@@ -203,6 +203,17 @@ func (p *pool) roomLocked() int {
 	if p.policy != Block {
 		n += bounded(p.maxDepth, len(p.pending)+p.ahead)
 	}
+	if n == 0 && p.policy == DropOldest {
+		// A full DropOldest pool looks for newer work once its oldest
+		// pending task has waited poll_max: that task goes back to the
+		// fleet, where an idle worker may start it now.
+		now := p.w.now()
+		for _, r := range p.pending {
+			if now.Sub(r.claimed) >= p.w.cfg.PollMax {
+				n++
+			}
+		}
+	}
 	return min(n, maxRoom)
 }
 
@@ -509,7 +520,7 @@ func (w *Worker) roomFreed() {
 // dispatch hands the task v, claimed under claimID for handler h, to its
 // pool, into the room admit reserved.
 func (w *Worker) dispatch(p *pool, a admission, v taskio.Versioned, claimID string, h Handler, found time.Time) {
-	r := &run{w: w, v: v, claimID: claimID, handler: h, found: found, claimed: w.now()}
+	r := &run{w: w, v: v, claimID: claimID, handler: h, found: found, claimed: w.now(), target: -1}
 	r.renewed = r.claimed
 	w.inflight.Add(1)
 	w.running.Store(claimID, r)
@@ -680,6 +691,7 @@ func (w *Worker) tendPending(ctx context.Context) time.Duration {
 		held := slices.Clone(p.pending)
 		p.mu.Unlock()
 		var kept []*run
+		gone := 0
 		for _, r := range held {
 			every := max(r.v.Task.Timeout.D()/3, time.Second)
 			if due := every - w.now().Sub(r.renewed); due > 0 {
@@ -689,6 +701,7 @@ func (w *Worker) tendPending(ctx context.Context) time.Duration {
 			if ctx.Err() != nil || !p.takePending(r) {
 				continue
 			}
+			gone++
 			switch err := r.renew(); {
 			case errors.Is(err, ErrCanceled):
 				t := r.v.Task
@@ -711,12 +724,13 @@ func (w *Worker) tendPending(ctx context.Context) time.Duration {
 				}
 				next = min(next, every)
 				kept = append(kept, r)
+				gone--
 			}
 		}
 		if len(kept) > 0 {
 			p.restore(kept)
 		}
-		if len(held) > len(kept) {
+		if gone > 0 {
 			p.changed()
 			w.roomFreed()
 		}

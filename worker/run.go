@@ -35,6 +35,18 @@ type run struct {
 	release string
 	// phase is where the task was when it was handed back.
 	phase Phase
+	// target, when set (not -1), is the shard whose member is to find the
+	// task handed back: an idle member's (see drop).
+	target int
+}
+
+// announceShard is the shard of the pointer that announces the task back
+// to pending.
+func (r *run) announceShard() int {
+	if r.target >= 0 {
+		return r.target
+	}
+	return int(r.w.pointerShard.Load())
 }
 
 // start runs the task on the calling loop: its dispatch (the wait
@@ -349,7 +361,7 @@ func (r *run) commit(o outcome, cause error) {
 		// Back to pending with an id that may lie below the monitor's
 		// floor: the pointer goes first (see shards.MayLieBelowFloor). If
 		// it cannot be written, nothing changes and the lease expires.
-		if err := shards.Announce(ctx, w.st, t, now, int(w.pointerShard.Load())); err != nil {
+		if err := shards.Announce(ctx, w.st, t, now, r.announceShard()); err != nil {
 			return err
 		}
 		announced = w.now()
@@ -365,6 +377,11 @@ func (r *run) commit(o outcome, cause error) {
 		// The lease will expire and the monitor re-dispatches the task.
 		w.log.Error("commit outcome", "task_id", t0.ID, "err", err)
 		return
+	}
+	if kind == "canceled" && r.phase == "" {
+		if h := w.cfg.Hooks.OnCancel; h != nil {
+			h(Queued{Pool: r.pool.name, TaskID: t0.ID, Type: t0.Type, Attempt: t0.Attempt, Phase: PhaseInFlight, Reason: "canceled while its handler ran"})
+		}
 	}
 	switch kind {
 	case "succeeded":
@@ -388,7 +405,7 @@ func (r *run) commit(o outcome, cause error) {
 	if r.v.Task.Status == task.Pending && (announced.IsZero() || clock.Since(w.local, announced) > shards.PointerGrace/2) {
 		// Back behind the scan cursors: announce it.
 		iv, _ := w.clock.Now(ctx)
-		if err := shards.Announce(ctx, w.st, r.v.Task, iv.Latest, int(w.pointerShard.Load())); err != nil {
+		if err := shards.Announce(ctx, w.st, r.v.Task, iv.Latest, r.announceShard()); err != nil {
 			w.log.Warn("announce retry", "task_id", t0.ID, "err", err)
 		}
 	}
@@ -445,7 +462,7 @@ func (r *run) requeueCrashed(o outcome) bool {
 	w.stats.requeued.Add(1)
 	w.emit(Event{Kind: "failed", TaskID: t0.ID, Type: t0.Type, Attempt: t0.Attempt, Err: o.err})
 	w.emit(Event{Kind: "requeued", TaskID: t0.ID, Type: t0.Type, Attempt: r.v.Task.Attempt, Phase: string(PhasePending)})
-	next := &run{w: w, v: r.v, claimID: claimID, handler: r.handler, found: w.now(), claimed: w.now()}
+	next := &run{w: w, v: r.v, claimID: claimID, handler: r.handler, found: w.now(), claimed: w.now(), target: -1}
 	next.renewed = next.claimed
 	w.running.Store(claimID, next)
 	// The run's inflight count passes to next.
