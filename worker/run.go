@@ -320,7 +320,7 @@ func (r *run) commit(o outcome, cause error) {
 	case "released":
 		w.stats.released.Add(1)
 	}
-	w.emit(Event{Kind: kind, TaskID: t0.ID, Type: t0.Type, Attempt: t0.Attempt, Err: o.err})
+	w.emit(Event{Kind: Kind(kind), TaskID: t0.ID, Type: t0.Type, Attempt: t0.Attempt, Err: o.err})
 	if r.v.Task.Status == task.Pending && (announced.IsZero() || clock.Since(w.local, announced) > shards.PointerGrace/2) {
 		// Back behind the scan cursors: announce it.
 		iv, _ := w.clock.Now(ctx)
