@@ -137,3 +137,17 @@ func ExampleQueue_Cancel() {
 	// false <nil>
 	// true
 }
+
+// An event bus: a subscriber of its own, and the JSON lines subscriber. In a
+// real program the bus goes to Config.Events, and the queue's producer,
+// workers and monitors publish on it.
+func ExampleBus() {
+	bus := s3queue.NewBus()
+	bus.Subscribe("print", 0, func(e s3queue.Event) { fmt.Println("seen:", e.Kind, e.TaskID) })
+	bus.Subscribe("json", 0, s3queue.EventJSONLines(os.Stdout))
+	bus.Publish(s3queue.Event{Source: "worker", Kind: s3queue.EventSucceeded, TaskID: "t1", Type: "resize", Attempt: 1, Shard: 0})
+	bus.Close() // waits until both subscribers have handled the event
+	// Unordered output:
+	// seen: succeeded t1
+	// {"source":"worker","kind":"succeeded","task_id":"t1","type":"resize","attempt":1,"shard":0}
+}

@@ -44,6 +44,12 @@ type Config struct {
 	// back-offs by it, unless their own Local is set. Tests drive time with
 	// a clock.Manual.
 	Local clock.Local
+	// Events, if set, is the bus the queue's producer, workers and monitors
+	// publish their events on (docs/events.md); the Events of Producer,
+	// Worker or Monitor, if set, wins for that service. The Queue never
+	// closes it: close it after the services have stopped, to flush its
+	// subscribers.
+	Events *Bus
 	// Submit holds the defaults of Submit and SubmitBatch.
 	Submit SubmitDefaults
 	// Producer tunes submission and task management. Its LeaseMargin, when
@@ -226,6 +232,9 @@ func (q *Queue) openProducer(ctx context.Context) error {
 	}
 	if pc.Local == nil {
 		pc.Local = cfg.Local
+	}
+	if pc.Events == nil {
+		pc.Events = cfg.Events
 	}
 	p, err := producer.New(ctx, q.store, pc)
 	if err != nil {

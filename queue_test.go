@@ -142,7 +142,7 @@ func runUntilStopped(t *testing.T, what string, run func(context.Context) error)
 }
 
 // waitEvent waits for a worker event of kind about task id.
-func (f *fixture) waitEvent(t *testing.T, kind, id string) s3queue.Event {
+func (f *fixture) waitEvent(t *testing.T, kind s3queue.EventKind, id string) s3queue.Event {
 	t.Helper()
 	timeout := time.After(deadline)
 	for {

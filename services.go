@@ -3,8 +3,11 @@ package s3queue
 import (
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"time"
 
+	"github.com/s3queue/s3queue/internal/events"
 	"github.com/s3queue/s3queue/monitor"
 	"github.com/s3queue/s3queue/producer"
 	"github.com/s3queue/s3queue/worker"
@@ -39,10 +42,86 @@ type Worker = worker.Worker
 // (context.Cause is ErrLeaseLost, ErrCanceled or ErrShutdown).
 type Handler = worker.Handler
 
-// Event is something that happened to a task in a worker, reported to
-// WorkerConfig.OnEvent: claimed, succeeded, failed, dead, snoozed, canceled,
-// lease_lost, rejected, released, corrupt.
-type Event = worker.Event
+// Event is something that happened in the queue, published on the Bus of
+// Config.Events by the producer (Source "producer"), the workers ("worker")
+// and the monitors ("monitor"), and given to WorkerConfig.OnEvent for a
+// worker's own. Origin is the worker's or monitor's id; Kind says what
+// happened (the Event* constants); TaskID, Type, Attempt and Shard (-1:
+// none) say to what; Err is the error that came with it. Its JSON form
+// (MarshalJSON) has snake_case keys and leaves out empty fields. The kinds,
+// who publishes each and with which fields: docs/events.md.
+type Event = events.Event
+
+// EventKind is an Event's kind: one of the Event* constants.
+type EventKind = events.Kind
+
+// Bus carries events from the queue's services to subscribers registered
+// with Subscribe; make one with NewBus and give it to Config.Events. Each
+// subscriber runs on its own goroutine behind a bounded buffer: Publish
+// never waits for one, and an event that finds a subscriber's buffer full
+// is dropped for that subscriber alone, counted (Subscription.Dropped,
+// Bus.Stats) and warned about once per episode of drops. Close flushes
+// the buffers and waits for the subscribers. A nil *Bus publishes nothing.
+type Bus = events.Bus
+
+// Subscription is one subscriber of a Bus: Close unsubscribes it after its
+// buffered events are handled; Dropped counts the events it lost.
+type Subscription = events.Subscription
+
+// NewBus returns an event bus with no subscribers. It warns of a
+// subscriber that starts dropping events through slog.Default, or through
+// the logger given with WithBusLogger.
+func NewBus(opts ...BusOption) *Bus { return events.NewBus(opts...) }
+
+// BusOption configures NewBus.
+type BusOption = events.Option
+
+// WithBusLogger makes a bus warn through l when a subscriber starts
+// dropping events (and when one panics).
+func WithBusLogger(l *slog.Logger) BusOption { return events.WithLogger(l) }
+
+// EventLog returns a subscriber that logs each event through logger: task
+// outcomes (succeeded, failed, dead, canceled, released, rejected,
+// dropped, lease_lost, outcome_rejected) at info, the rest at debug, with
+// snake_case keys. Workers already log their own events this way.
+//
+//	bus.Subscribe("log", 0, s3queue.EventLog(logger))
+func EventLog(logger *slog.Logger) func(Event) { return events.Log(logger) }
+
+// EventJSONLines returns a subscriber that writes each event to w as one
+// JSON object per line, one Write per line (what `s3queue worker --events`
+// writes).
+//
+//	bus.Subscribe("json", 0, s3queue.EventJSONLines(f))
+func EventJSONLines(w io.Writer) func(Event) { return events.JSONLines(w) }
+
+// Event kinds (docs/events.md says who publishes each, and its fields).
+const (
+	EventSubmitted       = events.Submitted       // producer: a task was created
+	EventClaimed         = events.Claimed         // worker: a task was claimed
+	EventStarted         = events.Started         // worker: its handler began
+	EventSucceeded       = events.Succeeded       // worker: the handler succeeded
+	EventFailed          = events.Failed          // worker: an attempt failed
+	EventRetried         = events.Retried         // worker: the task went back to pending to run again
+	EventDead            = events.Dead            // worker or monitor: the task is dead
+	EventSnoozed         = events.Snoozed         // worker: RetryAfter, no attempt used
+	EventCanceled        = events.Canceled        // producer or worker: the task is canceled
+	EventCancelRequested = events.CancelRequested // producer: a running task was asked to stop
+	EventLeaseLost       = events.LeaseLost       // worker: the lease was lost; the handler was canceled
+	EventReleased        = events.Released        // worker: a claimed task was given back, its attempt unused
+	EventRejected        = events.Rejected        // worker: admission refused a task
+	EventDropped         = events.Dropped         // worker: the dispatch queue dropped a task
+	EventOutcomeRejected = events.OutcomeRejected // worker: the fence refused an outcome after a lease loss
+	EventCorrupt         = events.Corrupt         // worker or monitor: a corrupt object was skipped
+	EventRequeued        = events.Requeued        // producer: a dead or canceled task was requeued
+	EventRedispatched    = events.Redispatched    // monitor: an expired lease was taken back
+	EventRepaired        = events.Repaired        // monitor: a pending task was announced again
+	EventDeleted         = events.Deleted         // monitor: retention deleted a finished task
+	EventShardAcquired   = events.ShardAcquired   // worker: a shard became the member's own
+	EventShardReleased   = events.ShardReleased   // worker: a shard is no longer the member's own
+	EventFleetAsleep     = events.FleetAsleep     // worker: the fleet's only member went to sleep
+	EventFleetWoken      = events.FleetWoken      // worker: the sleeping member woke
+)
 
 // Monitor keeps the queue healthy until the context given to Run ends: it
 // re-dispatches tasks whose worker died, repairs pending tasks that lost
@@ -93,6 +172,9 @@ func (q *Queue) NewWorker(ctx context.Context) (*Worker, error) {
 	if c.Local == nil {
 		c.Local = q.cfg.Local
 	}
+	if c.Events == nil {
+		c.Events = q.cfg.Events
+	}
 	w, err := worker.New(ctx, q.store, c)
 	if err != nil {
 		return nil, fmt.Errorf("s3queue: new worker on %s: %w", q.where, err)
@@ -110,6 +192,9 @@ func (q *Queue) NewMonitor(ctx context.Context) (*Monitor, error) {
 	}
 	if c.Local == nil {
 		c.Local = q.cfg.Local
+	}
+	if c.Events == nil {
+		c.Events = q.cfg.Events
 	}
 	m, err := monitor.New(ctx, q.store, c)
 	if err != nil {

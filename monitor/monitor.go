@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/s3queue/s3queue/clock"
+	"github.com/s3queue/s3queue/internal/events"
 	"github.com/s3queue/s3queue/internal/rnd"
 	"github.com/s3queue/s3queue/internal/taskio"
 	"github.com/s3queue/s3queue/lease"
@@ -81,6 +82,10 @@ type Config struct {
 	// whose announcement was lost.
 	FullSweep time.Duration
 	Logger    *slog.Logger
+	// Events, if set, is the bus the monitor publishes on what it does to
+	// tasks: redispatched, dead (a lease expired with no attempts left),
+	// repaired, deleted and corrupt (docs/events.md).
+	Events *events.Bus
 	// Clock, if set, is shared with other components of this process.
 	Clock *clock.Authoritative
 	// Local is this machine's monotonic clock: it paces Run's ticks and the
@@ -594,6 +599,7 @@ func (m *Monitor) inspect(ctx context.Context, o s3store.ObjectInfo, iv clock.In
 		case errors.Is(err, task.ErrCorrupt), errors.Is(err, task.ErrUnsupportedFormat):
 			st.Corrupt++
 			m.log.Error("corrupt task object; skipped", "key", o.Key, "err", err)
+			m.publishCorrupt(o.Key, err)
 			m.known[o.Key] = known{etag: o.ETag, corrupt: true, loaded: true}
 			return nil
 		case err != nil:
@@ -631,6 +637,7 @@ func (m *Monitor) inspect(ctx context.Context, o s3store.ObjectInfo, iv clock.In
 		k.announced = at
 		m.known[o.Key] = k
 		st.Repaired++
+		m.publish(events.Repaired, v.Task, nil)
 	case k.status.Terminal() && m.cfg.Retention > 0 && iv.After(k.updated.Add(m.cfg.Retention)):
 		return m.expireRetention(ctx, o.Key, iv, st)
 	}
@@ -668,6 +675,7 @@ func (m *Monitor) inspectPointer(ctx context.Context, o s3store.ObjectInfo, iv c
 	if err != nil {
 		st.Corrupt++
 		m.log.Error("malformed ready pointer; skipped", "key", o.Key, "err", err)
+		m.publishCorrupt(o.Key, err)
 		return nil
 	}
 	if !iv.After(p.At.Add(max(m.cfg.RepairAfter, shards.PointerGrace))) {
@@ -698,6 +706,7 @@ func (m *Monitor) inspectPointer(ctx context.Context, o s3store.ObjectInfo, iv c
 				return err
 			}
 			st.Repaired++
+			m.publish(events.Repaired, v.Task, nil)
 		} else {
 			return nil
 		}
@@ -773,10 +782,12 @@ func (m *Monitor) redispatch(ctx context.Context, key string, iv clock.Interval,
 	if t.Status == task.Dead {
 		st.DeadLettered++
 		m.log.Info("lease expired with no attempts left; dead-lettered", "task_id", t.ID, "worker", worker)
+		m.publish(events.Dead, t, errLeaseExpired)
 		return nil
 	}
 	st.Redispatched++
 	m.log.Info("lease expired; re-dispatched", "task_id", t.ID, "worker", worker, "attempt", t.Attempt)
+	m.publish(events.Redispatched, t, errLeaseExpired)
 	at, err := m.announce(ctx, t)
 	if err != nil {
 		return err
@@ -826,6 +837,7 @@ func (m *Monitor) expireRetention(ctx context.Context, key string, iv clock.Inte
 		// An odd-sized object that is not a task read as finished until now.
 		st.Corrupt++
 		m.log.Error("corrupt task object; skipped", "key", key, "err", err)
+		m.publishCorrupt(key, err)
 		m.known[key] = known{etag: v.ETag, corrupt: true, loaded: true}
 		return nil
 	}
@@ -892,7 +904,33 @@ func (m *Monitor) expireRetention(ctx context.Context, key string, iv clock.Inte
 	}
 	delete(m.known, key)
 	st.Deleted++
+	m.publish(events.Deleted, t, nil)
 	return nil
+}
+
+// errLeaseExpired is the error of the events of a task whose lease the
+// monitor found expired.
+var errLeaseExpired = errors.New("lease expired")
+
+// publish publishes an event of kind about t on Config.Events.
+func (m *Monitor) publish(kind events.Kind, t *task.Task, err error) {
+	if m.cfg.Events == nil {
+		return
+	}
+	m.cfg.Events.Publish(events.Event{Time: m.local.Now(), Source: events.SourceMonitor, Origin: m.cfg.ID, Kind: kind,
+		TaskID: t.ID, Type: t.Type, Attempt: t.Attempt, Shard: t.Shard, Err: err})
+}
+
+// publishCorrupt publishes a corrupt event about the object at key.
+func (m *Monitor) publishCorrupt(key string, err error) {
+	if m.cfg.Events == nil {
+		return
+	}
+	e := events.Event{Time: m.local.Now(), Source: events.SourceMonitor, Origin: m.cfg.ID, Kind: events.Corrupt, Shard: -1, Key: key, Err: err}
+	if shard, id, perr := task.ParseKey(key); perr == nil {
+		e.TaskID, e.Shard = id, shard
+	}
+	m.cfg.Events.Publish(e)
 }
 
 // expireRecord deletes the idempotency record of t, which retention is

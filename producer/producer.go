@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/s3queue/s3queue/clock"
+	"github.com/s3queue/s3queue/internal/events"
 	"github.com/s3queue/s3queue/internal/rnd"
 	"github.com/s3queue/s3queue/internal/taskio"
 	"github.com/s3queue/s3queue/s3store"
@@ -51,6 +52,11 @@ type Config struct {
 	// LeaseMargin must match the workers' (default 2s): it decides which
 	// fleet members the producer counts as live.
 	LeaseMargin time.Duration
+	// Events, if set, is the bus the producer publishes on: submitted for
+	// each task it creates (not for a Submit that an idempotency key
+	// answers with an existing task), canceled or cancel_requested from
+	// Cancel, requeued from Requeue (docs/events.md).
+	Events *events.Bus
 	// Rand is the source of every random draw: task ids, jitter,
 	// shard choice; nil means crypto/rand.Reader. Reads are serialised, so
 	// it need not be safe for concurrent use. A read that fails panics,
@@ -236,6 +242,7 @@ func (p *Producer) Submit(ctx context.Context, typ string, input any, opts Optio
 	if _, err := taskio.Create(ctx, p.st, p.local, t); err != nil {
 		return "", fmt.Errorf("submit: %w", err)
 	}
+	p.publish(events.Submitted, t)
 	p.afterCreate(ctx, t)
 	return t.ID, nil
 }
@@ -398,6 +405,7 @@ func (p *Producer) createOnce(ctx context.Context, t *task.Task) (string, error)
 		_, err = taskio.Create(ctx, p.st, p.local, t)
 		switch {
 		case err == nil:
+			p.publish(events.Submitted, t)
 			if announced.IsZero() || clock.Since(p.local, announced) > shards.PointerGrace/2 {
 				p.afterCreate(ctx, t)
 			} else {
@@ -594,12 +602,21 @@ func (p *Producer) learnOnMiss(ctx context.Context) bool {
 // is asked to stop, and its handler's context is canceled no later than the
 // worker's next lease renewal. It reports whether the task was running.
 func (p *Producer) Cancel(ctx context.Context, id string) (requested bool, err error) {
-	err = p.modify(ctx, id, func(t *task.Task, now clock.Interval) error {
-		requested, err = t.Cancel(now.Mid())
+	var t *task.Task
+	err = p.modify(ctx, id, func(cur *task.Task, now clock.Interval) error {
+		requested, err = cur.Cancel(now.Mid())
+		t = cur
 		return err
 	})
 	if errors.Is(err, task.ErrCancelAlreadyRequested) {
 		return true, nil
+	}
+	if err == nil {
+		if requested {
+			p.publish(events.CancelRequested, t)
+		} else {
+			p.publish(events.Canceled, t)
+		}
 	}
 	return requested, err
 }
@@ -637,6 +654,7 @@ func (p *Producer) Requeue(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
+	p.publish(events.Requeued, t)
 	if announced.IsZero() || clock.Since(p.local, announced) > shards.PointerGrace/2 {
 		if err := p.announceLanded(ctx, t); err != nil {
 			// A young task: the monitor's repair announces it.
@@ -701,6 +719,15 @@ func (p *Producer) modify(ctx context.Context, id string, change func(*task.Task
 		_, err = taskio.Update(ctx, p.st, p.local, v.Task, v.ETag)
 		return s3store.LostRace(err), err
 	})
+}
+
+// publish publishes an event of kind about t on Config.Events.
+func (p *Producer) publish(kind events.Kind, t *task.Task) {
+	if p.cfg.Events == nil {
+		return
+	}
+	p.cfg.Events.Publish(events.Event{Time: p.local.Now(), Source: events.SourceProducer, Kind: kind,
+		TaskID: t.ID, Type: t.Type, Attempt: t.Attempt, Shard: t.Shard})
 }
 
 // sleep waits for d on the producer's local clock, or until ctx ends.

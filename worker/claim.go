@@ -190,7 +190,7 @@ func (w *Worker) tryClaim(ctx context.Context, s *shards.Scan, a *attempt, iv cl
 			// skipped at its ETag rather than pinning the shard.
 			w.stats.corrupt.Add(1)
 			w.log.Error("skipping an object whose reads keep failing", "key", c.Key, "failures", shards.MaxReadFailures, "err", a.loadErr)
-			w.emit(Event{Kind: "corrupt", TaskID: c.ID, Err: a.loadErr})
+			w.emit(Event{Kind: "corrupt", TaskID: c.ID, Shard: -1, Key: c.Key, Err: a.loadErr})
 		}
 		return false
 	}
@@ -230,21 +230,21 @@ func (w *Worker) tryClaim(ctx context.Context, s *shards.Scan, a *attempt, iv cl
 // worker's next poll or any other worker: counted as waiting (Block), or
 // refused (Reject) or dropped (DropLatest) with a hook and an event.
 func (w *Worker) refuse(p *pool, t *task.Task) {
-	q := Queued{Pool: p.name, TaskID: t.ID, Type: t.Type, Attempt: t.Attempt, Phase: PhaseWaiting, Reason: "the pool's queue is full"}
+	q := Queued{Pool: p.name, TaskID: t.ID, Shard: t.Shard, Type: t.Type, Attempt: t.Attempt, Phase: PhaseWaiting, Reason: "the pool's queue is full"}
 	switch p.policy {
 	case Reject:
 		w.stats.refused.Add(1)
 		if h := w.cfg.Hooks.OnReject; h != nil {
 			h(q)
 		}
-		w.emit(Event{Kind: "rejected", TaskID: t.ID, Type: t.Type, Attempt: t.Attempt, Pool: p.name, Phase: string(PhaseWaiting)})
+		w.emit(Event{Kind: "rejected", TaskID: t.ID, Shard: t.Shard, Type: t.Type, Attempt: t.Attempt, Pool: p.name, Phase: string(PhaseWaiting)})
 	case DropLatest, DropOldest:
 		// DropOldest refuses only when nothing is pending to evict.
 		w.stats.dropped.Add(1)
 		if h := w.cfg.Hooks.OnDrop; h != nil {
 			h(q)
 		}
-		w.emit(Event{Kind: "dropped", TaskID: t.ID, Type: t.Type, Attempt: t.Attempt, Pool: p.name, Phase: string(PhaseWaiting)})
+		w.emit(Event{Kind: "dropped", TaskID: t.ID, Shard: t.Shard, Type: t.Type, Attempt: t.Attempt, Pool: p.name, Phase: string(PhaseWaiting)})
 	}
 	w.blocked[p]++
 }
@@ -255,9 +255,9 @@ func (w *Worker) drop(ctx context.Context, r *run) {
 	t := r.v.Task
 	w.stats.dropped.Add(1)
 	if h := w.cfg.Hooks.OnDrop; h != nil {
-		h(Queued{Pool: r.pool.name, TaskID: t.ID, Type: t.Type, Attempt: t.Attempt, Phase: PhasePending, Reason: "evicted by a newer task"})
+		h(Queued{Pool: r.pool.name, TaskID: t.ID, Shard: t.Shard, Type: t.Type, Attempt: t.Attempt, Phase: PhasePending, Reason: "evicted by a newer task"})
 	}
-	w.emit(Event{Kind: "dropped", TaskID: t.ID, Type: t.Type, Attempt: t.Attempt, Pool: r.pool.name, Phase: string(PhasePending)})
+	w.emit(Event{Kind: "dropped", TaskID: t.ID, Shard: t.Shard, Type: t.Type, Attempt: t.Attempt, Pool: r.pool.name, Phase: string(PhasePending)})
 	// Announced to a member that is not busy, if the fleet has one: it
 	// finds the task at its next poll.
 	if iv, err := w.clock.Now(ctx); err == nil {
@@ -290,7 +290,7 @@ func (w *Worker) applyClaim(ctx context.Context, s *shards.Scan, a *attempt, iv 
 		} else {
 			t := v.Task
 			w.stats.claimed.Add(1)
-			w.emit(Event{Kind: "claimed", TaskID: t.ID, Type: t.Type, Attempt: t.Attempt, Pool: a.pool.name})
+			w.emit(Event{Kind: "claimed", TaskID: t.ID, Shard: t.Shard, Type: t.Type, Attempt: t.Attempt, Pool: a.pool.name})
 			w.dispatch(a.pool, a.adm, a.nv, a.claimID, a.h, found)
 			ok, settledAt = true, a.nv.ETag
 		}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/s3queue/s3queue/clock"
+	"github.com/s3queue/s3queue/internal/events"
 	"github.com/s3queue/s3queue/internal/rnd"
 )
 
@@ -119,8 +120,16 @@ type Config struct {
 	// clock does, which the worker creates on Local unless Clock is set.
 	// Tests drive time with clock.Manual.
 	Local clock.Local
-	// OnEvent, if set, is called for every task event (observability).
+	// OnEvent, if set, is called with every event the worker publishes, on
+	// the goroutine that publishes it and before Events gets it: it must
+	// return quickly, or it holds the worker up. The simulator relies on
+	// its being synchronous; observers should prefer Events.
 	OnEvent func(Event)
+	// Events, if set, is the bus the worker publishes its events on
+	// (task outcomes, claims, shard and doorbell changes; docs/events.md).
+	// Whether or not it is set, the worker logs each task outcome at info
+	// through Logger.
+	Events *events.Bus
 	// Rand is the source of every random draw: the default worker id,
 	// claim ids, jitter (retry delays, standby reads). nil means
 	// crypto/rand.Reader. A seeded source makes a run reproducible (the
@@ -129,19 +138,15 @@ type Config struct {
 	Rand io.Reader
 }
 
-// Event describes something that happened to a task in this worker.
-type Event struct {
-	// Kind: claimed, succeeded, failed, dead, snoozed, canceled, lease_lost,
-	// rejected, released, corrupt (a corrupt object, or one whose reads
-	// kept failing, was skipped).
-	Kind    string
-	TaskID  string
-	Type    string
-	Attempt int
-	Err     error
-	Pool    string
-	Phase   string
-}
+// Event is something that happened in the worker: to a task (claimed,
+// succeeded, failed, dead, snoozed, canceled, lease_lost, released,
+// corrupt, ...) or to its place in the fleet (shard_acquired,
+// shard_released, fleet_asleep, fleet_woken). docs/events.md lists the
+// kinds and their fields.
+type Event = events.Event
+
+// Kind is an Event's kind.
+type Kind = events.Kind
 
 // Stats counts what the worker did.
 type Stats struct {

@@ -228,7 +228,7 @@ func (w *Worker) reportLoad(key string, err error) bool {
 	case errors.Is(err, task.ErrCorrupt), errors.Is(err, task.ErrUnsupportedFormat):
 		w.stats.corrupt.Add(1)
 		w.log.Error("skipping corrupt task object", "key", key, "err", err)
-		w.emit(Event{Kind: "corrupt", Err: err})
+		w.emit(Event{Kind: "corrupt", Key: key, Err: err})
 		return true
 	}
 	w.log.Warn("load task", "key", key, "err", err)

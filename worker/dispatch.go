@@ -103,6 +103,7 @@ type QueueState struct {
 type Queued struct {
 	Pool    string
 	TaskID  string
+	Shard   int
 	Type    string
 	Attempt int
 	// Phase the task was in: for a drop or a cancel, the phase it left.
@@ -706,14 +707,13 @@ func (w *Worker) tendPending(ctx context.Context) time.Duration {
 			case errors.Is(err, ErrCanceled):
 				t := r.v.Task
 				if h := w.cfg.Hooks.OnCancel; h != nil {
-					h(Queued{Pool: p.name, TaskID: t.ID, Type: t.Type, Attempt: t.Attempt, Phase: PhasePending, Reason: "canceled before its handler started"})
+					h(Queued{Pool: p.name, TaskID: t.ID, Shard: t.Shard, Type: t.Type, Attempt: t.Attempt, Phase: PhasePending, Reason: "canceled before its handler started"})
 				}
 				r.giveBack(ctx, PhasePending, "canceled before its handler started")
 			case errors.Is(err, ErrLeaseLost):
 				t := r.v.Task
 				w.stats.leaseLost.Add(1)
-				w.log.Warn("lease lost while the task waited for a handler", "task_id", t.ID)
-				w.emit(Event{Kind: "lease_lost", TaskID: t.ID, Type: t.Type, Attempt: t.Attempt, Pool: p.name, Phase: string(PhasePending), Err: ErrLeaseLost})
+				w.emit(Event{Kind: "lease_lost", TaskID: t.ID, Shard: t.Shard, Type: t.Type, Attempt: t.Attempt, Pool: p.name, Phase: string(PhasePending), Err: ErrLeaseLost})
 				w.running.Delete(r.claimID)
 				w.inflight.Done()
 			default:

@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
 	"github.com/s3queue/s3queue/clock"
+	"github.com/s3queue/s3queue/internal/events"
 	"github.com/s3queue/s3queue/lease"
 	"github.com/s3queue/s3queue/s3store"
 	"github.com/s3queue/s3queue/shards"
@@ -308,7 +310,7 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 		w.log.Info("left the fleet", "members", len(f.Members))
 		m.member, m.leaving, m.asleep, m.shutdown = false, false, false, false
 		m.standbyWait = w.standbyWait(f)
-		m.assign = shards.Assignment{}
+		w.setAssign(shards.Assignment{})
 		w.pointerShard.Store(-1)
 		w.view.Store(&memberView{})
 		return nil
@@ -352,7 +354,7 @@ func (w *Worker) takePlace(ctx context.Context, now time.Time, iv clock.Interval
 		w.log.Warn("no shard left to poll: every shard has a member; this worker idles as a spare until one leaves or the queue gets more shards (s3queue reshard)",
 			"shards", n, "members", len(f.Live(iv, margin)))
 	}
-	m.assign = a
+	w.setAssign(a)
 	prev := w.view.Load().fleet
 	w.view.Store(&memberView{member: true, assign: a, fleet: f})
 	if len(f.Members) != len(prev.Members) || f.Version != prev.Version {
@@ -363,6 +365,25 @@ func (w *Worker) takePlace(ctx context.Context, now time.Time, iv clock.Interval
 	}
 	w.growShards(ctx, now, f, a, iv)
 	return nil
+}
+
+// setAssign makes a the member's assignment and publishes the changes to
+// its own shards: shard_released for each it no longer owns, then
+// shard_acquired for each new one.
+func (w *Worker) setAssign(a shards.Assignment) {
+	m := &w.fleet
+	was := m.assign.Own
+	m.assign = a
+	for _, s := range was {
+		if !slices.Contains(a.Own, s) {
+			w.emit(Event{Kind: events.ShardReleased, Shard: s})
+		}
+	}
+	for _, s := range a.Own {
+		if !slices.Contains(was, s) {
+			w.emit(Event{Kind: events.ShardAcquired, Shard: s})
+		}
+	}
 }
 
 // updateFleet applies change to the fleet object from the member's view
@@ -482,7 +503,7 @@ func (w *Worker) refreshView(ctx context.Context, now time.Time) error {
 		m.renewed = time.Time{}
 		return nil
 	}
-	m.assign = a
+	w.setAssign(a)
 	if len(a.Own) > 0 {
 		w.pointerShard.Store(int64(a.Own[0]))
 	}
@@ -647,6 +668,7 @@ func (w *Worker) sleep(ctx context.Context, now time.Time) error {
 	}
 	m.expiry, m.renewed = expiry, now
 	m.asleep, m.sleptAt = true, now
+	w.emit(Event{Kind: events.FleetAsleep})
 	// One more scan once producers' cached views have caught up.
 	w.pace.next = now.Add(shards.FleetCacheTTL + 500*time.Millisecond)
 	w.log.Debug("asleep: watching the doorbell")
@@ -657,6 +679,7 @@ func (w *Worker) sleep(ctx context.Context, now time.Time) error {
 func (w *Worker) wake(ctx context.Context, now time.Time) {
 	m := &w.fleet
 	m.asleep = false
+	w.emit(Event{Kind: events.FleetWoken})
 	w.pace.reset(w.cfg.PollMin, now)
 	if !m.fleet.Asleep {
 		return
@@ -685,6 +708,7 @@ func (w *Worker) checkBell(ctx context.Context, now time.Time) error {
 	if !f.Asleep {
 		w.log.Debug("the doorbell rang")
 		m.asleep = false
+		w.emit(Event{Kind: events.FleetWoken})
 		w.pace.reset(w.cfg.PollMin, now)
 	}
 	return nil

@@ -59,9 +59,9 @@ func (r *run) start() {
 	p.mu.Unlock()
 	t := r.v.Task
 	if h := w.cfg.Hooks.OnDispatch; h != nil {
-		h(Queued{Pool: p.name, TaskID: t.ID, Type: t.Type, Attempt: t.Attempt, Phase: PhasePending, Wait: wait})
+		h(Queued{Pool: p.name, TaskID: t.ID, Shard: t.Shard, Type: t.Type, Attempt: t.Attempt, Phase: PhasePending, Wait: wait})
 	}
-	w.emit(Event{Kind: "started", TaskID: t.ID, Type: t.Type, Attempt: t.Attempt})
+	w.emit(Event{Kind: "started", TaskID: t.ID, Shard: t.Shard, Type: t.Type, Attempt: t.Attempt, Pool: p.name})
 	r.execute()
 }
 
@@ -198,8 +198,7 @@ func (r *run) lost(cancel context.CancelCauseFunc) {
 	w := r.w
 	cancel(ErrLeaseLost)
 	w.stats.leaseLost.Add(1)
-	w.log.Warn("lease lost; handler canceled", "task_id", r.v.Task.ID, "attempt", r.v.Task.Attempt)
-	w.emit(Event{Kind: "lease_lost", TaskID: r.v.Task.ID, Type: r.v.Task.Type, Attempt: r.v.Task.Attempt, Err: ErrLeaseLost})
+	w.emit(Event{Kind: "lease_lost", TaskID: r.v.Task.ID, Shard: r.v.Task.Shard, Type: r.v.Task.Type, Attempt: r.v.Task.Attempt, Err: ErrLeaseLost})
 }
 
 // renew extends the lease. It returns ErrLeaseLost when the task is no longer
@@ -369,8 +368,7 @@ func (r *run) commit(o outcome, cause error) {
 	})
 	if errors.Is(err, ErrLeaseLost) {
 		w.stats.rejected.Add(1)
-		w.log.Warn("outcome rejected: the task was re-dispatched while this attempt ran", "task_id", t0.ID, "attempt", t0.Attempt)
-		w.emit(Event{Kind: "outcome_rejected", TaskID: t0.ID, Type: t0.Type, Attempt: t0.Attempt, Err: ErrLeaseLost})
+		w.emit(Event{Kind: "outcome_rejected", TaskID: t0.ID, Shard: t0.Shard, Type: t0.Type, Attempt: t0.Attempt, Err: ErrLeaseLost})
 		return
 	}
 	if err != nil {
@@ -380,7 +378,7 @@ func (r *run) commit(o outcome, cause error) {
 	}
 	if kind == "canceled" && r.phase == "" {
 		if h := w.cfg.Hooks.OnCancel; h != nil {
-			h(Queued{Pool: r.pool.name, TaskID: t0.ID, Type: t0.Type, Attempt: t0.Attempt, Phase: PhaseInFlight, Reason: "canceled while its handler ran"})
+			h(Queued{Pool: r.pool.name, TaskID: t0.ID, Shard: t0.Shard, Type: t0.Type, Attempt: t0.Attempt, Phase: PhaseInFlight, Reason: "canceled while its handler ran"})
 		}
 	}
 	switch kind {
@@ -397,10 +395,10 @@ func (r *run) commit(o outcome, cause error) {
 	case "released":
 		w.stats.released.Add(1)
 	}
-	w.emit(Event{Kind: kind, TaskID: t0.ID, Type: t0.Type, Attempt: t0.Attempt, Err: o.err, Phase: string(r.phase)})
+	w.emit(Event{Kind: Kind(kind), TaskID: t0.ID, Shard: t0.Shard, Type: t0.Type, Attempt: t0.Attempt, Err: o.err, Pool: r.pool.name, Phase: string(r.phase)})
 	if kind == "failed" {
 		// The attempt failed and the task will run again.
-		w.emit(Event{Kind: "retried", TaskID: t0.ID, Type: t0.Type, Attempt: t0.Attempt, Err: o.err})
+		w.emit(Event{Kind: "retried", TaskID: t0.ID, Shard: t0.Shard, Type: t0.Type, Attempt: t0.Attempt, Err: o.err})
 	}
 	if r.v.Task.Status == task.Pending && (announced.IsZero() || clock.Since(w.local, announced) > shards.PointerGrace/2) {
 		// Back behind the scan cursors: announce it.
@@ -460,8 +458,8 @@ func (r *run) requeueCrashed(o outcome) bool {
 	}
 	w.stats.failed.Add(1)
 	w.stats.requeued.Add(1)
-	w.emit(Event{Kind: "failed", TaskID: t0.ID, Type: t0.Type, Attempt: t0.Attempt, Err: o.err})
-	w.emit(Event{Kind: "requeued", TaskID: t0.ID, Type: t0.Type, Attempt: r.v.Task.Attempt, Phase: string(PhasePending)})
+	w.emit(Event{Kind: "failed", TaskID: t0.ID, Shard: t0.Shard, Type: t0.Type, Attempt: t0.Attempt, Err: o.err})
+	w.emit(Event{Kind: "requeued", TaskID: t0.ID, Shard: t0.Shard, Type: t0.Type, Attempt: r.v.Task.Attempt, Phase: string(PhasePending)})
 	next := &run{w: w, v: r.v, claimID: claimID, handler: r.handler, found: w.now(), claimed: w.now(), target: -1}
 	next.renewed = next.claimed
 	w.running.Store(claimID, next)

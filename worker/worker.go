@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/s3queue/s3queue/clock"
+	"github.com/s3queue/s3queue/internal/events"
 	"github.com/s3queue/s3queue/internal/rnd"
 	"github.com/s3queue/s3queue/s3store"
 	"github.com/s3queue/s3queue/shards"
@@ -91,6 +92,9 @@ type Worker struct {
 	stopped     context.Context
 	markStopped context.CancelFunc
 
+	// logEvent logs the worker's events (events.Log over log).
+	logEvent func(Event)
+
 	stats struct {
 		claimed, succeeded, failed, dead, snoozed, canceled, leaseLost, rejected, released, corrupt, panics,
 		refused, dropped, requeued atomic.Int64
@@ -132,6 +136,7 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Worker, error) {
 	w.pointerShard.Store(-1)
 	w.view.Store(&memberView{})
 	w.stopped, w.markStopped = context.WithCancel(context.Background())
+	w.logEvent = events.Log(w.log)
 	return w, nil
 }
 
@@ -159,10 +164,34 @@ func (w *Worker) Stats() Stats {
 		s.refused.Load(), s.dropped.Load(), s.requeued.Load()}
 }
 
+// emit publishes e: it stamps the time, source and origin, gives an event
+// that names neither a task nor a shard the shard -1, logs it (each task
+// outcome at info, the rest at debug), calls OnEvent and publishes it on
+// Config.Events. A task event's Shard is its site's to set (taskEvent
+// does): emit cannot tell shard 0 from none.
+//
+// The log is written here, not by a subscriber: as every other log line of
+// the worker, synchronously, so it never drops an outcome and needs no
+// goroutine of its own (a worker that is never Run, driven by tests or the
+// simulator, would leave one behind).
 func (w *Worker) emit(e Event) {
+	if e.Time.IsZero() {
+		e.Time = w.now()
+	}
+	e.Source, e.Origin = events.SourceWorker, w.cfg.ID
+	if e.Shard == 0 && e.TaskID == "" && e.Kind != events.ShardAcquired && e.Kind != events.ShardReleased {
+		e.Shard = -1
+	}
+	w.logEvent(e)
 	if w.cfg.OnEvent != nil {
 		w.cfg.OnEvent(e)
 	}
+	w.cfg.Events.Publish(e)
+}
+
+// taskEvent is an event of kind about t, with its shard.
+func taskEvent(kind Kind, t *task.Task, err error) Event {
+	return Event{Kind: kind, TaskID: t.ID, Type: t.Type, Attempt: t.Attempt, Shard: t.Shard, Err: err}
 }
 
 // now reads the local clock: it paces work and never decides what is due.

@@ -29,8 +29,11 @@ var workerCommand = &command{
 		"later SIGKILL. On SIGTERM/SIGINT the worker stops claiming and waits shutdown_grace for\n" +
 		"running tasks, then stops them and hands them back; a second signal exits at once and\n" +
 		"kills the running commands' process groups. A worker that creates the queue checks the\n" +
-		"provider first (exit 4 if it is unsupported); later ones trust the queue's manifest.",
+		"provider first (exit 4 if it is unsupported); later ones trust the queue's manifest.\n" +
+		"--events FILE appends the worker's events (claimed, succeeded, failed, shard_acquired, ...)\n" +
+		"to FILE as JSON lines (- for stdout); see docs/events.md.",
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
+		eventsTo := eventsFlag(fs)
 		execs := map[string]string{}
 		fs.Func("exec", "run `TYPE=COMMAND` for tasks of TYPE (repeatable)", func(v string) error {
 			typ, cmd, ok := strings.Cut(v, "=")
@@ -75,6 +78,12 @@ var workerCommand = &command{
 			if err := worker.CheckPools(wcfg); err != nil {
 				return usageError("worker: %v", err)
 			}
+			bus, closeEvents, err := a.openEvents(*eventsTo)
+			if err != nil {
+				return err
+			}
+			defer closeEvents()
+			wcfg.Events = bus
 			w, err := worker.New(ctx, st, wcfg)
 			if err != nil {
 				return unsupported(url, err)
@@ -91,6 +100,9 @@ var workerCommand = &command{
 			err = w.Run(ctx)
 			if errors.Is(err, s3store.ErrUnusable) {
 				err = unusable(url, err)
+			}
+			if cerr := closeEvents(); err == nil {
+				err = cerr
 			}
 			s := w.Stats()
 			a.log.Info("worker stopped", "worker_id", w.ID(), "claimed", s.Claimed, "succeeded", s.Succeeded,
@@ -167,8 +179,10 @@ var monitorCommand = &command{
 	summary: "re-dispatch expired leases, repair lost tasks, apply retention, until SIGTERM/SIGINT",
 	details: "Sweeps every shard each [monitor] interval. Several monitors may run at once. A monitor that\n" +
 		"creates the queue checks the provider first (exit 4 if it is unsupported); later ones trust\n" +
-		"the queue's manifest.",
+		"the queue's manifest. --events FILE appends what it does to tasks (redispatched, dead,\n" +
+		"repaired, deleted, corrupt) to FILE as JSON lines (- for stdout); see docs/events.md.",
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
+		eventsTo := eventsFlag(fs)
 		return func(ctx context.Context, _ []string) error {
 			st, url, err := a.openStore(ctx)
 			if err != nil {
@@ -176,6 +190,12 @@ var monitorCommand = &command{
 			}
 			mcfg := a.cfg.Monitor()
 			mcfg.Logger = a.log
+			bus, closeEvents, err := a.openEvents(*eventsTo)
+			if err != nil {
+				return err
+			}
+			defer closeEvents()
+			mcfg.Events = bus
 			m, err := monitor.New(ctx, st, mcfg)
 			if err != nil {
 				return unsupported(url, err)
@@ -184,6 +204,9 @@ var monitorCommand = &command{
 			err = m.Run(ctx)
 			if errors.Is(err, s3store.ErrUnusable) {
 				err = unusable(url, err)
+			}
+			if cerr := closeEvents(); err == nil {
+				err = cerr
 			}
 			s := m.Stats()
 			a.log.Info("monitor stopped", "redispatched", s.Redispatched, "dead_lettered", s.DeadLettered,
