@@ -24,7 +24,7 @@ var ConfigKeys = &settings.Section[Config]{
 			"How many submissions a submitter holds accepted but not yet started (0: twice batch_parallelism; -1: no bound).").
 			Must(settings.IntRange(Unbounded, MaxQueueDepthLimit)),
 		settings.Text("queue_policy", func(c *Config) *Policy { return &c.QueuePolicy }, Block, ParsePolicy, Policy.String,
-			"What a submitter does with a new submission when max_queue_depth are waiting: block, reject, drop-latest or drop-oldest.").
+			"What a submitter does with a new submission when max_queue_depth submissions already wait to start: block, reject, drop-latest or drop-oldest.").
 			Must(Policy.check),
 	},
 }
