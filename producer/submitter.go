@@ -252,18 +252,18 @@ func (s *Submitter) Add(ctx context.Context, req Request, tag any) error {
 	case Reject:
 		s.state.Refused++
 		s.mu.Unlock()
-		return fmt.Errorf("submitter: %w: %d submissions wait to start", ErrQueueFull, s.cfg.MaxQueueDepth)
+		return fmt.Errorf("%w: %d submissions wait to start", ErrQueueFull, s.cfg.MaxQueueDepth)
 	case DropLatest:
 		s.state.Refused++
 		s.mu.Unlock()
-		return fmt.Errorf("submitter: %w (drop-latest): %w: %d submissions wait to start", ErrDropped, ErrQueueFull, s.cfg.MaxQueueDepth)
+		return fmt.Errorf("%w (drop-latest): %w: %d submissions wait to start", ErrDropped, ErrQueueFull, s.cfg.MaxQueueDepth)
 	case DropOldest:
 		old := s.pending.pop()
 		s.state.Dropped++
 		s.accept(e)
 		s.mu.Unlock()
 		s.onResult(Outcome{Tag: old.tag, Request: old.req,
-			Result: Result{Err: fmt.Errorf("submitter: %w (drop-oldest): a newer submission took its place", ErrDropped)}})
+			Result: Result{Err: fmt.Errorf("%w (drop-oldest): a newer submission took its place", ErrDropped)}})
 		return nil
 	}
 	w := &waiter{e: e, decided: make(chan struct{})}
@@ -297,7 +297,7 @@ func (s *Submitter) Add(ctx context.Context, req Request, tag any) error {
 // refuse returns why Add must refuse at once, if it must. Under s.mu.
 func (s *Submitter) refuse(ctx context.Context) error {
 	if s.state.Closed {
-		return fmt.Errorf("submitter: %w", ErrClosed)
+		return ErrClosed
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("submitter: %w", err)
@@ -365,7 +365,7 @@ func (s *Submitter) loop() {
 
 func (s *Submitter) submit(e entry) Result {
 	if err := s.ctx.Err(); err != nil {
-		return Result{Err: fmt.Errorf("submitter: %w before the submission started: %w", ErrClosed, context.Cause(s.ctx))}
+		return Result{Err: fmt.Errorf("%w before the submission started: %w", ErrClosed, context.Cause(s.ctx))}
 	}
 	id, err := s.p.Submit(s.ctx, e.req.Type, e.req.Input, e.req.Options)
 	return Result{ID: id, Err: err}
@@ -390,7 +390,7 @@ func (s *Submitter) Close(ctx context.Context) error {
 	if !s.state.Closed {
 		s.state.Closed = true
 		for _, w := range s.waiters {
-			w.err = fmt.Errorf("submitter: %w while Add waited for room", ErrClosed)
+			w.err = fmt.Errorf("%w while Add waited for room", ErrClosed)
 			close(w.decided)
 			s.state.Refused++
 		}
