@@ -404,6 +404,11 @@ func (s *Submitter) Close(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 	}
+	select {
+	case <-s.done:
+		return nil // drained as ctx ended: nothing was cut short
+	default:
+	}
 	s.cancel(fmt.Errorf("close: %w", ctx.Err()))
 	<-s.done
 	return fmt.Errorf("submitter: close: %w", ctx.Err())
