@@ -1,7 +1,9 @@
 // Package producer is the Go API for submitting and managing tasks: Submit,
-// SubmitBatch, Get, History, Cancel and Requeue. Every call is a few
-// requests against the bucket; the producer holds no state beyond the queue
-// manifest and its clock.
+// SubmitBatch, Get, History, Cancel and Requeue, and flow control for
+// producers: a bounded Submitter and SubmitEach (reserve, then build).
+// Every call is a few requests against the bucket; the producer holds no
+// state beyond the queue manifest and its clock (a Submitter holds only its
+// bounded buffer).
 package producer
 
 import (
