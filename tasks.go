@@ -73,7 +73,9 @@ func (q *Queue) Submit(ctx context.Context, typ string, input any, opts SubmitOp
 
 // SubmitBatch submits reqs with a bounded number of requests in flight
 // (Config.Producer.BatchParallelism) and returns one Result per request, in
-// order. A request that fails does not stop the others.
+// order. A request that fails does not stop the others. For batches too
+// large to hold in memory, see SubmitEach; for work that keeps arriving,
+// NewSubmitter.
 func (q *Queue) SubmitBatch(ctx context.Context, reqs []Request) []Result {
 	withDefaults := make([]Request, len(reqs))
 	for i, r := range reqs {
@@ -82,9 +84,7 @@ func (q *Queue) SubmitBatch(ctx context.Context, reqs []Request) []Result {
 	}
 	out := q.producer.SubmitBatch(ctx, withDefaults)
 	for i := range out {
-		if out[i].Err != nil {
-			out[i].Err = fmt.Errorf("s3queue: task type %q: %w", reqs[i].Type, out[i].Err)
-		}
+		out[i].Err = q.submitError(reqs[i].Type, out[i].Err)
 	}
 	return out
 }

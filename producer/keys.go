@@ -8,6 +8,27 @@ import (
 	"github.com/s3queue/s3queue/task"
 )
 
+// ConfigKeys declares the keys of queue.toml's [producer] table, each
+// once: the Config field it sets, its default (which New gives a zero
+// field), its check (which New applies) and its doc line.
+//
+// It is read-only: read it (go doc) for every key and its default; the
+// services and internal/config derive from it, and nothing may change it.
+var ConfigKeys = &settings.Section[Config]{
+	Name: "producer",
+	Keys: []settings.Key[Config]{
+		settings.Int("batch_parallelism", func(c *Config) *int { return &c.BatchParallelism }, 8,
+			"How many submissions a producer sends at once in a batch (1..10000): SubmitBatch, SubmitEach and a submitter's goroutines.").
+			Must(settings.IntRange(1, MaxParallelism)).Unset(func(c *Config) bool { return c.BatchParallelism <= 0 }),
+		settings.Int("max_queue_depth", func(c *Config) *int { return &c.MaxQueueDepth }, 0,
+			"How many submissions a submitter holds accepted but not yet started (0: twice batch_parallelism; -1: no bound).").
+			Must(settings.IntRange(Unbounded, MaxQueueDepthLimit)),
+		settings.Text("queue_policy", func(c *Config) *Policy { return &c.QueuePolicy }, Block, ParsePolicy, Policy.String,
+			"What a submitter does with a new submission when max_queue_depth submissions already wait to start: block, reject, drop-latest or drop-oldest.").
+			Must(Policy.check),
+	},
+}
+
 // SubmitKeys declares the keys of queue.toml's [submit] table, the
 // per-task defaults of `s3queue submit`, each once: the Options field it
 // sets (the retry keys set Options.Retry, allocating it), its default and

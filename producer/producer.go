@@ -1,7 +1,9 @@
 // Package producer is the Go API for submitting and managing tasks: Submit,
-// SubmitBatch, Get, History, Cancel and Requeue. Every call is a few
-// requests against the bucket; the producer holds no state beyond the queue
-// manifest and its clock.
+// SubmitBatch, Get, History, Cancel and Requeue, and flow control for
+// producers: a bounded Submitter and SubmitEach (reserve, then build).
+// Every call is a few requests against the bucket; the producer holds no
+// state beyond the queue manifest and its clock (a Submitter holds only its
+// bounded buffer).
 package producer
 
 import (
@@ -40,9 +42,18 @@ type Config struct {
 	// is also announced in the ready index, since shard scans may have
 	// passed it (default 2s, half the workers' default scan lag).
 	LateAfter time.Duration
-	// BatchParallelism bounds SubmitBatch (default 8).
+	// BatchParallelism bounds SubmitBatch, is SubmitEach's bound when it
+	// is given none, and is the default Parallel of a Submitter (default 8,
+	// at most MaxParallelism; queue.toml's producer.batch_parallelism).
 	BatchParallelism int
-	Logger           *slog.Logger
+	// MaxQueueDepth is the default SubmitterConfig.MaxQueueDepth: 0 is
+	// twice the submitter's parallelism, Unbounded none
+	// (producer.max_queue_depth).
+	MaxQueueDepth int
+	// QueuePolicy is the default SubmitterConfig.Policy (default Block;
+	// producer.queue_policy).
+	QueuePolicy Policy
+	Logger      *slog.Logger
 	// Clock, if set, is shared with other components of this process.
 	Clock *clock.Authoritative
 	// Local is this machine's monotonic clock: it paces retries and ages
@@ -85,8 +96,9 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Producer, error) {
 	if cfg.LateAfter <= 0 {
 		cfg.LateAfter = 2 * time.Second
 	}
-	if cfg.BatchParallelism <= 0 {
-		cfg.BatchParallelism = 8
+	ConfigKeys.Fill(&cfg)
+	if err := ConfigKeys.Validate(&cfg); err != nil {
+		return nil, fmt.Errorf("producer: %w", err)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

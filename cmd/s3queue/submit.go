@@ -25,14 +25,19 @@ const maxRawInput = 4 * task.MaxInputBytes
 
 var submitCommand = &command{
 	name: "submit", nargs: 0,
-	summary: "submit a task and print its id",
+	summary: "submit a task and print its id (or one task per JSON line with --batch)",
 	details: "The input must be JSON (at most 256 KiB once compacted); it is checked before the store is\n" +
-		"opened, so bad input writes nothing (exit 2). Defaults come from [submit] in queue.toml.",
+		"opened, so bad input writes nothing (exit 2). Defaults come from [submit] in queue.toml.\n" +
+		"--batch FILE|- submits one task per JSON line, {\"type\": ..., \"input\": ..., \"delay\": ...,\n" +
+		"\"at\": ..., \"max_attempts\": ..., \"timeout\": ..., \"idempotency_key\": ..., \"key\": ...}, through a\n" +
+		"bounded submitter ([producer] in queue.toml); the flags give the lines' defaults. It prints\n" +
+		"\"LINE ID\" or \"LINE error: MESSAGE\" per line as each finishes, and exits 1 if any line failed\n" +
+		"(2 if the only failures were malformed or invalid lines). See docs/cli.md.",
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		var (
-			typ, input, inputFile, at, idemKey, shardKey string
-			delay, timeout                               time.Duration
-			maxAttempts                                  int
+			typ, input, inputFile, at, idemKey, shardKey, batch string
+			delay, timeout                                      time.Duration
+			maxAttempts                                         int
 		)
 		fs.StringVar(&typ, "type", "", "task `type` (required): selects the handler")
 		fs.StringVar(&input, "input", "", "task input as JSON `text`")
@@ -43,6 +48,7 @@ var submitCommand = &command{
 		fs.DurationVar(&timeout, "timeout", 0, "lease of one attempt, 1s..24h; the worker command kills the handler after it (default [submit] timeout, 30s)")
 		fs.StringVar(&idemKey, "idempotency-key", "", "a second submit with the same `key` prints the first task's id")
 		fs.StringVar(&shardKey, "key", "", "shard `key`: tasks with the same key share a shard")
+		fs.StringVar(&batch, "batch", "", "submit one task per JSON line of `file` (- for stdin); the other flags are the lines' defaults")
 		return func(ctx context.Context, _ []string) error {
 			set := map[string]bool{}
 			fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -78,6 +84,19 @@ var submitCommand = &command{
 				return usageError("submit: --delay %v must not be negative", delay)
 			default:
 				opts.Delay = delay
+			}
+			if set["batch"] {
+				for _, f := range []string{"input", "input-file", "idempotency-key"} {
+					if set[f] {
+						return usageError("submit: --batch and --%s exclude each other (each line has its own)", f)
+					}
+				}
+				if set["type"] {
+					if err := task.ValidType(typ); err != nil {
+						return usageError("submit: --type: %v", err)
+					}
+				}
+				return a.submitBatch(ctx, batch, batchDefaults{typ: typ, opts: opts})
 			}
 			if !set["type"] {
 				return usageError("submit: --type is required")
@@ -156,9 +175,18 @@ func readInput(stdin io.Reader, haveText bool, text, file string) (json.RawMessa
 }
 
 // validateSubmit checks everything task.New checks, before any request is
-// made, so that a rejected submit writes nothing. The local clock only
-// fills in a time for the check; the task itself takes S3 time.
+// made, so that a rejected submit writes nothing.
 func validateSubmit(typ string, input json.RawMessage, opts s3queue.SubmitOptions) error {
+	if err := checkSpec(typ, input, opts); err != nil {
+		return usageError("submit: %v", err)
+	}
+	return nil
+}
+
+// checkSpec returns what task.New would refuse in a task of typ with input
+// and opts. The local clock only fills in a time for the check; the task
+// itself takes S3 time.
+func checkSpec(typ string, input json.RawMessage, opts s3queue.SubmitOptions) error {
 	id, err := task.NewID(time.Now(), rand.Reader)
 	if err != nil {
 		return err
@@ -166,10 +194,8 @@ func validateSubmit(typ string, input json.RawMessage, opts s3queue.SubmitOption
 	spec := task.Spec{Type: typ, Input: input, MaxAttempts: opts.MaxAttempts, Retry: opts.Retry,
 		Timeout: opts.Timeout, IdempotencyKey: opts.IdempotencyKey, ShardKey: opts.ShardKey}
 	if _, err := task.New(id, 0, spec, time.Now()); err != nil {
-		msg := err.Error()
 		// task.New names the throwaway id; the user never saw it.
-		msg = strings.ReplaceAll(msg, " "+id, "")
-		return usageError("submit: %s", msg)
+		return errors.New(strings.ReplaceAll(err.Error(), " "+id, ""))
 	}
 	return nil
 }

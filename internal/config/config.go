@@ -4,8 +4,9 @@
 //
 // TOML is parsed here and nowhere else (services take Go structs). Every
 // key is declared once, next to the struct it sets: [worker] in
-// worker.ConfigKeys, [monitor] in monitor.ConfigKeys, [submit] in
-// producer.SubmitKeys, the top-level keys and [log] in this package. The
+// worker.ConfigKeys, [monitor] in monitor.ConfigKeys, [producer] in
+// producer.ConfigKeys, [submit] in producer.SubmitKeys, the top-level keys
+// and [log] in this package. The
 // declaration gives the key's name, type, default, economy profile value,
 // check and doc line; file decoding, the environment overrides, the
 // profile, validation and the services' own defaults all derive from it,
@@ -48,6 +49,9 @@ type Config struct {
 	WorkerSection worker.Config
 	// MonitorSection is [monitor]; Monitor sets its Shards as Worker does.
 	MonitorSection monitor.Config
+	// ProducerSection is [producer]; Producer sets its Shards and
+	// LeaseMargin, which are not keys of the section.
+	ProducerSection producer.Config
 	// SubmitSection is [submit]: the defaults of `s3queue submit`.
 	SubmitSection producer.Options
 	LogSection    LogSection
@@ -69,6 +73,7 @@ func (c *Config) tables() []settings.Table {
 		topKeys.Bind(c),
 		worker.ConfigKeys.Bind(&c.WorkerSection),
 		monitor.ConfigKeys.Bind(&c.MonitorSection),
+		producer.ConfigKeys.Bind(&c.ProducerSection),
 		producer.SubmitKeys.Bind(&c.SubmitSection),
 		logKeys.Bind(&c.LogSection),
 	}
@@ -230,11 +235,14 @@ func (c Config) Monitor() monitor.Config {
 	return m
 }
 
-// Producer returns the producer.Config of the configuration. Logger and
-// Clock are left for the caller. Its LeaseMargin is worker.lease_margin:
-// the producer judges which fleet members are live by the workers' margin.
+// Producer returns [producer] as a producer.Config, with the queue's shard
+// count. Logger and Clock are left for the caller. Its LeaseMargin is
+// worker.lease_margin: the producer judges which fleet members are live by
+// the workers' margin.
 func (c Config) Producer() producer.Config {
-	return producer.Config{Shards: c.Shards, LeaseMargin: c.WorkerSection.LeaseMargin}
+	p := c.ProducerSection
+	p.Shards, p.LeaseMargin = c.Shards, c.WorkerSection.LeaseMargin
+	return p
 }
 
 // SubmitOptions returns the per-task defaults of [submit].

@@ -53,7 +53,7 @@ func TestDefaultsMatchTheServices(t *testing.T) {
 	if got := c.Worker(); !reflect.DeepEqual(got, wantWorker) {
 		t.Errorf("Worker() = %+v\nwant %+v", got, wantWorker)
 	}
-	wantProducer := producer.Config{LeaseMargin: 2 * time.Second}
+	wantProducer := producer.Config{LeaseMargin: 2 * time.Second, BatchParallelism: 8, QueuePolicy: producer.Block}
 	if got := c.Producer(); !reflect.DeepEqual(got, wantProducer) {
 		t.Errorf("Producer() = %+v\nwant %+v", got, wantProducer)
 	}
@@ -132,6 +132,9 @@ var keyCases = []keyCase{
 		m := c.Monitor()
 		return m.Retention == 0 && m.KeepForever
 	}},
+	{"producer.batch_parallelism", `3`, "3", func(c Config) bool { return c.Producer().BatchParallelism == 3 }},
+	{"producer.max_queue_depth", `-1`, "-1", func(c Config) bool { return c.Producer().MaxQueueDepth == producer.Unbounded }},
+	{"producer.queue_policy", `"drop-oldest"`, "drop-oldest", func(c Config) bool { return c.Producer().QueuePolicy == producer.DropOldest }},
 	{"submit.max_attempts", `5`, "5", func(c Config) bool { return c.SubmitOptions().MaxAttempts == 5 }},
 	{"submit.timeout", `"2m"`, "2m", func(c Config) bool { return c.SubmitOptions().Timeout == 2*time.Minute }},
 	{"submit.retry_initial", `"200ms"`, "200ms", func(c Config) bool { return c.SubmitOptions().Retry.InitialDelay.D() == 200*time.Millisecond }},
@@ -285,6 +288,9 @@ func TestInvalidValuesAreErrorsNamingTheKey(t *testing.T) {
 		{"[monitor]\nshards_per_tick = -3\n", `queue.toml: monitor.shards_per_tick: -3 must not be negative`},
 		{"[monitor]\nretention = \"-1h\"\n", `queue.toml: monitor.retention: duration -1h0m0s must not be negative`},
 		{"[monitor]\ninterval = \"0\"\n", `queue.toml: monitor.interval: duration 0s must be positive`},
+		{"[producer]\nbatch_parallelism = 0\n", `queue.toml: producer.batch_parallelism: 0 out of range 1..10000`},
+		{"[producer]\nmax_queue_depth = -2\n", `queue.toml: producer.max_queue_depth: -2 out of range -1..1000000`},
+		{"[producer]\nqueue_policy = \"newest\"\n", `queue.toml: producer.queue_policy: invalid queue policy "newest" (want block, reject, drop-latest or drop-oldest)`},
 		{"[submit]\nmax_attempts = 0\n", `queue.toml: submit.max_attempts: 0 out of range 1..1000`},
 		{"[submit]\ntimeout = \"500ms\"\n", `queue.toml: submit.timeout: duration 500ms out of range 1s..24h0m0s`},
 		{"[submit]\nretry_jitter = 1.5\n", `queue.toml: submit.retry_jitter: 1.5 out of range 0..1`},
@@ -321,6 +327,8 @@ func TestInvalidEnvValuesNameTheVariable(t *testing.T) {
 		{"S3QUEUE_WORKER_CONCURRENCY", "-2", `S3QUEUE_WORKER_CONCURRENCY: -2 must not be negative`},
 		{"S3QUEUE_WORKER_OWN_SHARDS", "1,x", `S3QUEUE_WORKER_OWN_SHARDS: invalid integer list "1,x"`},
 		{"S3QUEUE_SUBMIT_RETRY_JITTER", "NaN", `S3QUEUE_SUBMIT_RETRY_JITTER: invalid number "NaN"`},
+		{"S3QUEUE_PRODUCER_QUEUE_POLICY", "lifo", `S3QUEUE_PRODUCER_QUEUE_POLICY: invalid queue policy "lifo"`},
+		{"S3QUEUE_PRODUCER_BATCH_PARALLELISM", "-4", `S3QUEUE_PRODUCER_BATCH_PARALLELISM: -4 must not be negative`},
 		{"S3QUEUE_LOG_LEVEL", "loud", `S3QUEUE_LOG_LEVEL: invalid level "loud"`},
 		{"S3QUEUE_WORKER_POLL_MIN", "1m", `S3QUEUE_WORKER_POLL_MIN: worker.poll_min (1m0s) is more than worker.poll_max (5s)`},
 		{"S3QUEUE_WORKER_DEDICATED", "maybe", `S3QUEUE_WORKER_DEDICATED: invalid boolean "maybe"`},
