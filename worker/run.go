@@ -53,11 +53,21 @@ func (r *run) announceShard() int {
 // histogram, the hook, the started event), then execute.
 func (r *run) start() {
 	w, p := r.w, r.pool
+	t := r.v.Task
+	if r.untilLeaseLost() <= 0 {
+		// It waited in pending past the last moment its lease was
+		// certainly ours (a renewal that did not get through): another
+		// worker may run it now, so this one does not start it.
+		w.stats.leaseLost.Add(1)
+		w.emit(Event{Kind: "lease_lost", TaskID: t.ID, Shard: t.Shard, Type: t.Type, Attempt: t.Attempt, Pool: p.name, Phase: string(PhasePending), Err: ErrLeaseLost})
+		w.running.Delete(r.claimID)
+		w.inflight.Done()
+		return
+	}
 	wait := w.now().Sub(r.found)
 	p.mu.Lock()
 	p.wait.observe(wait)
 	p.mu.Unlock()
-	t := r.v.Task
 	if h := w.cfg.Hooks.OnDispatch; h != nil {
 		h(Queued{Pool: p.name, TaskID: t.ID, Shard: t.Shard, Type: t.Type, Attempt: t.Attempt, Phase: PhasePending, Wait: wait})
 	}

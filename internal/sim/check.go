@@ -51,6 +51,7 @@ const (
 	InvFound       = "every task is found by id"                       // at the end, over the final manifest's counts
 	InvResharded   = "a reshard completes"                             // at the end the fleet assigns by the manifest's count
 	InvMembers     = "the fleet lists its live workers, and only them" // at the end: dead members pruned, their leases deleted; dedicated ones listed
+	InvReleased    = "a release uses no attempt"                       // a claimed task handed back is pending again at its attempt before the claim
 
 	retentionMargin = 5 * time.Second // clock uncertainty the monitor may use
 	cursorLag       = time.Minute     // how far a member's scan may trail its shard's keys
@@ -326,6 +327,13 @@ func (w *world) check() Result {
 		if err1 == nil && err2 == nil && prev.Status == task.Running && next.Status != task.Running && prev.Claim != nil && e.Proc == prev.Claim.Worker {
 			settled[prev.Claim.ID] = true
 		}
+		if err1 == nil && err2 == nil && prev.Status == task.Running && next.Status == task.Pending && len(next.History) > 0 &&
+			strings.HasPrefix(next.History[len(next.History)-1].Reason, "released") {
+			res.Releases++
+			if next.Attempt != prev.Attempt-1 {
+				add(InvReleased, next.ID, "released at attempt %d from attempt %d", next.Attempt, prev.Attempt)
+			}
+		}
 	}
 	last := make(map[string]int) // task id -> index of its last execution
 	for i, x := range w.execs {
@@ -436,6 +444,15 @@ func badStep(prev, next *task.Task) string {
 			return fmt.Sprintf("claimed without a claim or with attempt %d after %d", next.Attempt, prev.Attempt)
 		}
 	case from == task.Pending && to == task.Canceled:
+	case from == task.Running && to == task.Running && prev.Claim != nil && next.Claim != nil && prev.Claim.ID != next.Claim.ID:
+		// A crashed handler's task requeued at once (crash_policy
+		// requeue): the failed attempt and the next claim in one write,
+		// by the same worker, one attempt on.
+		n := len(next.History)
+		if next.Claim.Worker != prev.Claim.Worker || next.Attempt != prev.Attempt+1 || n < 2 ||
+			!strings.HasPrefix(next.History[n-2].Reason, "failed: ") || next.History[n-1].Reason != "claimed" {
+			return "the claim changed while the task stayed running"
+		}
 	case from == task.Running && to == task.Running:
 		if prev.Claim == nil || next.Claim == nil || prev.Claim.ID != next.Claim.ID {
 			return "the claim changed while the task stayed running"

@@ -87,6 +87,20 @@ type Plan struct {
 	// the workers' root_members, so that members beyond it renew leases
 	// of their own and the first member keeps their entries.
 	RootMembers int
+	// Queue (half the seeds): the workers' dispatch queue claims ahead
+	// under a load-shedding policy, with a small depth, so that pending
+	// tasks are dropped, released at shutdown, canceled and renewed while
+	// they wait; and a handler that panics is requeued at once on some.
+	Queue QueuePlan
+}
+
+// QueuePlan is the workers' dispatch-queue settings; zero is the default
+// (block, fail).
+type QueuePlan struct {
+	Policy   worker.QueuePolicy
+	InFlight int // one handler per worker: tasks wait in pending
+	Depth    int
+	Crash    string
 }
 
 // Reshard is one planned `s3queue reshard`.
@@ -127,6 +141,9 @@ func (p Plan) String() string {
 	if p.RootMembers > 0 {
 		s += fmt.Sprintf(", %d root members", p.RootMembers)
 	}
+	if p.Queue.Policy != "" {
+		s += fmt.Sprintf(", queue %s depth %d crash %s", p.Queue.Policy, p.Queue.Depth, p.Queue.Crash)
+	}
 	if p.Surge.Join > 0 {
 		s += fmt.Sprintf(", surge of %d workers at %v, %d leave at %v", p.Surge.Join, p.Surge.At.Round(time.Second), p.Surge.Leave, p.Surge.LeaveAt.Round(time.Second))
 	}
@@ -151,6 +168,7 @@ type Result struct {
 	Tasks      int // tasks acknowledged to producers
 	Executions int // handler runs
 	Duplicates int // handler runs whose claim was lost (no outcome of its own) before the task ran again
+	Releases   int // claimed tasks handed back unfinished (shutdown, dropped from pending)
 	Reshards   int // manifest writes that grew the shard count
 	log        []Entry
 }
@@ -335,6 +353,15 @@ func planLayout(plan *Plan, opts Options) {
 	if rng.IntN(3) != 0 {
 		plan.RootMembers = 1 + rng.IntN(3)/2
 	}
+	// And again for the dispatch queue.
+	rng = rand.New(rand.NewPCG(plan.Seed, 0xd15fa7))
+	if rng.IntN(2) == 0 {
+		policies := []worker.QueuePolicy{worker.Reject, worker.DropLatest, worker.DropOldest, worker.DropOldest}
+		plan.Queue = QueuePlan{Policy: policies[rng.IntN(len(policies))], InFlight: 1, Depth: 1 + rng.IntN(3), Crash: worker.CrashFail}
+		if rng.IntN(2) == 0 {
+			plan.Queue.Crash = worker.CrashRequeue
+		}
+	}
 }
 
 // setup writes the queue's manifest, recording the provider as a real
@@ -449,6 +476,7 @@ func (w *world) startWorker() *proc {
 	return w.spawn("w", name, func(ctx context.Context, p *proc) {
 		wk, ok := retry(ctx, func() (*worker.Worker, error) {
 			return worker.New(ctx, p.h, worker.Config{ID: p.name, Concurrency: concurrency, Dedicated: dedicated, RootMembers: w.plan.RootMembers,
+				MaxInFlight: w.plan.Queue.InFlight, QueuePolicy: w.plan.Queue.Policy, MaxQueueDepth: w.plan.Queue.Depth, CrashPolicy: w.plan.Queue.Crash,
 				Rand: w.seeded(p.name), Clock: w.clockFor(p.h), Logger: discard, ShutdownGrace: 10 * time.Second})
 		})
 		if !ok {
