@@ -482,3 +482,62 @@ func TestWorkerAndMonitorTrustTheManifest(t *testing.T) {
 		})
 	}
 }
+
+// --pool gives a type handlers of its own: with slow=1, one slow command
+// runs at a time while the fast ones run beside it in the default pool.
+func TestWorkerPoolBoundsAType(t *testing.T) {
+	store, _ := newStore(t)
+	dir := t.TempDir()
+	release := filepath.Join(dir, "release")
+	cfg := writeConfig(t, fastWorker)
+	var slow, fast []string
+	for range 3 {
+		slow = append(slow, submit(t, store, cfg, "slow"))
+		fast = append(fast, submit(t, store, cfg, "fast"))
+	}
+	// Each slow command leaves a file while it runs.
+	slowCmd := `touch ` + dir + `/run.$S3QUEUE_TASK_ID; while [ ! -e ` + release + ` ]; do sleep 0.05; done; ` +
+		`n=$(ls ` + dir + ` | grep -c '^run\.'); rm ` + dir + `/run.$S3QUEUE_TASK_ID; echo $n`
+	stderr, stop := background(t, "worker", "--store", store, "--config", cfg,
+		"--exec", "slow="+slowCmd, "--exec", "fast=echo 1", "--pool", "slow=1")
+	for _, id := range fast {
+		if got := waitTerminal(t, store, id); got.Status != task.Succeeded {
+			t.Errorf("fast task %s: %s, want succeeded while a slow one holds its pool", id, got.Status)
+		}
+	}
+	if err := os.WriteFile(release, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range slow {
+		got := waitTerminal(t, store, id)
+		// The result is how many slow commands were running as it ended.
+		if got.Status != task.Succeeded || string(got.Result) != "1" {
+			t.Errorf("slow task %s: %s with %s running at once, want succeeded with 1", id, got.Status, got.Result)
+		}
+	}
+	if code := stop(); code != 0 {
+		t.Errorf("worker exit %d; stderr:\n%s", code, stderr)
+	}
+	if !strings.Contains(stderr.String(), "pools=\"default=4/block slow=1/block\"") {
+		t.Errorf("the start-up line does not list the pools:\n%s", stderr)
+	}
+}
+
+func TestWorkerPoolFlagErrors(t *testing.T) {
+	store, _ := newStore(t)
+	for _, tc := range []struct{ flag, want string }{
+		{"slow", `want NAME=N[:TYPE,...], got "slow"`},
+		{"slow=0", `pool slow: want a positive number of handlers, got "0"`},
+		{"slow=two", `pool slow: want a positive number of handlers, got "two"`},
+		{"a=1:x,x y", `pool a: `},
+	} {
+		r := cli(t, "", "worker", "--store", store, "--exec", "slow=true", "--pool", tc.flag)
+		if r.code != 2 || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("--pool %s: exit %d, stderr %q; want exit 2 and %q", tc.flag, r.code, r.stderr, tc.want)
+		}
+	}
+	r := cli(t, "", "worker", "--store", store, "--exec", "slow=true", "--pool", "a=1:slow", "--pool", "b=1:slow")
+	if r.code != 2 || !strings.Contains(r.stderr, `type "slow" is in pools "a" and "b"`) {
+		t.Errorf("a type in two pools: exit %d, stderr %q", r.code, r.stderr)
+	}
+}

@@ -355,6 +355,36 @@ func TestHandlers(t *testing.T) {
 	}
 }
 
+func TestPools(t *testing.T) {
+	text := "[pools.io]\ntypes = [\"fetch\", \"upload\"]\nmax_in_flight = 32\n" +
+		"[pools.resize]\nmax_in_flight = 2\nmax_queue_depth = \"unbounded\"\nqueue_policy = \"drop-oldest\"\n"
+	c, err := Load(write(t, text), envMap(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []worker.Pool{
+		{Name: "io", Types: []string{"fetch", "upload"}, MaxInFlight: 32},
+		{Name: "resize", MaxInFlight: 2, MaxQueueDepth: worker.Unbounded, QueuePolicy: worker.DropOldest},
+	}
+	if got := c.Worker().Pools; !reflect.DeepEqual(got, want) {
+		t.Errorf("Pools = %+v\nwant %+v", got, want)
+	}
+	for _, tc := range []struct{ text, want string }{
+		{"[pools.io]\nsize = 3\n", `queue.toml: pools.io.size: unknown key`},
+		{"[pools.io]\ntypes = \"fetch\"\n", `queue.toml: pools.io.types: want an array of task types`},
+		{"[pools.io]\nmax_in_flight = -1\n", `queue.toml: pools.io.max_in_flight: invalid limit "-1"`},
+		{"[pools.io]\nqueue_policy = \"lifo\"\n", `queue.toml: pools.io.queue_policy: unknown queue policy "lifo"`},
+		{"[pools.a]\ntypes = [\"x\"]\n[pools.b]\ntypes = [\"x\"]\n", `pools: type "x" is in pools "a" and "b"`},
+		{"[pools.default]\n", `pools: pool "default" declared twice`},
+		{"pools = 3\n", `queue.toml: pools: want a table [pools]`},
+	} {
+		_, err := Load(write(t, tc.text), envMap(nil))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: error %v, want %q", tc.text, err, tc.want)
+		}
+	}
+}
+
 func TestMissingFileIsAnError(t *testing.T) {
 	_, err := Load(filepath.Join(t.TempDir(), "nope.toml"), envMap(nil))
 	if err == nil || !strings.Contains(err.Error(), "nope.toml") {
