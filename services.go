@@ -123,6 +123,34 @@ const (
 	EventFleetWoken      = events.FleetWoken      // worker: the sleeping member woke
 )
 
+// WorkerPool is a set of task types a worker runs with handlers and limits
+// of their own (WorkerConfig.Pools; see docs/flow-control.md).
+type WorkerPool = worker.Pool
+
+// QueuePolicy says what a worker's full pool does with a task it finds.
+type QueuePolicy = worker.QueuePolicy
+
+// The queue policies of a worker's pools.
+const (
+	// QueueBlock (default): claim only for a free handler; leave the rest
+	// in the bucket.
+	QueueBlock = worker.Block
+	// QueueReject: claim ahead up to MaxQueueDepth; refuse (leave) the
+	// rest, reported.
+	QueueReject = worker.Reject
+	// QueueDropLatest: as QueueReject, reported as drops.
+	QueueDropLatest = worker.DropLatest
+	// QueueDropOldest: claim ahead; release the oldest pending task for a
+	// newer one.
+	QueueDropOldest = worker.DropOldest
+)
+
+// QueueState is a worker pool's gauges (Worker.QueueStates).
+type QueueState = worker.QueueState
+
+// WorkerHooks observe a worker's dispatch queues (WorkerConfig.Hooks).
+type WorkerHooks = worker.Hooks
+
 // Monitor keeps the queue healthy until the context given to Run ends: it
 // re-dispatches tasks whose worker died, repairs pending tasks that lost
 // their way to a worker, and deletes finished tasks after their retention.

@@ -28,7 +28,8 @@ const (
 )
 
 // Unbounded as SubmitterConfig.MaxQueueDepth lets a Submitter's buffer grow
-// without bound.
+// without bound; as a worker pool's MaxInFlight or MaxQueueDepth it sets no
+// bound (the producer's and the worker's are both -1).
 const Unbounded = producer.Unbounded
 
 // SubmitterConfig configures a Submitter: how many goroutines submit, how

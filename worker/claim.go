@@ -113,7 +113,7 @@ func (w *Worker) load(ctx context.Context, a *attempt, counts []int) {
 
 // claimBatch claims the candidates of batch, which are no more than the
 // free slots, and reports how many it claimed.
-func (w *Worker) claimBatch(ctx context.Context, s *shards.Scan, batch []shards.Candidate, iv clock.Interval, found time.Time) (claimed int) {
+func (w *Worker) claimBatch(ctx context.Context, s *shards.Scan, batch []shards.Candidate, iv clock.Interval, seen map[string]time.Time) (claimed int) {
 	as := make([]attempt, len(batch))
 	var counts []int
 	for i, c := range batch {
@@ -150,7 +150,7 @@ func (w *Worker) claimBatch(ctx context.Context, s *shards.Scan, batch []shards.
 	}
 	var drops []*attempt
 	for i := range as {
-		if w.applyClaim(ctx, s, &as[i], iv, found) {
+		if w.applyClaim(ctx, s, &as[i], iv, seen[as[i].c.ID]) {
 			claimed++
 		}
 		if as[i].drop {

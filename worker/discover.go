@@ -132,7 +132,7 @@ func (w *Worker) peek(ctx context.Context, list []int, iv clock.Interval, p *pas
 		if err != nil {
 			return err
 		}
-		w.prefetched[shard] = prefetch{at: w.now(), cands: cands}
+		w.prefetched[shard] = w.relisted(w.prefetched[shard], cands)
 		p.leftover = p.leftover || len(cands) > 0
 	}
 	return nil
@@ -170,6 +170,24 @@ func (w *Worker) scan(shard int, iv clock.Interval) *shards.Scan {
 type prefetch struct {
 	at    time.Time // local time of the listing
 	cands []shards.Candidate
+	// seen is when this worker first listed each candidate still held,
+	// by id: where a task's wait for dispatch (queue.wait_ms) starts.
+	seen map[string]time.Time
+}
+
+// relisted is the prefetch of a new listing of cands, keeping the times
+// old first saw them.
+func (w *Worker) relisted(old prefetch, cands []shards.Candidate) prefetch {
+	now := w.now()
+	pf := prefetch{at: now, cands: cands, seen: make(map[string]time.Time, len(cands))}
+	for _, c := range cands {
+		if at, ok := old.seen[c.ID]; ok {
+			pf.seen[c.ID] = at
+		} else {
+			pf.seen[c.ID] = now
+		}
+	}
+	return pf
 }
 
 // hasPrefetched reports whether candidates prefetched for one of these
@@ -203,14 +221,14 @@ func (w *Worker) pollShard(ctx context.Context, shard int, iv clock.Interval, p 
 		if cands, err = w.list(ctx, shard, iv, p, 0); err != nil {
 			return err
 		}
-		pf.at = w.now()
+		pf = w.relisted(pf, cands)
 	}
 	// Up to maxClaimBatch candidates, no more than the free slots, are
 	// claimed at once (claim.go); one free slot claims one at a time.
 	i := 0
 	for i < len(cands) && w.free() > 0 {
 		n := nextBatch(cands[i:], min(w.free(), maxClaimBatch))
-		p.claimed += w.claimBatch(ctx, s, cands[i:i+n], iv, pf.at)
+		p.claimed += w.claimBatch(ctx, s, cands[i:i+n], iv, pf.seen)
 		i += n
 	}
 	pf.cands = append([]shards.Candidate(nil), cands[i:]...)

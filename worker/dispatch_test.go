@@ -320,3 +320,68 @@ func TestCancelInEachPhase(t *testing.T) {
 		}
 	})
 }
+
+// queue.wait_ms runs from discovery to dispatch, waiting included: a task
+// that a block pool found while its one handler was busy, and claimed 5s
+// later, waited about 5s.
+func TestQueueWaitIncludesWaiting(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newQueueSetup(t, worker.Config{MaxInFlight: 1}, "job", "job")
+		s.poll(t) // the first starts, the second waits in the bucket
+		time.Sleep(5 * time.Second)
+		close(s.release)
+		synctest.Wait()
+		s.poll(t) // claims the second from what the first poll listed
+		s.w.Wait()
+		h := s.w.QueueWait()["default"]
+		if h.Count != 2 {
+			t.Fatalf("%d waits recorded, want 2", h.Count)
+		}
+		if h.SumMs < 5000 {
+			t.Errorf("waits sum to %.0f ms, want at least 5000 (the second task's wait)", h.SumMs)
+		}
+		if q := h.Quantile(1); q != 5000 {
+			t.Errorf("the longest wait falls in the bucket up to %v ms, want 5000 (5s exactly, in virtual time)", q)
+		}
+	})
+}
+
+// A handler that panics under crash_policy requeue runs again at once on the
+// same worker, ahead of the pool's pending tasks, at the next attempt, in
+// one write.
+func TestCrashRequeueRunsAgainFirst(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		s := newQueueSetup(t, worker.Config{MaxInFlight: 1, MaxQueueDepth: 2, QueuePolicy: worker.Reject, CrashPolicy: worker.CrashRequeue},
+			"job", "job")
+		var mu sync.Mutex
+		var order []string
+		s.w.Handle("job", func(ctx context.Context, tk *task.Task) (json.RawMessage, error) {
+			mu.Lock()
+			order = append(order, tk.ID)
+			mu.Unlock()
+			if tk.ID == s.ids[0] && tk.Attempt == 1 {
+				panic("boom")
+			}
+			return nil, nil
+		})
+		s.poll(t)
+		s.w.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		want := []string{s.ids[0], s.ids[0], s.ids[1]}
+		if !equal(order, want) {
+			t.Errorf("handlers ran %v, want %v: the crashed task first, again, then the pending one", order, want)
+		}
+		tk, err := s.p.Get(ctx, s.ids[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tk.Status != task.Succeeded || tk.Attempt != 2 {
+			t.Errorf("the crashed task is %s at attempt %d, want succeeded at 2", tk.Status, tk.Attempt)
+		}
+		if st := s.w.Stats(); st.Requeued != 1 || st.Panics != 1 {
+			t.Errorf("stats %+v: want 1 panic, 1 requeue", st)
+		}
+	})
+}

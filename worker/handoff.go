@@ -50,7 +50,7 @@ func (w *Worker) handOffOwn(ctx context.Context, now time.Time) {
 				w.log.Warn("list a shard to hand work off", "shard", shard, "err", err)
 				continue
 			}
-			w.prefetched[shard] = prefetch{at: w.now(), cands: cands}
+			w.prefetched[shard] = w.relisted(w.prefetched[shard], cands)
 		}
 		w.handOff(ctx, shard, iv, targets)
 	}
