@@ -41,3 +41,16 @@ func (e retryAfterError) Unwrap() error { return e.err }
 // RetryAfter asks for the task to run again after delay without using up an
 // attempt (the CLI's exit code 75).
 func RetryAfter(delay time.Duration, err error) error { return retryAfterError{delay, err} }
+
+type crashedError struct{ err error }
+
+func (e crashedError) Error() string { return e.err.Error() }
+func (e crashedError) Unwrap() error { return e.err }
+
+// Crashed marks err as a crash of the handler (the command handler returns
+// it for a command killed by a signal the worker did not send): the worker's
+// crash_policy applies, as to a handler that panics.
+func Crashed(err error) error { return crashedError{err} }
+
+// IsCrashed reports whether err was marked with Crashed.
+func IsCrashed(err error) bool { var c crashedError; return errors.As(err, &c) }

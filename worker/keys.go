@@ -35,7 +35,7 @@ var ConfigKeys = &settings.Section[Config]{
 			"What a full default pool does with a task it finds: \"block\" claims only for a free handler and leaves the rest in the bucket; \"reject\" and \"drop-latest\" claim ahead up to max_queue_depth and leave the rest, reported; \"drop-oldest\" claims ahead and releases the oldest pending task for the newest."),
 		settings.Text("crash_policy", func(c *Config) *string { return &c.CrashPolicy }, CrashFail, parseCrashPolicy,
 			func(s string) string { return s },
-			"What a handler that panics does to its task: \"fail\" records a failed attempt, retried after the task's retry delay by any worker; \"requeue\" records it and runs the task again at once on this worker, ahead of its pool's pending tasks."),
+			"What a crashed handler (a Go handler that panics, a command killed by a signal the worker did not send) does to its task: \"fail\" records a failed attempt, retried after the task's retry delay by any worker; \"requeue\" records it and runs the task again at once on this worker, ahead of its pool's pending tasks."),
 		settings.Duration("poll_min", func(c *Config) *time.Duration { return &c.PollMin }, 200*time.Millisecond,
 			"The shortest wait after a poll that found work.").
 			Must(settings.Positive),

@@ -143,7 +143,7 @@ func (r *run) execute() {
 			<-done
 			return
 		case o := <-done:
-			if crashed && w.cfg.CrashPolicy == CrashRequeue && context.Cause(hctx) == nil {
+			if (crashed || IsCrashed(o.err)) && w.cfg.CrashPolicy == CrashRequeue && context.Cause(hctx) == nil {
 				requeued = r.requeueCrashed(o)
 				if requeued {
 					return

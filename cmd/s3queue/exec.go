@@ -113,7 +113,12 @@ func (h execHandler) handle(ctx context.Context, t *task.Task) (json.RawMessage,
 		}
 		return nil, worker.RetryAfter(delay, withTail(fmt.Errorf("command asked to run again later (exit %d)", code), tail))
 	case code < 0:
-		return nil, withTail(fmt.Errorf("command ended: %v", cmd.ProcessState), tail)
+		// Killed by a signal the worker did not send (a segfault, the OOM
+		// killer): a crash, which crash_policy handles.
+		return nil, worker.Crashed(withTail(fmt.Errorf("command ended: %v", cmd.ProcessState), tail))
+	case code > 128 && code <= 128+64:
+		// The shell reports a command killed by signal N as 128+N.
+		return nil, worker.Crashed(withTail(fmt.Errorf("command killed by signal %d (exit status %d)", code-128, code), tail))
 	}
 	return nil, withTail(fmt.Errorf("command exited with status %d", code), tail)
 }

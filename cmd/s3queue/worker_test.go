@@ -541,3 +541,24 @@ func TestWorkerPoolFlagErrors(t *testing.T) {
 		t.Errorf("a type in two pools: exit %d, stderr %q", r.code, r.stderr)
 	}
 }
+
+// A command killed by a signal the worker did not send is a crash: under
+// crash_policy = "requeue" the task runs again at once, at the next
+// attempt, without the retry delay.
+func TestWorkerCrashRequeue(t *testing.T) {
+	store, _ := newStore(t)
+	marker := filepath.Join(t.TempDir(), "crashed-once")
+	text := strings.Replace(fastWorker, "[submit]", "crash_policy = \"requeue\"\n[submit]", 1)
+	text = strings.NewReplacer(`retry_initial = "100ms"`, `retry_initial = "1h"`, `retry_max = "200ms"`, `retry_max = "2h"`).Replace(text)
+	cfg := writeConfig(t, text)
+	id := submit(t, store, cfg, "crashy")
+	stderr, stop := background(t, "worker", "--store", store, "--config", cfg,
+		"--exec", "crashy=if [ -e "+marker+" ]; then echo ok; else touch "+marker+"; kill -SEGV $$; fi")
+	got := waitTerminal(t, store, id)
+	if got.Status != task.Succeeded || got.Attempt != 2 {
+		t.Errorf("the crashed task is %s at attempt %d, want succeeded at attempt 2 (requeued at once, not after the 1h retry delay)", got.Status, got.Attempt)
+	}
+	if code := stop(); code != 0 {
+		t.Errorf("worker exit %d; stderr:\n%s", code, stderr)
+	}
+}
