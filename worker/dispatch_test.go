@@ -22,6 +22,7 @@ import (
 // closed. It records the hooks' calls.
 type queueSetup struct {
 	st      s3store.Store
+	counter *s3store.Counter
 	p       *producer.Producer
 	w       *worker.Worker
 	ids     []string
@@ -35,7 +36,8 @@ type queueSetup struct {
 func newQueueSetup(t *testing.T, cfg worker.Config, types ...string) *queueSetup {
 	t.Helper()
 	ctx := context.Background()
-	s := &queueSetup{st: mem.New(), release: make(chan struct{})}
+	s := &queueSetup{counter: s3store.NewCounter(mem.New()), release: make(chan struct{})}
+	s.st = s.counter
 	var err error
 	if s.p, err = producer.New(ctx, s.st, producer.Config{Shards: 1}); err != nil {
 		t.Fatal(err)
@@ -383,5 +385,36 @@ func TestCrashRequeueRunsAgainFirst(t *testing.T) {
 		if st := s.w.Stats(); st.Requeued != 1 || st.Panics != 1 {
 			t.Errorf("stats %+v: want 1 panic, 1 requeue", st)
 		}
+	})
+}
+
+// What a drop-oldest eviction costs: the poll that finds a new task for a
+// full pool lists once, reads the new task, releases the oldest pending one
+// (a conditional PUT, and a PUT of the ready pointer that brings it back)
+// and claims the new one (a conditional PUT).
+func TestReleaseCost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newQueueSetup(t, worker.Config{MaxInFlight: 4, Pools: []worker.Pool{
+			{Name: "io", MaxInFlight: 1, MaxQueueDepth: 1, QueuePolicy: worker.DropOldest},
+		}}, "io", "io")
+		s.poll(t)
+		if _, err := s.p.Submit(context.Background(), "io", nil, producer.Options{}); err != nil {
+			t.Fatal(err)
+		}
+		before := s.counter.Counts()
+		s.poll(t)
+		after := s.counter.Counts()
+		puts := after.Of(s3store.OpPut) - before.Of(s3store.OpPut)
+		gets := after.Of(s3store.OpGet) - before.Of(s3store.OpGet)
+		lists := after.Of(s3store.OpList) - before.Of(s3store.OpList)
+		t.Logf("the evicting poll: PUT %d GET %d LIST %d", puts, gets, lists)
+		if puts != 3 || gets != 1 || lists != 1 {
+			t.Errorf("the evicting poll made PUT %d GET %d LIST %d, want PUT 3 (release, pointer, claim), GET 1, LIST 1", puts, gets, lists)
+		}
+		if st := s.w.Stats(); st.Released != 1 {
+			t.Errorf("released %d, want 1", st.Released)
+		}
+		close(s.release)
+		s.w.Wait()
 	})
 }
