@@ -266,61 +266,100 @@ func equal(a, b []string) bool {
 	return true
 }
 
-// Cancellation in each phase: a task canceled while waiting (unclaimed) is
-// canceled in the bucket and never claimed; one canceled while pending
-// (claimed, its handler not started) is canceled at the pending lease's
-// renewal, its handler never run; one canceled in flight has its handler's
-// context canceled. The hooks and the task's history say which phase.
+// Cancellation in each phase, under each policy that claims ahead: a task
+// canceled while waiting (unclaimed) is canceled in the bucket and never
+// claimed; one canceled while pending (claimed, its handler not started)
+// is canceled at the pending lease's renewal, its handler never run; one
+// canceled in flight has its handler's context canceled. The hooks say
+// which phase.
 func TestCancelInEachPhase(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		ctx := context.Background()
-		s := newQueueSetup(t, worker.Config{MaxInFlight: 1, MaxQueueDepth: 1, QueuePolicy: worker.Reject},
-			"job", "job", "job")
-		runCtx, stop := context.WithCancel(ctx)
-		done := make(chan error)
-		go func() { done <- s.w.Run(runCtx) }()
-		synctest.Wait()
-		// Task 0 runs, task 1 is pending (claimed ahead), task 2 waits in
-		// the bucket.
-		if tk := s.status(t, 1); tk.Status != task.Running {
-			t.Fatalf("task 1 is %s, want claimed ahead", tk.Status)
-		}
-		if q := s.state("default"); q.InFlight != 1 || q.Pending != 1 {
-			t.Fatalf("gauges %+v: want 1 in flight and 1 pending", q)
-		}
-		for _, i := range []int{2, 1, 0} {
-			requested, err := s.p.Cancel(ctx, s.ids[i])
-			if err != nil {
-				t.Fatal(err)
-			}
-			if want := i != 2; requested != want {
-				t.Errorf("cancel of task %d: requested %v, want %v (canceled at once only while unclaimed)", i, requested, want)
-			}
-		}
-		// The renewals (a third of the 30s timeout) find the requests.
-		time.Sleep(11 * time.Second)
-		synctest.Wait()
-		for i := range 3 {
-			if st := s.status(t, i).Status; st != task.Canceled {
-				t.Errorf("task %d is %s, want canceled", i, st)
-			}
-		}
-		s.mu.Lock()
-		started := append([]string(nil), s.started...)
-		s.mu.Unlock()
-		if len(started) != 1 || started[0] != s.ids[0] {
-			t.Errorf("handlers started for %v, want only task 0's: a task canceled while pending never starts", started)
-		}
-		got, want := s.hooks(), []string{"cancel:in-flight:" + s.ids[0], "cancel:pending:" + s.ids[1]}
-		slices.Sort(got)
-		if !equal(got, want) {
-			t.Errorf("hooks %v, want %v", got, want)
-		}
-		stop()
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
-	})
+	for _, policy := range []worker.QueuePolicy{worker.Reject, worker.DropLatest, worker.DropOldest} {
+		t.Run(string(policy), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				ctx := context.Background()
+				s := newQueueSetup(t, worker.Config{MaxInFlight: 1, MaxQueueDepth: 1, QueuePolicy: policy},
+					"job", "job", "job")
+				runCtx, stop := context.WithCancel(ctx)
+				done := make(chan error)
+				go func() { done <- s.w.Run(runCtx) }()
+				synctest.Wait()
+				// Task 0 runs, task 1 is pending (claimed ahead), task 2
+				// waits in the bucket.
+				if tk := s.status(t, 1); tk.Status != task.Running {
+					t.Fatalf("task 1 is %s, want claimed ahead", tk.Status)
+				}
+				if q := s.state("default"); q.InFlight != 1 || q.Pending != 1 {
+					t.Fatalf("gauges %+v: want 1 in flight and 1 pending", q)
+				}
+				for _, i := range []int{2, 1, 0} {
+					requested, err := s.p.Cancel(ctx, s.ids[i])
+					if err != nil {
+						t.Fatal(err)
+					}
+					if want := i != 2; requested != want {
+						t.Errorf("cancel of task %d: requested %v, want %v (canceled at once only while unclaimed)", i, requested, want)
+					}
+				}
+				// The renewals (a third of the 30s timeout) find the requests.
+				time.Sleep(11 * time.Second)
+				synctest.Wait()
+				for i := range 3 {
+					if st := s.status(t, i).Status; st != task.Canceled {
+						t.Errorf("task %d is %s, want canceled", i, st)
+					}
+				}
+				s.mu.Lock()
+				started := append([]string(nil), s.started...)
+				s.mu.Unlock()
+				if len(started) != 1 || started[0] != s.ids[0] {
+					t.Errorf("handlers started for %v, want only task 0's: a task canceled while pending never starts", started)
+				}
+				got, want := s.hooks(), []string{"cancel:in-flight:" + s.ids[0], "cancel:pending:" + s.ids[1]}
+				slices.Sort(got)
+				if !equal(got, want) {
+					t.Errorf("hooks %v, want %v", got, want)
+				}
+				stop()
+				if err := <-done; err != nil {
+					t.Fatal(err)
+				}
+			})
+		})
+	}
+}
+
+// At shutdown, under each policy that claims ahead, the tasks waiting in
+// pending go back to the bucket at once (released: pending, their attempt
+// not used), the running one after its handler stops, and the unclaimed
+// one was never touched: nothing is lost and no attempt is used.
+func TestShutdownReleasesPending(t *testing.T) {
+	for _, policy := range []worker.QueuePolicy{worker.Reject, worker.DropLatest, worker.DropOldest} {
+		t.Run(string(policy), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				s := newQueueSetup(t, worker.Config{MaxInFlight: 1, MaxQueueDepth: 2, QueuePolicy: policy},
+					"job", "job", "job", "job")
+				runCtx, stop := context.WithCancel(context.Background())
+				done := make(chan error)
+				go func() { done <- s.w.Run(runCtx) }()
+				synctest.Wait()
+				if q := s.state("default"); q.InFlight != 1 || q.Pending != 2 {
+					t.Fatalf("gauges %+v: want 1 in flight and 2 pending", q)
+				}
+				stop()
+				if err := <-done; err != nil {
+					t.Fatal(err)
+				}
+				for i := range 4 {
+					if tk := s.status(t, i); tk.Status != task.Pending || tk.Attempt != 0 {
+						t.Errorf("task %d is %s at attempt %d, want pending at attempt 0", i, tk.Status, tk.Attempt)
+					}
+				}
+				if st := s.w.Stats(); st.Released != 3 {
+					t.Errorf("released %d, want 3 (two pending, one running)", st.Released)
+				}
+			})
+		})
+	}
 }
 
 // queue.wait_ms runs from discovery to dispatch, waiting included: a task
