@@ -171,24 +171,28 @@ func TestSubmitEachStopsWhenTheLoopBreaks(t *testing.T) {
 }
 
 // When ctx ends, SubmitEach takes no more items and reports those it took.
+// The consumer cancels as it reads the 5th result: no item is taken after
+// that, and every item taken is reported.
 func TestSubmitEachStopsWhenTheContextEnds(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	p, _ := setup(t)
 	var taken atomic.Int64
 	results := 0
+	var atCancel int64
 	for i, res := range producer.SubmitEach(ctx, p, 2, count(1000, &taken), func(_ context.Context, i int) (producer.Request, error) {
-		if i == 5 {
-			cancel()
-		}
 		return producer.Request{Type: "t", Input: i}, nil
 	}) {
 		if res.Err != nil && !errors.Is(res.Err, context.Canceled) {
 			t.Errorf("item %d: %v", i, res.Err)
 		}
 		results++
+		if results == 5 {
+			cancel()
+			atCancel = taken.Load()
+		}
 	}
-	if got := taken.Load(); int64(results) != got || got > 5+2+1 {
-		t.Errorf("%d items taken, %d results: want every item taken reported and few taken after the cancel", got, results)
+	if got := taken.Load(); int64(results) != got || got != atCancel {
+		t.Errorf("%d items taken (%d when ctx ended), %d results: want every item taken reported and none taken after the cancel", got, atCancel, results)
 	}
 }
