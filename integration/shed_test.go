@@ -260,7 +260,30 @@ func TestReleaseCostOnMinIO(t *testing.T) {
 	release := ra[claimPut+1:]
 	t.Logf("A on T2, claim: %v", ra[:claimPut+1])
 	t.Logf("A on T2, release and after: %v", release)
-	t.Logf("%s on T2 (the next claim): %v", claimer, onT2(map[string]*recorder{"A": recA, "B": recB}[claimer].snapshot()))
+	var next []string // the claimer's requests on T2, timed from the release
+	for _, r := range onT2(map[string]*recorder{"A": recA, "B": recB}[claimer].snapshot()) {
+		if d := r.at.Sub(release[0].at); d > 0 {
+			next = append(next, fmt.Sprintf("+%v %v", d.Round(time.Millisecond), r))
+		}
+	}
+	t.Logf("%s on T2 after the release (the next claim): %v", claimer, next)
+	// Everything A sent from its drop of T2 to the release's last request:
+	// the release's own requests, and whatever A's poll sent meanwhile.
+	var dropped time.Time
+	mu.Lock()
+	for _, e := range evs {
+		if e.Kind == "dropped" && e.TaskID == t2 {
+			dropped = e.Time
+		}
+	}
+	mu.Unlock()
+	var window []request
+	for _, r := range recA.snapshot() {
+		if !r.at.Before(dropped) && !r.at.After(release[len(release)-1].at) {
+			window = append(window, r)
+		}
+	}
+	t.Logf("A from its drop of T2 to the pointer PUT: %v", window)
 	putTask, putPointer := 0, 0
 	for _, r := range release {
 		switch {
@@ -323,6 +346,7 @@ type request struct {
 	key  string
 	cond string // "if-match", "if-none-match" or ""
 	err  error
+	at   time.Time // when its response came
 }
 
 func (r request) String() string {
@@ -353,7 +377,7 @@ func newRecorder(inner s3store.Store, name string) *recorder {
 
 func (r *recorder) add(op s3store.Op, key, cond string, err error) {
 	r.mu.Lock()
-	r.log = append(r.log, request{op: op, key: key, cond: cond, err: err})
+	r.log = append(r.log, request{op: op, key: key, cond: cond, err: err, at: time.Now()})
 	r.mu.Unlock()
 }
 
