@@ -305,7 +305,6 @@ func TestReleaseCostOnMinIO(t *testing.T) {
 		}
 	}
 	stopA()
-	_ = t1
 }
 
 // runWorker runs w until the returned stop is called (or ctx ends), and
