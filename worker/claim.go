@@ -209,7 +209,7 @@ func (w *Worker) tryClaim(ctx context.Context, s *shards.Scan, a *attempt, iv cl
 		return false
 	}
 	p := w.poolFor(t.Type)
-	adm, evicted := p.admit()
+	adm, evicted := p.admit(t.ID)
 	if adm == refused {
 		w.refuse(p, t)
 		return false

@@ -106,6 +106,7 @@ func (w *Worker) publishWaiting() {
 		held += len(pf.cands)
 	}
 	for i, p := range w.pools {
+		p.markLooked()
 		n := w.blocked[p]
 		if i == 0 {
 			n += held

@@ -205,12 +205,13 @@ func (p *pool) roomLocked() int {
 		n += bounded(p.maxDepth, len(p.pending)+p.ahead)
 	}
 	if n == 0 && p.policy == DropOldest {
-		// A full DropOldest pool looks for newer work once its oldest
-		// pending task has waited poll_max: that task goes back to the
-		// fleet, where an idle worker may start it now.
+		// A full DropOldest pool looks once for newer work for each
+		// pending task that has waited poll_max: a newer task found
+		// replaces the oldest, which goes back to the fleet, where an idle
+		// worker may start it now.
 		now := p.w.now()
 		for _, r := range p.pending {
-			if now.Sub(r.claimed) >= p.w.cfg.PollMax {
+			if !r.looked && now.Sub(r.claimed) >= p.w.cfg.PollMax {
 				n++
 			}
 		}
@@ -246,10 +247,12 @@ const (
 	evictOldest // queueAhead once the oldest pending task is released
 )
 
-// admit reserves room for one claim: a free handler first, then (not under
-// Block) a place in pending. A full DropOldest pool takes the oldest
-// pending task out for the caller to release; it reserves its place.
-func (p *pool) admit() (admission, *run) {
+// admit reserves room for one claim of the task id: a free handler first,
+// then (not under Block) a place in pending. A full DropOldest pool takes
+// its oldest pending task (the smallest id: ids grow with time) out for
+// the caller to release, if id is newer; it reserves its place. A task
+// older than every pending one is the oldest entry itself: refused.
+func (p *pool) admit(id string) (admission, *run) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	switch {
@@ -264,12 +267,37 @@ func (p *pool) admit() (admission, *run) {
 		p.ahead++
 		return queueAhead, nil
 	case p.policy == DropOldest && len(p.pending) > 0:
-		r := p.pending[0]
-		p.pending = p.pending[1:]
+		i := 0
+		for j, r := range p.pending {
+			if r.id < p.pending[i].id {
+				i = j
+			}
+		}
+		r := p.pending[i]
+		if id <= r.id {
+			return refused, nil
+		}
+		p.pending = slices.Delete(p.pending, i, i+1)
 		p.ahead++
 		return evictOldest, r
 	}
 	return refused, nil
+}
+
+// markLooked records that a poll has looked for newer work for the
+// DropOldest pool's stale pending tasks (see roomLocked).
+func (p *pool) markLooked() {
+	if p.policy != DropOldest {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := p.w.now()
+	for _, r := range p.pending {
+		if now.Sub(r.claimed) >= p.w.cfg.PollMax {
+			r.looked = true
+		}
+	}
 }
 
 // unadmit gives back the room admit reserved for a claim that failed.
@@ -521,11 +549,18 @@ func (w *Worker) roomFreed() {
 // dispatch hands the task v, claimed under claimID for handler h, to its
 // pool, into the room admit reserved.
 func (w *Worker) dispatch(p *pool, a admission, v taskio.Versioned, claimID string, h Handler, found time.Time) {
-	r := &run{w: w, v: v, claimID: claimID, handler: h, found: found, claimed: w.now(), target: -1}
-	r.renewed = r.claimed
+	r := w.newRun(v, claimID, h, found)
 	w.inflight.Add(1)
 	w.running.Store(claimID, r)
 	p.push(r, a)
+}
+
+// newRun is the run of the task v, claimed under claimID for h, found
+// by discovery at found.
+func (w *Worker) newRun(v taskio.Versioned, claimID string, h Handler, found time.Time) *run {
+	now := w.now()
+	return &run{w: w, v: v, claimID: claimID, handler: h, found: found, claimed: now, renewed: now, target: -1,
+		id: v.Task.ID, every: max(v.Task.Timeout.D()/3, time.Second)}
 }
 
 // closePools closes every pool at shutdown and releases the tasks that
@@ -694,7 +729,9 @@ func (w *Worker) tendPending(ctx context.Context) time.Duration {
 		var kept []*run
 		gone := 0
 		for _, r := range held {
-			every := max(r.v.Task.Timeout.D()/3, time.Second)
+			// Only the scheduler writes renewed, and every never changes:
+			// a loop may be starting r meanwhile.
+			every := r.every
 			if due := every - w.now().Sub(r.renewed); due > 0 {
 				next = min(next, due)
 				continue

@@ -30,6 +30,14 @@ type run struct {
 	// when it was claimed, renewed when a pending run's lease was last
 	// renewed.
 	found, claimed, renewed time.Time
+	// id and every (a third of the task's timeout: how often a pending
+	// run's lease is renewed) do not change, so the scheduler reads them
+	// while a loop may run it.
+	id    string
+	every time.Duration
+	// looked: a full drop-oldest pool has looked once for newer work to
+	// replace this pending run (see pool.roomLocked).
+	looked bool
 	// release, when set, makes commit hand the task back (Release) with
 	// this reason instead of recording an outcome.
 	release string
@@ -470,8 +478,7 @@ func (r *run) requeueCrashed(o outcome) bool {
 	w.stats.requeued.Add(1)
 	w.emit(Event{Kind: "failed", TaskID: t0.ID, Shard: t0.Shard, Type: t0.Type, Attempt: t0.Attempt, Err: o.err})
 	w.emit(Event{Kind: "requeued", TaskID: t0.ID, Shard: t0.Shard, Type: t0.Type, Attempt: r.v.Task.Attempt, Phase: string(PhasePending)})
-	next := &run{w: w, v: r.v, claimID: claimID, handler: r.handler, found: w.now(), claimed: w.now(), target: -1}
-	next.renewed = next.claimed
+	next := w.newRun(r.v, claimID, r.handler, w.now())
 	w.running.Store(claimID, next)
 	// The run's inflight count passes to next.
 	r.pool.requeue(next)
