@@ -255,10 +255,11 @@ func (w *Worker) reportLoad(key string, err error) bool {
 }
 
 // dueNow reports whether t may be claimed now. A task meant to run at once
+// (a new task, or one handed back by a release: due when it was written)
 // is claimed when it may already be due; a delayed one only once it
 // certainly is, so delays are never cut short by clock uncertainty.
 func dueNow(t *task.Task, iv clock.Interval) bool {
-	if t.AvailableAt.After(t.CreatedAt) {
+	if t.AvailableAt.After(t.CreatedAt) && t.AvailableAt.After(t.UpdatedAt) {
 		return t.Due(iv.Earliest)
 	}
 	return t.Due(iv.Latest)
