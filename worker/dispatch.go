@@ -327,12 +327,19 @@ func (p *pool) push(r *run, a admission) {
 }
 
 // requeue puts a claimed task back at the front of pending, bypassing
-// admission (a crashed handler's task under the requeue policy).
-func (p *pool) requeue(r *run) {
+// admission (a crashed handler's task under the requeue policy). It
+// reports false, and leaves r to the caller, once the pool is closed: its
+// pending tasks have been handed back already.
+func (p *pool) requeue(r *run) bool {
 	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return false
+	}
 	p.enqueueLocked(r, true)
 	p.mu.Unlock()
 	p.changed()
+	return true
 }
 
 func (p *pool) enqueueLocked(r *run, front bool) {
@@ -559,8 +566,25 @@ func (w *Worker) dispatch(p *pool, a admission, v taskio.Versioned, claimID stri
 // by discovery at found.
 func (w *Worker) newRun(v taskio.Versioned, claimID string, h Handler, found time.Time) *run {
 	now := w.now()
-	return &run{w: w, v: v, claimID: claimID, handler: h, found: found, claimed: now, renewed: now, target: -1,
-		id: v.Task.ID, every: max(v.Task.Timeout.D()/3, time.Second)}
+	r := &run{w: w, v: v, claimID: claimID, handler: h, found: found, claimed: now, renewed: now, target: -1,
+		id: v.Task.ID, every: w.pendingRenewal(v.Task.Timeout.D())}
+	// Its context exists before the run is in w.running, where a shutdown
+	// may cancel it before its handler starts.
+	r.ctx, r.cancel = context.WithCancelCause(context.Background())
+	return r
+}
+
+// pendingRenewal is how often a pending task's lease of length timeout is
+// renewed: every third of it, as a running task's (nextRenewal), and in any
+// case twice while the lease is certainly the worker's (timeout less the
+// lease margin), so that a short lease with a wide margin never lapses
+// before its handler starts.
+func (w *Worker) pendingRenewal(timeout time.Duration) time.Duration {
+	d := timeout / 3
+	if half := (timeout - w.cfg.LeaseMargin) / 2; half < d {
+		d = half
+	}
+	return max(d, 50*time.Millisecond)
 }
 
 // closePools closes every pool at shutdown and releases the tasks that
@@ -716,8 +740,8 @@ func checkPolicy(p QueuePolicy) error {
 }
 
 // tendPending renews the leases of the tasks waiting in pending, on the
-// scheduler, every third of their timeout, and returns how long until the
-// next renewal is due. A renewal that finds a cancel requested cancels the
+// scheduler, every third of their timeout (pendingRenewal), and returns
+// how long until the next renewal is due. A renewal that finds a cancel requested cancels the
 // task there (phase pending), before its handler starts; one that finds
 // the lease lost forgets it.
 func (w *Worker) tendPending(ctx context.Context) time.Duration {
@@ -742,10 +766,7 @@ func (w *Worker) tendPending(ctx context.Context) time.Duration {
 			gone++
 			switch err := r.renew(); {
 			case errors.Is(err, ErrCanceled):
-				t := r.v.Task
-				if h := w.cfg.Hooks.OnCancel; h != nil {
-					h(Queued{Pool: p.name, TaskID: t.ID, Shard: t.Shard, Type: t.Type, Attempt: t.Attempt, Phase: PhasePending, Reason: "canceled before its handler started"})
-				}
+				// commit calls OnCancel.
 				r.giveBack(ctx, PhasePending, "canceled before its handler started")
 			case errors.Is(err, ErrLeaseLost):
 				t := r.v.Task

@@ -23,6 +23,7 @@ import (
 type queueSetup struct {
 	st      s3store.Store
 	counter *s3store.Counter
+	f       *s3store.Faults // under counter, for the tests that inject faults
 	p       *producer.Producer
 	w       *worker.Worker
 	ids     []string
@@ -36,7 +37,8 @@ type queueSetup struct {
 func newQueueSetup(t *testing.T, cfg worker.Config, types ...string) *queueSetup {
 	t.Helper()
 	ctx := context.Background()
-	s := &queueSetup{counter: s3store.NewCounter(mem.New()), release: make(chan struct{})}
+	s := &queueSetup{f: s3store.NewFaults(mem.New()), release: make(chan struct{})}
+	s.counter = s3store.NewCounter(s.f)
 	s.st = s.counter
 	var err error
 	if s.p, err = producer.New(ctx, s.st, producer.Config{Shards: 1}); err != nil {
@@ -455,5 +457,223 @@ func TestReleaseCost(t *testing.T) {
 		}
 		close(s.release)
 		s.w.Wait()
+	})
+}
+
+// A crashed handler's task requeued (crash_policy requeue) while the
+// worker shuts down goes back to the bucket as the pending tasks do: the
+// requeue's write lands after the pools closed, so the pool must not keep
+// the task (never started, never released, the shutdown waiting for it).
+func TestCrashRequeueDuringShutdownReleasesTheTask(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newQueueSetup(t, worker.Config{MaxInFlight: 1, CrashPolicy: worker.CrashRequeue, ShutdownGrace: 5 * time.Second}, "job")
+		blocked, gate := make(chan struct{}), make(chan struct{})
+		var once sync.Once
+		s.w.Handle("job", func(ctx context.Context, tk *task.Task) (json.RawMessage, error) {
+			once.Do(func() {
+				// The requeue's write (the task's next PUT) waits for the
+				// shutdown to begin.
+				s.f.Inject(s3store.Fault{Op: s3store.OpPut, KeyPrefix: "tasks/", KeySuffix: tk.ID + ".json", Times: 1,
+					Hook: func(string) { close(blocked); <-gate }})
+			})
+			panic("boom")
+		})
+		runCtx, stop := context.WithCancel(context.Background())
+		done := make(chan error)
+		go func() { done <- s.w.Run(runCtx) }()
+		<-blocked
+		stop()
+		synctest.Wait() // Run has closed the pools and waits for the handlers
+		close(gate)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if tk := s.status(t, 0); tk.Status != task.Pending || tk.Claim != nil {
+			t.Errorf("task is %s (claim %+v), want pending again, released at shutdown", tk.Status, tk.Claim)
+		}
+		if st := s.w.Stats(); st.Requeued != 1 || st.Released != 1 {
+			t.Errorf("stats %+v: want 1 requeue, then 1 release", st)
+		}
+	})
+}
+
+// A shutdown whose grace runs out while a task has been handed to a loop
+// but its handler has not started yet (here, its OnDispatch hook is slow)
+// cancels what runs and returns: a run not yet started has nothing to
+// cancel.
+func TestShutdownWhileARunStarts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newQueueSetup(t, worker.Config{MaxInFlight: 1, ShutdownGrace: time.Second}, "job")
+		entered, gate := make(chan struct{}), make(chan struct{})
+		var once sync.Once
+		// newQueueSetup's hooks are set; a worker of its own, with a slow
+		// OnDispatch.
+		w, err := worker.New(context.Background(), s.st, worker.Config{ID: "b", Shards: 1, OwnShards: []int{0}, Logger: quiet,
+			MaxInFlight: 1, ShutdownGrace: time.Second,
+			Hooks: worker.Hooks{OnDispatch: func(worker.Queued) {
+				once.Do(func() { close(entered); <-gate })
+			}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Handle("job", func(ctx context.Context, _ *task.Task) (json.RawMessage, error) {
+			<-ctx.Done()
+			return nil, context.Cause(ctx)
+		})
+		runCtx, stop := context.WithCancel(context.Background())
+		done := make(chan error)
+		go func() { done <- w.Run(runCtx) }()
+		<-entered
+		stop()
+		// Run returns once the grace and the wait for late handlers run
+		// out, the run still in its hook.
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		close(gate)
+		synctest.Wait() // the run, canceled, ends with its loop
+	})
+}
+
+// The scheduler renews the leases of pending tasks (tendPending) while the
+// pool's loops take them: a task a loop took out of pending and ran is no
+// longer the scheduler's to read (go test -race).
+func TestRenewingPendingWhileALoopTakesOne(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newQueueSetup(t, worker.Config{MaxInFlight: 1, MaxQueueDepth: 2, QueuePolicy: worker.Reject}, "job", "job", "job")
+		ran := make(chan struct{})
+		s.w.Handle("job", func(ctx context.Context, tk *task.Task) (json.RawMessage, error) {
+			<-s.release
+			if tk.ID == s.ids[2] {
+				close(ran)
+			}
+			return nil, nil
+		})
+		runCtx, stop := context.WithCancel(context.Background())
+		done := make(chan error)
+		go func() { done <- s.w.Run(runCtx) }()
+		synctest.Wait()
+		if q := s.state("default"); q.InFlight != 1 || q.Pending != 2 {
+			t.Fatalf("gauges %+v: want 1 in flight, 2 pending", q)
+		}
+		// The renewal of task 1, the first pending, lets task 0's handler
+		// return and waits until the loop runs task 2, whose commit then
+		// runs as the scheduler goes on to task 2.
+		s.f.Inject(s3store.Fault{Op: s3store.OpPut, KeyPrefix: "tasks/", KeySuffix: s.ids[1] + ".json", Times: 1,
+			Hook: func(string) {
+				close(s.release)
+				<-ran
+			}})
+		time.Sleep(11 * time.Second) // a third of the timeout: renewals are due
+		synctest.Wait()
+		stop()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		for i := range 3 {
+			if st := s.status(t, i).Status; st != task.Succeeded {
+				t.Errorf("task %d is %s, want succeeded", i, st)
+			}
+		}
+	})
+}
+
+// A drop-oldest pool hands its oldest pending task back for a newer one
+// once it has waited poll_max; a lone worker whose one handler is busy must
+// not trade its pending tasks back and forth for each other every
+// poll_max (a release, a pointer and a claim each time): only task 2 is
+// newer than what it holds.
+func TestDropOldestDoesNotChurnOnALoneWorker(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newQueueSetup(t, worker.Config{MaxInFlight: 1, MaxQueueDepth: 1, QueuePolicy: worker.DropOldest}, "job", "job", "job")
+		runCtx, stop := context.WithCancel(context.Background())
+		done := make(chan error)
+		go func() { done <- s.w.Run(runCtx) }()
+		time.Sleep(time.Minute) // task 0's handler holds its one handler
+		synctest.Wait()
+		if st := s.w.Stats(); st.Released > 1 || st.Claimed != 3 {
+			t.Errorf("in a minute with nothing new: %d releases and %d claims of 3 tasks, want at most 1 release and 3 claims (stats %+v)", st.Released, st.Claimed, st)
+		}
+		stop()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// A pending task's lease is renewed in time for a short lease too: with a
+// 1.2s timeout and a 500ms lease margin the lease is certainly the
+// worker's for 0.7s after each write, so renewing every second (a third of
+// the timeout, at least a second) lets it lapse before its handler starts,
+// and the worker then neither runs nor releases it: it stays claimed until
+// the lease expires and the monitor requeues it, an attempt used.
+func TestPendingLeaseRenewedInTimeForShortTimeouts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		margin := 500 * time.Millisecond
+		s := newQueueSetup(t, worker.Config{MaxInFlight: 1, MaxQueueDepth: 1, QueuePolicy: worker.Reject, LeaseMargin: margin})
+		p, err := producer.New(ctx, s.st, producer.Config{Shards: 1, LeaseMargin: margin})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 2 {
+			id, err := p.Submit(ctx, "short", map[string]int{"i": i}, producer.Options{Timeout: 1200 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.ids = append(s.ids, id)
+			time.Sleep(time.Second)
+		}
+		s.w.Handle("short", func(ctx context.Context, tk *task.Task) (json.RawMessage, error) {
+			if tk.ID == s.ids[0] {
+				time.Sleep(900 * time.Millisecond) // task 1 waits in pending
+			}
+			return nil, nil
+		})
+		runCtx, stop := context.WithCancel(ctx)
+		done := make(chan error)
+		go func() { done <- s.w.Run(runCtx) }()
+		time.Sleep(3 * time.Second)
+		synctest.Wait()
+		for i := range 2 {
+			if tk := s.status(t, i); tk.Status != task.Succeeded {
+				t.Errorf("task %d is %s, want succeeded", i, tk.Status)
+			}
+		}
+		if st := s.w.Stats(); st.LeaseLost != 0 {
+			t.Errorf("%d leases lost, want none", st.LeaseLost)
+		}
+		stop()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// A pending task whose cancel was requested and that the worker hands back
+// at shutdown is canceled, not released: OnCancel says so, with phase
+// pending, as when a renewal finds the request.
+func TestCancelOfAPendingTaskAtShutdownCallsOnCancel(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		s := newQueueSetup(t, worker.Config{MaxInFlight: 1, MaxQueueDepth: 1, QueuePolicy: worker.Reject, ShutdownGrace: time.Second},
+			"job", "job")
+		runCtx, stop := context.WithCancel(ctx)
+		done := make(chan error)
+		go func() { done <- s.w.Run(runCtx) }()
+		synctest.Wait()
+		if requested, err := s.p.Cancel(ctx, s.ids[1]); err != nil || !requested {
+			t.Fatalf("cancel of the pending task: requested %v, %v", requested, err)
+		}
+		stop() // before the pending lease's renewal
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if st := s.status(t, 1).Status; st != task.Canceled {
+			t.Errorf("the pending task is %s, want canceled", st)
+		}
+		if got, want := s.hooks(), []string{"cancel:pending:" + s.ids[1]}; !equal(got, want) {
+			t.Errorf("hooks %v, want %v", got, want)
+		}
 	})
 }

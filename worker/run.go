@@ -24,8 +24,10 @@ type run struct {
 	v       taskio.Versioned // the task as last written by us, with its ETag
 	claimID string
 	handler Handler
-	cancel  context.CancelCauseFunc
-	pool    *pool
+	// ctx is the handler's context, made with the run; cancel ends it.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	pool   *pool
 	// found is the local time discovery found the task (listed it), claimed
 	// when it was claimed, renewed when a pending run's lease was last
 	// renewed.
@@ -112,8 +114,7 @@ func (r *run) execute() {
 	}()
 	// Handlers outlive the poll that claimed them; their context ends only
 	// by lease loss, cancellation or shutdown.
-	hctx, cancel := context.WithCancelCause(context.Background())
-	r.cancel = cancel
+	hctx, cancel := r.ctx, r.cancel
 	defer cancel(nil)
 	w.running.Store(r.claimID, r)
 
@@ -394,10 +395,14 @@ func (r *run) commit(o outcome, cause error) {
 		w.log.Error("commit outcome", "task_id", t0.ID, "err", err)
 		return
 	}
-	if kind == "canceled" && r.phase == "" {
-		if h := w.cfg.Hooks.OnCancel; h != nil {
-			h(Queued{Pool: r.pool.name, TaskID: t0.ID, Shard: t0.Shard, Type: t0.Type, Attempt: t0.Attempt, Phase: PhaseInFlight, Reason: "canceled while its handler ran"})
+	if h := w.cfg.Hooks.OnCancel; h != nil && kind == "canceled" {
+		// A pending task handed back (a renewal found the request, a drop,
+		// the shutdown) is canceled instead when a cancel was requested.
+		q := Queued{Pool: r.pool.name, TaskID: t0.ID, Shard: t0.Shard, Type: t0.Type, Attempt: t0.Attempt, Phase: PhaseInFlight, Reason: "canceled while its handler ran"}
+		if r.phase != "" {
+			q.Phase, q.Reason = r.phase, "canceled before its handler started"
 		}
+		h(q)
 	}
 	switch kind {
 	case "succeeded":
@@ -479,9 +484,14 @@ func (r *run) requeueCrashed(o outcome) bool {
 	w.emit(Event{Kind: "failed", TaskID: t0.ID, Shard: t0.Shard, Type: t0.Type, Attempt: t0.Attempt, Err: o.err})
 	w.emit(Event{Kind: "requeued", TaskID: t0.ID, Shard: t0.Shard, Type: t0.Type, Attempt: r.v.Task.Attempt, Phase: string(PhasePending)})
 	next := w.newRun(r.v, claimID, r.handler, w.now())
+	next.pool = r.pool
 	w.running.Store(claimID, next)
 	// The run's inflight count passes to next.
-	r.pool.requeue(next)
+	if !r.pool.requeue(next) {
+		// The worker began to shut down during the write: next goes back
+		// to the bucket as the pending tasks did.
+		next.giveBack(ctx, PhasePending, "worker shut down before it started")
+	}
 	return true
 }
 
