@@ -382,6 +382,9 @@ func (p *pool) loop(r *run) {
 			p.pending = p.pending[1:]
 			p.mu.Unlock()
 			p.changed()
+			if p.policy != Block {
+				w.roomFreed() // a place in pending: the scheduler may claim ahead again
+			}
 			continue
 		}
 		p.running--
