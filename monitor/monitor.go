@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/s3queue/s3queue/clock"
+	"github.com/s3queue/s3queue/internal/deps"
 	"github.com/s3queue/s3queue/internal/events"
 	"github.com/s3queue/s3queue/internal/rnd"
 	"github.com/s3queue/s3queue/internal/taskio"
@@ -103,6 +104,9 @@ type Config struct {
 type TickStats struct {
 	Listed, Loaded, Redispatched, DeadLettered, Repaired, Deleted, Corrupt int
 	SweepsCompleted                                                        int
+	// Settled counts parents whose dependents the repair settled after a
+	// crash (internal/deps).
+	Settled int
 	// Ticks is how many ticks ended (1 for one tick), whatever they did.
 	Ticks int
 }
@@ -117,6 +121,7 @@ func (s *TickStats) add(o TickStats) {
 	s.Deleted += o.Deleted
 	s.Corrupt += o.Corrupt
 	s.SweepsCompleted += o.SweepsCompleted
+	s.Settled += o.Settled
 }
 
 // Monitor sweeps the queue.
@@ -127,6 +132,10 @@ type Monitor struct {
 	local    clock.Local
 	cas      s3store.CAS
 	manifest shards.Manifest
+	// depsNext is when (local time) the repair of dependencies lists the
+	// ended markers again, depsEvery its back-off.
+	depsNext  time.Time
+	depsEvery time.Duration
 	log      *slog.Logger
 	// rand (over cfg.Rand, shared with fleet) is drawn from in a tick only,
 	// under mu, so a seeded run draws in the tick's order.
@@ -369,7 +378,40 @@ func (m *Monitor) sweepDue(ctx context.Context) (TickStats, error) {
 			break
 		}
 	}
+	if err := m.repairDeps(ctx, &st); err != nil {
+		errs = errors.Join(errs, err)
+	}
 	return st, errs
+}
+
+// repairDeps settles, every RepairAfter, the dependents of tasks whose end
+// a crash kept from them (internal/deps.Repair): one LIST of the ended
+// markers, which backs off to SweepMax while it finds none.
+func (m *Monitor) repairDeps(ctx context.Context, st *TickStats) error {
+	now := m.local.Now()
+	if m.depsNext.IsZero() {
+		// A crash's leftovers can wait a RepairAfter: the first tick
+		// has the shards to sweep.
+		m.depsNext = now.Add(m.cfg.RepairAfter)
+	}
+	if now.Before(m.depsNext) {
+		return nil
+	}
+	found, settled, err := m.deps().Repair(ctx)
+	st.Settled += settled
+	if settled > 0 {
+		m.log.Info("settled the dependents of tasks whose end a crash kept from them", "tasks", settled)
+	}
+	switch {
+	case found > 0 || err != nil:
+		m.depsEvery = m.cfg.RepairAfter
+	case m.depsEvery == 0:
+		m.depsEvery = m.cfg.RepairAfter
+	default:
+		m.depsEvery = min(2*m.depsEvery, max(m.cfg.SweepMax, m.cfg.RepairAfter))
+	}
+	m.depsNext = now.Add(m.depsEvery)
+	return err
 }
 
 // awakeSweep: while the fleet is awake, the shards receiving new tasks are
@@ -769,6 +811,12 @@ func (m *Monitor) redispatch(ctx context.Context, key string, iv clock.Interval,
 	if err := t.Expire(iv.Mid(), m.rand.Float64); err != nil {
 		return err
 	}
+	if t.Status == task.Dead && t.Dependents {
+		// Its dependents are to learn its end: the marker first.
+		if err := m.deps().Ending(ctx, t); err != nil {
+			return err
+		}
+	}
 	nv, err := taskio.Update(ctx, m.st, m.local, t, v.ETag)
 	if s3store.LostRace(err) {
 		// Renewed, finished or handled by another monitor meanwhile.
@@ -783,6 +831,11 @@ func (m *Monitor) redispatch(ctx context.Context, key string, iv clock.Interval,
 		st.DeadLettered++
 		m.log.Info("lease expired with no attempts left; dead-lettered", "task_id", t.ID, "worker", worker)
 		m.publish(events.Dead, t, errLeaseExpired)
+		if t.Dependents {
+			if err := m.deps().Settle(ctx, t); err != nil {
+				m.log.Warn("pass a dead task's end on to its dependents; the next repair will finish it", "task_id", t.ID, "err", err)
+			}
+		}
 		return nil
 	}
 	st.Redispatched++
@@ -796,6 +849,18 @@ func (m *Monitor) redispatch(ctx context.Context, key string, iv clock.Interval,
 	k.announced = at
 	m.known[key] = k
 	return nil
+}
+
+// deps is the monitor's view of the dependency edges.
+func (m *Monitor) deps() deps.Env {
+	return deps.Env{Store: m.st, Local: m.local, Now: m.clock.Now, Counts: m.manifest.Counts(),
+		Ended: func(t *task.Task) {
+			kind := events.Unblocked
+			if t.Status != task.Pending {
+				kind = events.DependencyFailed
+			}
+			m.publish(kind, t, nil)
+		}}
 }
 
 // announce writes a ready pointer to t in a shard a member that runs its

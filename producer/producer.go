@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/s3queue/s3queue/clock"
+	"github.com/s3queue/s3queue/internal/deps"
 	"github.com/s3queue/s3queue/internal/events"
 	"github.com/s3queue/s3queue/internal/rnd"
 	"github.com/s3queue/s3queue/internal/taskio"
@@ -196,7 +197,18 @@ type Options struct {
 	IdempotencyKey string
 	// ShardKey places tasks with the same key in the same shard.
 	ShardKey string
+	// DependsOn are tasks of this queue that must succeed before this one
+	// runs (at most task.MaxDeps): until then it is blocked. A parent that
+	// already ended is settled at once; an unknown id is an error wrapping
+	// ErrUnknownDependency. See docs/dependencies.md.
+	DependsOn []string
+	// OnDepFailure is what a dependency that ends dead or canceled does to
+	// this task: task.DepCancel (the default) or task.DepFail.
+	OnDepFailure string
 }
+
+// ErrUnknownDependency: a DependsOn id names no task of this queue.
+var ErrUnknownDependency = deps.ErrUnknownParent
 
 // Submit creates a task of type typ with input (any JSON-encodable value;
 // json.RawMessage and []byte are taken as JSON text) and returns its id.
@@ -244,7 +256,21 @@ func (p *Producer) Submit(ctx context.Context, typ string, input any, opts Optio
 	if err != nil {
 		return "", fmt.Errorf("submit: %w", err)
 	}
-	t, err := task.New(id, task.ShardFor(id, m.Shards), spec, now.Mid())
+	shard := task.ShardFor(id, m.Shards)
+	if len(opts.DependsOn) > 0 {
+		// Checked before any edge is written, then the edges.
+		spec.OnDepFailure = opts.OnDepFailure
+		for _, d := range opts.DependsOn {
+			spec.Deps = append(spec.Deps, task.Dep{ID: d})
+		}
+		if _, err := task.New(id, shard, spec, now.Mid()); err != nil {
+			return "", fmt.Errorf("submit: %w", err)
+		}
+		if spec.Deps, err = p.deps().Prepare(ctx, id, shard, opts.DependsOn); err != nil {
+			return "", fmt.Errorf("submit: %w", err)
+		}
+	}
+	t, err := task.New(id, shard, spec, now.Mid())
 	if err != nil {
 		return "", fmt.Errorf("submit: %w", err)
 	}
@@ -255,8 +281,25 @@ func (p *Producer) Submit(ctx context.Context, typ string, input any, opts Optio
 		return "", fmt.Errorf("submit: %w", err)
 	}
 	p.publish(events.Submitted, t)
+	if t.Status == task.Blocked {
+		p.publish(events.Blocked, t)
+	}
 	p.afterCreate(ctx, t)
 	return t.ID, nil
+}
+
+// deps is the producer's view of the dependency edges.
+func (p *Producer) deps() deps.Env {
+	return deps.Env{Store: p.st, Local: p.local, Now: p.clock.Now, Counts: p.Manifest().Counts(),
+		Ended: func(t *task.Task) { p.publish(depKind(t), t) }}
+}
+
+// depKind is the event of a task that learned its dependencies' end.
+func depKind(t *task.Task) events.Kind {
+	if t.Status == task.Pending {
+		return events.Unblocked
+	}
+	return events.DependencyFailed
 }
 
 // checkTimeout refuses a timeout that leaves a handler no real time. A
@@ -618,6 +661,10 @@ func (p *Producer) Cancel(ctx context.Context, id string) (requested bool, err e
 	err = p.modify(ctx, id, func(cur *task.Task, now clock.Interval) error {
 		requested, err = cur.Cancel(now.Mid())
 		t = cur
+		if err == nil && !requested && cur.Dependents {
+			// Its dependents are to learn of it: the marker first.
+			return p.deps().Ending(ctx, cur)
+		}
 		return err
 	})
 	if errors.Is(err, task.ErrCancelAlreadyRequested) {
@@ -628,6 +675,11 @@ func (p *Producer) Cancel(ctx context.Context, id string) (requested bool, err e
 			p.publish(events.CancelRequested, t)
 		} else {
 			p.publish(events.Canceled, t)
+			if t.Dependents {
+				if err := p.deps().Settle(ctx, t); err != nil {
+					p.log.Warn("pass a cancel on to its dependents; the monitor will finish it", "task_id", t.ID, "err", err)
+				}
+			}
 		}
 	}
 	return requested, err

@@ -30,6 +30,9 @@ var (
 	ErrRetired = errors.New("task expired by retention and is being deleted")
 	// ErrNotFinished: Retire on a task that is not terminal.
 	ErrNotFinished = errors.New("task is not finished")
+	// ErrNoChange: SettleDep found nothing to change (already settled, or
+	// the task no longer blocked). Do not write.
+	ErrNoChange = errors.New("nothing to change")
 	// ErrInvalid: a spec, result or argument was rejected by validation.
 	ErrInvalid = errors.New("invalid task")
 	// ErrCorrupt: the bytes are not a task object this package can trust

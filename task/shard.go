@@ -24,6 +24,15 @@ func ShardName(i int) string {
 	return fmt.Sprintf("%03d", i)
 }
 
+// ParseShardName is the inverse of ShardName.
+func ParseShardName(name string) (int, error) {
+	n, err := strconv.Atoi(name)
+	if err != nil || n < 0 || ShardName(n) != name {
+		return 0, fmt.Errorf("%w: bad shard name %q", ErrInvalid, name)
+	}
+	return n, nil
+}
+
 // Key is the canonical object key of a task, relative to the queue prefix:
 // tasks/{shard}/{id}.json (invariant 1). shard must be >= 0.
 func Key(shard int, id string) string {

@@ -10,6 +10,8 @@ import "fmt"
 //	                  → canceled (cooperative cancel)
 //	pending → canceled
 //	dead, canceled → pending (requeue)
+//	blocked → pending (its dependencies succeeded)
+//	        → canceled, dead (a dependency ended dead or canceled; or a cancel)
 type Status string
 
 const (
@@ -18,6 +20,8 @@ const (
 	Succeeded Status = "succeeded"
 	Dead      Status = "dead"
 	Canceled  Status = "canceled"
+	// Blocked: waiting for its dependencies (Task.Deps); never claimed.
+	Blocked Status = "blocked"
 )
 
 // Terminal reports whether no worker will ever run the task again without an
@@ -29,7 +33,7 @@ func (s Status) Terminal() bool {
 // Valid reports whether s is one of the known statuses.
 func (s Status) Valid() bool {
 	switch s {
-	case Pending, Running, Succeeded, Dead, Canceled:
+	case Pending, Running, Succeeded, Dead, Canceled, Blocked:
 		return true
 	}
 	return false
@@ -40,7 +44,7 @@ func (s Status) Valid() bool {
 func ParseStatus(s string) (Status, error) {
 	st := Status(s)
 	if !st.Valid() {
-		return "", fmt.Errorf("parse status %q: want one of pending, running, succeeded, dead, canceled", s)
+		return "", fmt.Errorf("parse status %q: want one of pending, blocked, running, succeeded, dead, canceled", s)
 	}
 	return st, nil
 }

@@ -28,6 +28,9 @@ const (
 	MaxKeyBytes = 1024
 	// MaxAttemptsLimit is the largest accepted Spec.MaxAttempts.
 	MaxAttemptsLimit = 1000
+	// MaxDeps bounds Spec.DependsOn: a task waits on at most this many
+	// parents (each is an entry of its object, and a write when it ends).
+	MaxDeps = 100
 	// MaxSnoozes bounds the snoozes that give their attempt back: from the
 	// next one on, a snooze counts as a failed attempt, so a handler that
 	// always asks to retry later ends up dead instead of looping forever.
@@ -92,6 +95,15 @@ type Task struct {
 	CancelRequested bool            `json:"cancel_requested,omitempty"`
 	Result          json.RawMessage `json:"result,omitempty"`
 	LastError       string          `json:"last_error,omitempty"`
+	// Deps are the tasks this one depends on, each with what became of
+	// it; the task is blocked until every one has succeeded.
+	Deps []Dep `json:"deps,omitempty"`
+	// OnDepFailure is what a dependency that ends dead or canceled does to
+	// this task: DepCancel (also "") or DepFail.
+	OnDepFailure string `json:"on_dep_failure,omitempty"`
+	// Dependents: other tasks depend on this one (their edges are under
+	// deps/): whoever records its end passes the outcome on.
+	Dependents bool `json:"dependents,omitempty"`
 	// Retired marks a finished task that retention is deleting (a
 	// tombstone): nothing writes it again, and anyone may delete it.
 	Retired bool `json:"retired,omitempty"`
@@ -103,6 +115,24 @@ type Task struct {
 	// MaxHistory. The first (submit) entry is always kept.
 	HistoryDropped int `json:"history_dropped,omitempty"`
 }
+
+// Dep is one dependency of a task: a parent task, and its end once known.
+type Dep struct {
+	ID    string `json:"id"`
+	Shard int    `json:"shard"`
+	// Ended is the parent's terminal status once the task learned it; ""
+	// while the parent has not finished.
+	Ended Status `json:"ended,omitempty"`
+}
+
+// What a dependency that ends dead or canceled does to its dependents
+// (Spec.OnDepFailure).
+const (
+	// DepCancel: the dependent is canceled (the default): it never ran.
+	DepCancel = "cancel"
+	// DepFail: the dependent is dead, as if it had failed for good.
+	DepFail = "fail"
+)
 
 // Spec is what a producer asks for.
 type Spec struct {
@@ -122,6 +152,12 @@ type Spec struct {
 	AvailableAt    time.Time
 	IdempotencyKey string
 	ShardKey       string
+	// Deps are the task's dependencies; the Ended of each is what is known
+	// of its parent at submit. A task with one not yet ended is created
+	// blocked; one whose parent already failed is created canceled or dead.
+	Deps []Dep
+	// OnDepFailure: DepCancel ("" too) or DepFail.
+	OnDepFailure string
 }
 
 // New validates spec and returns a pending task with Version 1 and a single
@@ -167,12 +203,15 @@ func New(id string, shard int, spec Spec, now time.Time) (*Task, error) {
 			return nil, fmt.Errorf("new task %s: %w: %s must be valid UTF-8 of at most %d bytes", id, ErrInvalid, k.name, MaxKeyBytes)
 		}
 	}
+	if err := checkDeps(id, spec.Deps, spec.OnDepFailure); err != nil {
+		return nil, err
+	}
 	now = now.UTC()
 	avail := now
 	if !spec.AvailableAt.IsZero() {
 		avail = spec.AvailableAt.UTC()
 	}
-	return &Task{
+	t := &Task{
 		Format:         FormatVersion,
 		ID:             id,
 		Type:           spec.Type,
@@ -189,7 +228,45 @@ func New(id string, shard int, spec Spec, now time.Time) (*Task, error) {
 		UpdatedAt:      now,
 		Version:        1,
 		History:        []Transition{{At: now, To: Pending, Reason: "submitted"}},
-	}, nil
+	}
+	if len(spec.Deps) > 0 {
+		t.Deps = append([]Dep(nil), spec.Deps...)
+		t.OnDepFailure = spec.OnDepFailure
+		t.History[0].To = Blocked
+		t.Status = Blocked
+		t.History = t.History[:1]
+		t.Version = 0
+		t.settleDeps(now)
+		if t.Status == Blocked {
+			t.Version = 1
+		}
+	}
+	return t, nil
+}
+
+// checkDeps checks a task's dependencies at submit.
+func checkDeps(id string, deps []Dep, onFailure string) error {
+	if len(deps) > MaxDeps {
+		return fmt.Errorf("new task %s: %w: %d dependencies, over %d", id, ErrInvalid, len(deps), MaxDeps)
+	}
+	if onFailure != "" && onFailure != DepCancel && onFailure != DepFail {
+		return fmt.Errorf("new task %s: %w: on dependency failure %q: want cancel or fail", id, ErrInvalid, onFailure)
+	}
+	seen := make(map[string]bool, len(deps))
+	for _, d := range deps {
+		switch {
+		case !ValidID(d.ID):
+			return fmt.Errorf("new task %s: %w: dependency %q is not a task id", id, ErrInvalid, d.ID)
+		case d.ID == id:
+			return fmt.Errorf("new task %s: %w: a task cannot depend on itself", id, ErrInvalid)
+		case seen[d.ID]:
+			return fmt.Errorf("new task %s: %w: dependency %s listed twice", id, ErrInvalid, d.ID)
+		case d.Ended != "" && !d.Ended.Terminal():
+			return fmt.Errorf("new task %s: %w: dependency %s ended %q", id, ErrInvalid, d.ID, d.Ended)
+		}
+		seen[d.ID] = true
+	}
+	return nil
 }
 
 // ValidType checks a task type name.
@@ -237,6 +314,9 @@ func (t *Task) Clone() *Task {
 	}
 	if t.History != nil {
 		c.History = append([]Transition(nil), t.History...)
+	}
+	if t.Deps != nil {
+		c.Deps = append([]Dep(nil), t.Deps...)
 	}
 	return &c
 }

@@ -2,6 +2,7 @@ package task
 
 import (
 	"bytes"
+	crand "crypto/rand"
 	"errors"
 	"fmt"
 	"strings"
@@ -727,4 +728,84 @@ func TestRetire(t *testing.T) {
 			wantErrUnchanged(t, inState(t, s), func(tk *Task) error { return tk.Retire(t0) }, ErrNotFinished)
 		})
 	}
+}
+
+func TestDependencies(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	newID := func(at time.Time) string {
+		id, err := NewID(at, crand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	p1, p2, id := newID(now.Add(-time.Hour)), newID(now.Add(-time.Minute)), newID(now)
+	spec := func(deps ...Dep) Spec { return Spec{Type: "t", Deps: deps} }
+
+	t.Run("blocked until every parent succeeded", func(t *testing.T) {
+		tk, err := New(id, 0, spec(Dep{ID: p1}, Dep{ID: p2}), now)
+		if err != nil || tk.Status != Blocked || tk.Version != 1 {
+			t.Fatalf("new: %v %+v", err, tk)
+		}
+		if w := tk.Waiting(); len(w) != 2 {
+			t.Errorf("waiting on %v, want both parents", w)
+		}
+		if err := tk.SettleDep(p1, Succeeded, now.Add(time.Second)); err != nil || tk.Status != Blocked || tk.Version != 2 {
+			t.Fatalf("first parent: %v, %s v%d", err, tk.Status, tk.Version)
+		}
+		if err := tk.SettleDep(p1, Succeeded, now.Add(2*time.Second)); !errors.Is(err, ErrNoChange) {
+			t.Errorf("settling a parent twice: %v, want ErrNoChange", err)
+		}
+		if err := tk.SettleDep(p2, Succeeded, now.Add(3*time.Second)); err != nil || tk.Status != Pending {
+			t.Fatalf("last parent: %v, %s", err, tk.Status)
+		}
+		if !tk.AvailableAt.Equal(now.Add(3 * time.Second)) {
+			t.Errorf("available at %v, want when the last parent settled", tk.AvailableAt)
+		}
+		if err := tk.check(); err != nil {
+			t.Error(err)
+		}
+	})
+	t.Run("a failed parent cancels, or fails under DepFail", func(t *testing.T) {
+		for _, tc := range []struct {
+			policy string
+			want   Status
+		}{{"", Canceled}, {DepCancel, Canceled}, {DepFail, Dead}} {
+			s := spec(Dep{ID: p1}, Dep{ID: p2})
+			s.OnDepFailure = tc.policy
+			tk, err := New(id, 0, s, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := tk.SettleDep(p2, Dead, now); err != nil || tk.Status != tc.want {
+				t.Errorf("policy %q: %v, %s, want %s", tc.policy, err, tk.Status, tc.want)
+			}
+		}
+	})
+	t.Run("parents already ended at submit", func(t *testing.T) {
+		tk, err := New(id, 0, spec(Dep{ID: p1, Ended: Succeeded}), now)
+		if err != nil || tk.Status != Pending || tk.Version != 1 {
+			t.Errorf("all succeeded: %v, %s v%d, want pending v1", err, tk.Status, tk.Version)
+		}
+		tk, err = New(id, 0, spec(Dep{ID: p1, Ended: Succeeded}, Dep{ID: p2, Ended: Canceled}), now)
+		if err != nil || tk.Status != Canceled {
+			t.Errorf("one canceled: %v, %s, want canceled", err, tk.Status)
+		}
+	})
+	t.Run("bad dependencies", func(t *testing.T) {
+		for _, deps := range [][]Dep{{{ID: id}}, {{ID: p1}, {ID: p1}}, {{ID: "nope"}}, {{ID: p1, Ended: Running}}} {
+			if _, err := New(id, 0, spec(deps...), now); !errors.Is(err, ErrInvalid) {
+				t.Errorf("deps %+v: %v, want ErrInvalid", deps, err)
+			}
+		}
+	})
+	t.Run("a blocked task can be canceled", func(t *testing.T) {
+		tk, _ := New(id, 0, spec(Dep{ID: p1}), now)
+		if _, err := tk.Cancel(now); err != nil || tk.Status != Canceled {
+			t.Errorf("cancel: %v %s", err, tk.Status)
+		}
+		if err := tk.SettleDep(p1, Succeeded, now); !errors.Is(err, ErrNoChange) {
+			t.Errorf("settling a canceled task: %v, want ErrNoChange", err)
+		}
+	})
 }

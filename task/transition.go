@@ -1,6 +1,7 @@
 package task
 
 import (
+	"slices"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -203,9 +204,10 @@ func (t *Task) Cancel(now time.Time) (requested bool, err error) {
 	switch {
 	case t.Retired:
 		return false, t.retiredErr("cancel")
-	case t.Status == Pending:
+	case t.Status == Pending || t.Status == Blocked:
+		from := t.Status
 		t.Status = Canceled
-		t.commit(now, &Transition{From: Pending, To: Canceled, Reason: "canceled", Attempt: t.Attempt})
+		t.commit(now, &Transition{From: from, To: Canceled, Reason: "canceled", Attempt: t.Attempt})
 		return false, nil
 	case t.Status == Running && t.CancelRequested:
 		return true, fmt.Errorf("cancel task %s: %w", t.ID, ErrCancelAlreadyRequested)
@@ -357,4 +359,78 @@ func truncateUTF8(s string, n int) string {
 		n--
 	}
 	return s[:n]
+}
+
+// MarkDependents records that other tasks depend on this one (their edges
+// are written), so that whoever records its end passes it on. It bumps
+// Version and appends no history.
+func (t *Task) MarkDependents(now time.Time) {
+	t.Dependents = true
+	t.commit(now, nil)
+}
+
+// Waiting returns the ids of the dependencies whose end the task has not
+// learned yet.
+func (t *Task) Waiting() []string {
+	var out []string
+	for _, d := range t.Deps {
+		if d.Ended == "" {
+			out = append(out, d.ID)
+		}
+	}
+	return out
+}
+
+// SettleDep records that the dependency parent ended with status ended
+// (terminal). A blocked task whose dependencies have all succeeded becomes
+// pending (due at once, or at its own later AvailableAt); one whose
+// dependency ended dead or canceled is canceled, or dead under DepFail.
+// Errors: ErrNoChange when there is nothing to write (the dependency was
+// already settled, the task no longer blocked, or parent is not one of its
+// dependencies): settling is idempotent.
+func (t *Task) SettleDep(parent string, ended Status, now time.Time) error {
+	if !ended.Terminal() {
+		return fmt.Errorf("settle dependency %s of task %s: %w: status %s is not an end", parent, t.ID, ErrInvalid, ended)
+	}
+	if t.Status != Blocked || t.Retired {
+		return fmt.Errorf("settle dependency %s of task %s: %w: status %s", parent, t.ID, ErrNoChange, t.Status)
+	}
+	i := slices.IndexFunc(t.Deps, func(d Dep) bool { return d.ID == parent })
+	if i < 0 || t.Deps[i].Ended != "" {
+		return fmt.Errorf("settle dependency %s of task %s: %w", parent, t.ID, ErrNoChange)
+	}
+	t.Deps = slices.Clone(t.Deps)
+	t.Deps[i].Ended = ended
+	t.settleDeps(now)
+	if t.Status == Blocked {
+		t.commit(now, nil) // one dependency less to wait for
+	}
+	return nil
+}
+
+// settleDeps moves a blocked task on once its dependencies say so.
+func (t *Task) settleDeps(now time.Time) {
+	now = now.UTC()
+	for _, d := range t.Deps {
+		if d.Ended == Dead || d.Ended == Canceled {
+			to, verb := Canceled, "canceled"
+			if t.OnDepFailure == DepFail {
+				to, verb = Dead, "dead"
+			}
+			t.Status = to
+			if to == Dead {
+				t.LastError = fmt.Sprintf("dependency %s ended %s", d.ID, d.Ended)
+			}
+			t.commit(now, &Transition{From: Blocked, To: to, Reason: fmt.Sprintf("%s: dependency %s ended %s", verb, d.ID, d.Ended)})
+			return
+		}
+	}
+	if len(t.Waiting()) > 0 {
+		return
+	}
+	t.Status = Pending
+	if t.AvailableAt.Before(now) {
+		t.AvailableAt = now
+	}
+	t.commit(now, &Transition{From: Blocked, To: Pending, Reason: "dependencies succeeded"})
 }

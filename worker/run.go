@@ -368,9 +368,19 @@ func (r *run) commit(o outcome, cause error) {
 		kind = failedKind(t, false)
 		return nil
 	}
+	marked := false // the ended marker of a task with dependents is written
 	err := r.update(ctx, func(t *task.Task, now time.Time) error {
 		if err := decide(t, now); err != nil {
 			return err
+		}
+		if t.Status.Terminal() && t.Dependents && !marked {
+			// Its dependents are to learn its end: the marker goes
+			// first, so that a crash after the write leaves the monitor
+			// a trail (internal/deps).
+			if err := w.deps().Ending(ctx, t); err != nil {
+				return err
+			}
+			marked = true
 		}
 		if t.Status != task.Pending || !shards.MayLieBelowFloor(t.ID, now) ||
 			!announced.IsZero() && clock.Since(w.local, announced) < shards.PointerGrace/2 {
@@ -419,6 +429,9 @@ func (r *run) commit(o outcome, cause error) {
 		w.stats.released.Add(1)
 	}
 	w.emit(Event{Kind: Kind(kind), TaskID: t0.ID, Shard: t0.Shard, Type: t0.Type, Attempt: t0.Attempt, Err: o.err, Pool: r.pool.name, Phase: string(r.phase)})
+	if t := r.v.Task; t.Status.Terminal() && t.Dependents {
+		w.settleDependents(t)
+	}
 	if kind == "failed" {
 		// The attempt failed and the task will run again.
 		w.emit(Event{Kind: "retried", TaskID: t0.ID, Shard: t0.Shard, Type: t0.Type, Attempt: t0.Attempt, Err: o.err})

@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/s3queue/s3queue/clock"
+	"github.com/s3queue/s3queue/internal/deps"
 	"github.com/s3queue/s3queue/internal/events"
 	"github.com/s3queue/s3queue/internal/rnd"
 	"github.com/s3queue/s3queue/s3store"
@@ -192,6 +193,27 @@ func (w *Worker) emit(e Event) {
 // taskEvent is an event of kind about t, with its shard.
 func taskEvent(kind Kind, t *task.Task, err error) Event {
 	return Event{Kind: kind, TaskID: t.ID, Type: t.Type, Attempt: t.Attempt, Shard: t.Shard, Err: err}
+}
+
+// deps is the worker's view of the dependency edges.
+func (w *Worker) deps() deps.Env {
+	return deps.Env{Store: w.st, Local: w.local, Now: w.clock.Now, Counts: w.manifest.Counts(),
+		Ended: func(t *task.Task) {
+			kind := events.Unblocked
+			if t.Status != task.Pending {
+				kind = events.DependencyFailed
+			}
+			w.emit(taskEvent(kind, t, nil))
+		}}
+}
+
+// settleDependents passes the end of t, just recorded, on to the tasks
+// that depend on it (internal/deps), before the run frees its handler. It
+// stops when Run returns; the monitor's repair finishes what it leaves.
+func (w *Worker) settleDependents(t *task.Task) {
+	if err := w.deps().Settle(w.stopped, t); err != nil {
+		w.log.Warn("pass a task's end on to its dependents; the monitor will finish it", "task_id", t.ID, "err", err)
+	}
 }
 
 // now reads the local clock: it paces work and never decides what is due.

@@ -74,6 +74,19 @@ const (
 	Deleted Kind = "deleted"
 )
 
+// Dependency kinds, published by whoever passes a task's end on to the
+// tasks that depend on it (a worker, a producer's Cancel, a monitor).
+const (
+	// Blocked: a task was submitted with dependencies that have not ended.
+	Blocked Kind = "blocked"
+	// Unblocked: a blocked task's dependencies all succeeded: it is
+	// pending.
+	Unblocked Kind = "unblocked"
+	// DependencyFailed: a blocked task's dependency ended dead or canceled:
+	// the task is canceled (or dead), its own dependents in turn.
+	DependencyFailed Kind = "dependency_failed"
+)
+
 // Fleet kinds, published by workers that share their shards in the fleet.
 const (
 	// ShardAcquired: the shard in Shard became one of the member's own.

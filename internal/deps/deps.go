@@ -1,0 +1,376 @@
+// Package deps keeps the edges between tasks and their dependents in the
+// bucket and passes a task's end on to the tasks that wait for it
+// (docs/dependencies.md). It owns two kinds of objects, both empty:
+//
+//	deps/{parent id}/{child id}~{child shard}   an edge: the child waits for the parent
+//	ended/{parent id}~{parent shard}            the parent is ending: its edges are to be settled
+//
+// An edge is written before its child task, and deleted once the child has
+// learned the parent's end (Task.SettleDep). The ended marker is written
+// before the write that ends a parent with dependents (Task.Dependents), and
+// deleted once every edge of the parent is settled: a marker left behind by
+// a crash is how the monitor's repair (Repair) finds the work to finish.
+// Nothing polls a parent: the process that records a parent's end settles
+// its children.
+//
+// The package must not decide by the local clock: ends and due times are
+// stamped with the S3 time its callers pass in.
+package deps
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/s3queue/s3queue/clock"
+	"github.com/s3queue/s3queue/internal/taskio"
+	"github.com/s3queue/s3queue/s3store"
+	"github.com/s3queue/s3queue/shards"
+	"github.com/s3queue/s3queue/task"
+)
+
+const (
+	edgesPrefix = "deps/"
+	endedPrefix = "ended/"
+)
+
+// EdgePrefix is where the edges from parent to its children are listed.
+func EdgePrefix(parent string) string { return edgesPrefix + parent + "/" }
+
+// EdgeKey is the edge from parent to child, which lives in childShard.
+func EdgeKey(parent, child string, childShard int) string {
+	return EdgePrefix(parent) + child + "~" + task.ShardName(childShard)
+}
+
+// EndedKey is the marker of parent, which lives in shard, ending.
+func EndedKey(parent string, shard int) string {
+	return endedPrefix + parent + "~" + task.ShardName(shard)
+}
+
+// EndedPrefix is where the monitor's repair lists the markers.
+const EndedPrefix = endedPrefix
+
+// Grace is how long an edge whose child task is not found is kept: the
+// child's PUT may still land (a delayed request); after Grace it never
+// will, and the edge is deleted.
+const Grace = shards.PointerGrace
+
+// Env is what settling needs: the store, the local clock that paces its
+// retries, and the S3 clock that stamps its writes.
+type Env struct {
+	Store s3store.Store
+	Local clock.Local
+	Now   func(context.Context) (clock.Interval, error)
+	// Counts are the shard counts a task may have been placed with
+	// (the manifest's), to find a parent by id.
+	Counts []int
+	// Ended, if set, is told of each task that Settle moved to pending or
+	// ended (for events).
+	Ended func(t *task.Task)
+}
+
+// ErrUnknownParent: a dependency names no task of this queue.
+var ErrUnknownParent = errors.New("unknown dependency")
+
+// Prepare readies the edges of a child task, id in shard, that depends on
+// parents, before the child is written: it reads each parent (an unknown
+// one is an error wrapping ErrUnknownParent), and for each that has not
+// ended writes the edge and marks the parent as having dependents
+// (a conditional PUT, once per parent). It returns the child's Deps, with
+// Ended set for the parents that had already ended, whose edges are settled
+// at once. Requests per parent: a GET; for one not ended, a PUT of the edge
+// and, the first time it gains a dependent, a conditional PUT of it.
+func (e Env) Prepare(ctx context.Context, child string, shard int, parents []string) ([]task.Dep, error) {
+	out := make([]task.Dep, len(parents))
+	for i, id := range parents {
+		if !task.ValidID(id) {
+			return nil, fmt.Errorf("dependency %q: %w: not a task id", id, ErrUnknownParent)
+		}
+		v, err := taskio.LoadID(ctx, e.Store, id, e.Counts)
+		if errors.Is(err, s3store.ErrNotFound) {
+			return nil, fmt.Errorf("dependency %s: %w: no such task in this queue", id, ErrUnknownParent)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("dependency %s: %w", id, err)
+		}
+		out[i] = task.Dep{ID: id, Shard: v.Task.Shard}
+		if v.Task.Status.Terminal() {
+			out[i].Ended = v.Task.Status
+			continue
+		}
+		if _, err := e.Store.Put(ctx, EdgeKey(id, child, shard), nil, s3store.PutOptions{}); err != nil {
+			return nil, fmt.Errorf("dependency %s: write edge: %w", id, err)
+		}
+		ended, err := e.markDependents(ctx, v)
+		if err != nil {
+			return nil, fmt.Errorf("dependency %s: %w", id, err)
+		}
+		if ended != "" {
+			// It ended before it knew of us: its end will not look for
+			// this edge, so the child learns it now.
+			out[i].Ended = ended
+			_ = e.Store.Delete(ctx, EdgeKey(id, child, shard), s3store.DeleteOptions{})
+		}
+	}
+	return out, nil
+}
+
+// markDependents sets the parent's Dependents flag by CAS unless it is set,
+// and returns the parent's end if it has ended meanwhile. Once the flag is
+// set on a parent that has not ended, whoever ends it lists its edges after
+// that write, and so sees the edge written before.
+func (e Env) markDependents(ctx context.Context, v taskio.Versioned) (task.Status, error) {
+	cas := s3store.CAS{Sleep: e.sleep}
+	var ended task.Status
+	err := cas.Retry(ctx, func(attempt int) (bool, error) {
+		if attempt > 0 {
+			nv, err := taskio.Load(ctx, e.Store, v.Task.Key())
+			if err != nil {
+				return false, err
+			}
+			v = nv
+		}
+		t := v.Task
+		switch {
+		case t.Status.Terminal():
+			ended = t.Status
+			return false, nil
+		case t.Dependents:
+			return false, nil
+		}
+		iv, err := e.Now(ctx)
+		if err != nil {
+			return false, err
+		}
+		t = t.Clone()
+		t.MarkDependents(iv.Latest)
+		if _, err := taskio.Update(ctx, e.Store, e.Local, t, v.ETag); err != nil {
+			return s3store.LostRace(err), err
+		}
+		return false, nil
+	})
+	return ended, err
+}
+
+func (e Env) sleep(ctx context.Context, d time.Duration) error {
+	if !clock.Sleep(e.Local, d, ctx.Done()) {
+		return ctx.Err()
+	}
+	return nil
+}
+
+// Ending writes the marker of a parent about to end (before the write that
+// ends it), so that a crash after that write leaves the repair a trail.
+func (e Env) Ending(ctx context.Context, t *task.Task) error {
+	if _, err := e.Store.Put(ctx, EndedKey(t.ID, t.Shard), nil, s3store.PutOptions{}); err != nil {
+		return fmt.Errorf("mark task %s ending: %w", t.ID, err)
+	}
+	return nil
+}
+
+// settleParallel bounds the children one Settle updates at once.
+const settleParallel = 16
+
+// Settle passes the end of parent (terminal, with Dependents) to each child
+// whose edge is listed under it: the child learns it by CAS
+// (Task.SettleDep), a child now pending is announced with a ready pointer,
+// and a child now ended passes its own end on in turn (transitively). Each
+// edge is deleted once its child has learned the end, and the marker once
+// no edge is left. It reports an error if edges are left (a child's write
+// failed, or a child not found yet may still land): the marker stays, and
+// the monitor's repair settles the rest. Requests: a LIST per 1,000 edges;
+// per edge a GET and a conditional PUT of the child, and a DELETE; a PUT
+// of a pointer per child released; a DELETE of the marker.
+func (e Env) Settle(ctx context.Context, parent *task.Task) error {
+	var left []error
+	var mu sync.Mutex
+	var next []*task.Task // children that ended in turn
+	after := ""
+	for {
+		page, err := e.Store.List(ctx, EdgePrefix(parent.ID), s3store.ListOptions{StartAfter: after})
+		if err != nil {
+			return fmt.Errorf("settle dependents of %s: %w", parent.ID, err)
+		}
+		objs := page.Objects
+		sem := make(chan struct{}, settleParallel)
+		var wg sync.WaitGroup
+		for _, o := range objs {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				ended, err := e.settleEdge(ctx, parent, o)
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					left = append(left, err)
+				}
+				if ended != nil {
+					next = append(next, ended)
+				}
+			}()
+		}
+		wg.Wait()
+		if !page.Truncated || len(objs) == 0 {
+			break
+		}
+		after = objs[len(objs)-1].Key
+	}
+	for _, c := range next {
+		if err := e.Settle(ctx, c); err != nil {
+			left = append(left, err)
+		}
+	}
+	if len(left) > 0 {
+		return fmt.Errorf("settle dependents of %s: %d left: %w", parent.ID, len(left), errors.Join(left...))
+	}
+	if err := e.Store.Delete(ctx, EndedKey(parent.ID, parent.Shard), s3store.DeleteOptions{}); err != nil {
+		return fmt.Errorf("settle dependents of %s: delete marker: %w", parent.ID, err)
+	}
+	return nil
+}
+
+// settleEdge passes parent's end to the child of edge o, and returns the
+// child if it ended in turn and has dependents of its own (with its marker
+// written).
+func (e Env) settleEdge(ctx context.Context, parent *task.Task, o s3store.ObjectInfo) (*task.Task, error) {
+	child, shard, err := parseEdge(parent.ID, o.Key)
+	if err != nil {
+		// Not an edge this package wrote: leave it, and say so.
+		return nil, err
+	}
+	key := task.Key(shard, child)
+	var settled *task.Task
+	cas := s3store.CAS{Sleep: e.sleep}
+	err = cas.Retry(ctx, func(int) (bool, error) {
+		v, err := taskio.Load(ctx, e.Store, key)
+		if errors.Is(err, s3store.ErrNotFound) {
+			iv, nerr := e.Now(ctx)
+			if nerr == nil && iv.Earliest.After(o.LastModified.Add(Grace)) {
+				// Its child never landed (the producer died between the
+				// edge and the task).
+				return false, nil
+			}
+			return false, fmt.Errorf("child %s not found yet: %w", child, err)
+		}
+		if err != nil {
+			return false, err
+		}
+		iv, err := e.Now(ctx)
+		if err != nil {
+			return false, err
+		}
+		t := v.Task.Clone()
+		switch err := t.SettleDep(parent.ID, parent.Status, iv.Latest); {
+		case errors.Is(err, task.ErrNoChange):
+			return false, nil
+		case err != nil:
+			return false, err
+		}
+		if t.Status.Terminal() && t.Dependents {
+			if err := e.Ending(ctx, t); err != nil {
+				return false, err
+			}
+		}
+		nv, err := taskio.Update(ctx, e.Store, e.Local, t, v.ETag)
+		if err != nil {
+			return s3store.LostRace(err), err
+		}
+		settled = nv.Task
+		return false, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("child %s: %w", child, err)
+	}
+	if settled != nil {
+		if settled.Status == task.Pending {
+			iv, err := e.Now(ctx)
+			if err == nil {
+				err = shards.Announce(ctx, e.Store, settled, iv.Latest, -1)
+			}
+			if err != nil {
+				// The monitor's repair announces a pending task nobody
+				// claims; the edge is settled either way.
+				_ = err
+			}
+		}
+		if e.Ended != nil {
+			e.Ended(settled)
+		}
+	}
+	if err := e.Store.Delete(ctx, o.Key, s3store.DeleteOptions{}); err != nil {
+		return nil, fmt.Errorf("child %s: delete edge: %w", child, err)
+	}
+	if settled != nil && settled.Status.Terminal() && settled.Dependents {
+		return settled, nil
+	}
+	return nil, nil
+}
+
+// parseEdge reads the child and its shard from an edge key under parent.
+func parseEdge(parent, key string) (string, int, error) {
+	name, ok := strings.CutPrefix(key, EdgePrefix(parent))
+	id, shardName, ok2 := strings.Cut(name, "~")
+	shard, err := task.ParseShardName(shardName)
+	if !ok || !ok2 || err != nil || !task.ValidID(id) {
+		return "", 0, fmt.Errorf("%s is not an edge", key)
+	}
+	return id, shard, nil
+}
+
+// Repair settles what crashes left: for each ended marker, the parent is
+// read; one that has ended has its edges settled (Settle); one that has not
+// (its writer died between the marker and the end, or lost its lease) keeps
+// its marker until Grace has passed, then loses it (whoever ends it later
+// writes a new one); one not found (deleted) settles its children as
+// canceled. It returns how many markers it found and how many parents it
+// settled. Requests: a LIST per 1,000 markers (none left: one LIST), and
+// per marker a GET and what Settle does.
+func (e Env) Repair(ctx context.Context) (found, settled int, err error) {
+	var markers []s3store.ObjectInfo
+	after := ""
+	for {
+		page, err := e.Store.List(ctx, endedPrefix, s3store.ListOptions{StartAfter: after})
+		if err != nil {
+			return 0, 0, fmt.Errorf("repair dependencies: %w", err)
+		}
+		markers = append(markers, page.Objects...)
+		if !page.Truncated || len(page.Objects) == 0 {
+			break
+		}
+		after = page.Objects[len(page.Objects)-1].Key
+	}
+	var errs []error
+	for _, o := range markers {
+		name := strings.TrimPrefix(o.Key, endedPrefix)
+		id, shardName, _ := strings.Cut(name, "~")
+		shard, err := task.ParseShardName(shardName)
+		if err != nil || !task.ValidID(id) {
+			continue
+		}
+		v, err := taskio.Load(ctx, e.Store, task.Key(shard, id))
+		switch {
+		case errors.Is(err, s3store.ErrNotFound):
+			gone := &task.Task{ID: id, Shard: shard, Status: task.Canceled}
+			err = e.Settle(ctx, gone)
+		case err != nil:
+		case v.Task.Status.Terminal():
+			err = e.Settle(ctx, v.Task)
+		default:
+			iv, nerr := e.Now(ctx)
+			if nerr == nil && iv.Earliest.After(o.LastModified.Add(Grace)) {
+				err = e.Store.Delete(ctx, o.Key, s3store.DeleteOptions{})
+			}
+			continue
+		}
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		settled++
+	}
+	return len(markers), settled, errors.Join(errs...)
+}
