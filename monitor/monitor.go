@@ -136,7 +136,7 @@ type Monitor struct {
 	// ended markers again, depsEvery its back-off.
 	depsNext  time.Time
 	depsEvery time.Duration
-	log      *slog.Logger
+	log       *slog.Logger
 	// rand (over cfg.Rand, shared with fleet) is drawn from in a tick only,
 	// under mu, so a seeded run draws in the tick's order.
 	rand *rnd.Source

@@ -1,9 +1,9 @@
 package task
 
 import (
-	"slices"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 	"unicode/utf8"
 )
