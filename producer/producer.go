@@ -288,6 +288,34 @@ func (p *Producer) Submit(ctx context.Context, typ string, input any, opts Optio
 	return t.ID, nil
 }
 
+// ErrDependencyNotMet: Requeue of a task whose dependencies have not all
+// succeeded (it was canceled or made dead by one that failed): requeue the
+// dependency, and this task once it has succeeded.
+var ErrDependencyNotMet = errors.New("a dependency has not succeeded")
+
+// depsMet checks, for a requeue, that every dependency of t has succeeded
+// by now (one GET each), and records it: a dependent never runs before its
+// dependencies succeeded, whoever asks.
+func (p *Producer) depsMet(ctx context.Context, t *task.Task) error {
+	for i, d := range t.Deps {
+		if d.Ended == task.Succeeded {
+			continue
+		}
+		v, err := taskio.Load(ctx, p.st, task.Key(d.Shard, d.ID))
+		switch {
+		case errors.Is(err, s3store.ErrNotFound):
+			return fmt.Errorf("requeue task %s: %w: dependency %s no longer exists", t.ID, ErrDependencyNotMet, d.ID)
+		case err != nil:
+			return fmt.Errorf("requeue task %s: read dependency %s: %w", t.ID, d.ID, err)
+		case v.Task.Status != task.Succeeded:
+			return fmt.Errorf("requeue task %s: %w: dependency %s is %s", t.ID, ErrDependencyNotMet, d.ID, v.Task.Status)
+		}
+		t.Deps = slices.Clone(t.Deps)
+		t.Deps[i].Ended = task.Succeeded
+	}
+	return nil
+}
+
 // deps is the producer's view of the dependency edges.
 func (p *Producer) deps() deps.Env {
 	return deps.Env{Store: p.st, Local: p.local, Now: p.clock.Now, Counts: p.Manifest().Counts(),
@@ -700,6 +728,9 @@ func (p *Producer) Requeue(ctx context.Context, id string) error {
 	var t *task.Task
 	var announced time.Time // local time of the write-ahead pointer, if any
 	err := p.modify(ctx, id, func(cur *task.Task, now clock.Interval) error {
+		if err := p.depsMet(ctx, cur); err != nil {
+			return err
+		}
 		if err := cur.Requeue(now.Mid()); err != nil {
 			return err
 		}

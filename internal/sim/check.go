@@ -47,11 +47,14 @@ const (
 	InvCursor      = "scan cursors advance" // a member's cursor passes every key older than its lag
 	InvDecodable   = "the queue writes only valid task objects"
 	InvNoResurrect = "a deleted task stays deleted"
-	InvLayout      = "a task lives in one shard of the layout"         // placed in [0, shards) by a count of the manifest, in one shard only
-	InvFound       = "every task is found by id"                       // at the end, over the final manifest's counts
-	InvResharded   = "a reshard completes"                             // at the end the fleet assigns by the manifest's count
-	InvMembers     = "the fleet lists its live workers, and only them" // at the end: dead members pruned, their leases deleted; dedicated ones listed
-	InvReleased    = "a release uses no attempt"                       // a claimed task handed back is pending again at its attempt before the claim
+	InvLayout      = "a task lives in one shard of the layout"          // placed in [0, shards) by a count of the manifest, in one shard only
+	InvFound       = "every task is found by id"                        // at the end, over the final manifest's counts
+	InvResharded   = "a reshard completes"                              // at the end the fleet assigns by the manifest's count
+	InvMembers     = "the fleet lists its live workers, and only them"  // at the end: dead members pruned, their leases deleted; dedicated ones listed
+	InvReleased    = "a release uses no attempt"                        // a claimed task handed back is pending again at its attempt before the claim
+	InvDepOrder    = "no dependent starts before its parents succeeded" // a task with dependencies is claimed only after each parent's success
+	InvDepOnce     = "a dependent is released once"                     // blocked -> pending happens at most once, and only when every parent succeeded
+	InvDepStuck    = "no dependent is stuck after its parents ended"    // at the end, no task is blocked on parents that all ended
 
 	retentionMargin = 5 * time.Second // clock uncertainty the monitor may use
 	cursorLag       = time.Minute     // how far a member's scan may trail its shard's keys
@@ -65,6 +68,8 @@ type taskState struct {
 	deleted  bool
 	created  bool
 	succeeds int
+	// unblocked counts its moves from blocked to pending.
+	unblocked int
 }
 
 // check runs the checker over the finished run.
@@ -85,6 +90,7 @@ func (w *world) check() Result {
 
 	tasks := make(map[string]*taskState)
 	liveByKey := make(map[string]map[string]bool) // idempotency key -> live task ids
+	succeededAt := make(map[string]time.Time)     // task id -> when it succeeded (server time)
 	setLive := func(t *task.Task, live bool) {
 		if t == nil || t.IdempotencyKey == "" {
 			return
@@ -221,7 +227,7 @@ func (w *world) check() Result {
 			} else if st.created {
 				add(InvNoResurrect, id, "%s created it again at %s", e.Proc, at)
 			}
-			if t.Status != task.Pending {
+			if t.Status != task.Pending && (len(t.Deps) == 0 || t.Status == task.Running) {
 				add(InvTransition, id, "%s created it %s at %s", e.Proc, t.Status, at)
 			}
 			st.created = true
@@ -258,6 +264,30 @@ func (w *world) check() Result {
 			}
 		}
 		if t.Status == task.Succeeded && (st.t == nil || st.t.Status != task.Succeeded) {
+			succeededAt[id] = e.At
+		}
+		if len(t.Deps) > 0 {
+			if t.Status == task.Running && st.t != nil && st.t.Status == task.Pending {
+				for _, d := range t.Deps {
+					if pat, ok := succeededAt[d.ID]; !ok || pat.After(e.At) {
+						add(InvDepOrder, id, "%s claimed it at %s before its dependency %s succeeded (it says %q; history %v)", e.Proc, at, d.ID, d.Ended, t.History)
+					}
+				}
+			}
+			if t.Status == task.Pending && (st.t == nil || st.t.Status == task.Blocked) {
+				st.unblocked++
+				res.Unblocked++
+				if st.unblocked > 1 {
+					add(InvDepOnce, id, "%s released it a second time at %s", e.Proc, at)
+				}
+				for _, d := range t.Deps {
+					if d.Ended != task.Succeeded {
+						add(InvDepOnce, id, "%s released it at %s with dependency %s %q", e.Proc, at, d.ID, d.Ended)
+					}
+				}
+			}
+		}
+		if t.Status == task.Succeeded && (st.t == nil || st.t.Status != task.Succeeded) {
 			st.succeeds++
 			if st.succeeds > 1 {
 				add(InvOutcomeOnce, id, "succeeded a second time at %s, by %s", at, e.Proc)
@@ -286,7 +316,7 @@ func (w *world) check() Result {
 			continue
 		}
 		for _, e := range log[o.from:o.to] {
-			if e.Proc != o.proc || !strings.HasPrefix(e.Key, "tasks/") || shards.IsPointer(e.Key) {
+			if e.Proc != o.proc || !strings.HasPrefix(e.Key, "tasks/") || shards.IsPointer(e.Key) || marksDependents(e) {
 				continue
 			}
 			add(InvHonest, idOf(e.Key), "%s %s %s was told %q, but it wrote %s at %s", o.proc, o.kind, o.id, o.err, e.Key, e.At.Format("15:04:05.000"))
@@ -304,6 +334,17 @@ func (w *world) check() Result {
 		t := tasks[id].t
 		if t == nil {
 			continue
+		}
+		if t.Status == task.Blocked {
+			ended := 0
+			for _, d := range t.Deps {
+				if p := tasks[d.ID]; p != nil && (p.t == nil || p.t.Status.Terminal()) && p.changed.Before(end.Add(-w.opts.Bound)) {
+					ended++
+				}
+			}
+			if ended == len(t.Deps) {
+				add(InvDepStuck, id, "blocked at the end on %d dependencies that all ended more than %v before", ended, w.opts.Bound)
+			}
 		}
 		switch {
 		case t.Status == task.Pending && t.AvailableAt.Before(end.Add(-w.opts.Bound)):
@@ -435,6 +476,20 @@ func (w *world) checkFound(tasks map[string]*taskState, add func(inv, id, format
 	}
 }
 
+// marksDependents reports whether e only marked a task as having
+// dependents (a submit with dependencies does, before it may fail): no
+// change of any task's course.
+func marksDependents(e Entry) bool {
+	prev, err1 := task.Decode(e.Old)
+	next, err2 := task.Decode(e.New)
+	return err1 == nil && err2 == nil && prev.Status == next.Status && !prev.Dependents && next.Dependents
+}
+
+// ended counts the dependencies of t whose end it has learned.
+func ended(t *task.Task) int {
+	return len(t.Deps) - len(t.Waiting())
+}
+
 // badStep says what is wrong with the write of next over prev, or "".
 func badStep(prev, next *task.Task) string {
 	from, to := prev.Status, next.Status
@@ -444,6 +499,17 @@ func badStep(prev, next *task.Task) string {
 			return fmt.Sprintf("claimed without a claim or with attempt %d after %d", next.Attempt, prev.Attempt)
 		}
 	case from == task.Pending && to == task.Canceled:
+	case from == task.Blocked && (to == task.Canceled || to == task.Dead || to == task.Pending):
+	case from == task.Blocked && to == task.Blocked:
+		// One more dependency settled, or its dependents marked.
+		if ended(next) < ended(prev) {
+			return "a settled dependency came undone"
+		}
+	case from == task.Pending && to == task.Pending:
+		// Its dependents marked (task.MarkDependents), nothing else.
+		if !next.Dependents || prev.Dependents {
+			return "pending -> pending is not a transition"
+		}
 	case from == task.Running && to == task.Running && prev.Claim != nil && next.Claim != nil && prev.Claim.ID != next.Claim.ID:
 		// A crashed handler's task requeued at once (crash_policy
 		// requeue): the failed attempt and the next claim in one write,

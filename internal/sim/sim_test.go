@@ -101,7 +101,7 @@ func TestSimulation(t *testing.T) {
 type summary struct {
 	mu                                           sync.Mutex
 	seeds, failed, tasks, executions, duplicates int
-	reshards, releases                           int
+	reshards, releases, unblocked                int
 	requests                                     int
 	faults                                       map[string]int
 }
@@ -121,6 +121,7 @@ func (s *summary) add(r sim.Result) {
 	s.duplicates += r.Duplicates
 	s.reshards += r.Reshards
 	s.releases += r.Releases
+	s.unblocked += r.Unblocked
 	for _, op := range []string{"PUT", "GET", "HEAD", "LIST", "DELETE"} {
 		s.requests += r.Counts[op]
 	}
@@ -141,8 +142,8 @@ func (s *summary) String() string {
 	for _, k := range keys {
 		f = append(f, fmt.Sprintf("%s %d", k, s.faults[k]))
 	}
-	return fmt.Sprintf("SIM seeds %d (with violations %d), tasks acknowledged %d, handler runs %d (duplicates after a lost lease %d), reshards %d, releases %d, requests served %d, faults: %s",
-		s.seeds, s.failed, s.tasks, s.executions, s.duplicates, s.reshards, s.releases, s.requests, strings.Join(f, ", "))
+	return fmt.Sprintf("SIM seeds %d (with violations %d), tasks acknowledged %d, handler runs %d (duplicates after a lost lease %d), reshards %d, releases %d, unblocked %d, requests served %d, faults: %s",
+		s.seeds, s.failed, s.tasks, s.executions, s.duplicates, s.reshards, s.releases, s.unblocked, s.requests, strings.Join(f, ", "))
 }
 
 // A seed replays exactly: two runs of one seed serve the same requests in

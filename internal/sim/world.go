@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -87,6 +88,9 @@ type Plan struct {
 	// the workers' root_members, so that members beyond it renew leases
 	// of their own and the first member keeps their entries.
 	RootMembers int
+	// Deps (half the seeds): producers submit tasks that depend on tasks
+	// submitted before.
+	Deps bool
 	// Queue (half the seeds): the workers' dispatch queue claims ahead
 	// under a load-shedding policy, with a small depth, so that pending
 	// tasks are dropped, released at shutdown, canceled and renewed while
@@ -141,6 +145,9 @@ func (p Plan) String() string {
 	if p.RootMembers > 0 {
 		s += fmt.Sprintf(", %d root members", p.RootMembers)
 	}
+	if p.Deps {
+		s += ", dependencies"
+	}
 	if p.Queue.Policy != "" {
 		s += fmt.Sprintf(", queue %s depth %d crash %s", p.Queue.Policy, p.Queue.Depth, p.Queue.Crash)
 	}
@@ -169,6 +176,7 @@ type Result struct {
 	Executions int // handler runs
 	Duplicates int // handler runs whose claim was lost (no outcome of its own) before the task ran again
 	Releases   int // claimed tasks handed back unfinished (shutdown, dropped from pending)
+	Unblocked  int // tasks whose dependencies all succeeded, moved from blocked to pending
 	Reshards   int // manifest writes that grew the shard count
 	log        []Entry
 }
@@ -353,7 +361,8 @@ func planLayout(plan *Plan, opts Options) {
 	if rng.IntN(3) != 0 {
 		plan.RootMembers = 1 + rng.IntN(3)/2
 	}
-	// And again for the dispatch queue.
+	// And again for dependencies, and for the dispatch queue.
+	plan.Deps = rand.New(rand.NewPCG(plan.Seed, 0xdeb5)).IntN(2) == 0
 	rng = rand.New(rand.NewPCG(plan.Seed, 0xd15fa7))
 	if rng.IntN(2) == 0 {
 		policies := []worker.QueuePolicy{worker.Reject, worker.DropLatest, worker.DropOldest, worker.DropOldest}
@@ -566,6 +575,12 @@ func (w *world) produce(i int) {
 	rng := rand.New(rand.NewPCG(w.plan.Seed, uint64(100+i)))
 	n := 10 + rng.IntN(30)
 	end := time.Now().Add(w.opts.Chaos)
+	// Dependencies draw from a source of their own, so that seeds without
+	// them run as before they existed.
+	var drng *rand.Rand
+	if w.plan.Deps {
+		drng = rand.New(rand.NewPCG(w.plan.Seed, uint64(0xdeb500+i)))
+	}
 	p := w.spawn("p", fmt.Sprintf("p%d", i+1), func(ctx context.Context, p *proc) {
 		var prod *producer.Producer
 		for j := 0; j < n && time.Now().Before(end) && ctx.Err() == nil; j++ {
@@ -578,7 +593,7 @@ func (w *world) produce(i int) {
 					continue
 				}
 			}
-			w.act(ctx, p, prod, rng, j)
+			w.act(ctx, p, prod, rng, drng, j)
 		}
 	})
 	<-p.done
@@ -636,7 +651,7 @@ func (w *world) submitLong(ctx context.Context, p *proc, prod *producer.Producer
 }
 
 // act makes one producer call and records what the producer was told.
-func (w *world) act(ctx context.Context, p *proc, prod *producer.Producer, rng *rand.Rand, j int) {
+func (w *world) act(ctx context.Context, p *proc, prod *producer.Producer, rng, drng *rand.Rand, j int) {
 	o := op{proc: p.name}
 	o.from = w.logLen()
 	defer func() {
@@ -660,6 +675,17 @@ func (w *world) act(ctx context.Context, p *proc, prod *producer.Producer, rng *
 			input = fmt.Sprintf(`{"key":%q}`, opts.IdempotencyKey)
 		}
 		o.key = opts.IdempotencyKey
+		if drng != nil && drng.IntN(2) == 0 {
+			// Depends on up to three tasks submitted before.
+			for range 1 + drng.IntN(3) {
+				if id := w.someAcked(drng); id != "" && !slices.Contains(opts.DependsOn, id) {
+					opts.DependsOn = append(opts.DependsOn, id)
+				}
+			}
+			if drng.IntN(3) == 0 {
+				opts.OnDepFailure = task.DepFail
+			}
+		}
 		o.id, o.err = prod.Submit(ctx, taskType, json.RawMessage(input), opts)
 		if o.err == nil {
 			w.mu.Lock()
