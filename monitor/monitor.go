@@ -136,6 +136,9 @@ type Monitor struct {
 	// ended markers again, depsEvery its back-off.
 	depsNext  time.Time
 	depsEvery time.Duration
+	// slotsSeen: the ETag at which each slot object's holder was last
+	// found landed (deps.CheckHolders).
+	slotsSeen map[string]string
 	log       *slog.Logger
 	// rand (over cfg.Rand, shared with fleet) is drawn from in a tick only,
 	// under mu, so a seeded run draws in the tick's order.
@@ -189,6 +192,9 @@ type known struct {
 	available time.Time
 	announced time.Time // pending: S3 time a ready pointer was last written at this ETag
 	corrupt   bool
+	// slot: blocked for its slot; slotChecked: at this ETag, its slot was
+	// found to know it (deps.CheckWaiting).
+	slot, slotChecked bool
 }
 
 // New opens the queue in st for a monitor.
@@ -398,6 +404,12 @@ func (m *Monitor) repairDeps(ctx context.Context, st *TickStats) error {
 		return nil
 	}
 	found, settled, err := m.deps().Repair(ctx)
+	if m.slotsSeen == nil {
+		m.slotsSeen = make(map[string]string)
+	}
+	if serr := m.deps().CheckHolders(ctx, m.slotsSeen); serr != nil {
+		err = errors.Join(err, serr)
+	}
 	st.Settled += settled
 	if settled > 0 {
 		m.log.Info("settled the dependents of tasks whose end a crash kept from them", "tasks", settled)
@@ -680,6 +692,27 @@ func (m *Monitor) inspect(ctx context.Context, o s3store.ObjectInfo, iv clock.In
 		m.known[o.Key] = k
 		st.Repaired++
 		m.publish(events.Repaired, v.Task, nil)
+	case k.slot && !k.slotChecked && iv.Earliest.After(k.updated.Add(deps.Grace)):
+		// Blocked for its slot for a while: make sure its slot knows it
+		// (a submit may have died between the slot and the task).
+		v, err := taskio.Load(ctx, m.st, o.Key)
+		st.Loaded++
+		if err != nil {
+			return err
+		}
+		if v.ETag != k.etag {
+			m.known[o.Key] = remember(v)
+			return nil
+		}
+		replaced, err := m.deps().CheckWaiting(ctx, v.Task)
+		if err != nil {
+			return err
+		}
+		if replaced {
+			return m.cancelReplaced(ctx, v)
+		}
+		k.slotChecked = true
+		m.known[o.Key] = k
 	case k.status.Terminal() && m.cfg.Retention > 0 && iv.After(k.updated.Add(m.cfg.Retention)):
 		return m.expireRetention(ctx, o.Key, iv, st)
 	}
@@ -781,7 +814,8 @@ func (m *Monitor) cover(shard int, key string, iv clock.Interval) {
 
 func remember(v taskio.Versioned) known {
 	t := v.Task
-	k := known{etag: v.ETag, loaded: true, status: t.Status, updated: t.UpdatedAt, available: t.AvailableAt}
+	k := known{etag: v.ETag, loaded: true, status: t.Status, updated: t.UpdatedAt, available: t.AvailableAt,
+		slot: t.Status == task.Blocked && t.Slot != "" && len(t.Deps) == 0}
 	if t.Claim != nil {
 		k.expires = t.Claim.ExpiresAt
 	}
@@ -811,8 +845,9 @@ func (m *Monitor) redispatch(ctx context.Context, key string, iv clock.Interval,
 	if err := t.Expire(iv.Mid(), m.rand.Float64); err != nil {
 		return err
 	}
-	if t.Status == task.Dead && t.Dependents {
-		// Its dependents are to learn its end: the marker first.
+	if deps.NeedsPassOn(t) {
+		// Its dependents or its slot are to learn its end: the marker
+		// first.
 		if err := m.deps().Ending(ctx, t); err != nil {
 			return err
 		}
@@ -831,8 +866,8 @@ func (m *Monitor) redispatch(ctx context.Context, key string, iv clock.Interval,
 		st.DeadLettered++
 		m.log.Info("lease expired with no attempts left; dead-lettered", "task_id", t.ID, "worker", worker)
 		m.publish(events.Dead, t, errLeaseExpired)
-		if t.Dependents {
-			if err := m.deps().Settle(ctx, t); err != nil {
+		if deps.NeedsPassOn(t) {
+			if err := m.deps().PassOn(ctx, t); err != nil {
 				m.log.Warn("pass a dead task's end on to its dependents; the next repair will finish it", "task_id", t.ID, "err", err)
 			}
 		}
@@ -855,12 +890,39 @@ func (m *Monitor) redispatch(ctx context.Context, key string, iv clock.Interval,
 func (m *Monitor) deps() deps.Env {
 	return deps.Env{Store: m.st, Local: m.local, Now: m.clock.Now, Counts: m.manifest.Counts(),
 		Ended: func(t *task.Task) {
-			kind := events.Unblocked
-			if t.Status != task.Pending {
-				kind = events.DependencyFailed
-			}
-			m.publish(kind, t, nil)
+			m.publish(deps.EventOf(t), t, nil)
 		}}
+}
+
+// cancelReplaced cancels a task that a replace took out of its slot, whose
+// own cancel was lost with its producer.
+func (m *Monitor) cancelReplaced(ctx context.Context, v taskio.Versioned) error {
+	iv, err := m.clock.Now(ctx)
+	if err != nil {
+		return err
+	}
+	t := v.Task.Clone()
+	if err := t.SlotReplaced("a later submit", iv.Mid()); err != nil {
+		return nil
+	}
+	if deps.NeedsPassOn(t) {
+		if err := m.deps().Ending(ctx, t); err != nil {
+			return err
+		}
+	}
+	nv, err := taskio.Update(ctx, m.st, m.local, t, v.ETag)
+	if s3store.LostRace(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	m.known[t.Key()] = remember(nv)
+	m.publish(events.SlotReplaced, t, nil)
+	if deps.NeedsPassOn(t) {
+		return m.deps().PassOn(ctx, t)
+	}
+	return nil
 }
 
 // announce writes a ready pointer to t in a shard a member that runs its

@@ -205,7 +205,18 @@ type Options struct {
 	// OnDepFailure is what a dependency that ends dead or canceled does to
 	// this task: task.DepCancel (the default) or task.DepFail.
 	OnDepFailure string
+	// Slot is the task's slot key: at most one task of a key runs at a
+	// time, fleet-wide; Admission ("queue", the default, "replace" or
+	// "drop-if-running") is how it takes its place. A drop-if-running
+	// submit that finds the slot busy fails with ErrSlotBusy and creates
+	// nothing. A task may have a slot or dependencies, not both. See
+	// docs/slots.md.
+	Slot      string
+	Admission string
 }
+
+// ErrSlotBusy: a drop-if-running submit found its slot held or waited for.
+var ErrSlotBusy = deps.ErrSlotBusy
 
 // ErrUnknownDependency: a DependsOn id names no task of this queue.
 var ErrUnknownDependency = deps.ErrUnknownParent
@@ -270,19 +281,46 @@ func (p *Producer) Submit(ctx context.Context, typ string, input any, opts Optio
 			return "", fmt.Errorf("submit: %w", err)
 		}
 	}
+	var adm deps.Admitted
+	if opts.Slot != "" {
+		a, err := deps.ParseAdmission(opts.Admission)
+		if err != nil {
+			return "", fmt.Errorf("submit: %w", err)
+		}
+		spec.Slot = opts.Slot
+		if _, err := task.New(id, shard, spec, now.Mid()); err != nil {
+			return "", fmt.Errorf("submit: %w", err)
+		}
+		// The slot first: a task whose slot write failed does not exist.
+		if adm, err = p.deps().Admit(ctx, opts.Slot, deps.Member{ID: id, Shard: shard}, a); err != nil {
+			if errors.Is(err, deps.ErrSlotBusy) && p.cfg.Events != nil {
+				p.cfg.Events.Publish(events.Event{Time: p.local.Now(), Source: events.SourceProducer, Kind: events.SlotRefused,
+					TaskID: id, Type: typ, Shard: -1})
+			}
+			return "", fmt.Errorf("submit: %w", err)
+		}
+		spec.SlotWait = adm.Wait
+	}
 	t, err := task.New(id, shard, spec, now.Mid())
 	if err != nil {
 		return "", fmt.Errorf("submit: %w", err)
 	}
 	if opts.IdempotencyKey != "" {
-		return p.submitOnce(ctx, t, spec, now.Mid(), m.Shards)
+		got, err := p.submitOnce(ctx, t, spec, now.Mid(), m.Shards)
+		if err == nil && got == t.ID && opts.Slot != "" {
+			p.afterAdmit(ctx, t, adm)
+		}
+		return got, err
 	}
 	if _, err := taskio.Create(ctx, p.st, p.local, t); err != nil {
 		return "", fmt.Errorf("submit: %w", err)
 	}
 	p.publish(events.Submitted, t)
-	if t.Status == task.Blocked {
+	if t.Status == task.Blocked && len(t.Deps) > 0 {
 		p.publish(events.Blocked, t)
+	}
+	if opts.Slot != "" {
+		p.afterAdmit(ctx, t, adm)
 	}
 	p.afterCreate(ctx, t)
 	return t.ID, nil
@@ -316,18 +354,51 @@ func (p *Producer) depsMet(ctx context.Context, t *task.Task) error {
 	return nil
 }
 
+// afterAdmit finishes a slot admission once its task is written: the
+// event, and under AdmitReplace the replaced task canceled and the holder
+// asked to stop (a crash before either leaves the monitor's repair to
+// cancel the replaced one; the holder then simply runs to its end).
+func (p *Producer) afterAdmit(ctx context.Context, t *task.Task, adm deps.Admitted) {
+	kind := events.SlotAcquired
+	if adm.Wait {
+		kind = events.SlotQueued
+	}
+	p.publish(kind, t)
+	if r := adm.Replaced; r != nil {
+		var replaced *task.Task
+		err := p.modify(ctx, r.ID, func(cur *task.Task, now clock.Interval) error {
+			if err := cur.SlotReplaced(t.ID, now.Mid()); err != nil {
+				return err
+			}
+			replaced = cur
+			if deps.NeedsPassOn(cur) {
+				return p.deps().Ending(ctx, cur)
+			}
+			return nil
+		})
+		switch {
+		case err == nil:
+			p.publish(events.SlotReplaced, replaced)
+			if deps.NeedsPassOn(replaced) {
+				if err := p.deps().PassOn(ctx, replaced); err != nil {
+					p.log.Warn("pass a replaced task's end on; the monitor will finish it", "task_id", r.ID, "err", err)
+				}
+			}
+		case !errors.Is(err, task.ErrNoChange) && !errors.Is(err, ErrNotFound):
+			p.log.Warn("cancel the task a slot submit replaced; the monitor will", "task_id", r.ID, "err", err)
+		}
+	}
+	if h := adm.Holder; h != nil {
+		if _, err := p.Cancel(ctx, h.ID); err != nil && !errors.Is(err, task.ErrTerminal) {
+			p.log.Warn("ask a slot's holder to stop for its replacement", "task_id", h.ID, "err", err)
+		}
+	}
+}
+
 // deps is the producer's view of the dependency edges.
 func (p *Producer) deps() deps.Env {
 	return deps.Env{Store: p.st, Local: p.local, Now: p.clock.Now, Counts: p.Manifest().Counts(),
-		Ended: func(t *task.Task) { p.publish(depKind(t), t) }}
-}
-
-// depKind is the event of a task that learned its dependencies' end.
-func depKind(t *task.Task) events.Kind {
-	if t.Status == task.Pending {
-		return events.Unblocked
-	}
-	return events.DependencyFailed
+		Ended: func(t *task.Task) { p.publish(deps.EventOf(t), t) }}
 }
 
 // checkTimeout refuses a timeout that leaves a handler no real time. A
@@ -689,8 +760,9 @@ func (p *Producer) Cancel(ctx context.Context, id string) (requested bool, err e
 	err = p.modify(ctx, id, func(cur *task.Task, now clock.Interval) error {
 		requested, err = cur.Cancel(now.Mid())
 		t = cur
-		if err == nil && !requested && cur.Dependents {
-			// Its dependents are to learn of it: the marker first.
+		if err == nil && deps.NeedsPassOn(cur) {
+			// Its dependents or its slot are to learn of it: the
+			// marker first.
 			return p.deps().Ending(ctx, cur)
 		}
 		return err
@@ -703,9 +775,9 @@ func (p *Producer) Cancel(ctx context.Context, id string) (requested bool, err e
 			p.publish(events.CancelRequested, t)
 		} else {
 			p.publish(events.Canceled, t)
-			if t.Dependents {
-				if err := p.deps().Settle(ctx, t); err != nil {
-					p.log.Warn("pass a cancel on to its dependents; the monitor will finish it", "task_id", t.ID, "err", err)
+			if deps.NeedsPassOn(t) {
+				if err := p.deps().PassOn(ctx, t); err != nil {
+					p.log.Warn("pass a cancel on to its dependents or slot; the monitor will finish it", "task_id", t.ID, "err", err)
 				}
 			}
 		}

@@ -104,6 +104,11 @@ type Task struct {
 	// Dependents: other tasks depend on this one (their edges are under
 	// deps/): whoever records its end passes the outcome on.
 	Dependents bool `json:"dependents,omitempty"`
+	// Slot is the task's slot key: at most one task of a key runs at a
+	// time, fleet-wide (docs/slots.md). A task waiting for its slot is
+	// blocked; whoever records the end of the slot's holder passes the
+	// slot on.
+	Slot string `json:"slot,omitempty"`
 	// Retired marks a finished task that retention is deleting (a
 	// tombstone): nothing writes it again, and anyone may delete it.
 	Retired bool `json:"retired,omitempty"`
@@ -158,6 +163,10 @@ type Spec struct {
 	Deps []Dep
 	// OnDepFailure: DepCancel ("" too) or DepFail.
 	OnDepFailure string
+	// Slot is the task's slot key; SlotWait creates it blocked, waiting
+	// for its slot (its admission put it behind the slot's holder).
+	Slot     string
+	SlotWait bool
 }
 
 // New validates spec and returns a pending task with Version 1 and a single
@@ -206,6 +215,12 @@ func New(id string, shard int, spec Spec, now time.Time) (*Task, error) {
 	if err := checkDeps(id, spec.Deps, spec.OnDepFailure); err != nil {
 		return nil, err
 	}
+	if spec.Slot != "" && len(spec.Deps) > 0 {
+		return nil, fmt.Errorf("new task %s: %w: a task may have dependencies or a slot, not both", id, ErrInvalid)
+	}
+	if len(spec.Slot) > MaxKeyBytes || !utf8.ValidString(spec.Slot) {
+		return nil, fmt.Errorf("new task %s: %w: slot key must be valid UTF-8 of at most %d bytes", id, ErrInvalid, MaxKeyBytes)
+	}
 	now = now.UTC()
 	avail := now
 	if !spec.AvailableAt.IsZero() {
@@ -228,6 +243,14 @@ func New(id string, shard int, spec Spec, now time.Time) (*Task, error) {
 		UpdatedAt:      now,
 		Version:        1,
 		History:        []Transition{{At: now, To: Pending, Reason: "submitted"}},
+	}
+	t.Slot = spec.Slot
+	if spec.SlotWait {
+		if spec.Slot == "" {
+			return nil, fmt.Errorf("new task %s: %w: waiting for a slot without a slot key", id, ErrInvalid)
+		}
+		t.Status = Blocked
+		t.History[0].To = Blocked
 	}
 	if len(spec.Deps) > 0 {
 		t.Deps = append([]Dep(nil), spec.Deps...)

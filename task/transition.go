@@ -434,3 +434,32 @@ func (t *Task) settleDeps(now time.Time) {
 	}
 	t.commit(now, &Transition{From: Blocked, To: Pending, Reason: "dependencies succeeded"})
 }
+
+// SlotGranted gives a task blocked behind its slot's holder the slot: →
+// pending, due at once (or at its own later AvailableAt). Errors:
+// ErrNoChange when it is not waiting for its slot (already granted,
+// canceled meanwhile).
+func (t *Task) SlotGranted(now time.Time) error {
+	if t.Status != Blocked || t.Slot == "" || len(t.Deps) > 0 || t.Retired {
+		return fmt.Errorf("grant the slot to task %s: %w: status %s", t.ID, ErrNoChange, t.Status)
+	}
+	now = now.UTC()
+	t.Status = Pending
+	if t.AvailableAt.Before(now) {
+		t.AvailableAt = now
+	}
+	t.commit(now, &Transition{From: Blocked, To: Pending, Reason: "slot " + t.Slot + " granted"})
+	return nil
+}
+
+// SlotReplaced cancels a task waiting for its slot that a later submit
+// replaced (admission replace). Errors: ErrNoChange when it no longer
+// waits.
+func (t *Task) SlotReplaced(by string, now time.Time) error {
+	if t.Status != Blocked || t.Slot == "" || t.Retired {
+		return fmt.Errorf("replace task %s: %w: status %s", t.ID, ErrNoChange, t.Status)
+	}
+	t.Status = Canceled
+	t.commit(now, &Transition{From: Blocked, To: Canceled, Reason: "replaced in slot " + t.Slot + " by " + by})
+	return nil
+}

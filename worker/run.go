@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/s3queue/s3queue/clock"
+	"github.com/s3queue/s3queue/internal/deps"
 	"github.com/s3queue/s3queue/internal/rnd"
 	"github.com/s3queue/s3queue/internal/taskio"
 	"github.com/s3queue/s3queue/s3store"
@@ -373,10 +374,10 @@ func (r *run) commit(o outcome, cause error) {
 		if err := decide(t, now); err != nil {
 			return err
 		}
-		if t.Status.Terminal() && t.Dependents && !marked {
-			// Its dependents are to learn its end: the marker goes
-			// first, so that a crash after the write leaves the monitor
-			// a trail (internal/deps).
+		if deps.NeedsPassOn(t) && !marked {
+			// Its dependents, or its slot's next task, are to learn its
+			// end: the marker goes first, so that a crash after the
+			// write leaves the monitor a trail (internal/deps).
 			if err := w.deps().Ending(ctx, t); err != nil {
 				return err
 			}
@@ -429,8 +430,8 @@ func (r *run) commit(o outcome, cause error) {
 		w.stats.released.Add(1)
 	}
 	w.emit(Event{Kind: Kind(kind), TaskID: t0.ID, Shard: t0.Shard, Type: t0.Type, Attempt: t0.Attempt, Err: o.err, Pool: r.pool.name, Phase: string(r.phase)})
-	if t := r.v.Task; t.Status.Terminal() && t.Dependents {
-		w.settleDependents(t)
+	if t := r.v.Task; deps.NeedsPassOn(t) {
+		w.passOn(t)
 	}
 	if kind == "failed" {
 		// The attempt failed and the task will run again.

@@ -199,19 +199,16 @@ func taskEvent(kind Kind, t *task.Task, err error) Event {
 func (w *Worker) deps() deps.Env {
 	return deps.Env{Store: w.st, Local: w.local, Now: w.clock.Now, Counts: w.manifest.Counts(),
 		Ended: func(t *task.Task) {
-			kind := events.Unblocked
-			if t.Status != task.Pending {
-				kind = events.DependencyFailed
-			}
-			w.emit(taskEvent(kind, t, nil))
+			w.emit(taskEvent(deps.EventOf(t), t, nil))
 		}}
 }
 
-// settleDependents passes the end of t, just recorded, on to the tasks
-// that depend on it (internal/deps), before the run frees its handler. It
-// stops when Run returns; the monitor's repair finishes what it leaves.
-func (w *Worker) settleDependents(t *task.Task) {
-	if err := w.deps().Settle(w.stopped, t); err != nil {
+// passOn passes the end of t, just recorded, on to the tasks that depend
+// on it and to the next task of its slot (internal/deps), before the run
+// frees its handler. It stops when Run returns; the monitor's repair
+// finishes what it leaves.
+func (w *Worker) passOn(t *task.Task) {
+	if err := w.deps().PassOn(w.stopped, t); err != nil {
 		w.log.Warn("pass a task's end on to its dependents; the monitor will finish it", "task_id", t.ID, "err", err)
 	}
 }

@@ -354,11 +354,11 @@ func (e Env) Repair(ctx context.Context) (found, settled int, err error) {
 		v, err := taskio.Load(ctx, e.Store, task.Key(shard, id))
 		switch {
 		case errors.Is(err, s3store.ErrNotFound):
-			gone := &task.Task{ID: id, Shard: shard, Status: task.Canceled}
+			gone := &task.Task{ID: id, Shard: shard, Status: task.Canceled, Dependents: true}
 			err = e.Settle(ctx, gone)
 		case err != nil:
 		case v.Task.Status.Terminal():
-			err = e.Settle(ctx, v.Task)
+			err = e.PassOn(ctx, v.Task)
 		default:
 			iv, nerr := e.Now(ctx)
 			if nerr == nil && iv.Earliest.After(o.LastModified.Add(Grace)) {

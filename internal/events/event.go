@@ -87,6 +87,23 @@ const (
 	DependencyFailed Kind = "dependency_failed"
 )
 
+// Slot kinds: a task's way through its slot (docs/slots.md).
+const (
+	// SlotAcquired: a submitted task took its free slot (it is pending).
+	SlotAcquired Kind = "slot_acquired"
+	// SlotQueued: a submitted task waits behind its slot's holder
+	// (blocked).
+	SlotQueued Kind = "slot_queued"
+	// SlotReplaced: a waiting task was replaced by a later submit
+	// (admission replace): it is canceled.
+	SlotReplaced Kind = "slot_replaced"
+	// SlotRefused: a drop-if-running submit found its slot busy; nothing
+	// was created.
+	SlotRefused Kind = "slot_refused"
+	// SlotGranted: the slot passed to a waiting task (it is pending).
+	SlotGranted Kind = "slot_granted"
+)
+
 // Fleet kinds, published by workers that share their shards in the fleet.
 const (
 	// ShardAcquired: the shard in Shard became one of the member's own.
