@@ -799,12 +799,35 @@ func (p *Producer) Cancel(ctx context.Context, id string) (requested bool, err e
 func (p *Producer) Requeue(ctx context.Context, id string) error {
 	var t *task.Task
 	var announced time.Time // local time of the write-ahead pointer, if any
-	err := p.modify(ctx, id, func(cur *task.Task, now clock.Interval) error {
+	// A task of a slot takes its place in the slot again first: behind
+	// the holder if the slot is busy (a place given back by a requeue that
+	// then fails is passed over by the monitor's repair).
+	wait := false
+	cur, err := p.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	if cur.Slot != "" && (cur.Status == task.Dead || cur.Status == task.Canceled) {
+		adm, err := p.deps().Admit(ctx, cur.Slot, deps.Member{ID: cur.ID, Shard: cur.Shard}, deps.AdmitQueue)
+		if err != nil {
+			return fmt.Errorf("requeue task %s: %w", id, err)
+		}
+		wait = adm.Wait
+	}
+	err = p.modify(ctx, id, func(cur *task.Task, now clock.Interval) error {
 		if err := p.depsMet(ctx, cur); err != nil {
 			return err
 		}
-		if err := cur.Requeue(now.Mid()); err != nil {
+		requeue := cur.Requeue
+		if wait {
+			requeue = cur.RequeueWaiting
+		}
+		if err := requeue(now.Mid()); err != nil {
 			return err
+		}
+		if cur.Status == task.Blocked {
+			t = cur
+			return nil // waits for its slot: nothing to announce yet
 		}
 		t = cur
 		// By the latest the clock can be: a task that may lie below the
@@ -822,6 +845,9 @@ func (p *Producer) Requeue(ctx context.Context, id string) error {
 		return err
 	}
 	p.publish(events.Requeued, t)
+	if t.Status == task.Blocked {
+		return nil
+	}
 	if announced.IsZero() || clock.Since(p.local, announced) > shards.PointerGrace/2 {
 		if err := p.announceLanded(ctx, t); err != nil {
 			// A young task: the monitor's repair announces it.

@@ -247,6 +247,20 @@ func (t *Task) Requeue(now time.Time) error {
 	return nil
 }
 
+// RequeueWaiting is Requeue for a task of a slot that must wait behind the
+// slot's holder: → blocked instead of pending.
+func (t *Task) RequeueWaiting(now time.Time) error {
+	if t.Slot == "" {
+		return fmt.Errorf("requeue task %s: %w: no slot to wait for", t.ID, ErrInvalid)
+	}
+	if err := t.Requeue(now); err != nil {
+		return err
+	}
+	t.Status = Blocked
+	t.History[len(t.History)-1].To = Blocked
+	return nil
+}
+
 // Retire marks a finished task as expired by retention, the tombstone
 // written before an unconditional DELETE on servers that ignore a
 // conditional one: the status stays, a "retention" entry is appended, and

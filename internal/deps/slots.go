@@ -152,6 +152,11 @@ func (e Env) Admit(ctx context.Context, key string, m Member, a Admission) (Admi
 			return false, err
 		}
 		switch {
+		case s.Holder != nil && *s.Holder == m:
+			return false, nil // already holds it (a requeue that raced)
+		case slices.Contains(s.Queue, m):
+			out.Wait = true
+			return false, nil
 		case s.Holder == nil:
 			iv, err := e.Now(ctx)
 			if err != nil {

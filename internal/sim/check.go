@@ -55,6 +55,9 @@ const (
 	InvDepOrder    = "no dependent starts before its parents succeeded" // a task with dependencies is claimed only after each parent's success
 	InvDepOnce     = "a dependent is released once"                     // blocked -> pending happens at most once, and only when every parent succeeded
 	InvDepStuck    = "no dependent is stuck after its parents ended"    // at the end, no task is blocked on parents that all ended
+	InvSlotOne     = "a slot runs one task at a time"                   // never two tasks of one slot key running at once
+	InvSlotAdvance = "a slot advances only after its holder ended"      // a waiting task is granted its slot only once the tasks granted before it ended
+	InvSlotStuck   = "no slot task is stuck"                            // at the end, no task waits for a slot whose other tasks all ended
 
 	retentionMargin = 5 * time.Second // clock uncertainty the monitor may use
 	cursorLag       = time.Minute     // how far a member's scan may trail its shard's keys
@@ -89,8 +92,10 @@ func (w *world) check() Result {
 	}
 
 	tasks := make(map[string]*taskState)
-	liveByKey := make(map[string]map[string]bool) // idempotency key -> live task ids
-	succeededAt := make(map[string]time.Time)     // task id -> when it succeeded (server time)
+	liveByKey := make(map[string]map[string]bool)     // idempotency key -> live task ids
+	succeededAt := make(map[string]time.Time)         // task id -> when it succeeded (server time)
+	runningBySlot := make(map[string]map[string]bool) // slot key -> its tasks running now
+	heldBySlot := make(map[string]map[string]bool)    // slot key -> its tasks ever pending or running
 	setLive := func(t *task.Task, live bool) {
 		if t == nil || t.IdempotencyKey == "" {
 			return
@@ -227,7 +232,7 @@ func (w *world) check() Result {
 			} else if st.created {
 				add(InvNoResurrect, id, "%s created it again at %s", e.Proc, at)
 			}
-			if t.Status != task.Pending && (len(t.Deps) == 0 || t.Status == task.Running) {
+			if t.Status != task.Pending && (len(t.Deps) == 0 && t.Slot == "" || t.Status == task.Running) {
 				add(InvTransition, id, "%s created it %s at %s", e.Proc, t.Status, at)
 			}
 			st.created = true
@@ -266,11 +271,41 @@ func (w *world) check() Result {
 		if t.Status == task.Succeeded && (st.t == nil || st.t.Status != task.Succeeded) {
 			succeededAt[id] = e.At
 		}
+		if t.Slot != "" {
+			if t.Status == task.Running {
+				for other := range runningBySlot[t.Slot] {
+					if other != id {
+						add(InvSlotOne, id, "%s claimed it at %s while %s of slot %s was running", e.Proc, at, other, t.Slot)
+					}
+				}
+				if runningBySlot[t.Slot] == nil {
+					runningBySlot[t.Slot] = make(map[string]bool)
+				}
+				runningBySlot[t.Slot][id] = true
+			} else {
+				delete(runningBySlot[t.Slot], id)
+			}
+			if t.Status == task.Pending && st.t != nil && st.t.Status == task.Blocked {
+				// Granted: every other task of the slot that was
+				// granted before must have ended.
+				for other := range heldBySlot[t.Slot] {
+					if o := tasks[other]; other != id && o != nil && o.t != nil && (o.t.Status == task.Pending || o.t.Status == task.Running) {
+						add(InvSlotAdvance, id, "%s granted it slot %s at %s while %s was %s", e.Proc, t.Slot, at, other, o.t.Status)
+					}
+				}
+			}
+			if t.Status == task.Pending || t.Status == task.Running {
+				if heldBySlot[t.Slot] == nil {
+					heldBySlot[t.Slot] = make(map[string]bool)
+				}
+				heldBySlot[t.Slot][id] = true
+			}
+		}
 		if len(t.Deps) > 0 {
 			if t.Status == task.Running && st.t != nil && st.t.Status == task.Pending {
 				for _, d := range t.Deps {
 					if pat, ok := succeededAt[d.ID]; !ok || pat.After(e.At) {
-						add(InvDepOrder, id, "%s claimed it at %s before its dependency %s succeeded (it says %q; history %v)", e.Proc, at, d.ID, d.Ended, t.History)
+						add(InvDepOrder, id, "%s claimed it at %s before its dependency %s succeeded (it says %q)", e.Proc, at, d.ID, d.Ended)
 					}
 				}
 			}
@@ -335,7 +370,18 @@ func (w *world) check() Result {
 		if t == nil {
 			continue
 		}
-		if t.Status == task.Blocked {
+		if t.Status == task.Blocked && t.Slot != "" && len(t.Deps) == 0 {
+			live := 0
+			for other, o := range tasks {
+				if other != id && o.t != nil && o.t.Slot == t.Slot && !o.t.Status.Terminal() && o.t.Status != task.Blocked {
+					live++
+				}
+			}
+			if live == 0 && t.UpdatedAt.Before(end.Add(-w.opts.Bound)) {
+				add(InvSlotStuck, id, "waits for slot %s at the end, and no task of it is pending or running", t.Slot)
+			}
+		}
+		if t.Status == task.Blocked && len(t.Deps) > 0 {
 			ended := 0
 			for _, d := range t.Deps {
 				if p := tasks[d.ID]; p != nil && (p.t == nil || p.t.Status.Terminal()) && p.changed.Before(end.Add(-w.opts.Bound)) {
@@ -527,7 +573,7 @@ func badStep(prev, next *task.Task) string {
 		if next.Claim != nil {
 			return fmt.Sprintf("%s but still carries a claim", to)
 		}
-	case (from == task.Dead || from == task.Canceled) && to == task.Pending:
+	case (from == task.Dead || from == task.Canceled) && (to == task.Pending || to == task.Blocked && next.Slot != ""):
 		if next.Attempt != 0 {
 			return "requeued without resetting its attempts"
 		}

@@ -91,6 +91,9 @@ type Plan struct {
 	// Deps (half the seeds): producers submit tasks that depend on tasks
 	// submitted before.
 	Deps bool
+	// Slots (half the seeds): producers submit tasks with one of three slot
+	// keys, under each admission.
+	Slots bool
 	// Queue (half the seeds): the workers' dispatch queue claims ahead
 	// under a load-shedding policy, with a small depth, so that pending
 	// tasks are dropped, released at shutdown, canceled and renewed while
@@ -147,6 +150,9 @@ func (p Plan) String() string {
 	}
 	if p.Deps {
 		s += ", dependencies"
+	}
+	if p.Slots {
+		s += ", slots"
 	}
 	if p.Queue.Policy != "" {
 		s += fmt.Sprintf(", queue %s depth %d crash %s", p.Queue.Policy, p.Queue.Depth, p.Queue.Crash)
@@ -363,6 +369,7 @@ func planLayout(plan *Plan, opts Options) {
 	}
 	// And again for dependencies, and for the dispatch queue.
 	plan.Deps = rand.New(rand.NewPCG(plan.Seed, 0xdeb5)).IntN(2) == 0
+	plan.Slots = rand.New(rand.NewPCG(plan.Seed, 0x5107)).IntN(2) == 0
 	rng = rand.New(rand.NewPCG(plan.Seed, 0xd15fa7))
 	if rng.IntN(2) == 0 {
 		policies := []worker.QueuePolicy{worker.Reject, worker.DropLatest, worker.DropOldest, worker.DropOldest}
@@ -577,9 +584,12 @@ func (w *world) produce(i int) {
 	end := time.Now().Add(w.opts.Chaos)
 	// Dependencies draw from a source of their own, so that seeds without
 	// them run as before they existed.
-	var drng *rand.Rand
+	var drng, srng *rand.Rand
 	if w.plan.Deps {
 		drng = rand.New(rand.NewPCG(w.plan.Seed, uint64(0xdeb500+i)))
+	}
+	if w.plan.Slots {
+		srng = rand.New(rand.NewPCG(w.plan.Seed, uint64(0x510700+i)))
 	}
 	p := w.spawn("p", fmt.Sprintf("p%d", i+1), func(ctx context.Context, p *proc) {
 		var prod *producer.Producer
@@ -593,7 +603,7 @@ func (w *world) produce(i int) {
 					continue
 				}
 			}
-			w.act(ctx, p, prod, rng, drng, j)
+			w.act(ctx, p, prod, rng, drng, srng, j)
 		}
 	})
 	<-p.done
@@ -651,7 +661,7 @@ func (w *world) submitLong(ctx context.Context, p *proc, prod *producer.Producer
 }
 
 // act makes one producer call and records what the producer was told.
-func (w *world) act(ctx context.Context, p *proc, prod *producer.Producer, rng, drng *rand.Rand, j int) {
+func (w *world) act(ctx context.Context, p *proc, prod *producer.Producer, rng, drng, srng *rand.Rand, j int) {
 	o := op{proc: p.name}
 	o.from = w.logLen()
 	defer func() {
@@ -685,6 +695,10 @@ func (w *world) act(ctx context.Context, p *proc, prod *producer.Producer, rng, 
 			if drng.IntN(3) == 0 {
 				opts.OnDepFailure = task.DepFail
 			}
+		}
+		if srng != nil && srng.IntN(2) == 0 && len(opts.DependsOn) == 0 {
+			opts.Slot = fmt.Sprintf("k%d", srng.IntN(3))
+			opts.Admission = []string{"queue", "queue", "replace", "drop-if-running"}[srng.IntN(4)]
 		}
 		o.id, o.err = prod.Submit(ctx, taskType, json.RawMessage(input), opts)
 		if o.err == nil {
