@@ -268,6 +268,11 @@ func (p *Producer) Submit(ctx context.Context, typ string, input any, opts Optio
 		return "", fmt.Errorf("submit: %w", err)
 	}
 	shard := task.ShardFor(id, m.Shards)
+	if opts.IdempotencyKey != "" && (len(opts.DependsOn) > 0 || opts.Slot != "") {
+		// The edges and the slot name the task by the id drawn here; a
+		// key already taken names another.
+		return "", fmt.Errorf("submit: %w: an idempotency key cannot be combined with dependencies or a slot", task.ErrInvalid)
+	}
 	if len(opts.DependsOn) > 0 {
 		// Checked before any edge is written, then the edges.
 		spec.OnDepFailure = opts.OnDepFailure
@@ -799,22 +804,20 @@ func (p *Producer) Cancel(ctx context.Context, id string) (requested bool, err e
 func (p *Producer) Requeue(ctx context.Context, id string) error {
 	var t *task.Task
 	var announced time.Time // local time of the write-ahead pointer, if any
-	// A task of a slot takes its place in the slot again first: behind
-	// the holder if the slot is busy (a place given back by a requeue that
-	// then fails is passed over by the monitor's repair).
-	wait := false
-	cur, err := p.Get(ctx, id)
-	if err != nil {
-		return err
-	}
-	if cur.Slot != "" && (cur.Status == task.Dead || cur.Status == task.Canceled) {
-		adm, err := p.deps().Admit(ctx, cur.Slot, deps.Member{ID: cur.ID, Shard: cur.Shard}, deps.AdmitQueue)
-		if err != nil {
-			return fmt.Errorf("requeue task %s: %w", id, err)
+	err := p.modify(ctx, id, func(cur *task.Task, now clock.Interval) error {
+		// A task of a slot takes its place in the slot again first,
+		// decided on the version this write replaces: behind the holder
+		// if the slot is busy. (A place given back by a requeue that then
+		// fails is passed over by the monitor's repair; Admit is
+		// idempotent for a task already in its slot.)
+		wait := false
+		if cur.Slot != "" && (cur.Status == task.Dead || cur.Status == task.Canceled) {
+			adm, err := p.deps().Admit(ctx, cur.Slot, deps.Member{ID: cur.ID, Shard: cur.Shard}, deps.AdmitRequeue)
+			if err != nil {
+				return err
+			}
+			wait = adm.Wait
 		}
-		wait = adm.Wait
-	}
-	err = p.modify(ctx, id, func(cur *task.Task, now clock.Interval) error {
 		if err := p.depsMet(ctx, cur); err != nil {
 			return err
 		}

@@ -45,6 +45,10 @@ const (
 	// AdmitDropIfRunning: refused while the slot has a holder or a task
 	// waiting; nothing is created.
 	AdmitDropIfRunning Admission = "drop-if-running"
+	// AdmitRequeue is AdmitQueue for a requeued task (not a submit's
+	// choice): a slot that still names it as holder does so from its
+	// previous run, whose end is being passed on, so it waits behind.
+	AdmitRequeue Admission = "requeue"
 )
 
 // ParseAdmission parses an admission's name ("" is AdmitQueue).
@@ -152,8 +156,8 @@ func (e Env) Admit(ctx context.Context, key string, m Member, a Admission) (Admi
 			return false, err
 		}
 		switch {
-		case s.Holder != nil && *s.Holder == m:
-			return false, nil // already holds it (a requeue that raced)
+		case s.Holder != nil && *s.Holder == m && a != AdmitRequeue:
+			return false, nil // already holds it (a retried write)
 		case slices.Contains(s.Queue, m):
 			out.Wait = true
 			return false, nil

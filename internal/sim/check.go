@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -615,8 +616,9 @@ func (r Result) Report(lines int) string {
 		}
 		done[v.Task] = true
 		var touch []string
+		grep := os.Getenv("S3QUEUE_SIM_GREP") // and the requests touching this too
 		for _, l := range r.Trace {
-			if strings.Contains(l, v.Task) {
+			if strings.Contains(l, v.Task) || grep != "" && strings.Contains(l, grep) {
 				touch = append(touch, l)
 			}
 		}

@@ -685,7 +685,7 @@ func (w *world) act(ctx context.Context, p *proc, prod *producer.Producer, rng, 
 			input = fmt.Sprintf(`{"key":%q}`, opts.IdempotencyKey)
 		}
 		o.key = opts.IdempotencyKey
-		if drng != nil && drng.IntN(2) == 0 {
+		if drng != nil && drng.IntN(2) == 0 && opts.IdempotencyKey == "" {
 			// Depends on up to three tasks submitted before.
 			for range 1 + drng.IntN(3) {
 				if id := w.someAcked(drng); id != "" && !slices.Contains(opts.DependsOn, id) {
@@ -696,7 +696,7 @@ func (w *world) act(ctx context.Context, p *proc, prod *producer.Producer, rng, 
 				opts.OnDepFailure = task.DepFail
 			}
 		}
-		if srng != nil && srng.IntN(2) == 0 && len(opts.DependsOn) == 0 {
+		if srng != nil && srng.IntN(2) == 0 && len(opts.DependsOn) == 0 && opts.IdempotencyKey == "" {
 			opts.Slot = fmt.Sprintf("k%d", srng.IntN(3))
 			opts.Admission = []string{"queue", "queue", "replace", "drop-if-running"}[srng.IntN(4)]
 		}
