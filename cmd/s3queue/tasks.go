@@ -199,7 +199,7 @@ func printDeps(row func(k, v string), t *task.Task) {
 		row("on dep failure", policy)
 	}
 	if t.Dependents {
-		row("dependents", "yes: other tasks wait for this one's outcome")
+		row("dependents", "yes: other tasks depend on this one")
 	}
 }
 
