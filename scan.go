@@ -99,7 +99,7 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 
 func (q *Queue) stats(ctx context.Context) (Stats, error) {
 	s := Stats{Shards: q.producer.Manifest().Shards, ByStatus: map[Status]int{}, ByShard: map[int]map[Status]int{}}
-	for _, st := range []Status{Pending, Running, Succeeded, Dead, Canceled} {
+	for _, st := range []Status{Pending, Blocked, Running, Succeeded, Dead, Canceled} {
 		s.ByStatus[st] = 0
 	}
 	skipped, err := q.scan(ctx, func(t *Task) bool {

@@ -16,9 +16,11 @@ type Task = task.Task
 type Status = task.Status
 
 // The statuses of a task. Succeeded, Dead and Canceled are final, until a
-// Requeue of a dead or canceled task.
+// Requeue of a dead or canceled task. Blocked: the task waits for its
+// dependencies (SubmitOptions.DependsOn; docs/dependencies.md).
 const (
 	Pending   = task.Pending
+	Blocked   = task.Blocked
 	Running   = task.Running
 	Succeeded = task.Succeeded
 	Dead      = task.Dead

@@ -35,6 +35,8 @@ type batchLine struct {
 	Timeout        *string         `json:"timeout"`
 	IdempotencyKey string          `json:"idempotency_key"`
 	Key            *string         `json:"key"`
+	After          []string        `json:"after"`
+	OnDepFailure   *string         `json:"on_dep_failure"`
 }
 
 // batchDefaults are what the flags give every line.
@@ -108,6 +110,21 @@ func parseLine(line []byte, d batchDefaults) (s3queue.Request, error) {
 		o.ShardKey = *l.Key
 	}
 	o.IdempotencyKey = l.IdempotencyKey
+	if l.After != nil {
+		// Even [] replaces --after: the line runs after nothing.
+		o.DependsOn = l.After
+	}
+	if l.OnDepFailure != nil {
+		switch *l.OnDepFailure {
+		case task.DepCancel, task.DepFail:
+			o.OnDepFailure = *l.OnDepFailure
+		default:
+			return r, fmt.Errorf(`"on_dep_failure" %q: want "cancel" or "fail"`, *l.OnDepFailure)
+		}
+		if len(o.DependsOn) == 0 {
+			return r, errors.New(`"on_dep_failure" needs "after" (or --after)`)
+		}
+	}
 	if err := checkSpec(r.Type, input, *o); err != nil {
 		return r, err
 	}
@@ -208,6 +225,12 @@ func (b *batch) outcome(o s3queue.SubmitOutcome) {
 			b.storeErr = o.Err
 		}
 		b.mu.Unlock()
+		if badSubmit(o.Err) {
+			// A dependency that names no task: a bad line, as a single
+			// submit's is.
+			b.fail(n, cause(o.Err), &b.bad)
+			return
+		}
 		b.fail(n, cause(o.Err), &b.failed)
 		return
 	}

@@ -56,11 +56,14 @@ const (
 	modeFlaky  = "flaky"  // fails its first attempt, then succeeds
 	modePoison = "poison" // always fails: dead after demoPoisonAttempt attempts
 	modeVictim = "victim" // its first worker is killed while running it
+	// modeFatal (demo_deps.go): fails for good, its dependents canceled
 )
 
 type demoInput struct {
 	N    int    `json:"n"`
 	Mode string `json:"mode,omitempty"`
+	// Step names a task of the dependency graph (demo_deps.go).
+	Step string `json:"step,omitempty"`
 }
 
 var demoCommand = &command{
@@ -69,7 +72,9 @@ var demoCommand = &command{
 	summary:  "run a whole queue in one process: producer, workers, monitor, and a worker killed mid-task",
 	details: "Submits --tasks tasks to a fresh file:// store (a temporary directory, or --dir) and runs\n" +
 		"--workers workers and a monitor against it. Some tasks fail once and are retried, one task\n" +
-		"always fails and ends dead, and one worker is killed while it runs a task (from then on every\n" +
+		"always fails and ends dead, and 7 more form a dependency graph (a build pipeline whose steps\n" +
+		"wait for each other, and a task canceled because the one it depends on failed for good);\n" +
+		"one worker is killed while it runs a task (from then on every\n" +
 		"request it makes fails, as if its host died): the monitor re-dispatches that task after its\n" +
 		"lease expires. Ends with the final status of every task read back from the store, retries,\n" +
 		"duplicate executions, re-dispatches and the store requests by type. Exit 0 only if every task\n" +
@@ -101,6 +106,10 @@ type demo struct {
 	finished map[string]task.Status // terminal outcomes committed by workers
 	retried  int                    // failed attempts that went back to pending
 	lost     int                    // leases healthy workers lost
+	// completed: handlers that returned success; early: dependents whose
+	// handler started before a dependency's had (demo_deps.go).
+	completed map[string]bool
+	early     []string
 
 	victimClaimed chan struct{}
 	victimOnce    sync.Once
@@ -129,7 +138,7 @@ func (a *app) demo(ctx context.Context, o demoOptions) (err error) {
 	counter := s3store.NewCounter(base)
 	clk := clock.New(counter, clock.Config{})
 	d := &demo{execs: map[string]int{}, failures: map[string]int{}, finished: map[string]task.Status{},
-		victimClaimed: make(chan struct{})}
+		completed: map[string]bool{}, victimClaimed: make(chan struct{})}
 
 	p, err := producer.New(ctx, counter, producer.Config{Shards: o.shards, Logger: log, Clock: clk, LeaseMargin: demoLeaseMargin})
 	if err != nil {
@@ -202,8 +211,16 @@ func (a *app) demo(ctx context.Context, o demoOptions) (err error) {
 			want[id] = task.Dead
 		}
 	}
+	graph, err := d.submitGraph(ctx, p, opts, o.tasks)
+	if err != nil {
+		return err
+	}
+	for _, g := range demoGraph {
+		want[graph[g.step]] = g.want
+	}
+	total := len(want)
 
-	progress := newProgress(a.stderr, o.tasks)
+	progress := newProgress(a.stderr, total)
 	deadline := time.NewTimer(demoDeadline)
 	defer deadline.Stop()
 	ticker := time.NewTicker(progress.every)
@@ -214,7 +231,7 @@ func (a *app) demo(ctx context.Context, o demoOptions) (err error) {
 		ms := mon.Stats()
 		done += ms.DeadLettered
 		progress.draw(done, ok, dead+ms.DeadLettered, retried, ms.Redispatched, time.Since(start))
-		if done >= o.tasks {
+		if done >= total {
 			break
 		}
 		select {
@@ -241,12 +258,17 @@ func (a *app) demo(ctx context.Context, o demoOptions) (err error) {
 	}
 	sum := d.summary(o, where, final, want, mon.Stats(), counts, elapsed)
 	sum.skipped = skipped
+	sum.graph = d.graphLines(final, graph)
+	sum.graphProblems = d.checkGraph(rctx, p, graph)
 	sum.print(a.stdout)
 	if stopped != nil {
 		return stopped
 	}
 	if sum.wrong > 0 || len(skipped) > 0 {
-		return fmt.Errorf("demo: %d of %d tasks did not reach their expected status", sum.wrong, o.tasks)
+		return fmt.Errorf("demo: %d of %d tasks did not reach their expected status", sum.wrong, total)
+	}
+	if len(sum.graphProblems) > 0 {
+		return fmt.Errorf("demo: the dependency graph went wrong: %s", sum.graphProblems[0])
 	}
 	return nil
 }
@@ -364,6 +386,7 @@ func (d *demo) handler(doomed bool) worker.Handler {
 		}
 		d.mu.Lock()
 		d.execs[t.ID]++
+		d.startAfterDeps(t)
 		d.mu.Unlock()
 		fail := func(err error) (json.RawMessage, error) {
 			d.mu.Lock()
@@ -380,6 +403,8 @@ func (d *demo) handler(doomed bool) worker.Handler {
 			}
 		case modePoison:
 			return fail(fmt.Errorf("task %d is poison: it always fails", in.N))
+		case modeFatal:
+			return fail(worker.Permanent(fmt.Errorf("task %d (%s) fails for good", in.N, in.Step)))
 		case modeFlaky:
 			if t.Attempt == 1 {
 				return fail(fmt.Errorf("task %d fails its first attempt", in.N))
@@ -392,6 +417,9 @@ func (d *demo) handler(doomed bool) worker.Handler {
 		case <-ctx.Done():
 			return nil, context.Cause(ctx)
 		}
+		d.mu.Lock()
+		d.completed[t.ID] = true
+		d.mu.Unlock()
 		return json.Marshal(map[string]int{"n": in.N, "square": in.N * in.N})
 	}
 }
@@ -404,7 +432,8 @@ func (d *demo) onEvent(e worker.Event) {
 		d.finished[e.TaskID] = task.Succeeded
 	case "dead":
 		d.finished[e.TaskID] = task.Dead
-	case "canceled":
+	case "canceled", "dependency_failed":
+		// The demo's dependents are canceled when a dependency fails.
 		d.finished[e.TaskID] = task.Canceled
 	case "failed":
 		d.retried++
@@ -481,12 +510,16 @@ type demoSummary struct {
 	store                             string
 	byStatus                          map[task.Status]int
 	missing, wrong                    int
+	total                             int                 // tasks, the graph's included
+	wantStatus                        map[task.Status]int // how many of each status are expected
 	wrongExamples                     []string
 	runs, retries, duplicates, lost   int
 	redispatched, monitorDeadLettered int
 	counts                            s3store.Counts
 	elapsed                           time.Duration
 	skipped                           []string
+	graph                             [][2]string // the dependency graph's outcome
+	graphProblems                     []string
 }
 
 func (d *demo) summary(o demoOptions, store string, final, want map[string]task.Status, ms monitor.TickStats,
@@ -494,7 +527,11 @@ func (d *demo) summary(o demoOptions, store string, final, want map[string]task.
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	s := &demoSummary{opts: o, store: store, byStatus: map[task.Status]int{}, counts: counts, elapsed: elapsed,
-		retries: d.retried, lost: d.lost, redispatched: ms.Redispatched, monitorDeadLettered: ms.DeadLettered}
+		retries: d.retried, lost: d.lost, redispatched: ms.Redispatched, monitorDeadLettered: ms.DeadLettered,
+		total: len(want), wantStatus: map[task.Status]int{}}
+	for _, st := range want {
+		s.wantStatus[st]++
+	}
 	for _, st := range final {
 		s.byStatus[st]++
 	}
@@ -534,14 +571,15 @@ func orNone(s task.Status) string {
 }
 
 func (s *demoSummary) print(w io.Writer) {
-	n := s.opts.tasks
-	fmt.Fprintf(w, "\ns3queue demo: %d tasks, %d workers and 1 killed mid-task, 1 monitor, %d shards\n", n, s.opts.workers, s.opts.shards)
+	n := s.total
+	fmt.Fprintf(w, "\ns3queue demo: %d tasks and %d in a dependency graph, %d workers and 1 killed mid-task, 1 monitor, %d shards\n",
+		s.opts.tasks, len(demoGraph), s.opts.workers, s.opts.shards)
 	fmt.Fprintf(w, "store: %s\n\n", s.store)
 
 	fmt.Fprintln(w, "final status (read back from the store):")
 	tw := tabwriter.NewWriter(w, 0, 4, 1, ' ', tabwriter.AlignRight)
 	for _, st := range statuses {
-		if c := s.byStatus[st]; c > 0 || st == task.Succeeded || st == task.Dead {
+		if c := s.byStatus[st]; c > 0 || s.wantStatus[st] > 0 {
 			fmt.Fprintf(tw, "  %s\t%d\t\n", st, c)
 		}
 	}
@@ -561,6 +599,16 @@ func (s *demoSummary) print(w io.Writer) {
 	}
 	tw.Flush()
 
+	fmt.Fprintln(w, "\ndependencies (docs/dependencies.md):")
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for _, l := range s.graph {
+		fmt.Fprintf(tw, "  %s\t%s\n", l[0], l[1])
+	}
+	tw.Flush()
+	for _, p := range s.graphProblems {
+		fmt.Fprintf(w, "  WRONG: %s\n", p)
+	}
+
 	fmt.Fprintf(w, "\nstore requests: %s\n", s.counts.String())
 	var per []string
 	for _, op := range s3store.Ops() {
@@ -571,8 +619,13 @@ func (s *demoSummary) print(w io.Writer) {
 	if len(s.skipped) > 0 {
 		fmt.Fprintf(w, "unreadable objects: %s\n", strings.Join(s.skipped, ", "))
 	}
+	if s.wrong == 0 && len(s.skipped) == 0 && len(s.graphProblems) == 0 {
+		fmt.Fprintf(w, "result: OK, all %d tasks reached their expected status (%d succeeded, %d dead, %d canceled)\n",
+			n, s.wantStatus[task.Succeeded], s.wantStatus[task.Dead], s.wantStatus[task.Canceled])
+		return
+	}
 	if s.wrong == 0 && len(s.skipped) == 0 {
-		fmt.Fprintf(w, "result: OK, all %d tasks reached their expected status (%d succeeded, 1 dead)\n", n, n-1)
+		fmt.Fprintf(w, "result: FAILED, the dependency graph went wrong\n")
 		return
 	}
 	fmt.Fprintf(w, "result: FAILED, %d tasks did not reach their expected status (%d missing)\n", s.wrong, s.missing)

@@ -30,14 +30,14 @@ var listCommand = &command{
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		var status string
 		var limit int
-		fs.StringVar(&status, "status", "", "only tasks with this `status`: pending, running, succeeded, dead or canceled (default all)")
+		fs.StringVar(&status, "status", "", "only tasks with this `status`: pending, blocked, running, succeeded, dead or canceled (default all)")
 		fs.IntVar(&limit, "limit", 100, "stop after `N` tasks; 0 lists all")
 		return func(ctx context.Context, _ []string) error {
 			var want task.Status
 			if status != "" {
 				s, err := task.ParseStatus(status)
 				if err != nil {
-					return usageError("list: --status %q: want pending, running, succeeded, dead or canceled", status)
+					return usageError("list: --status %q: want pending, blocked, running, succeeded, dead or canceled", status)
 				}
 				want = s
 			}
@@ -103,7 +103,7 @@ type oldestPending struct {
 	AgeSeconds float64 `json:"age_seconds"`
 }
 
-var statuses = []task.Status{task.Pending, task.Running, task.Succeeded, task.Dead, task.Canceled}
+var statuses = []task.Status{task.Pending, task.Blocked, task.Running, task.Succeeded, task.Dead, task.Canceled}
 
 var statsCommand = &command{
 	name: "stats", nargs: 0, json: true,

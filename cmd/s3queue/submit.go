@@ -15,6 +15,7 @@ import (
 
 	"github.com/s3queue/s3queue"
 	"github.com/s3queue/s3queue/internal/settings"
+	"github.com/s3queue/s3queue/producer"
 	"github.com/s3queue/s3queue/task"
 )
 
@@ -29,15 +30,22 @@ var submitCommand = &command{
 	details: "The input must be JSON (at most 256 KiB once compacted); it is checked before the store is\n" +
 		"opened, so bad input writes nothing (exit 2). Defaults come from [submit] in queue.toml.\n" +
 		"--batch FILE|- submits one task per JSON line, {\"type\": ..., \"input\": ..., \"delay\": ...,\n" +
-		"\"at\": ..., \"max_attempts\": ..., \"timeout\": ..., \"idempotency_key\": ..., \"key\": ...}, through a\n" +
-		"bounded submitter ([producer] in queue.toml); the flags give the lines' defaults. It prints\n" +
-		"\"LINE ID\" or \"LINE error: MESSAGE\" per line as each finishes, and exits 1 if any line failed\n" +
-		"(2 if the only failures were malformed or invalid lines). See docs/cli.md.",
+		"\"at\": ..., \"max_attempts\": ..., \"timeout\": ..., \"idempotency_key\": ..., \"key\": ...,\n" +
+		"\"after\": [ID, ...], \"on_dep_failure\": ...}, through a bounded submitter ([producer] in\n" +
+		"queue.toml); the flags give the lines' defaults. It prints \"LINE ID\" or \"LINE error: MESSAGE\"\n" +
+		"per line as each finishes, and exits 1 if any line failed (2 if the only failures were\n" +
+		"malformed or invalid lines).\n" +
+		"--after ID (repeatable) keeps the task blocked until task ID has succeeded; if ID ends dead\n" +
+		"or canceled, the task is canceled (or dead, with --on-dep-failure fail). An --after that names\n" +
+		"no task of this queue is refused (exit 2) and the task is not created. See docs/cli.md and\n" +
+		"docs/dependencies.md.",
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		var (
 			typ, input, inputFile, at, idemKey, shardKey, batch string
 			delay, timeout                                      time.Duration
 			maxAttempts                                         int
+			after                                               idList
+			onDepFailure                                        string
 		)
 		fs.StringVar(&typ, "type", "", "task `type` (required): selects the handler")
 		fs.StringVar(&input, "input", "", "task input as JSON `text`")
@@ -48,6 +56,8 @@ var submitCommand = &command{
 		fs.DurationVar(&timeout, "timeout", 0, "lease of one attempt, 1s..24h; the worker command kills the handler after it (default [submit] timeout, 30s)")
 		fs.StringVar(&idemKey, "idempotency-key", "", "a second submit with the same `key` prints the first task's id")
 		fs.StringVar(&shardKey, "key", "", "shard `key`: tasks with the same key share a shard")
+		fs.Var(&after, "after", "run only after task `ID` has succeeded (repeatable, or comma-separated); the task is blocked until then")
+		fs.StringVar(&onDepFailure, "on-dep-failure", task.DepCancel, "what a dependency that ends dead or canceled does: `cancel|fail` the task (fail: it ends dead)")
 		fs.StringVar(&batch, "batch", "", "submit one task per JSON line of `file` (- for stdin); the other flags are the lines' defaults")
 		return func(ctx context.Context, _ []string) error {
 			set := map[string]bool{}
@@ -71,6 +81,16 @@ var submitCommand = &command{
 			}
 			opts.IdempotencyKey = idemKey
 			opts.ShardKey = shardKey
+			opts.DependsOn = after
+			switch onDepFailure {
+			case task.DepCancel, task.DepFail:
+				opts.OnDepFailure = onDepFailure
+			default:
+				return usageError("submit: --on-dep-failure %q: want cancel or fail", onDepFailure)
+			}
+			if set["on-dep-failure"] && !set["after"] && !set["batch"] {
+				return usageError("submit: --on-dep-failure needs --after (it says what a failed dependency does)")
+			}
 			switch {
 			case set["at"] && set["delay"]:
 				return usageError("submit: --at and --delay exclude each other")
@@ -119,15 +139,46 @@ var submitCommand = &command{
 			}
 			id, err := q.Submit(ctx, typ, raw, opts)
 			if err != nil {
-				if errors.Is(err, task.ErrInvalid) {
-					return withCode(exitUsage, cause(err))
-				}
-				return cause(err)
+				return submitError(err)
 			}
 			fmt.Fprintln(a.stdout, id)
 			return nil
 		}
 	},
+}
+
+// submitError is the command's error for a submit the queue refused: a
+// bad argument (an invalid spec, a dependency that names no task of the
+// queue) exits 2, like bad input checked before the store is opened; a
+// store's error keeps its own code.
+func submitError(err error) error {
+	if badSubmit(err) {
+		return withCode(exitUsage, cause(err))
+	}
+	return cause(err)
+}
+
+// badSubmit reports whether a submit failed for what it asked, not for the
+// store: it would fail again as it is.
+func badSubmit(err error) bool {
+	return errors.Is(err, task.ErrInvalid) || errors.Is(err, producer.ErrUnknownDependency)
+}
+
+// idList is a repeatable flag of task ids; each value may also list
+// several, comma-separated (an id has no comma).
+type idList []string
+
+func (l *idList) String() string { return strings.Join(*l, ",") }
+
+func (l *idList) Set(v string) error {
+	for id := range strings.SplitSeq(v, ",") {
+		id = strings.TrimSpace(id)
+		if id == "" {
+			return errors.New("empty task id")
+		}
+		*l = append(*l, id)
+	}
+	return nil
 }
 
 // readInput returns the task input as compact JSON (nil for none).
@@ -192,7 +243,11 @@ func checkSpec(typ string, input json.RawMessage, opts s3queue.SubmitOptions) er
 		return err
 	}
 	spec := task.Spec{Type: typ, Input: input, MaxAttempts: opts.MaxAttempts, Retry: opts.Retry,
-		Timeout: opts.Timeout, IdempotencyKey: opts.IdempotencyKey, ShardKey: opts.ShardKey}
+		Timeout: opts.Timeout, IdempotencyKey: opts.IdempotencyKey, ShardKey: opts.ShardKey,
+		OnDepFailure: opts.OnDepFailure}
+	for _, d := range opts.DependsOn {
+		spec.Deps = append(spec.Deps, task.Dep{ID: d})
+	}
 	if _, err := task.New(id, 0, spec, time.Now()); err != nil {
 		// task.New names the throwaway id; the user never saw it.
 		return errors.New(strings.ReplaceAll(err.Error(), " "+id, ""))

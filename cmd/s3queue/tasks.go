@@ -17,8 +17,9 @@ import (
 
 var getCommand = &command{
 	name: "get", args: "ID", nargs: 1, json: true,
-	summary: "show a task: status, attempts, input, result, last error",
-	details: "One GET. --json prints the task object as stored in the bucket.",
+	summary: "show a task: status, attempts, dependencies, input, result, last error",
+	details: "One GET. A task submitted with --after lists its dependencies, what became of each, and\n" +
+		"those it still waits for. --json prints the task object as stored in the bucket.",
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		return func(ctx context.Context, args []string) error {
 			id := args[0]
@@ -42,7 +43,9 @@ var getCommand = &command{
 var historyCommand = &command{
 	name: "history", args: "ID", nargs: 1, json: true,
 	summary: "show a task's state transitions, oldest first",
-	details: "One GET: the history lives on the task object (at most 32 entries: the first transition and the last 31).",
+	details: "One GET: the history lives on the task object (at most 32 entries: the first transition and the last 31).\n" +
+		"A task submitted with --after starts blocked; its dependencies' outcome moves it on\n" +
+		"(blocked→pending \"dependencies succeeded\", or blocked→canceled \"dependency ID ended dead\").",
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		return func(ctx context.Context, args []string) error {
 			id := args[0]
@@ -66,8 +69,10 @@ var historyCommand = &command{
 var cancelCommand = &command{
 	name: "cancel", args: "ID", nargs: 1,
 	summary: "cancel a task",
-	details: "A pending task is canceled at once (prints \"canceled\"). A running task is asked to stop\n" +
-		"(prints \"cancel requested\"): its handler is stopped at the worker's next lease renewal.\n" +
+	details: "A pending or blocked task is canceled at once (prints \"canceled\"); the tasks that wait for it\n" +
+		"are canceled in turn (or dead, if submitted with --on-dep-failure fail). A running task is\n" +
+		"asked to stop (prints \"cancel requested\"): its handler is stopped at the worker's next lease\n" +
+		"renewal, and its dependents learn the outcome the worker records.\n" +
 		"A finished task cannot be canceled (exit 1).",
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		return func(ctx context.Context, args []string) error {
@@ -138,7 +143,7 @@ func fmtTime(t time.Time) string {
 
 func printTask(w io.Writer, t *task.Task) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	row := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, v) }
+	row := func(k, v string) { printRow(tw, k, v) }
 	row("id", t.ID)
 	row("type", t.Type)
 	row("status", string(t.Status))
@@ -155,6 +160,7 @@ func printTask(w io.Writer, t *task.Task) {
 	if t.CancelRequested {
 		row("cancel", "requested")
 	}
+	printDeps(row, t)
 	if t.IdempotencyKey != "" {
 		row("idempotency key", t.IdempotencyKey)
 	}
@@ -169,6 +175,55 @@ func printTask(w io.Writer, t *task.Task) {
 		row("last error", oneLine(t.LastError))
 	}
 	tw.Flush()
+}
+
+// printDeps adds a task's dependencies to get's rows: one row per parent
+// with what became of it, the parents it still waits for, what a failed
+// one does, and whether other tasks wait for this one.
+func printDeps(row func(k, v string), t *task.Task) {
+	if len(t.Deps) > 0 {
+		for i, d := range t.Deps {
+			k := ""
+			if i == 0 {
+				k = "depends on"
+			}
+			row(k, d.ID+"  "+depOutcome(t, d))
+		}
+		if w := t.Waiting(); t.Status == task.Blocked && len(w) > 0 {
+			row("waiting on", fmt.Sprintf("%d of %d: %s", len(w), len(t.Deps), strings.Join(w, ", ")))
+		}
+		policy := "cancel (a dependency that ends dead or canceled cancels this task)"
+		if t.OnDepFailure == task.DepFail {
+			policy = "fail (a dependency that ends dead or canceled makes this task dead)"
+		}
+		row("on dep failure", policy)
+	}
+	if t.Dependents {
+		row("dependents", "yes: other tasks depend on this one")
+	}
+}
+
+// depOutcome says what became of dependency d of t.
+func depOutcome(t *task.Task, d task.Dep) string {
+	switch {
+	case d.Ended != "":
+		return string(d.Ended)
+	case t.Status == task.Blocked:
+		return "waiting"
+	}
+	// Another dependency failed first, or the task was canceled: its end
+	// no longer matters and was not recorded.
+	return "not waited for"
+}
+
+// printRow is a row of a get's key: value table, with the colon left out
+// of continuation rows.
+func printRow(w io.Writer, k, v string) {
+	if k == "" {
+		fmt.Fprintf(w, "\t%s\n", v)
+		return
+	}
+	fmt.Fprintf(w, "%s:\t%s\n", k, v)
 }
 
 func rawOrDash(b json.RawMessage) string {

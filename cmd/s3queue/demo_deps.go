@@ -1,0 +1,135 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/s3queue/s3queue/producer"
+	"github.com/s3queue/s3queue/task"
+)
+
+// modeFatal: the task fails for good on its first attempt (a permanent
+// error), so the tasks that depend on it are canceled.
+const modeFatal = "fatal"
+
+// demoGraph is the demo's dependency graph: a build pipeline in which
+// test, lint and docs wait for build and package waits for all three, and
+// a chain whose first task fails for good, so that its dependent is
+// canceled without ever running (docs/dependencies.md).
+var demoGraph = []struct {
+	step  string
+	mode  string
+	after []string
+	want  task.Status
+}{
+	{"build", modeOK, nil, task.Succeeded},
+	{"test", modeOK, []string{"build"}, task.Succeeded},
+	{"lint", modeOK, []string{"build"}, task.Succeeded},
+	{"docs", modeOK, []string{"build"}, task.Succeeded},
+	{"package", modeOK, []string{"test", "lint", "docs"}, task.Succeeded},
+	{"fetch", modeFatal, nil, task.Dead},
+	{"deploy", modeOK, []string{"fetch"}, task.Canceled},
+}
+
+// submitGraph submits the graph, each step after the ones it depends on,
+// numbering its inputs from n. It returns the id of each step.
+func (d *demo) submitGraph(ctx context.Context, p *producer.Producer, opts producer.Options, n int) (map[string]string, error) {
+	ids := make(map[string]string, len(demoGraph))
+	for i, g := range demoGraph {
+		o := opts
+		for _, s := range g.after {
+			o.DependsOn = append(o.DependsOn, ids[s])
+		}
+		id, err := p.Submit(ctx, demoType, demoInput{N: n + i, Mode: g.mode, Step: g.step}, o)
+		if err != nil {
+			return nil, fmt.Errorf("demo: submit step %s: %w", g.step, err)
+		}
+		ids[g.step] = id
+		if len(g.after) == 0 {
+			continue
+		}
+		// A step whose parent had already failed is created canceled: no
+		// worker reports it, so look.
+		t, err := p.Get(ctx, id)
+		if err != nil {
+			return nil, fmt.Errorf("demo: read step %s: %w", g.step, err)
+		}
+		if t.Status.Terminal() {
+			d.mu.Lock()
+			d.finished[id] = t.Status
+			d.mu.Unlock()
+		}
+	}
+	return ids, nil
+}
+
+// startAfterDeps records that the handler of t starts, and whether every
+// task t depends on had already finished its handler: the demo's own,
+// in-process check that no dependent starts early. Call with d.mu held.
+func (d *demo) startAfterDeps(t *task.Task) {
+	for _, dep := range t.Deps {
+		if !d.completed[dep.ID] {
+			d.early = append(d.early, fmt.Sprintf("%s started before its dependency %s finished", t.ID, dep.ID))
+		}
+	}
+}
+
+// checkGraph reads the graph's tasks back and returns what is wrong with
+// them beyond their status (which the summary checks with the others):
+// a dependent that started before its parents finished, a join that does
+// not record its parents' success, a canceled task that ran.
+func (d *demo) checkGraph(ctx context.Context, p *producer.Producer, ids map[string]string) []string {
+	d.mu.Lock()
+	problems := append([]string(nil), d.early...)
+	ran := make(map[string]int, len(ids))
+	for _, id := range ids {
+		ran[id] = d.execs[id]
+	}
+	d.mu.Unlock()
+	for _, g := range demoGraph {
+		id := ids[g.step]
+		t, err := p.Get(ctx, id)
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("%s (%s): %v", g.step, id, err))
+			continue
+		}
+		switch g.want {
+		case task.Succeeded:
+			for _, dep := range t.Deps {
+				if dep.Ended != task.Succeeded {
+					problems = append(problems, fmt.Sprintf("%s ran, but its dependency %s is %s", g.step, dep.ID, orNone(dep.Ended)))
+				}
+			}
+		case task.Canceled:
+			if ran[id] > 0 {
+				problems = append(problems, fmt.Sprintf("%s ran %d times, though its dependency failed", g.step, ran[id]))
+			}
+			if last := t.History[len(t.History)-1]; !strings.Contains(last.Reason, "dependency "+ids[g.after[0]]+" ended dead") {
+				problems = append(problems, fmt.Sprintf("%s: last transition %q, want its dependency's death", g.step, last.Reason))
+			}
+		}
+	}
+	return problems
+}
+
+// graphLines describes the graph's outcome for the summary.
+func (d *demo) graphLines(final map[string]task.Status, ids map[string]string) [][2]string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	ok := 0
+	for _, s := range []string{"build", "test", "lint", "docs", "package"} {
+		if final[ids[s]] == task.Succeeded {
+			ok++
+		}
+	}
+	deploy := "without running"
+	if n := d.execs[ids["deploy"]]; n > 0 {
+		deploy = fmt.Sprintf("after running %d times", n)
+	}
+	return [][2]string{
+		{"build → test, lint, docs → package", fmt.Sprintf("%d of 5 succeeded", ok)},
+		{"fetch (fails for good) → deploy", fmt.Sprintf("fetch %s, deploy %s %s", orNone(final[ids["fetch"]]), orNone(final[ids["deploy"]]), deploy)},
+		{"started before a dependency finished", fmt.Sprint(len(d.early))},
+	}
+}
