@@ -5,13 +5,27 @@ import (
 	"fmt"
 )
 
-// Marshal encodes t as compact JSON, the bytes stored in the bucket.
+// Marshal encodes t as compact JSON, the bytes stored in the bucket. A
+// task that uses dependencies or a slot is written as format 2, which
+// older binaries refuse (ErrUnsupportedFormat: reported and skipped)
+// rather than rewrite without the fields they do not know; any other task
+// stays format 1.
 func Marshal(t *Task) ([]byte, error) {
-	b, err := json.Marshal(t)
+	c := *t
+	c.Format = formatOf(t)
+	b, err := json.Marshal(&c)
 	if err != nil {
 		return nil, fmt.Errorf("encode task %s: %w", t.ID, err)
 	}
 	return b, nil
+}
+
+// formatOf is the format t is written as.
+func formatOf(t *Task) int {
+	if len(t.Deps) > 0 || t.Dependents || t.Slot != "" || t.Status == Blocked {
+		return 2
+	}
+	return 1
 }
 
 // Decode parses a stored task object and checks that it is one this package

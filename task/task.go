@@ -9,8 +9,10 @@ import (
 )
 
 const (
-	// FormatVersion is the task object format this package reads and writes.
-	FormatVersion = 1
+	// FormatVersion is the newest task object format this package reads
+	// and writes: 2 for a task with dependencies or a slot (see Marshal),
+	// 1 for the others.
+	FormatVersion = 2
 	// MaxInputBytes limits a task's input (compacted JSON), keeping every
 	// task object small enough for one cheap GET.
 	MaxInputBytes = 256 << 10
@@ -227,7 +229,7 @@ func New(id string, shard int, spec Spec, now time.Time) (*Task, error) {
 		avail = spec.AvailableAt.UTC()
 	}
 	t := &Task{
-		Format:         FormatVersion,
+		Format:         1,
 		ID:             id,
 		Type:           spec.Type,
 		Input:          input,

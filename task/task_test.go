@@ -46,7 +46,7 @@ func TestStatus(t *testing.T) {
 func TestNew(t *testing.T) {
 	t.Run("fills defaults and starts pending with version 1", func(t *testing.T) {
 		tk := newTask(t, nil)
-		if tk.Format != FormatVersion || tk.Status != Pending || tk.Version != 1 || tk.Attempt != 0 {
+		if tk.Format != 1 || tk.Status != Pending || tk.Version != 1 || tk.Attempt != 0 {
 			t.Errorf("got format %d status %s version %d attempt %d", tk.Format, tk.Status, tk.Version, tk.Attempt)
 		}
 		if tk.MaxAttempts != DefaultMaxAttempts || tk.Timeout.D() != DefaultTimeout || tk.Retry != DefaultRetryPolicy() {
@@ -808,4 +808,34 @@ func TestDependencies(t *testing.T) {
 			t.Errorf("settling a canceled task: %v, want ErrNoChange", err)
 		}
 	})
+}
+
+// A task with dependencies or a slot is written as format 2, which older
+// binaries refuse rather than rewrite without its fields; others stay 1.
+func TestFormatOfDependenciesAndSlots(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	id, _ := NewID(now, crand.Reader)
+	parent, _ := NewID(now.Add(-time.Hour), crand.Reader)
+	for _, tc := range []struct {
+		name string
+		spec Spec
+		want int
+	}{
+		{"plain", Spec{Type: "t"}, 1},
+		{"dependencies", Spec{Type: "t", Deps: []Dep{{ID: parent}}}, 2},
+		{"slot", Spec{Type: "t", Slot: "k"}, 2},
+	} {
+		tk, err := New(id, 0, tc.spec, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := Marshal(tk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, err := Decode(b)
+		if err != nil || back.Format != tc.want {
+			t.Errorf("%s: format %d (%v), want %d", tc.name, back.Format, err, tc.want)
+		}
+	}
 }
