@@ -56,6 +56,14 @@ var (
 	ErrTerminal = task.ErrTerminal
 	// ErrNotRequeueable: Requeue of a task that is not dead or canceled.
 	ErrNotRequeueable = task.ErrNotRequeueable
+	// ErrUnknownDependency: a DependsOn id names no task of this queue.
+	ErrUnknownDependency = producer.ErrUnknownDependency
+	// ErrDependencyNotMet: Requeue of a task whose dependencies have not
+	// all succeeded.
+	ErrDependencyNotMet = producer.ErrDependencyNotMet
+	// ErrSlotBusy: a drop-if-running submit found its slot busy; nothing
+	// was created.
+	ErrSlotBusy = producer.ErrSlotBusy
 	// ErrRetired: the task expired by retention and is being deleted.
 	ErrRetired = task.ErrRetired
 )

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/s3queue/s3queue/internal/deps"
 	"io"
 	"os"
 	"sync"
@@ -37,6 +38,8 @@ type batchLine struct {
 	Key            *string         `json:"key"`
 	After          []string        `json:"after"`
 	OnDepFailure   *string         `json:"on_dep_failure"`
+	Slot           *string         `json:"slot"`
+	Admission      *string         `json:"admission"`
 }
 
 // batchDefaults are what the flags give every line.
@@ -113,6 +116,18 @@ func parseLine(line []byte, d batchDefaults) (s3queue.Request, error) {
 	if l.After != nil {
 		// Even [] replaces --after: the line runs after nothing.
 		o.DependsOn = l.After
+	}
+	if l.Slot != nil {
+		o.Slot = *l.Slot
+	}
+	if l.Admission != nil {
+		if _, err := deps.ParseAdmission(*l.Admission); err != nil || *l.Admission == "" {
+			return r, fmt.Errorf(`"admission" %q: want "queue", "replace" or "drop-if-running"`, *l.Admission)
+		}
+		o.Admission = *l.Admission
+		if o.Slot == "" {
+			return r, errors.New(`"admission" needs "slot" (or --slot)`)
+		}
 	}
 	if l.OnDepFailure != nil {
 		switch *l.OnDepFailure {

@@ -323,3 +323,46 @@ func TestSubmitBatchAfter(t *testing.T) {
 		}
 	}
 }
+
+// Through the CLI: one task of a slot key runs at a time, the next waits
+// blocked and runs after; drop-if-running on the busy slot creates nothing.
+func TestSubmitSlot(t *testing.T) {
+	store, _ := newStore(t)
+	cfg := writeConfig(t, fastWorker)
+	first := submit(t, store, cfg, "job", "--slot", "customer-42")
+	second := submit(t, store, cfg, "job", "--slot", "customer-42")
+	if got := getTask(t, store, second); got.Status != task.Blocked {
+		t.Fatalf("the second task of the slot is %s, want blocked", got.Status)
+	}
+	r := cli(t, "", "submit", "--store", store, "--config", cfg, "--type", "job", "--slot", "customer-42", "--admission", "drop-if-running")
+	if r.code == 0 || !strings.Contains(r.stderr, "slot busy") || r.stdout != "" {
+		t.Errorf("drop-if-running on a busy slot: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	r = cli(t, "", "submit", "--store", store, "--config", cfg, "--type", "job", "--admission", "replace")
+	if r.code != 2 || !strings.Contains(r.stderr, "--admission needs --slot") {
+		t.Errorf("--admission without --slot: exit %d, stderr %q", r.code, r.stderr)
+	}
+	stderr, stop := background(t, "worker", "--store", store, "--config", cfg, "--exec", "job=echo ok", "--pool", "job=4")
+	a, b := waitTerminal(t, store, first), waitTerminal(t, store, second)
+	if a.Status != task.Succeeded || b.Status != task.Succeeded {
+		t.Fatalf("slot tasks ended %s and %s, want both succeeded", a.Status, b.Status)
+	}
+	// The second was granted the slot only after the first succeeded.
+	var done, granted time.Time
+	for _, h := range a.History {
+		if h.To == task.Succeeded {
+			done = h.At
+		}
+	}
+	for _, h := range b.History {
+		if h.From == task.Blocked && h.To == task.Pending {
+			granted = h.At
+		}
+	}
+	if granted.IsZero() || granted.Before(done) {
+		t.Errorf("the second task was granted the slot at %v, the first succeeded at %v", granted, done)
+	}
+	if code := stop(); code != 0 {
+		t.Errorf("worker exit %d; stderr:\n%s", code, stderr)
+	}
+}

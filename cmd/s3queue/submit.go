@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/s3queue/s3queue/internal/deps"
 	"io"
 	"os"
 	"strings"
@@ -45,6 +46,7 @@ var submitCommand = &command{
 			delay, timeout                                      time.Duration
 			maxAttempts                                         int
 			after                                               idList
+			slot, admission                                     string
 			onDepFailure                                        string
 		)
 		fs.StringVar(&typ, "type", "", "task `type` (required): selects the handler")
@@ -58,6 +60,8 @@ var submitCommand = &command{
 		fs.StringVar(&shardKey, "key", "", "shard `key`: tasks with the same key share a shard")
 		fs.Var(&after, "after", "run only after task `ID` has succeeded (repeatable, or comma-separated); the task is blocked until then")
 		fs.StringVar(&onDepFailure, "on-dep-failure", task.DepCancel, "what a dependency that ends dead or canceled does: `cancel|fail` the task (fail: it ends dead)")
+		fs.StringVar(&slot, "slot", "", "slot `key`: at most one task of the key runs at a time, fleet-wide")
+		fs.StringVar(&admission, "admission", string(deps.AdmitQueue), "how the task takes its place in a busy slot: `queue|replace|drop-if-running`")
 		fs.StringVar(&batch, "batch", "", "submit one task per JSON line of `file` (- for stdin); the other flags are the lines' defaults")
 		return func(ctx context.Context, _ []string) error {
 			set := map[string]bool{}
@@ -90,6 +94,14 @@ var submitCommand = &command{
 			}
 			if set["on-dep-failure"] && !set["after"] && !set["batch"] {
 				return usageError("submit: --on-dep-failure needs --after (it says what a failed dependency does)")
+			}
+			opts.Slot = slot
+			if _, err := deps.ParseAdmission(admission); err != nil {
+				return usageError("submit: --admission %q: want queue, replace or drop-if-running", admission)
+			}
+			opts.Admission = admission
+			if set["admission"] && !set["slot"] && !set["batch"] {
+				return usageError("submit: --admission needs --slot")
 			}
 			switch {
 			case set["at"] && set["delay"]:
@@ -161,7 +173,7 @@ func submitError(err error) error {
 // badSubmit reports whether a submit failed for what it asked, not for the
 // store: it would fail again as it is.
 func badSubmit(err error) bool {
-	return errors.Is(err, task.ErrInvalid) || errors.Is(err, producer.ErrUnknownDependency)
+	return errors.Is(err, task.ErrInvalid) || errors.Is(err, producer.ErrUnknownDependency) || errors.Is(err, producer.ErrDependencyNotMet)
 }
 
 // idList is a repeatable flag of task ids; each value may also list
@@ -242,9 +254,12 @@ func checkSpec(typ string, input json.RawMessage, opts s3queue.SubmitOptions) er
 	if err != nil {
 		return err
 	}
+	if opts.IdempotencyKey != "" && (len(opts.DependsOn) > 0 || opts.Slot != "") {
+		return errors.New("an idempotency key cannot be combined with --after or --slot")
+	}
 	spec := task.Spec{Type: typ, Input: input, MaxAttempts: opts.MaxAttempts, Retry: opts.Retry,
 		Timeout: opts.Timeout, IdempotencyKey: opts.IdempotencyKey, ShardKey: opts.ShardKey,
-		OnDepFailure: opts.OnDepFailure}
+		OnDepFailure: opts.OnDepFailure, Slot: opts.Slot}
 	for _, d := range opts.DependsOn {
 		spec.Deps = append(spec.Deps, task.Dep{ID: d})
 	}

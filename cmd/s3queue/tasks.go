@@ -201,6 +201,13 @@ func printDeps(row func(k, v string), t *task.Task) {
 	if t.Dependents {
 		row("dependents", "yes: other tasks depend on this one")
 	}
+	if t.Slot != "" {
+		v := t.Slot
+		if t.Status == task.Blocked && len(t.Deps) == 0 {
+			v += "  (waiting for the task that holds it)"
+		}
+		row("slot", v)
+	}
 }
 
 // depOutcome says what became of dependency d of t.
