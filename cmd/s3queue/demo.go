@@ -110,6 +110,10 @@ type demo struct {
 	// handler started before a dependency's had (demo_deps.go).
 	completed map[string]bool
 	early     []string
+	// slotRunning is the task whose handler runs now, per slot key: a
+	// second one starting is a breach of the slot (recorded in early).
+	slotRunning map[string]string
+	slotRefused bool
 
 	victimClaimed chan struct{}
 	victimOnce    sync.Once
@@ -218,6 +222,13 @@ func (a *app) demo(ctx context.Context, o demoOptions) (err error) {
 	for _, g := range demoGraph {
 		want[graph[g.step]] = g.want
 	}
+	slotIDs, err := d.submitSlot(ctx, p, opts, o.tasks+len(demoGraph))
+	if err != nil {
+		return err
+	}
+	for _, id := range slotIDs {
+		want[id] = task.Succeeded
+	}
 	total := len(want)
 
 	progress := newProgress(a.stderr, total)
@@ -258,7 +269,7 @@ func (a *app) demo(ctx context.Context, o demoOptions) (err error) {
 	}
 	sum := d.summary(o, where, final, want, mon.Stats(), counts, elapsed)
 	sum.skipped = skipped
-	sum.graph = d.graphLines(final, graph)
+	sum.graph = append(d.graphLines(final, graph), d.slotLines(final, slotIDs)...)
 	sum.graphProblems = d.checkGraph(rctx, p, graph)
 	sum.print(a.stdout)
 	if stopped != nil {
@@ -387,7 +398,9 @@ func (d *demo) handler(doomed bool) worker.Handler {
 		d.mu.Lock()
 		d.execs[t.ID]++
 		d.startAfterDeps(t)
+		d.startInSlot(t)
 		d.mu.Unlock()
+		defer d.endInSlot(t)
 		fail := func(err error) (json.RawMessage, error) {
 			d.mu.Lock()
 			d.failures[t.ID]++
@@ -572,7 +585,7 @@ func orNone(s task.Status) string {
 
 func (s *demoSummary) print(w io.Writer) {
 	n := s.total
-	fmt.Fprintf(w, "\ns3queue demo: %d tasks and %d in a dependency graph, %d workers and 1 killed mid-task, 1 monitor, %d shards\n",
+	fmt.Fprintf(w, "\ns3queue demo: %d tasks and %d in a dependency graph, 3 in a slot, %d workers and 1 killed mid-task, 1 monitor, %d shards\n",
 		s.opts.tasks, len(demoGraph), s.opts.workers, s.opts.shards)
 	fmt.Fprintf(w, "store: %s\n\n", s.store)
 
@@ -599,7 +612,7 @@ func (s *demoSummary) print(w io.Writer) {
 	}
 	tw.Flush()
 
-	fmt.Fprintln(w, "\ndependencies (docs/dependencies.md):")
+	fmt.Fprintln(w, "\ndependencies and slots (docs/dependencies.md, docs/slots.md):")
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	for _, l := range s.graph {
 		fmt.Fprintf(tw, "  %s\t%s\n", l[0], l[1])

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -130,6 +131,79 @@ func (d *demo) graphLines(final map[string]task.Status, ids map[string]string) [
 	return [][2]string{
 		{"build → test, lint, docs → package", fmt.Sprintf("%d of 5 succeeded", ok)},
 		{"fetch (fails for good) → deploy", fmt.Sprintf("fetch %s, deploy %s %s", orNone(final[ids["fetch"]]), orNone(final[ids["deploy"]]), deploy)},
-		{"started before a dependency finished", fmt.Sprint(len(d.early))},
+		{"started early (before a dependency finished, or beside its slot's holder)", fmt.Sprint(len(d.early))},
+	}
+}
+
+// demoSlot is the slot key of the demo's serial tasks: three tasks of one
+// customer that must run one at a time (docs/slots.md).
+const demoSlot = "customer-42"
+
+// submitSlot submits three tasks of demoSlot, queued behind each other,
+// and a fourth with drop-if-running, which the busy slot refuses. It
+// returns the ids of the three.
+func (d *demo) submitSlot(ctx context.Context, p *producer.Producer, opts producer.Options, n int) ([]string, error) {
+	var ids []string
+	o := opts
+	o.Slot = demoSlot
+	for i := range 3 {
+		id, err := p.Submit(ctx, demoType, demoInput{N: n + i, Mode: modeOK, Step: fmt.Sprintf("sync %d", i+1)}, o)
+		if err != nil {
+			return nil, fmt.Errorf("demo: submit slot task: %w", err)
+		}
+		ids = append(ids, id)
+	}
+	o.Admission = "drop-if-running"
+	_, err := p.Submit(ctx, demoType, demoInput{N: n + 3, Mode: modeOK, Step: "sync, if idle"}, o)
+	d.mu.Lock()
+	d.slotRefused = errors.Is(err, producer.ErrSlotBusy)
+	d.mu.Unlock()
+	if err != nil && !errors.Is(err, producer.ErrSlotBusy) {
+		return nil, fmt.Errorf("demo: submit drop-if-running: %w", err)
+	}
+	return ids, nil
+}
+
+// startInSlot records that t's handler starts in its slot. Call with d.mu
+// held.
+func (d *demo) startInSlot(t *task.Task) {
+	if t.Slot == "" {
+		return
+	}
+	if other := d.slotRunning[t.Slot]; other != "" {
+		d.early = append(d.early, fmt.Sprintf("%s started while %s of slot %s ran", t.ID, other, t.Slot))
+	}
+	if d.slotRunning == nil {
+		d.slotRunning = make(map[string]string)
+	}
+	d.slotRunning[t.Slot] = t.ID
+}
+
+// endInSlot records that t's handler returned.
+func (d *demo) endInSlot(t *task.Task) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.slotRunning[t.Slot] == t.ID {
+		delete(d.slotRunning, t.Slot)
+	}
+}
+
+// slotLines describes the slot's outcome for the summary.
+func (d *demo) slotLines(final map[string]task.Status, ids []string) [][2]string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	ok := 0
+	for _, id := range ids {
+		if final[id] == task.Succeeded {
+			ok++
+		}
+	}
+	refused := "refused: slot busy, nothing created"
+	if !d.slotRefused {
+		refused = "NOT refused"
+	}
+	return [][2]string{
+		{"slot " + demoSlot + ": 3 tasks, one at a time", fmt.Sprintf("%d of 3 succeeded", ok)},
+		{"slot " + demoSlot + ": drop-if-running", refused},
 	}
 }
