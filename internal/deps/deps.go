@@ -21,6 +21,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"time"
@@ -70,21 +71,27 @@ type Env struct {
 	// Ended, if set, is told of each task that Settle moved to pending or
 	// ended (for events).
 	Ended func(t *task.Task)
+	// Jitter draws a uniform float in [0,1) for the pauses between lost
+	// races (s3store.CAS); nil draws from math/rand/v2. Services pass
+	// their Config.Rand's, so a seeded run replays.
+	Jitter func() float64
 }
 
 // ErrUnknownParent: a dependency names no task of this queue.
 var ErrUnknownParent = errors.New("unknown dependency")
 
 // Prepare readies the edges of a child task, id in shard, that depends on
-// parents, before the child is written: it reads each parent (an unknown
-// one is an error wrapping ErrUnknownParent), and for each that has not
-// ended writes the edge and marks the parent as having dependents
-// (a conditional PUT, once per parent). It returns the child's Deps, with
+// parents, before the child is written: it reads every parent first (an
+// unknown one is an error wrapping ErrUnknownParent, and nothing is
+// written), then, for each that has not ended, writes the edge and makes
+// sure the parent's end will look for it. It returns the child's Deps, with
 // Ended set for the parents that had already ended, whose edges are settled
 // at once. Requests per parent: a GET; for one not ended, a PUT of the edge
-// and, the first time it gains a dependent, a conditional PUT of it.
+// and then, the first time it gains a dependent, a conditional PUT of it,
+// or else a second GET (see markDependents).
 func (e Env) Prepare(ctx context.Context, child string, shard int, parents []string) ([]task.Dep, error) {
 	out := make([]task.Dep, len(parents))
+	read := make([]taskio.Versioned, len(parents))
 	for i, id := range parents {
 		if !task.ValidID(id) {
 			return nil, fmt.Errorf("dependency %q: %w: not a task id", id, ErrUnknownParent)
@@ -96,11 +103,17 @@ func (e Env) Prepare(ctx context.Context, child string, shard int, parents []str
 		if err != nil {
 			return nil, fmt.Errorf("dependency %s: %w", id, err)
 		}
+		read[i] = v
 		out[i] = task.Dep{ID: id, Shard: v.Task.Shard}
 		if v.Task.Status.Terminal() {
 			out[i].Ended = v.Task.Status
+		}
+	}
+	for i, v := range read {
+		if out[i].Ended != "" {
 			continue
 		}
+		id := out[i].ID
 		if _, err := e.Store.Put(ctx, EdgeKey(id, child, shard), nil, s3store.PutOptions{}); err != nil {
 			return nil, fmt.Errorf("dependency %s: write edge: %w", id, err)
 		}
@@ -118,21 +131,27 @@ func (e Env) Prepare(ctx context.Context, child string, shard int, parents []str
 	return out, nil
 }
 
-// markDependents sets the parent's Dependents flag by CAS unless it is set,
-// and returns the parent's end if it has ended meanwhile. Once the flag is
-// set on a parent that has not ended, whoever ends it lists its edges after
-// that write, and so sees the edge written before.
+// markDependents makes sure that the end of parent v, read before its new
+// edge was written, lists its edges after that write, and returns the
+// parent's end if it has ended meanwhile. A parent without dependents is
+// marked by CAS: the write succeeding proves it had not ended when the edge
+// existed, and whoever ends it later sees the flag and lists the edges. A
+// parent already marked is read again instead: its end may have listed its
+// edges between the first read and the edge's write (and then missed this
+// one), and only a read after the write tells.
 func (e Env) markDependents(ctx context.Context, v taskio.Versioned) (task.Status, error) {
 	cas := s3store.CAS{Sleep: e.sleep}
 	var ended task.Status
-	err := cas.Retry(ctx, func(attempt int) (bool, error) {
-		if attempt > 0 {
+	stale := v.Task.Dependents
+	err := cas.Retry(ctx, func(int) (bool, error) {
+		if stale {
 			nv, err := taskio.Load(ctx, e.Store, v.Task.Key())
 			if err != nil {
 				return false, err
 			}
 			v = nv
 		}
+		stale = true
 		t := v.Task
 		switch {
 		case t.Status.Terminal():
@@ -153,6 +172,32 @@ func (e Env) markDependents(ctx context.Context, v taskio.Versioned) (task.Statu
 		return false, nil
 	})
 	return ended, err
+}
+
+// settleRounds bounds the CAS loops of a child's settle: a child has at
+// most task.MaxDeps parents, so its settle can lose at most that many races
+// to its parents' settles (and a few to cancels), each a round trip or two
+// apart. s3store.CASAttempts alone gives up after about 2s, while 100
+// parents ending at once take about 100 serial writes (measured: 60 of 100
+// settles gave up at 20ms a request); the rest would wait for the
+// monitor's repair.
+const settleRounds = (task.MaxDeps + 10 + s3store.CASAttempts - 1) / s3store.CASAttempts
+
+// contended runs a read-modify-CAS loop on a child under s3store.CAS,
+// with jittered pauses, for up to settleRounds rounds.
+func (e Env) contended(ctx context.Context, try func(attempt int) (bool, error)) error {
+	jitter := e.Jitter
+	if jitter == nil {
+		jitter = rand.Float64
+	}
+	cas := s3store.CAS{Jitter: jitter, Sleep: e.sleep}
+	n := 0
+	for round := 1; ; round++ {
+		err := cas.Retry(ctx, func(int) (bool, error) { n++; return try(n - 1) })
+		if !errors.Is(err, s3store.ErrContended) || round == settleRounds {
+			return err
+		}
+	}
 }
 
 func (e Env) sleep(ctx context.Context, d time.Duration) error {
@@ -244,8 +289,7 @@ func (e Env) settleEdge(ctx context.Context, parent *task.Task, o s3store.Object
 	}
 	key := task.Key(shard, child)
 	var settled *task.Task
-	cas := s3store.CAS{Sleep: e.sleep}
-	err = cas.Retry(ctx, func(int) (bool, error) {
+	err = e.contended(ctx, func(int) (bool, error) {
 		v, err := taskio.Load(ctx, e.Store, key)
 		if errors.Is(err, s3store.ErrNotFound) {
 			iv, nerr := e.Now(ctx)
@@ -285,7 +329,7 @@ func (e Env) settleEdge(ctx context.Context, parent *task.Task, o s3store.Object
 	if err != nil {
 		return nil, fmt.Errorf("child %s: %w", child, err)
 	}
-	if settled != nil {
+	if settled != nil && settled.Status != task.Blocked {
 		if settled.Status == task.Pending {
 			iv, err := e.Now(ctx)
 			if err == nil {
@@ -323,10 +367,17 @@ func parseEdge(parent, key string) (string, int, error) {
 
 // Repair settles what crashes left: for each ended marker, the parent is
 // read; one that has ended has its edges settled (Settle); one that has not
-// (its writer died between the marker and the end, or lost its lease) keeps
-// its marker until Grace has passed, then loses it (whoever ends it later
-// writes a new one); one not found (deleted) settles its children as
-// canceled. It returns how many markers it found and how many parents it
+// (its writer died between the marker and the end, or lost its lease)
+// keeps its marker, and its end, when it comes, settles and deletes it; one
+// not found (deleted) settles its children as canceled.
+//
+// The marker of a parent that has not ended is never deleted, however old:
+// an end may be landing at that moment (its marker rewritten, its write
+// next), and a DELETE between the two, followed by the ender's death before
+// it settles, would leave no trail to its children. Servers ignore If-Match
+// on DELETE, and the marker's bytes never change, so nothing can tell the
+// old marker from the new one. Such a marker costs a GET per repair until
+// its parent ends. It returns how many markers it found and how many parents it
 // settled. Requests: a LIST per 1,000 markers (none left: one LIST), and
 // per marker a GET and what Settle does.
 func (e Env) Repair(ctx context.Context) (found, settled int, err error) {
@@ -360,10 +411,6 @@ func (e Env) Repair(ctx context.Context) (found, settled int, err error) {
 		case v.Task.Status.Terminal():
 			err = e.Settle(ctx, v.Task)
 		default:
-			iv, nerr := e.Now(ctx)
-			if nerr == nil && iv.Earliest.After(o.LastModified.Add(Grace)) {
-				err = e.Store.Delete(ctx, o.Key, s3store.DeleteOptions{})
-			}
 			continue
 		}
 		if err != nil {
