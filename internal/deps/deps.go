@@ -83,12 +83,18 @@ var ErrUnknownParent = errors.New("unknown dependency")
 // Prepare readies the edges of a child task, id in shard, that depends on
 // parents, before the child is written: it reads every parent first (an
 // unknown one is an error wrapping ErrUnknownParent, and nothing is
-// written), then, for each that has not ended, writes the edge and makes
-// sure the parent's end will look for it. It returns the child's Deps, with
-// Ended set for the parents that had already ended, whose edges are settled
-// at once. Requests per parent: a GET; for one not ended, a PUT of the edge
-// and then, the first time it gains a dependent, a conditional PUT of it,
-// or else a second GET (see markDependents).
+// written), then, for each that has not ended, marks it as having
+// dependents (once per parent: a conditional PUT), writes the edge, and
+// reads the parent again. It returns the child's Deps, with Ended set for
+// the parents that had already ended, whose edges are settled at once.
+// Requests per parent: a GET; for one not ended, a PUT of the edge and a
+// second GET, and the first time it gains a dependent a conditional PUT of
+// it.
+//
+// The mark comes before the edge, so that an edge is never left where no
+// end will look: a producer that dies after the mark leaves a parent
+// whose end lists no edge of it, one that dies after the edge leaves an
+// edge the parent's end deletes (its child never lands: Grace).
 func (e Env) Prepare(ctx context.Context, child string, shard int, parents []string) ([]task.Dep, error) {
 	out := make([]task.Dep, len(parents))
 	read := make([]taskio.Versioned, len(parents))
@@ -113,45 +119,61 @@ func (e Env) Prepare(ctx context.Context, child string, shard int, parents []str
 		if out[i].Ended != "" {
 			continue
 		}
-		id := out[i].ID
-		if _, err := e.Store.Put(ctx, EdgeKey(id, child, shard), nil, s3store.PutOptions{}); err != nil {
-			return nil, fmt.Errorf("dependency %s: write edge: %w", id, err)
-		}
-		ended, err := e.markDependents(ctx, v)
+		ended, err := e.edge(ctx, v, child, shard)
 		if err != nil {
-			return nil, fmt.Errorf("dependency %s: %w", id, err)
+			return nil, fmt.Errorf("dependency %s: %w", v.Task.ID, err)
 		}
-		if ended != "" {
-			// It ended before it knew of us: its end will not look for
-			// this edge, so the child learns it now.
-			out[i].Ended = ended
-			_ = e.Store.Delete(ctx, EdgeKey(id, child, shard), s3store.DeleteOptions{})
-		}
+		out[i].Ended = ended
 	}
 	return out, nil
 }
 
-// markDependents makes sure that the end of parent v, read before its new
-// edge was written, lists its edges after that write, and returns the
-// parent's end if it has ended meanwhile. A parent without dependents is
-// marked by CAS: the write succeeding proves it had not ended when the edge
-// existed, and whoever ends it later sees the flag and lists the edges. A
-// parent already marked is read again instead: its end may have listed its
-// edges between the first read and the edge's write (and then missed this
-// one), and only a read after the write tells.
+// edge writes the edge from parent v to child, in shard, and returns the
+// parent's end if it has ended meanwhile (then the edge is deleted again:
+// the child learns the end at once).
+//
+// The read after the edge's write is what makes the edge safe: a parent
+// that had not ended then lists its edges after that write when it ends
+// (it has dependents), so it sees this one; a parent that had ended may
+// have listed them before, and the child learns its end here instead.
+func (e Env) edge(ctx context.Context, v taskio.Versioned, child string, shard int) (task.Status, error) {
+	parent := v.Task.ID
+	if !v.Task.Dependents {
+		ended, err := e.markDependents(ctx, v)
+		if err != nil || ended != "" {
+			return ended, err
+		}
+	}
+	key := EdgeKey(parent, child, shard)
+	if _, err := e.Store.Put(ctx, key, nil, s3store.PutOptions{}); err != nil {
+		return "", fmt.Errorf("write edge: %w", err)
+	}
+	nv, err := taskio.Load(ctx, e.Store, v.Task.Key())
+	if err != nil {
+		return "", fmt.Errorf("read again after the edge: %w", err)
+	}
+	if !nv.Task.Status.Terminal() {
+		return "", nil
+	}
+	// Left behind if this fails: the parent's end, or the repair, deletes
+	// it once Grace has passed.
+	_ = e.Store.Delete(ctx, key, s3store.DeleteOptions{})
+	return nv.Task.Status, nil
+}
+
+// markDependents sets the parent's Dependents flag by CAS unless it is set,
+// and returns the parent's end if it ended first (then nothing is written).
 func (e Env) markDependents(ctx context.Context, v taskio.Versioned) (task.Status, error) {
-	cas := s3store.CAS{Sleep: e.sleep}
+	cas := s3store.CAS{Jitter: e.jitter(), Sleep: e.sleep}
 	var ended task.Status
-	stale := v.Task.Dependents
-	err := cas.Retry(ctx, func(int) (bool, error) {
-		if stale {
+	err := cas.Retry(ctx, func(attempt int) (bool, error) {
+		if attempt > 0 {
 			nv, err := taskio.Load(ctx, e.Store, v.Task.Key())
 			if err != nil {
 				return false, err
 			}
 			v = nv
 		}
-		stale = true
 		t := v.Task
 		switch {
 		case t.Status.Terminal():
@@ -174,6 +196,13 @@ func (e Env) markDependents(ctx context.Context, v taskio.Versioned) (task.Statu
 	return ended, err
 }
 
+func (e Env) jitter() func() float64 {
+	if e.Jitter != nil {
+		return e.Jitter
+	}
+	return rand.Float64
+}
+
 // settleRounds bounds the CAS loops of a child's settle: a child has at
 // most task.MaxDeps parents, so its settle can lose at most that many races
 // to its parents' settles (and a few to cancels), each a round trip or two
@@ -186,11 +215,7 @@ const settleRounds = (task.MaxDeps + 10 + s3store.CASAttempts - 1) / s3store.CAS
 // contended runs a read-modify-CAS loop on a child under s3store.CAS,
 // with jittered pauses, for up to settleRounds rounds.
 func (e Env) contended(ctx context.Context, try func(attempt int) (bool, error)) error {
-	jitter := e.Jitter
-	if jitter == nil {
-		jitter = rand.Float64
-	}
-	cas := s3store.CAS{Jitter: jitter, Sleep: e.sleep}
+	cas := s3store.CAS{Jitter: e.jitter(), Sleep: e.sleep}
 	n := 0
 	for round := 1; ; round++ {
 		err := cas.Retry(ctx, func(int) (bool, error) { n++; return try(n - 1) })

@@ -400,6 +400,64 @@ func TestAParentEndingBetweenTheReadAndTheEdge(t *testing.T) {
 	}
 }
 
+// A parent that ends between the child's read of it and the mark: the
+// mark's CAS fails, the read again sees the end, and no edge is written.
+func TestAParentEndingBetweenTheReadAndTheMark(t *testing.T) {
+	f := setup(t)
+	a := f.submit("")
+	f.claim(a)
+	key := f.load(a).Task.Key()
+	f.faults.Inject(s3store.Fault{Op: s3store.OpPut, KeyPrefix: key, Times: 1,
+		Hook: func(string) { f.finish(a, task.Succeeded) }})
+	before := f.st.Counts()
+	c := f.submit("", a)
+	if d := f.st.Counts().Sub(before); d[s3store.OpPut][s3store.OutcomePrecondition] != 1 {
+		t.Fatalf("requests %s, want the mark to lose its race", d)
+	}
+	f.want(c, task.Pending)
+	f.clean()
+}
+
+// A producer that dies anywhere in Prepare leaves nothing for good: what
+// it wrote is found by the parent's end and gone once Grace has passed.
+func TestAProducerDyingInPrepareLeavesNothingForGood(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		inject func(f *fixture, parent string)
+	}{
+		{"at the mark", func(f *fixture, parent string) {
+			f.faults.Inject(s3store.Fault{Op: s3store.OpPut, KeyPrefix: f.load(parent).Task.Key(), Err: s3store.ErrInjected503, Times: 1})
+		}},
+		{"after the mark, at the edge", func(f *fixture, parent string) {
+			f.faults.Inject(s3store.Fault{Op: s3store.OpPut, KeyPrefix: deps.EdgePrefix(parent), Err: s3store.ErrInjected503, Times: 1})
+		}},
+		{"after the edge, at the read again", func(f *fixture, parent string) {
+			key := f.load(parent).Task.Key()
+			f.faults.Inject(s3store.Fault{Op: s3store.OpPut, KeyPrefix: deps.EdgePrefix(parent), Times: 1, Hook: func(string) {
+				f.faults.Inject(s3store.Fault{Op: s3store.OpGet, KeyPrefix: key, Err: s3store.ErrInjected503, Times: 1})
+			}})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := setup(t)
+			a := f.submit("")
+			tc.inject(f, a)
+			if _, err := f.p.Submit(f.ctx, "t", nil, producer.Options{DependsOn: []string{a}}); err == nil {
+				t.Fatal("submit survived the fault")
+			}
+			f.faults.Clear()
+			t.Logf("left by the producer: %v", f.keys("deps/"))
+			pt := f.end(a, task.Succeeded)
+			if pt.Dependents {
+				_ = f.env.Settle(f.ctx, pt) // the edge's child may still land: left to the repair
+			}
+			f.advance(deps.Grace + time.Second)
+			f.repair()
+			f.clean()
+		})
+	}
+}
+
 // The producer died after writing the edge, before the child: the edge is
 // kept for a child that may still land until Grace, then deleted.
 func TestAnEdgeWithoutItsChild(t *testing.T) {
@@ -633,6 +691,14 @@ func TestFanOutOf10000(t *testing.T) {
 	}
 	t.Logf("submit of the first child: %s", first)
 	t.Logf("submit of each further child: %s (over %d)", per(submits, n-1), n-1)
+	// The parent's GET, its mark, the edge, the parent's GET again, the child.
+	if first.Of(s3store.OpGet) != 2 || first.Of(s3store.OpPut) != 3 {
+		t.Fatalf("the first child's submit made %s, want 2 GETs and 3 PUTs", first)
+	}
+	// The same without the mark; and a fleet read now and then.
+	if g, p := submits.Of(s3store.OpGet), submits.Of(s3store.OpPut); g < 2*(n-1) || g > 2*(n-1)+10 || p != 2*(n-1) {
+		t.Fatalf("further submits made %s, want 2 GETs and 2 PUTs each", submits)
+	}
 
 	pt := f.end(a, task.Succeeded)
 	before = f.st.Counts()
