@@ -47,7 +47,7 @@ const depsHandler = `echo "start $S3QUEUE_TASK_ID $(date +%s.%N)" >> "$RUNS"; sl
 // TestDependencyChainSurvivesKilledWorkers: a chain of 8 tasks and a
 // fan-out/fan-in DAG (a root, 10 tasks after it, a join after all 10, a
 // tail after the join), submitted up front through the Go producer
-// (DependsOn), run by 3 `s3queue worker` processes and an `s3queue
+// (DependsOn; `s3queue submit --after` was not on this branch yet), run by 3 `s3queue worker` processes and an `s3queue
 // monitor`, while the worker running a mid-chain task is killed (SIGKILL)
 // four times, at different moments of its run (the last ones near the
 // run's end, where the end and its settle are written), and replaced.
