@@ -21,6 +21,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"time"
@@ -70,21 +71,33 @@ type Env struct {
 	// Ended, if set, is told of each task that Settle moved to pending or
 	// ended (for events).
 	Ended func(t *task.Task)
+	// Jitter draws a uniform float in [0,1) for the pauses between lost
+	// races (s3store.CAS); nil draws from math/rand/v2. Services pass
+	// their Config.Rand's, so a seeded run replays.
+	Jitter func() float64
 }
 
 // ErrUnknownParent: a dependency names no task of this queue.
 var ErrUnknownParent = errors.New("unknown dependency")
 
 // Prepare readies the edges of a child task, id in shard, that depends on
-// parents, before the child is written: it reads each parent (an unknown
-// one is an error wrapping ErrUnknownParent), and for each that has not
-// ended writes the edge and marks the parent as having dependents
-// (a conditional PUT, once per parent). It returns the child's Deps, with
-// Ended set for the parents that had already ended, whose edges are settled
-// at once. Requests per parent: a GET; for one not ended, a PUT of the edge
-// and, the first time it gains a dependent, a conditional PUT of it.
+// parents, before the child is written: it reads every parent first (an
+// unknown one is an error wrapping ErrUnknownParent, and nothing is
+// written), then, for each that has not ended, marks it as having
+// dependents (once per parent: a conditional PUT), writes the edge, and
+// reads the parent again. It returns the child's Deps, with Ended set for
+// the parents that had already ended, whose edges are settled at once.
+// Requests per parent: a GET; for one not ended, a PUT of the edge and a
+// second GET, and the first time it gains a dependent a conditional PUT of
+// it.
+//
+// The mark comes before the edge, so that an edge is never left where no
+// end will look: a producer that dies after the mark leaves a parent
+// whose end lists no edge of it, one that dies after the edge leaves an
+// edge the parent's end deletes (its child never lands: Grace).
 func (e Env) Prepare(ctx context.Context, child string, shard int, parents []string) ([]task.Dep, error) {
 	out := make([]task.Dep, len(parents))
+	read := make([]taskio.Versioned, len(parents))
 	for i, id := range parents {
 		if !task.ValidID(id) {
 			return nil, fmt.Errorf("dependency %q: %w: not a task id", id, ErrUnknownParent)
@@ -96,34 +109,62 @@ func (e Env) Prepare(ctx context.Context, child string, shard int, parents []str
 		if err != nil {
 			return nil, fmt.Errorf("dependency %s: %w", id, err)
 		}
+		read[i] = v
 		out[i] = task.Dep{ID: id, Shard: v.Task.Shard}
 		if v.Task.Status.Terminal() {
 			out[i].Ended = v.Task.Status
+		}
+	}
+	for i, v := range read {
+		if out[i].Ended != "" {
 			continue
 		}
-		if _, err := e.Store.Put(ctx, EdgeKey(id, child, shard), nil, s3store.PutOptions{}); err != nil {
-			return nil, fmt.Errorf("dependency %s: write edge: %w", id, err)
-		}
-		ended, err := e.markDependents(ctx, v)
+		ended, err := e.edge(ctx, v, child, shard)
 		if err != nil {
-			return nil, fmt.Errorf("dependency %s: %w", id, err)
+			return nil, fmt.Errorf("dependency %s: %w", v.Task.ID, err)
 		}
-		if ended != "" {
-			// It ended before it knew of us: its end will not look for
-			// this edge, so the child learns it now.
-			out[i].Ended = ended
-			_ = e.Store.Delete(ctx, EdgeKey(id, child, shard), s3store.DeleteOptions{})
-		}
+		out[i].Ended = ended
 	}
 	return out, nil
 }
 
+// edge writes the edge from parent v to child, in shard, and returns the
+// parent's end if it has ended meanwhile (then the edge is deleted again:
+// the child learns the end at once).
+//
+// The read after the edge's write is what makes the edge safe: a parent
+// that had not ended then lists its edges after that write when it ends
+// (it has dependents), so it sees this one; a parent that had ended may
+// have listed them before, and the child learns its end here instead.
+func (e Env) edge(ctx context.Context, v taskio.Versioned, child string, shard int) (task.Status, error) {
+	parent := v.Task.ID
+	if !v.Task.Dependents {
+		ended, err := e.markDependents(ctx, v)
+		if err != nil || ended != "" {
+			return ended, err
+		}
+	}
+	key := EdgeKey(parent, child, shard)
+	if _, err := e.Store.Put(ctx, key, nil, s3store.PutOptions{}); err != nil {
+		return "", fmt.Errorf("write edge: %w", err)
+	}
+	nv, err := taskio.Load(ctx, e.Store, v.Task.Key())
+	if err != nil {
+		return "", fmt.Errorf("read again after the edge: %w", err)
+	}
+	if !nv.Task.Status.Terminal() {
+		return "", nil
+	}
+	// Left behind if this fails: the parent's end, or the repair, deletes
+	// it once Grace has passed.
+	_ = e.Store.Delete(ctx, key, s3store.DeleteOptions{})
+	return nv.Task.Status, nil
+}
+
 // markDependents sets the parent's Dependents flag by CAS unless it is set,
-// and returns the parent's end if it has ended meanwhile. Once the flag is
-// set on a parent that has not ended, whoever ends it lists its edges after
-// that write, and so sees the edge written before.
+// and returns the parent's end if it ended first (then nothing is written).
 func (e Env) markDependents(ctx context.Context, v taskio.Versioned) (task.Status, error) {
-	cas := s3store.CAS{Sleep: e.sleep}
+	cas := s3store.CAS{Jitter: e.jitter(), Sleep: e.sleep}
 	var ended task.Status
 	err := cas.Retry(ctx, func(attempt int) (bool, error) {
 		if attempt > 0 {
@@ -153,6 +194,35 @@ func (e Env) markDependents(ctx context.Context, v taskio.Versioned) (task.Statu
 		return false, nil
 	})
 	return ended, err
+}
+
+func (e Env) jitter() func() float64 {
+	if e.Jitter != nil {
+		return e.Jitter
+	}
+	return rand.Float64
+}
+
+// settleRounds bounds the CAS loops of a child's settle: a child has at
+// most task.MaxDeps parents, so its settle can lose at most that many races
+// to its parents' settles (and a few to cancels), each a round trip or two
+// apart. s3store.CASAttempts alone gives up after about 2s, while 100
+// parents ending at once take about 100 serial writes (measured: 60 of 100
+// settles gave up at 20ms a request); the rest would wait for the
+// monitor's repair.
+const settleRounds = (task.MaxDeps + 10 + s3store.CASAttempts - 1) / s3store.CASAttempts
+
+// contended runs a read-modify-CAS loop on a child under s3store.CAS,
+// with jittered pauses, for up to settleRounds rounds.
+func (e Env) contended(ctx context.Context, try func(attempt int) (bool, error)) error {
+	cas := s3store.CAS{Jitter: e.jitter(), Sleep: e.sleep}
+	n := 0
+	for round := 1; ; round++ {
+		err := cas.Retry(ctx, func(int) (bool, error) { n++; return try(n - 1) })
+		if !errors.Is(err, s3store.ErrContended) || round == settleRounds {
+			return err
+		}
+	}
 }
 
 func (e Env) sleep(ctx context.Context, d time.Duration) error {
@@ -244,8 +314,7 @@ func (e Env) settleEdge(ctx context.Context, parent *task.Task, o s3store.Object
 	}
 	key := task.Key(shard, child)
 	var settled *task.Task
-	cas := s3store.CAS{Sleep: e.sleep}
-	err = cas.Retry(ctx, func(int) (bool, error) {
+	err = e.contended(ctx, func(int) (bool, error) {
 		v, err := taskio.Load(ctx, e.Store, key)
 		if errors.Is(err, s3store.ErrNotFound) {
 			iv, nerr := e.Now(ctx)
@@ -285,7 +354,7 @@ func (e Env) settleEdge(ctx context.Context, parent *task.Task, o s3store.Object
 	if err != nil {
 		return nil, fmt.Errorf("child %s: %w", child, err)
 	}
-	if settled != nil {
+	if settled != nil && settled.Status != task.Blocked {
 		if settled.Status == task.Pending {
 			iv, err := e.Now(ctx)
 			if err == nil {
@@ -323,10 +392,17 @@ func parseEdge(parent, key string) (string, int, error) {
 
 // Repair settles what crashes left: for each ended marker, the parent is
 // read; one that has ended has its edges settled (Settle); one that has not
-// (its writer died between the marker and the end, or lost its lease) keeps
-// its marker until Grace has passed, then loses it (whoever ends it later
-// writes a new one); one not found (deleted) settles its children as
-// canceled. It returns how many markers it found and how many parents it
+// (its writer died between the marker and the end, or lost its lease)
+// keeps its marker, and its end, when it comes, settles and deletes it; one
+// not found (deleted) settles its children as canceled.
+//
+// The marker of a parent that has not ended is never deleted, however old:
+// an end may be landing at that moment (its marker rewritten, its write
+// next), and a DELETE between the two, followed by the ender's death before
+// it settles, would leave no trail to its children. Servers ignore If-Match
+// on DELETE, and the marker's bytes never change, so nothing can tell the
+// old marker from the new one. Such a marker costs a GET per repair until
+// its parent ends. It returns how many markers it found and how many parents it
 // settled. Requests: a LIST per 1,000 markers (none left: one LIST), and
 // per marker a GET and what Settle does.
 func (e Env) Repair(ctx context.Context) (found, settled int, err error) {
@@ -360,10 +436,6 @@ func (e Env) Repair(ctx context.Context) (found, settled int, err error) {
 		case v.Task.Status.Terminal():
 			err = e.PassOn(ctx, v.Task)
 		default:
-			iv, nerr := e.Now(ctx)
-			if nerr == nil && iv.Earliest.After(o.LastModified.Add(Grace)) {
-				err = e.Store.Delete(ctx, o.Key, s3store.DeleteOptions{})
-			}
 			continue
 		}
 		if err != nil {
