@@ -888,7 +888,9 @@ func (m *Monitor) redispatch(ctx context.Context, key string, iv clock.Interval,
 
 // deps is the monitor's view of the dependency edges.
 func (m *Monitor) deps() deps.Env {
-	return deps.Env{Store: m.st, Local: m.local, Now: m.clock.Now, Counts: m.manifest.Counts(),
+	return deps.Env{Jitter: rnd.Locked(rnd.Keyed(m.cfg.ID + "/deps")),
+		Announce: func(ctx context.Context, t *task.Task) error { _, err := m.announce(ctx, t); return err },
+		Store:    m.st, Local: m.local, Now: m.clock.Now, Counts: m.manifest.Counts(),
 		Ended: func(t *task.Task) {
 			m.publish(deps.EventOf(t), t, nil)
 		}}

@@ -402,7 +402,13 @@ func (p *Producer) afterAdmit(ctx context.Context, t *task.Task, adm deps.Admitt
 
 // deps is the producer's view of the dependency edges.
 func (p *Producer) deps() deps.Env {
-	return deps.Env{Store: p.st, Local: p.local, Now: p.clock.Now, Counts: p.Manifest().Counts(),
+	return deps.Env{Jitter: rnd.Locked(rnd.Keyed("producer/deps")),
+		Announce: func(ctx context.Context, t *task.Task) error {
+			err := p.announce(ctx, t)
+			p.ring(ctx, t.ID)
+			return err
+		},
+		Store: p.st, Local: p.local, Now: p.clock.Now, Counts: p.Manifest().Counts(),
 		Ended: func(t *task.Task) { p.publish(deps.EventOf(t), t) }}
 }
 

@@ -197,7 +197,7 @@ func taskEvent(kind Kind, t *task.Task, err error) Event {
 
 // deps is the worker's view of the dependency edges.
 func (w *Worker) deps() deps.Env {
-	return deps.Env{Store: w.st, Local: w.local, Now: w.clock.Now, Counts: w.manifest.Counts(),
+	return deps.Env{Jitter: rnd.Locked(rnd.Keyed(w.cfg.ID + "/deps")), Store: w.st, Local: w.local, Now: w.clock.Now, Counts: w.manifest.Counts(),
 		Ended: func(t *task.Task) {
 			w.emit(taskEvent(deps.EventOf(t), t, nil))
 		}}

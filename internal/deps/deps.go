@@ -68,6 +68,11 @@ type Env struct {
 	// Counts are the shard counts a task may have been placed with
 	// (the manifest's), to find a parent by id.
 	Counts []int
+	// Announce, if set, writes the ready pointer of a task Settle or
+	// Advance made pending (the monitor and producers route it to a shard
+	// a member polls and ring the doorbell); nil writes it in the task's
+	// own shard.
+	Announce func(ctx context.Context, t *task.Task) error
 	// Ended, if set, is told of each task that Settle moved to pending or
 	// ended (for events).
 	Ended func(t *task.Task)
@@ -356,11 +361,7 @@ func (e Env) settleEdge(ctx context.Context, parent *task.Task, o s3store.Object
 	}
 	if settled != nil && settled.Status != task.Blocked {
 		if settled.Status == task.Pending {
-			iv, err := e.Now(ctx)
-			if err == nil {
-				err = shards.Announce(ctx, e.Store, settled, iv.Latest, -1)
-			}
-			if err != nil {
+			if err := e.announce(ctx, settled); err != nil {
 				// The monitor's repair announces a pending task nobody
 				// claims; the edge is settled either way.
 				_ = err
@@ -445,4 +446,16 @@ func (e Env) Repair(ctx context.Context) (found, settled int, err error) {
 		settled++
 	}
 	return len(markers), settled, errors.Join(errs...)
+}
+
+// announce writes the ready pointer of t, made pending now.
+func (e Env) announce(ctx context.Context, t *task.Task) error {
+	if e.Announce != nil {
+		return e.Announce(ctx, t)
+	}
+	iv, err := e.Now(ctx)
+	if err != nil {
+		return err
+	}
+	return shards.Announce(ctx, e.Store, t, iv.Latest, -1)
 }

@@ -13,7 +13,6 @@ import (
 	"github.com/s3queue/s3queue/internal/events"
 	"github.com/s3queue/s3queue/internal/taskio"
 	"github.com/s3queue/s3queue/s3store"
-	"github.com/s3queue/s3queue/shards"
 	"github.com/s3queue/s3queue/task"
 )
 
@@ -286,11 +285,9 @@ func (e Env) grant(ctx context.Context, key string, m Member, since time.Time) (
 		return nil, err
 	}
 	if granted != nil {
-		if iv, err := e.Now(ctx); err == nil {
-			// A pending task nobody claims is announced by the
-			// monitor's repair if this pointer is lost.
-			_ = shards.Announce(ctx, e.Store, granted, iv.Latest, -1)
-		}
+		// A pending task nobody claims is announced by the monitor's
+		// repair if this pointer is lost.
+		_ = e.announce(ctx, granted)
 		if e.Ended != nil {
 			e.Ended(granted)
 		}

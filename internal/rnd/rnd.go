@@ -82,3 +82,14 @@ func Keyed(key string) func() float64 {
 	r := mathrand.New(mathrand.NewPCG(h.Sum64(), 0x6a177e5))
 	return r.Float64
 }
+
+// Locked makes draw safe for concurrent use (the draws' order among
+// goroutines is theirs to decide).
+func Locked(draw func() float64) func() float64 {
+	var mu sync.Mutex
+	return func() float64 {
+		mu.Lock()
+		defer mu.Unlock()
+		return draw()
+	}
+}
