@@ -304,7 +304,7 @@ func (p *Producer) Submit(ctx context.Context, typ string, input any, opts Optio
 			}
 			return "", fmt.Errorf("submit: %w", err)
 		}
-		spec.SlotWait = adm.Wait
+		spec.SlotWait, spec.SlotTurn = adm.Wait, adm.Turn
 	}
 	t, err := task.New(id, shard, spec, now.Mid())
 	if err != nil {
@@ -823,6 +823,7 @@ func (p *Producer) Requeue(ctx context.Context, id string) error {
 				return err
 			}
 			wait = adm.Wait
+			cur.SlotTurn = adm.Turn
 		}
 		if err := p.depsMet(ctx, cur); err != nil {
 			return err

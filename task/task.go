@@ -111,6 +111,9 @@ type Task struct {
 	// blocked; whoever records the end of the slot's holder passes the
 	// slot on.
 	Slot string `json:"slot,omitempty"`
+	// SlotTurn is the task's turn in its slot (the slot's version that
+	// admitted it); a requeue takes a new one.
+	SlotTurn int64 `json:"slot_turn,omitempty"`
 	// Retired marks a finished task that retention is deleting (a
 	// tombstone): nothing writes it again, and anyone may delete it.
 	Retired bool `json:"retired,omitempty"`
@@ -169,6 +172,7 @@ type Spec struct {
 	// for its slot (its admission put it behind the slot's holder).
 	Slot     string
 	SlotWait bool
+	SlotTurn int64
 }
 
 // New validates spec and returns a pending task with Version 1 and a single
@@ -246,7 +250,7 @@ func New(id string, shard int, spec Spec, now time.Time) (*Task, error) {
 		Version:        1,
 		History:        []Transition{{At: now, To: Pending, Reason: "submitted"}},
 	}
-	t.Slot = spec.Slot
+	t.Slot, t.SlotTurn = spec.Slot, spec.SlotTurn
 	if spec.SlotWait {
 		if spec.Slot == "" {
 			return nil, fmt.Errorf("new task %s: %w: waiting for a slot without a slot key", id, ErrInvalid)

@@ -74,10 +74,14 @@ var ErrSlotBusy = errors.New("slot busy")
 // ErrSlotFull: the slot already has MaxSlotQueue tasks waiting.
 var ErrSlotFull = errors.New("slot queue full")
 
-// Member is a task in a slot.
+// Member is a task in a slot, for one turn: a task requeued into its slot
+// again takes a new turn, so that the end of its previous turn never
+// passes the new one on (Advance).
 type Member struct {
 	ID    string `json:"id"`
 	Shard int    `json:"shard"`
+	// Turn is the slot's version that admitted it: unique in the slot.
+	Turn int64 `json:"turn"`
 }
 
 // Slot is a slot object.
@@ -137,6 +141,8 @@ func (e Env) writeSlot(ctx context.Context, s Slot, etag string) error {
 type Admitted struct {
 	// Wait: the task waits behind the holder (create it blocked).
 	Wait bool
+	// Turn is the task's turn in the slot (Task.SlotTurn).
+	Turn int64
 	// Replaced is the waiting task the submit replaced (AdmitReplace),
 	// to be canceled; Holder the holder to ask to stop.
 	Replaced, Holder *Member
@@ -154,11 +160,14 @@ func (e Env) Admit(ctx context.Context, key string, m Member, a Admission) (Admi
 		if err != nil {
 			return false, err
 		}
+		m.Turn = s.Version + 1 // the version this write makes
+		same := func(o Member) bool { return o.ID == m.ID }
 		switch {
-		case s.Holder != nil && *s.Holder == m && a != AdmitRequeue:
-			return false, nil // already holds it (a retried write)
-		case slices.Contains(s.Queue, m):
-			out.Wait = true
+		case s.Holder != nil && same(*s.Holder) && a != AdmitRequeue:
+			out.Turn = s.Holder.Turn // already holds it (a retried write)
+			return false, nil
+		case slices.ContainsFunc(s.Queue, same):
+			out.Wait, out.Turn = true, s.Queue[slices.IndexFunc(s.Queue, same)].Turn
 			return false, nil
 		case s.Holder == nil:
 			iv, err := e.Now(ctx)
@@ -186,6 +195,7 @@ func (e Env) Admit(ctx context.Context, key string, m Member, a Admission) (Admi
 				out.Holder = s.Holder
 			}
 		}
+		out.Turn = m.Turn
 		if err := e.writeSlot(ctx, s, etag); err != nil {
 			return s3store.LostRace(err), fmt.Errorf("slot %q: %w", key, err)
 		}
@@ -207,7 +217,9 @@ func (e Env) Advance(ctx context.Context, t *task.Task) error {
 		if err != nil {
 			return err
 		}
-		if s.Holder != nil && s.Holder.ID == t.ID {
+		if s.Holder != nil && s.Holder.ID == t.ID && s.Holder.Turn == t.SlotTurn {
+			// t's turn ends (a later turn of the same task, requeued
+			// meanwhile, is not ended by it).
 			s.Holder = nil
 			if len(s.Queue) > 0 {
 				next := s.Queue[0]
@@ -252,7 +264,7 @@ func (e Env) grant(ctx context.Context, key string, m Member, since time.Time) (
 		if errors.Is(err, s3store.ErrNotFound) {
 			iv, nerr := e.Now(ctx)
 			if nerr == nil && iv.Earliest.After(since.Add(Grace)) {
-				pass = &task.Task{ID: m.ID, Shard: m.Shard, Slot: key, Status: task.Canceled}
+				pass = &task.Task{ID: m.ID, Shard: m.Shard, Slot: key, Status: task.Canceled, SlotTurn: m.Turn}
 				return false, nil
 			}
 			return false, fmt.Errorf("slot %q: holder %s not found yet: %w", key, m.ID, err)
@@ -260,9 +272,25 @@ func (e Env) grant(ctx context.Context, key string, m Member, since time.Time) (
 		if err != nil {
 			return false, err
 		}
-		if v.Task.Status.Terminal() {
-			pass = v.Task
+		if v.Task.SlotTurn > m.Turn {
+			// The task has a later turn (requeued into the slot again):
+			// the turn the slot names as holder has ended.
+			pass = &task.Task{ID: m.ID, Shard: m.Shard, Slot: key, Status: task.Canceled, SlotTurn: m.Turn}
 			return false, nil
+		}
+		if v.Task.Status.Terminal() {
+			if v.Task.SlotTurn == m.Turn {
+				pass = v.Task
+				return false, nil
+			}
+			// Ended in an earlier turn: the requeue that gave it this
+			// turn has not landed yet, or never will (after Grace).
+			iv, nerr := e.Now(ctx)
+			if nerr == nil && iv.Earliest.After(since.Add(Grace)) {
+				pass = &task.Task{ID: m.ID, Shard: m.Shard, Slot: key, Status: task.Canceled, SlotTurn: m.Turn}
+				return false, nil
+			}
+			return false, fmt.Errorf("slot %q: holder %s's requeue not landed yet", key, m.ID)
 		}
 		iv, err := e.Now(ctx)
 		if err != nil {
@@ -344,7 +372,7 @@ func (e Env) CheckWaiting(ctx context.Context, t *task.Task) (replaced bool, err
 	if err != nil {
 		return false, err
 	}
-	m := Member{ID: t.ID, Shard: t.Shard}
+	m := Member{ID: t.ID, Shard: t.Shard, Turn: t.SlotTurn}
 	switch {
 	case s.Holder != nil && *s.Holder == m:
 		_, err := e.grant(ctx, t.Slot, m, s.Since)
