@@ -810,6 +810,7 @@ func (p *Producer) Cancel(ctx context.Context, id string) (requested bool, err e
 func (p *Producer) Requeue(ctx context.Context, id string) error {
 	var t *task.Task
 	var announced time.Time // local time of the write-ahead pointer, if any
+	var turn int64          // the slot turn an earlier attempt of this requeue got
 	err := p.modify(ctx, id, func(cur *task.Task, now clock.Interval) error {
 		// A task of a slot takes its place in the slot again first,
 		// decided on the version this write replaces: behind the holder
@@ -818,11 +819,11 @@ func (p *Producer) Requeue(ctx context.Context, id string) error {
 		// idempotent for a task already in its slot.)
 		wait := false
 		if cur.Slot != "" && (cur.Status == task.Dead || cur.Status == task.Canceled) {
-			adm, err := p.deps().Admit(ctx, cur.Slot, deps.Member{ID: cur.ID, Shard: cur.Shard}, deps.AdmitRequeue)
+			adm, err := p.deps().Admit(ctx, cur.Slot, deps.Member{ID: cur.ID, Shard: cur.Shard, Turn: turn}, deps.AdmitRequeue)
 			if err != nil {
 				return err
 			}
-			wait = adm.Wait
+			wait, turn = adm.Wait, adm.Turn
 			cur.SlotTurn = adm.Turn
 		}
 		if err := p.depsMet(ctx, cur); err != nil {

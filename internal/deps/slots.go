@@ -46,7 +46,9 @@ const (
 	AdmitDropIfRunning Admission = "drop-if-running"
 	// AdmitRequeue is AdmitQueue for a requeued task (not a submit's
 	// choice): a slot that still names it as holder does so from its
-	// previous run, whose end is being passed on, so it waits behind.
+	// previous run, whose end is being passed on, so it waits behind. A
+	// requeue that retries passes the turn its earlier attempt got (in
+	// Member.Turn), which it keeps.
 	AdmitRequeue Admission = "requeue"
 )
 
@@ -160,10 +162,11 @@ func (e Env) Admit(ctx context.Context, key string, m Member, a Admission) (Admi
 		if err != nil {
 			return false, err
 		}
+		retried := m.Turn      // a requeue's earlier attempt got this turn
 		m.Turn = s.Version + 1 // the version this write makes
-		same := func(o Member) bool { return o.ID == m.ID }
+		same := func(o Member) bool { return o.ID == m.ID && (a != AdmitRequeue || o.Turn == retried) }
 		switch {
-		case s.Holder != nil && same(*s.Holder) && a != AdmitRequeue:
+		case s.Holder != nil && same(*s.Holder) && (a != AdmitRequeue || retried != 0):
 			out.Turn = s.Holder.Turn // already holds it (a retried write)
 			return false, nil
 		case slices.ContainsFunc(s.Queue, same):
