@@ -282,7 +282,7 @@ func (p *Producer) Submit(ctx context.Context, typ string, input any, opts Optio
 		if _, err := task.New(id, shard, spec, now.Mid()); err != nil {
 			return "", fmt.Errorf("submit: %w", err)
 		}
-		if spec.Deps, err = p.deps().Prepare(ctx, id, shard, opts.DependsOn); err != nil {
+		if spec.Deps, err = p.prepare(ctx, id, shard, opts.DependsOn); err != nil {
 			return "", fmt.Errorf("submit: %w", err)
 		}
 	}
@@ -329,6 +329,44 @@ func (p *Producer) Submit(ctx context.Context, typ string, input any, opts Optio
 	}
 	p.afterCreate(ctx, t)
 	return t.ID, nil
+}
+
+// prepareRounds bounds how often prepare writes the edges of one submit.
+const prepareRounds = 3
+
+// prepare writes the edges of child id, in shard, to parents
+// (deps.Prepare) and returns its Deps. A parent's end deletes an edge whose
+// child it does not find deps.Grace after the edge's write, so the child's
+// PUT must follow its first edge well within Grace: if writing them took
+// half of it or more (many parents, a slow store, a paused process), the
+// edges to the parents that have not ended are written again, and those
+// parents read again. After prepareRounds slow rounds the submit fails,
+// and creates nothing (the parents' ends delete the edges it leaves).
+func (p *Producer) prepare(ctx context.Context, id string, shard int, parents []string) ([]task.Dep, error) {
+	got := make(map[string]task.Dep, len(parents))
+	todo := parents
+	for range prepareRounds {
+		start := p.local.Now()
+		ds, err := p.deps().Prepare(ctx, id, shard, todo)
+		if err != nil {
+			return nil, err
+		}
+		todo = nil
+		for _, d := range ds {
+			got[d.ID] = d
+			if d.Ended == "" {
+				todo = append(todo, d.ID)
+			}
+		}
+		if len(todo) == 0 || clock.Since(p.local, start) < deps.Grace/2 {
+			out := make([]task.Dep, len(parents))
+			for i, d := range parents {
+				out[i] = got[d]
+			}
+			return out, nil
+		}
+	}
+	return nil, fmt.Errorf("writing the edges of %d dependencies took longer than %v each time; try again", len(parents), deps.Grace/2)
 }
 
 // ErrDependencyNotMet: Requeue of a task whose dependencies have not all

@@ -449,16 +449,19 @@ func (t *Task) settleDeps(now time.Time) {
 	t.commit(now, &Transition{From: Blocked, To: Pending, Reason: "dependencies succeeded"})
 }
 
-// SlotGranted gives a task blocked behind its slot's holder the slot: →
+// SlotGranted gives a task blocked behind its slot's holder the slot, for
+// the holder's turn (the slot's entry: a task admitted again by the
+// monitor's repair holds a later turn than its submit gave it): →
 // pending, due at once (or at its own later AvailableAt). Errors:
 // ErrNoChange when it is not waiting for its slot (already granted,
 // canceled meanwhile).
-func (t *Task) SlotGranted(now time.Time) error {
+func (t *Task) SlotGranted(turn int64, now time.Time) error {
 	if t.Status != Blocked || t.Slot == "" || len(t.Deps) > 0 || t.Retired {
 		return fmt.Errorf("grant the slot to task %s: %w: status %s", t.ID, ErrNoChange, t.Status)
 	}
 	now = now.UTC()
 	t.Status = Pending
+	t.SlotTurn = max(t.SlotTurn, turn)
 	if t.AvailableAt.Before(now) {
 		t.AvailableAt = now
 	}

@@ -48,7 +48,8 @@ const (
 	// choice): a slot that still names it as holder does so from its
 	// previous run, whose end is being passed on, so it waits behind. A
 	// requeue that retries passes the turn its earlier attempt got (in
-	// Member.Turn), which it keeps.
+	// Member.Turn), which it keeps. CheckWaiting admits a task its slot
+	// passed over again this way, for a new turn.
 	AdmitRequeue Admission = "requeue"
 )
 
@@ -300,7 +301,8 @@ func (e Env) grant(ctx context.Context, key string, m Member, since time.Time) (
 			return false, err
 		}
 		nt := v.Task.Clone()
-		if err := nt.SlotGranted(iv.Latest); errors.Is(err, task.ErrNoChange) {
+		// Under the holder's turn: its end then passes this turn on.
+		if err := nt.SlotGranted(m.Turn, iv.Latest); errors.Is(err, task.ErrNoChange) {
 			return false, nil // pending or running already
 		} else if err != nil {
 			return false, err
@@ -368,8 +370,11 @@ func (e Env) PassOn(ctx context.Context, t *task.Task) error {
 // that its slot does not know: one a replace took out of the queue whose
 // cancel was lost is canceled (it reports it, for the caller to pass on);
 // one whose write landed after the slot passed it over (later than Grace)
-// is admitted again at the back. One the slot names as holder is granted.
-// Requests: the slot's GET, and what Admit or grant writes.
+// is admitted again at the back, for a new turn (granted if the slot is
+// free). One the slot names as holder is granted. A task that changed
+// since t was read (granted and ended between the two reads) is left
+// alone. Requests: the slot's GET, and what Admit or grant writes; before
+// an Admit, the task's GET.
 func (e Env) CheckWaiting(ctx context.Context, t *task.Task) (replaced bool, err error) {
 	s, _, err := e.readSlot(ctx, t.Slot)
 	if err != nil {
@@ -378,21 +383,38 @@ func (e Env) CheckWaiting(ctx context.Context, t *task.Task) (replaced bool, err
 	m := Member{ID: t.ID, Shard: t.Shard, Turn: t.SlotTurn}
 	switch {
 	case s.Holder != nil && *s.Holder == m:
-		_, err := e.grant(ctx, t.Slot, m, s.Since)
-		return false, err
+		return false, e.granted(ctx, t.Slot, m, s.Since)
 	case slices.Contains(s.Queue, m):
 		return false, nil
 	case slices.Contains(s.Replaced, t.ID):
 		return true, nil
 	}
-	adm, err := e.Admit(ctx, t.Slot, m, AdmitQueue)
+	// The slot may have moved past t after t was read: granted, and ended.
+	v, err := taskio.Load(ctx, e.Store, t.Key())
 	if err != nil {
 		return false, err
 	}
-	if !adm.Wait {
-		_, err = e.grant(ctx, t.Slot, m, time.Time{})
+	if v.Task.Version != t.Version {
+		return false, nil
 	}
-	return false, err
+	// A new entry, whatever stale ones of t the slot still has (AdmitQueue
+	// would take those as t's place): its grant gives t its turn.
+	adm, err := e.Admit(ctx, t.Slot, m, AdmitRequeue)
+	if err != nil || adm.Wait {
+		return false, err
+	}
+	m.Turn = adm.Turn
+	return false, e.granted(ctx, t.Slot, m, time.Time{})
+}
+
+// granted grants holder m of slot key (grant), and passes the slot on if
+// m has ended.
+func (e Env) granted(ctx context.Context, key string, m Member, since time.Time) error {
+	ended, err := e.grant(ctx, key, m, since)
+	if err == nil && ended != nil {
+		err = e.Advance(ctx, ended)
+	}
+	return err
 }
 
 // CheckHolders repairs slots whose holder never landed (its submit died
@@ -427,11 +449,7 @@ func (e Env) CheckHolders(ctx context.Context, seen map[string]string) error {
 				continue // not a slot object
 			}
 			if s.Holder != nil {
-				ended, err := e.grant(ctx, s.Key, *s.Holder, s.Since)
-				if err == nil && ended != nil {
-					err = e.Advance(ctx, ended)
-				}
-				if err != nil {
+				if err := e.granted(ctx, s.Key, *s.Holder, s.Since); err != nil {
 					errs = append(errs, err)
 					continue
 				}
