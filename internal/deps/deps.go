@@ -3,7 +3,7 @@
 // (docs/dependencies.md). It owns two kinds of objects, both empty:
 //
 //	deps/{parent id}/{child id}~{child shard}   an edge: the child waits for the parent
-//	ended/{parent id}~{parent shard}            the parent is ending: its edges are to be settled
+//	ended/{parent id}~{parent shard}~{version}  the write of that version ends the parent: its edges are to be settled
 //
 // An edge is written before its child task, and deleted once the child has
 // learned the parent's end (Task.SettleDep). The ended marker is written
@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -46,9 +47,26 @@ func EdgeKey(parent, child string, childShard int) string {
 	return EdgePrefix(parent) + child + "~" + task.ShardName(childShard)
 }
 
-// EndedKey is the marker of parent, which lives in shard, ending.
-func EndedKey(parent string, shard int) string {
-	return endedPrefix + parent + "~" + task.ShardName(shard)
+// EndedKey is the marker of the end of parent, which lives in shard, that
+// the write of the task's version makes. Each end has its own marker: a
+// pass-on of an earlier end, or a late DELETE of its marker, never touches
+// a later one.
+func EndedKey(parent string, shard int, version int64) string {
+	return fmt.Sprintf("%s%s~%s~%d", endedPrefix, parent, task.ShardName(shard), version)
+}
+
+// parseEndedKey reads a marker's task, shard and version.
+func parseEndedKey(key string) (id string, shard int, version int64, ok bool) {
+	parts := strings.Split(strings.TrimPrefix(key, endedPrefix), "~")
+	if len(parts) != 3 || !task.ValidID(parts[0]) {
+		return "", 0, 0, false
+	}
+	shard, err := task.ParseShardName(parts[1])
+	if err != nil {
+		return "", 0, 0, false
+	}
+	version, err = strconv.ParseInt(parts[2], 10, 64)
+	return parts[0], shard, version, err == nil
 }
 
 // EndedPrefix is where the monitor's repair lists the markers.
@@ -240,7 +258,7 @@ func (e Env) sleep(ctx context.Context, d time.Duration) error {
 // Ending writes the marker of a parent about to end (before the write that
 // ends it), so that a crash after that write leaves the repair a trail.
 func (e Env) Ending(ctx context.Context, t *task.Task) error {
-	if _, err := e.Store.Put(ctx, EndedKey(t.ID, t.Shard), nil, s3store.PutOptions{}); err != nil {
+	if _, err := e.Store.Put(ctx, EndedKey(t.ID, t.Shard, t.Version), nil, s3store.PutOptions{}); err != nil {
 		return fmt.Errorf("mark task %s ending: %w", t.ID, err)
 	}
 	return nil
@@ -302,7 +320,7 @@ func (e Env) Settle(ctx context.Context, parent *task.Task) error {
 	if len(left) > 0 {
 		return fmt.Errorf("settle dependents of %s: %d left: %w", parent.ID, len(left), errors.Join(left...))
 	}
-	if err := e.Store.Delete(ctx, EndedKey(parent.ID, parent.Shard), s3store.DeleteOptions{}); err != nil {
+	if err := e.Store.Delete(ctx, EndedKey(parent.ID, parent.Shard, parent.Version), s3store.DeleteOptions{}); err != nil {
 		return fmt.Errorf("settle dependents of %s: delete marker: %w", parent.ID, err)
 	}
 	return nil
@@ -422,22 +440,31 @@ func (e Env) Repair(ctx context.Context) (found, settled int, err error) {
 	}
 	var errs []error
 	for _, o := range markers {
-		name := strings.TrimPrefix(o.Key, endedPrefix)
-		id, shardName, _ := strings.Cut(name, "~")
-		shard, err := task.ParseShardName(shardName)
-		if err != nil || !task.ValidID(id) {
+		id, shard, version, ok := parseEndedKey(o.Key)
+		if !ok {
 			continue
 		}
 		v, err := taskio.Load(ctx, e.Store, task.Key(shard, id))
 		switch {
 		case errors.Is(err, s3store.ErrNotFound):
 			gone := &task.Task{ID: id, Shard: shard, Status: task.Canceled, Dependents: true}
-			err = e.Settle(ctx, gone)
+			if err = e.Settle(ctx, gone); err == nil {
+				err = e.Store.Delete(ctx, o.Key, s3store.DeleteOptions{})
+			}
 		case err != nil:
-		case v.Task.Status.Terminal():
+		case v.Task.Version < version:
+			// The write this marker announces has not landed (yet): it
+			// may still, so the marker stays.
+			continue
+		case v.Task.Version == version && v.Task.Status.Terminal():
 			err = e.PassOn(ctx, v.Task)
 		default:
-			continue
+			// The write it announces never landed (another took its
+			// version), or a later write followed it: the edges it would
+			// settle are still there for the task's next end, which has
+			// its own marker; a slot entry of its turn is passed over by
+			// CheckHolders. Nothing is left to this one.
+			err = e.Store.Delete(ctx, o.Key, s3store.DeleteOptions{})
 		}
 		if err != nil {
 			errs = append(errs, err)

@@ -360,7 +360,7 @@ func (e Env) PassOn(ctx context.Context, t *task.Task) error {
 	if t.Dependents {
 		return e.Settle(ctx, t)
 	}
-	if err := e.Store.Delete(ctx, EndedKey(t.ID, t.Shard), s3store.DeleteOptions{}); err != nil {
+	if err := e.Store.Delete(ctx, EndedKey(t.ID, t.Shard, t.Version), s3store.DeleteOptions{}); err != nil {
 		return fmt.Errorf("pass the end of task %s on: delete marker: %w", t.ID, err)
 	}
 	return nil
