@@ -287,6 +287,7 @@ func (p *Producer) Submit(ctx context.Context, typ string, input any, opts Optio
 		}
 	}
 	var adm deps.Admitted
+	var admitted time.Time // local time the slot admitted the task
 	if opts.Slot != "" {
 		a, err := deps.ParseAdmission(opts.Admission)
 		if err != nil {
@@ -305,10 +306,18 @@ func (p *Producer) Submit(ctx context.Context, typ string, input any, opts Optio
 			return "", fmt.Errorf("submit: %w", err)
 		}
 		spec.SlotWait, spec.SlotTurn = adm.Wait, adm.Turn
+		admitted = p.local.Now()
 	}
 	t, err := task.New(id, shard, spec, now.Mid())
 	if err != nil {
 		return "", fmt.Errorf("submit: %w", err)
+	}
+	if !admitted.IsZero() && clock.Since(p.local, admitted) >= deps.Grace/2 {
+		// The slot passes over a member whose task has not landed within
+		// Grace of its admission: a task written this late could run
+		// beside the next one. Nothing is written; the place is passed
+		// over.
+		return "", fmt.Errorf("submit: slot %q: the task could not be written within %v of its admission; submit it again", opts.Slot, deps.Grace/2)
 	}
 	if opts.IdempotencyKey != "" {
 		got, err := p.submitOnce(ctx, t, spec, now.Mid(), m.Shards)

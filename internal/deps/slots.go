@@ -236,6 +236,11 @@ func (e Env) Advance(ctx context.Context, t *task.Task) error {
 			}
 			if err := e.writeSlot(ctx, s, etag); err != nil {
 				if s3store.LostRace(err) {
+					// Another writer of the slot: a jittered pause, as
+					// s3store.CAS makes, before reading it again.
+					if err := e.sleep(ctx, time.Duration(e.jitter()()*float64(s3store.CASPauseStep))); err != nil {
+						return err
+					}
 					continue
 				}
 				return fmt.Errorf("slot %q: %w", t.Slot, err)
