@@ -899,31 +899,12 @@ func (m *Monitor) deps() deps.Env {
 // cancelReplaced cancels a task that a replace took out of its slot, whose
 // own cancel was lost with its producer.
 func (m *Monitor) cancelReplaced(ctx context.Context, v taskio.Versioned) error {
-	iv, err := m.clock.Now(ctx)
-	if err != nil {
+	t := v.Task
+	if err := m.deps().CancelReplaced(ctx, deps.Member{ID: t.ID, Shard: t.Shard, Turn: t.SlotTurn}, "a later submit"); err != nil {
 		return err
 	}
-	t := v.Task.Clone()
-	if err := t.SlotReplaced("a later submit", iv.Mid()); err != nil {
-		return nil
-	}
-	if deps.NeedsPassOn(t) {
-		if err := m.deps().Ending(ctx, t); err != nil {
-			return err
-		}
-	}
-	nv, err := taskio.Update(ctx, m.st, m.local, t, v.ETag)
-	if s3store.LostRace(err) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	m.known[t.Key()] = remember(nv)
+	delete(m.known, t.Key())
 	m.publish(events.SlotReplaced, t, nil)
-	if deps.NeedsPassOn(t) {
-		return m.deps().PassOn(ctx, t)
-	}
 	return nil
 }
 

@@ -417,27 +417,13 @@ func (p *Producer) afterAdmit(ctx context.Context, t *task.Task, adm deps.Admitt
 	}
 	p.publish(kind, t)
 	if r := adm.Replaced; r != nil {
-		var replaced *task.Task
-		err := p.modify(ctx, r.ID, func(cur *task.Task, now clock.Interval) error {
-			if err := cur.SlotReplaced(t.ID, now.Mid()); err != nil {
-				return err
-			}
-			replaced = cur
-			if deps.NeedsPassOn(cur) {
-				return p.deps().Ending(ctx, cur)
-			}
-			return nil
-		})
-		switch {
-		case err == nil:
-			p.publish(events.SlotReplaced, replaced)
-			if deps.NeedsPassOn(replaced) {
-				if err := p.deps().PassOn(ctx, replaced); err != nil {
-					p.log.Warn("pass a replaced task's end on; the monitor will finish it", "task_id", r.ID, "err", err)
-				}
-			}
-		case !errors.Is(err, task.ErrNoChange) && !errors.Is(err, ErrNotFound):
+		// A crash before this cancel is repaired by the monitor, which
+		// finds the task in the slot's list of replaced ones.
+		if err := p.deps().CancelReplaced(ctx, *r, t.ID); err != nil {
 			p.log.Warn("cancel the task a slot submit replaced; the monitor will", "task_id", r.ID, "err", err)
+		} else if p.cfg.Events != nil {
+			p.cfg.Events.Publish(events.Event{Time: p.local.Now(), Source: events.SourceProducer, Kind: events.SlotReplaced,
+				TaskID: r.ID, Type: t.Type, Shard: r.Shard})
 		}
 	}
 	if h := adm.Holder; h != nil {

@@ -98,7 +98,7 @@ type Slot struct {
 	// Replaced are the last tasks a replace took out of the queue (at
 	// most maxReplaced), so that the repair cancels one whose cancel was
 	// lost rather than admitting it again.
-	Replaced []string `json:"replaced,omitempty"`
+	Replaced []Member `json:"replaced,omitempty"`
 	// Version grows with every write (invariant 2).
 	Version int64 `json:"version"`
 }
@@ -185,7 +185,7 @@ func (e Env) Admit(ctx context.Context, key string, m Member, a Admission) (Admi
 			r := s.Queue[0]
 			s.Queue = slices.Clone(s.Queue)
 			s.Queue[0] = m
-			s.Replaced = append(slices.Clone(s.Replaced), r.ID)
+			s.Replaced = append(slices.Clone(s.Replaced), r)
 			if n := len(s.Replaced); n > maxReplaced {
 				s.Replaced = s.Replaced[n-maxReplaced:]
 			}
@@ -391,7 +391,7 @@ func (e Env) CheckWaiting(ctx context.Context, t *task.Task) (replaced bool, err
 		return false, e.granted(ctx, t.Slot, m, s.Since)
 	case slices.Contains(s.Queue, m):
 		return false, nil
-	case slices.Contains(s.Replaced, t.ID):
+	case slices.ContainsFunc(s.Replaced, func(r Member) bool { return r.ID == t.ID }):
 		return true, nil
 	}
 	// The slot may have moved past t after t was read: granted, and ended.
@@ -420,6 +420,56 @@ func (e Env) granted(ctx context.Context, key string, m Member, since time.Time)
 		err = e.Advance(ctx, ended)
 	}
 	return err
+}
+
+// CancelReplaced cancels the task m, which a replace took out of its slot's
+// queue (task.SlotReplaced), if it still waits, and passes its end on (its
+// dependents; its slot has nothing to pass). A task that no longer waits,
+// or never landed, is left alone. Requests: a GET, and if it waits the
+// marker's PUT, a conditional PUT and the pass-on.
+func (e Env) CancelReplaced(ctx context.Context, m Member, by string) error {
+	var done *task.Task
+	cas := s3store.CAS{Jitter: e.jitter(), Sleep: e.sleep}
+	err := cas.Retry(ctx, func(int) (bool, error) {
+		v, err := taskio.Load(ctx, e.Store, task.Key(m.Shard, m.ID))
+		if errors.Is(err, s3store.ErrNotFound) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		iv, err := e.Now(ctx)
+		if err != nil {
+			return false, err
+		}
+		if v.Task.SlotTurn != m.Turn {
+			return false, nil // requeued into its slot since: a new turn
+		}
+		t := v.Task.Clone()
+		if err := t.SlotReplaced(by, iv.Latest); errors.Is(err, task.ErrNoChange) {
+			return false, nil
+		} else if err != nil {
+			return false, err
+		}
+		if NeedsPassOn(t) {
+			if err := e.Ending(ctx, t); err != nil {
+				return false, err
+			}
+		}
+		nv, err := taskio.Update(ctx, e.Store, e.Local, t, v.ETag)
+		if err != nil {
+			return s3store.LostRace(err), err
+		}
+		done = nv.Task
+		return false, nil
+	})
+	if err != nil || done == nil {
+		return err
+	}
+	if NeedsPassOn(done) {
+		return e.PassOn(ctx, done)
+	}
+	return nil
 }
 
 // CheckHolders repairs slots whose holder never landed (its submit died
@@ -459,7 +509,24 @@ func (e Env) CheckHolders(ctx context.Context, seen map[string]string) error {
 					continue
 				}
 			}
-			seen[o.Key] = obj.ETag
+			// A task a replace took out of the queue whose own cancel was
+			// lost (its producer died): canceled here, once per replace.
+			failed := false
+			for _, r := range s.Replaced {
+				done := "replaced/" + r.ID // in seen: its cancel is confirmed
+				if seen[done] != "" {
+					continue
+				}
+				if err := e.CancelReplaced(ctx, r, "a later submit"); err != nil {
+					errs = append(errs, err)
+					failed = true
+					continue
+				}
+				seen[done] = "1"
+			}
+			if !failed {
+				seen[o.Key] = obj.ETag
+			}
 		}
 		if !page.Truncated || len(page.Objects) == 0 {
 			break
