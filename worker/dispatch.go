@@ -205,13 +205,15 @@ func (p *pool) roomLocked() int {
 		n += bounded(p.maxDepth, len(p.pending)+p.ahead)
 	}
 	if n == 0 && p.policy == DropOldest {
-		// A full DropOldest pool looks once for newer work for each
-		// pending task that has waited poll_max: a newer task found
-		// replaces the oldest, which goes back to the fleet, where an idle
-		// worker may start it now.
+		// A full DropOldest pool looks for newer work, once per poll_max,
+		// for each pending task that has waited poll_max: a newer task
+		// found replaces the oldest, which goes back to the fleet, where
+		// an idle worker may start it now. (Only a newer task evicts, so
+		// a look that finds older ones costs their reads, at most a
+		// depth's worth per poll_max, and changes nothing.)
 		now := p.w.now()
 		for _, r := range p.pending {
-			if !r.looked && now.Sub(r.claimed) >= p.w.cfg.PollMax {
+			if now.Sub(r.claimed) >= p.w.cfg.PollMax && now.Sub(r.looked) >= p.w.cfg.PollMax {
 				n++
 			}
 		}
@@ -294,8 +296,8 @@ func (p *pool) markLooked() {
 	defer p.mu.Unlock()
 	now := p.w.now()
 	for _, r := range p.pending {
-		if now.Sub(r.claimed) >= p.w.cfg.PollMax {
-			r.looked = true
+		if now.Sub(r.claimed) >= p.w.cfg.PollMax && now.Sub(r.looked) >= p.w.cfg.PollMax {
+			r.looked = now
 		}
 	}
 }

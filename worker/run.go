@@ -38,9 +38,9 @@ type run struct {
 	// while a loop may run it.
 	id    string
 	every time.Duration
-	// looked: a full drop-oldest pool has looked once for newer work to
-	// replace this pending run (see pool.roomLocked).
-	looked bool
+	// looked: when (local time) a full drop-oldest pool last looked for
+	// newer work to replace this pending run (see pool.roomLocked).
+	looked time.Time
 	// release, when set, makes commit hand the task back (Release) with
 	// this reason instead of recording an outcome.
 	release string
