@@ -135,3 +135,48 @@ func TestATaskAndItsPointerAreNotClaimedTogether(t *testing.T) {
 		}
 	})
 }
+
+// A task claimed with a lease that is no longer certainly the worker's by
+// the time the claim lands (its read took longer than the lease: the claim
+// is stamped with the poll's clock reading) is never started, and its
+// handler is given back before the poll returns, on the scheduler: were a
+// handler loop to give it back, it would do so at the very instant the
+// scheduler goes on, in an order the Go scheduler picks (a seeded
+// simulation diverged so: seed 1 of TestASeedReplaysExactly).
+func TestAClaimWhoseLeaseIsAlreadyLostIsGivenUpBeforeThePollReturns(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		st := s3store.NewFaults(mem.New())
+		p, err := producer.New(ctx, st, producer.Config{Shards: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.Submit(ctx, "job", nil, producer.Options{Timeout: 30 * time.Second}); err != nil {
+			t.Fatal(err)
+		}
+		st.Inject(s3store.Fault{Op: s3store.OpGet, KeyPrefix: "tasks/", Latency: 2 * time.Minute})
+		w, err := worker.New(ctx, st, worker.Config{ID: "a", Shards: 1, OwnShards: []int{0}, Concurrency: 1, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ran := false
+		w.Handle("job", func(context.Context, *task.Task) (json.RawMessage, error) {
+			ran = true
+			return nil, nil
+		})
+		if n, err := w.Poll(ctx); err != nil || n != 1 {
+			t.Fatalf("poll claimed %d tasks (%v), want 1", n, err)
+		}
+		// No synctest.Wait: all of it is done when Poll returns.
+		if s := w.Stats(); s.LeaseLost != 1 {
+			t.Errorf("%d leases lost when the poll returned, want 1", s.LeaseLost)
+		}
+		if q := w.QueueStates()[0]; q.InFlight != 0 || q.Pending != 0 {
+			t.Errorf("pool %+v when the poll returned, want nothing in flight or pending", q)
+		}
+		w.Wait()
+		if ran {
+			t.Error("the handler ran under a lease that was no longer certainly the worker's")
+		}
+	})
+}

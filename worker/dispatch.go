@@ -323,8 +323,17 @@ func (p *pool) push(r *run, a admission) {
 	} else {
 		p.ahead--
 	}
-	p.enqueueLocked(r, false)
+	r.pool = p
+	now := p.startableLocked()
+	if now {
+		p.running++
+	} else {
+		p.pending = append(p.pending, r)
+	}
 	p.mu.Unlock()
+	if now {
+		p.begin(r)
+	}
 	p.changed()
 }
 
@@ -346,7 +355,7 @@ func (p *pool) requeue(r *run) bool {
 
 func (p *pool) enqueueLocked(r *run, front bool) {
 	r.pool = p
-	if (p.maxInFlight == Unbounded || p.running < p.maxInFlight) && len(p.pending) == 0 && !p.closed {
+	if p.startableLocked() {
 		p.running++
 		p.startLocked(r)
 		return
@@ -356,6 +365,33 @@ func (p *pool) enqueueLocked(r *run, front bool) {
 	} else {
 		p.pending = append(p.pending, r)
 	}
+}
+
+// startableLocked reports whether a run pushed now starts at once: a
+// handler is free and nothing waits before it.
+func (p *pool) startableLocked() bool {
+	return (p.maxInFlight == Unbounded || p.running < p.maxInFlight) && len(p.pending) == 0 && !p.closed
+}
+
+// begin hands r, already counted in running, to a loop. It runs on the
+// scheduler, and checks r's lease there first: a run whose lease was lost
+// before it started (it waited too long, or its claim came late) would
+// end on the loop at the very instant it was handed over, and the loop's
+// giving its handler back would race with the scheduler's next steps at
+// that instant (which of them runs first is the Go scheduler's choice, and
+// a seeded simulation would not replay). Its handler is given back here
+// instead, as the loop would have.
+func (p *pool) begin(r *run) {
+	if r.lostBeforeStart() {
+		p.mu.Lock()
+		p.running--
+		p.mu.Unlock()
+		p.w.roomFreed()
+		return
+	}
+	p.mu.Lock()
+	p.startLocked(r)
+	p.mu.Unlock()
 }
 
 // startLocked hands r to an idle loop, or to a new one.
@@ -371,6 +407,30 @@ func (p *pool) startLocked(r *run) {
 	go p.loop(r)
 }
 
+// takeNextLocked takes the front pending run for a loop whose run ended,
+// if the pool is open. Runs whose lease was lost while they waited are
+// given up here, before the loop wakes the scheduler (roomFreed): once
+// woken, the scheduler reads the pool at the same virtual instant as the
+// loop would be giving such a run up, and what it does would depend on
+// which of them ran first. Called with p.mu held; it returns with p.mu
+// held (it lets go of it while it checks a lease).
+func (p *pool) takeNextLocked() *run {
+	for len(p.pending) > 0 && !p.closed {
+		r := p.pending[0]
+		p.pending = p.pending[1:]
+		p.mu.Unlock()
+		lost := r.lostBeforeStart()
+		if lost {
+			p.changed()
+		}
+		p.mu.Lock()
+		if !lost {
+			return r
+		}
+	}
+	return nil
+}
+
 // loop runs tasks until the pool has none for loopIdle, or closes.
 func (p *pool) loop(r *run) {
 	w := p.w
@@ -379,9 +439,8 @@ func (p *pool) loop(r *run) {
 	for {
 		r.start()
 		p.mu.Lock()
-		if len(p.pending) > 0 && !p.closed {
-			r = p.pending[0]
-			p.pending = p.pending[1:]
+		if next := p.takeNextLocked(); next != nil {
+			r = next
 			p.mu.Unlock()
 			p.changed()
 			if p.policy != Block {
@@ -806,12 +865,18 @@ func (w *Worker) tendPending(ctx context.Context) time.Duration {
 func (p *pool) restore(rs []*run) {
 	p.mu.Lock()
 	p.pending = append(rs, p.pending...)
-	for len(p.pending) > 0 && !p.closed && (p.maxInFlight == Unbounded || p.running < p.maxInFlight) {
+	p.mu.Unlock()
+	for {
+		p.mu.Lock()
+		if len(p.pending) == 0 || p.closed || p.maxInFlight != Unbounded && p.running >= p.maxInFlight {
+			p.mu.Unlock()
+			break
+		}
 		r := p.pending[0]
 		p.pending = p.pending[1:]
 		p.running++
-		p.startLocked(r)
+		p.mu.Unlock()
+		p.begin(r)
 	}
-	p.mu.Unlock()
 	p.changed()
 }

@@ -65,14 +65,7 @@ func (r *run) announceShard() int {
 func (r *run) start() {
 	w, p := r.w, r.pool
 	t := r.v.Task
-	if r.untilLeaseLost() <= 0 {
-		// It waited in pending past the last moment its lease was
-		// certainly ours (a renewal that did not get through): another
-		// worker may run it now, so this one does not start it.
-		w.stats.leaseLost.Add(1)
-		w.emit(Event{Kind: "lease_lost", TaskID: t.ID, Shard: t.Shard, Type: t.Type, Attempt: t.Attempt, Pool: p.name, Phase: string(PhasePending), Err: ErrLeaseLost})
-		w.running.Delete(r.claimID)
-		w.inflight.Done()
+	if r.lostBeforeStart() {
 		return
 	}
 	wait := w.now().Sub(r.found)
@@ -84,6 +77,24 @@ func (r *run) start() {
 	}
 	w.emit(Event{Kind: "started", TaskID: t.ID, Shard: t.Shard, Type: t.Type, Attempt: t.Attempt, Pool: p.name})
 	r.execute()
+}
+
+// lostBeforeStart reports whether the run's lease is no longer certainly
+// the worker's before its handler starts, and then forgets the run (an
+// event lease_lost, phase pending). It waited in pending past the last
+// moment its lease was certainly ours (a renewal that did not get
+// through), or its claim was stamped late: another worker may run it now,
+// so this one does not start it.
+func (r *run) lostBeforeStart() bool {
+	if r.untilLeaseLost() > 0 {
+		return false
+	}
+	w, t := r.w, r.v.Task
+	w.stats.leaseLost.Add(1)
+	w.emit(Event{Kind: "lease_lost", TaskID: t.ID, Shard: t.Shard, Type: t.Type, Attempt: t.Attempt, Pool: r.pool.name, Phase: string(PhasePending), Err: ErrLeaseLost})
+	w.running.Delete(r.claimID)
+	w.inflight.Done()
+	return true
 }
 
 // giveBack hands a claimed task that never started back to the bucket:

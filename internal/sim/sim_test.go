@@ -152,12 +152,7 @@ func (s *summary) String() string {
 // source by several goroutines, a select whose ready cases race) shows up
 // as a diverging trace.
 func TestASeedReplaysExactly(t *testing.T) {
-	// Since the worker's dispatch queue runs handlers on pool loops, one
-	// or two of these seeds sometimes diverge under -race (a worker's
-	// timing moves by a request's latency, with no request of a different
-	// kind before it): a known gap, tracked in the closing notes of
-	// issues 11 and 12, not yet found. More than two is a regression.
-	const seeds, atLeast = 12, 10
+	const seeds, atLeast = 12, 12
 	exact := 0
 	for seed := uint64(1); seed <= seeds; seed++ {
 		var traces [2][]string
