@@ -152,7 +152,6 @@ type pool struct {
 	pending  []*run // claimed, waiting for a handler; the front runs next
 	waiting  int
 	idle     []chan *run // idle loops, the last idle first
-	loops    int
 	closed   bool
 	retiring bool // Wait: loops end rather than idle
 	wait     Histogram
@@ -402,7 +401,6 @@ func (p *pool) startLocked(r *run) {
 		ch <- r // buffered: the loop takes it when it wakes
 		return
 	}
-	p.loops++
 	p.w.loops.Add(1)
 	go p.loop(r)
 }
@@ -450,7 +448,6 @@ func (p *pool) loop(r *run) {
 		}
 		p.running--
 		if p.closed || p.retiring {
-			p.loops--
 			p.mu.Unlock()
 			p.changed()
 			w.roomFreed()
@@ -475,7 +472,6 @@ func (p *pool) loop(r *run) {
 		p.mu.Lock()
 		if i := slices.Index(p.idle, ch); i >= 0 {
 			p.idle = slices.Delete(p.idle, i, i+1)
-			p.loops--
 			p.mu.Unlock()
 			return
 		}
@@ -495,7 +491,6 @@ func (p *pool) close() []*run {
 	p.mu.Lock()
 	p.closed = true
 	for _, ch := range p.idle {
-		p.loops--
 		close(ch)
 	}
 	p.idle = nil
@@ -513,7 +508,6 @@ func (p *pool) retireIdle() {
 	p.mu.Lock()
 	p.retiring = true
 	for _, ch := range p.idle {
-		p.loops--
 		close(ch)
 	}
 	p.idle = nil
