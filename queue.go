@@ -34,6 +34,12 @@ type Config struct {
 	// monitors: the Shards fields of Producer, Worker and Monitor are
 	// ignored.
 	Shards int
+	// DispatchMode is "shared" ("" too) or "direct" (DispatchDirect): how
+	// new tasks reach workers ([queue] dispatch_mode,
+	// docs/direct-dispatch.md). It is recorded when the queue is created;
+	// a Queue configured with the other mode fails to open it. It applies
+	// to the producer, the workers and the monitors, as Shards does.
+	DispatchMode string
 	// Logger receives the logs of the queue and its services (default
 	// slog.Default()); the Logger of Producer, Worker or Monitor, if set,
 	// wins for that service.
@@ -97,13 +103,14 @@ func LoadConfig(path string, environ []string) (Config, error) {
 	}
 	p, so := c.Producer(), c.SubmitOptions()
 	return Config{
-		Store:    c.Store,
-		Shards:   p.Shards,
-		Logger:   c.NewLogger(os.Stderr),
-		Submit:   SubmitDefaults{MaxAttempts: so.MaxAttempts, Timeout: so.Timeout, Retry: so.Retry},
-		Producer: p,
-		Worker:   c.Worker(),
-		Monitor:  c.Monitor(),
+		Store:        c.Store,
+		Shards:       p.Shards,
+		DispatchMode: p.DispatchMode,
+		Logger:       c.NewLogger(os.Stderr),
+		Submit:       SubmitDefaults{MaxAttempts: so.MaxAttempts, Timeout: so.Timeout, Retry: so.Retry},
+		Producer:     p,
+		Worker:       c.Worker(),
+		Monitor:      c.Monitor(),
 	}, nil
 }
 
@@ -223,7 +230,7 @@ func (q *Queue) openProducer(ctx context.Context) error {
 		}
 	}
 	pc := cfg.Producer
-	pc.Shards, pc.Clock = cfg.Shards, q.clock
+	pc.Shards, pc.Clock, pc.DispatchMode = cfg.Shards, q.clock, cfg.DispatchMode
 	if pc.Logger == nil {
 		pc.Logger = cfg.Logger
 	}

@@ -60,6 +60,32 @@ type record struct {
 	Epoch     int64     `json:"epoch"`   // +1 per new holder: the fencing token
 	Version   int64     `json:"version"` // +1 per write, so every write changes the bytes
 	ExpiresAt time.Time `json:"expires_at"`
+	// Data is the holder's own record (a worker lease's host, inbox
+	// cursor and doorbell state), written with every renewal.
+	Data json.RawMessage `json:"data,omitempty"`
+}
+
+// Info is what a reader learns of a lease object without holding it.
+type Info struct {
+	Holder    string
+	ExpiresAt time.Time
+	Data      json.RawMessage
+	ETag      string
+}
+
+// Peek reads the lease object at key: one GET. A missing object is an
+// error wrapping s3store.ErrNotFound; one that is not a lease wraps
+// ErrCorrupt.
+func Peek(ctx context.Context, st s3store.Store, key string) (Info, error) {
+	obj, err := st.Get(ctx, key)
+	if err != nil {
+		return Info{}, fmt.Errorf("read lease %s: %w", key, err)
+	}
+	var r record
+	if err := json.Unmarshal(obj.Body, &r); err != nil || r.Epoch < 0 || r.Holder == "" {
+		return Info{}, fmt.Errorf("read lease %s: %w", key, ErrCorrupt)
+	}
+	return Info{Holder: r.Holder, ExpiresAt: r.ExpiresAt, Data: r.Data, ETag: obj.ETag}, nil
 }
 
 // Config times a lease. Zero fields take the defaults.
@@ -80,6 +106,8 @@ type Lease struct {
 	rec  record
 	etag string
 	held bool
+	data json.RawMessage // the holder's record, written with each write
+	prev json.RawMessage // the record found by a takeover
 }
 
 // New returns a handle for holder on the lease at key.
@@ -126,7 +154,8 @@ func (l *Lease) Acquire(ctx context.Context) error {
 		return terr
 	}
 	var opts s3store.PutOptions
-	next := record{Holder: l.holder, Epoch: 1, Version: 1, ExpiresAt: iv.Latest.Add(l.cfg.TTL)}
+	next := record{Holder: l.holder, Epoch: 1, Version: 1, ExpiresAt: iv.Latest.Add(l.cfg.TTL), Data: l.data}
+	l.prev = nil
 	switch {
 	case errors.Is(err, s3store.ErrNotFound):
 		opts.IfNoneMatch = true
@@ -145,6 +174,7 @@ func (l *Lease) Acquire(ctx context.Context) error {
 		}
 		opts.IfMatch = etag
 		next.Epoch, next.Version = cur.Epoch+1, cur.Version+1
+		l.prev = cur.Data
 	}
 	return l.write(ctx, next, opts, ErrHeld)
 }
@@ -176,8 +206,41 @@ func (l *Lease) Renew(ctx context.Context) error {
 	}
 	next := l.rec
 	next.Version++
+	next.Data = l.data
 	next.ExpiresAt = iv.Latest.Add(l.cfg.TTL)
 	return l.write(ctx, next, s3store.PutOptions{IfMatch: l.etag}, ErrLost)
+}
+
+// SetData sets the holder's record, written from the next Acquire or
+// Renew on.
+func (l *Lease) SetData(data json.RawMessage) { l.data = data }
+
+// Previous is the holder's record found in the lease object when Acquire
+// took over an expired lease (nil for a new one): what the last holder of
+// the name left, such as a worker's inbox cursor.
+func (l *Lease) Previous() json.RawMessage { return l.prev }
+
+// ExpiresAt is the expiry of the last write (S3 time).
+func (l *Lease) ExpiresAt() time.Time { return l.rec.ExpiresAt }
+
+// Release ends the holding at once: the lease is written expired, so
+// anyone may take it over (or act on its holder's departure) without
+// waiting for its expiry. The handle no longer holds it.
+func (l *Lease) Release(ctx context.Context) error {
+	if !l.held {
+		return nil
+	}
+	iv, err := l.clock.Now(ctx)
+	if err != nil {
+		return err
+	}
+	next := l.rec
+	next.Version++
+	next.Data = l.data
+	next.ExpiresAt = iv.Earliest.Add(-l.cfg.Margin - time.Second)
+	err = l.write(ctx, next, s3store.PutOptions{IfMatch: l.etag}, ErrLost)
+	l.held = false
+	return err
 }
 
 // Valid reports whether the lease is certainly still held (see Held).

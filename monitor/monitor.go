@@ -21,6 +21,7 @@ import (
 
 	"github.com/s3queue/s3queue/clock"
 	"github.com/s3queue/s3queue/internal/deps"
+	"github.com/s3queue/s3queue/internal/direct"
 	"github.com/s3queue/s3queue/internal/events"
 	"github.com/s3queue/s3queue/internal/rnd"
 	"github.com/s3queue/s3queue/internal/taskio"
@@ -38,6 +39,14 @@ import (
 type Config struct {
 	// Shards must match the queue's manifest; 0 accepts the queue's count.
 	Shards int
+	// DispatchMode must match the queue's manifest ([queue]
+	// dispatch_mode): shards.DispatchShared ("" too) or
+	// shards.DispatchDirect. Under direct dispatch the monitor also moves
+	// the inboxes of dead workers to the overflow every RepairAfter
+	// (internal/direct.Recover), reading only the leases not written for
+	// WorkerLease (the workers' lease_duration_secs; 0 reads them all).
+	DispatchMode string
+	WorkerLease  time.Duration
 	// Interval between ticks in Run.
 	Interval time.Duration
 	// PageSize is how many keys one tick lists per shard.
@@ -107,6 +116,9 @@ type TickStats struct {
 	// Settled counts parents whose dependents the repair settled after a
 	// crash (internal/deps).
 	Settled int
+	// Recovered counts inbox entries of dead workers moved to the overflow
+	// (direct dispatch).
+	Recovered int
 	// Ticks is how many ticks ended (1 for one tick), whatever they did.
 	Ticks int
 }
@@ -122,6 +134,7 @@ func (s *TickStats) add(o TickStats) {
 	s.Corrupt += o.Corrupt
 	s.SweepsCompleted += o.SweepsCompleted
 	s.Settled += o.Settled
+	s.Recovered += o.Recovered
 }
 
 // Monitor sweeps the queue.
@@ -135,6 +148,9 @@ type Monitor struct {
 	// depsNext is when (local time) the repair of dependencies lists the
 	// ended markers again, depsEvery its back-off.
 	depsNext  time.Time
+	// recoverNext is when (local time) the next recovery of dead workers'
+	// inboxes is due (direct dispatch).
+	recoverNext time.Time
 	depsEvery time.Duration
 	// slotsSeen: the ETag at which each slot object's holder was last
 	// found landed (deps.CheckHolders).
@@ -211,7 +227,7 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Monitor, error) {
 	if c == nil {
 		c = clock.New(st, clock.Config{Local: local})
 	}
-	m, err := shards.Open(ctx, st, cfg.Shards)
+	m, err := shards.OpenMode(ctx, st, cfg.Shards, cfg.DispatchMode)
 	if err != nil {
 		return nil, err
 	}
@@ -387,7 +403,39 @@ func (m *Monitor) sweepDue(ctx context.Context) (TickStats, error) {
 	if err := m.repairDeps(ctx, &st); err != nil {
 		errs = errors.Join(errs, err)
 	}
+	if m.manifest.Direct() {
+		if err := m.recoverInboxes(ctx, &st); err != nil {
+			errs = errors.Join(errs, err)
+		}
+	}
 	return st, errs
+}
+
+// recoverInboxes moves, every RepairAfter, the inbox entries of workers
+// whose lease expired to the overflow (direct dispatch): a LIST of
+// workers/, and a GET of each lease not rewritten for WorkerLease.
+func (m *Monitor) recoverInboxes(ctx context.Context, st *TickStats) error {
+	now := m.local.Now()
+	if now.Before(m.recoverNext) {
+		return nil
+	}
+	m.recoverNext = now.Add(m.cfg.RepairAfter)
+	iv, err := m.clock.Now(ctx)
+	if err != nil {
+		return err
+	}
+	rec, err := direct.Recover(ctx, m.st, iv, m.cfg.LeaseMargin, m.cfg.WorkerLease)
+	st.Recovered += rec.Moved
+	if rec.Moved > 0 {
+		m.log.Info("moved dead workers' inboxes to the overflow", "workers", rec.Dead, "entries", rec.Moved)
+		for _, id := range rec.Dead {
+			if m.cfg.Events != nil {
+				m.cfg.Events.Publish(events.Event{Time: m.local.Now(), Source: events.SourceMonitor, Origin: m.cfg.ID,
+					Kind: events.InboxRecovered, Shard: -1, Key: direct.Inbox(id)})
+			}
+		}
+	}
+	return err
 }
 
 // repairDeps settles, every RepairAfter, the dependents of tasks whose end

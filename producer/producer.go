@@ -19,6 +19,7 @@ import (
 
 	"github.com/s3queue/s3queue/clock"
 	"github.com/s3queue/s3queue/internal/deps"
+	"github.com/s3queue/s3queue/internal/direct"
 	"github.com/s3queue/s3queue/internal/events"
 	"github.com/s3queue/s3queue/internal/rnd"
 	"github.com/s3queue/s3queue/internal/taskio"
@@ -39,6 +40,17 @@ var ErrIdempotencyConflict = errors.New("idempotency key already used by a task 
 type Config struct {
 	// Shards must match the queue's manifest; 0 accepts the queue's count.
 	Shards int
+	// DispatchMode must match the queue's manifest ([queue]
+	// dispatch_mode): shards.DispatchShared ("" too) or
+	// shards.DispatchDirect. Under direct dispatch Submit routes each new
+	// task to the inbox of a live worker that runs its type, chosen by
+	// Selection (round_robin by default) from a view of the worker leases
+	// read at most every DiscoveryTTL (default 30s), and rings that
+	// worker's doorbell if it sleeps; with none live it announces the task
+	// on the shared path (docs/direct-dispatch.md).
+	DispatchMode string
+	DiscoveryTTL time.Duration
+	Selection    direct.Selection
 	// LateAfter: a task whose PUT completes this long after its id's time
 	// is also announced in the ready index, since shard scans may have
 	// passed it (default 2s, half the workers' default scan lag).
@@ -90,6 +102,7 @@ type Producer struct {
 	rand     *rnd.Source // cfg.Rand, shared with fleet
 	local    clock.Local
 	cas      s3store.CAS
+	dir      *direct.Directory // direct dispatch's view of the workers; nil in the shared mode
 }
 
 // New opens the queue in st (creating its manifest if the queue is new).
@@ -116,7 +129,16 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Producer, error) {
 	if c == nil {
 		c = clock.New(st, clock.Config{Local: local})
 	}
-	m, err := shards.Open(ctx, st, cfg.Shards)
+	if cfg.DiscoveryTTL <= 0 {
+		cfg.DiscoveryTTL = 30 * time.Second
+	}
+	if cfg.Selection == "" {
+		cfg.Selection = direct.RoundRobin
+	}
+	if _, err := direct.ParseSelection(string(cfg.Selection)); err != nil {
+		return nil, fmt.Errorf("producer: %w", err)
+	}
+	m, err := shards.OpenMode(ctx, st, cfg.Shards, cfg.DispatchMode)
 	if err != nil {
 		return nil, err
 	}
@@ -124,6 +146,10 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Producer, error) {
 	p := &Producer{st: st, cfg: cfg, clock: c, manifest: m, fleet: shards.NewFleetCache(st, cfg.LeaseMargin, local, src),
 		log: cfg.Logger.WithGroup("producer"), rand: src, local: local}
 	p.cas = s3store.CAS{Jitter: src.Float64, Sleep: p.sleep}
+	if m.Direct() {
+		p.dir = &direct.Directory{St: st, Local: local, TTL: cfg.DiscoveryTTL, Margin: cfg.LeaseMargin,
+			Selection: cfg.Selection, IntN: src.IntN}
+	}
 	return p, nil
 }
 
@@ -637,12 +663,17 @@ func (p *Producer) createOnce(ctx context.Context, t *task.Task) (string, error)
 // passed it. Nothing here is needed for safety: the monitor's repair finds
 // any pending task that is not picked up.
 func (p *Producer) afterCreate(ctx context.Context, t *task.Task) {
+	if p.dir != nil && t.Status == task.Pending && p.deliver(ctx, t) {
+		return
+	}
 	defer p.ring(ctx, t.ID) // after any pointer write, so a woken member sees both
 	now, err := p.clock.Now(ctx)
 	if err != nil {
 		return
 	}
-	late := now.Earliest.Sub(t.AvailableAt) >= p.cfg.LateAfter
+	// Under direct dispatch the shards hand out ready pointers only: a
+	// task no worker's inbox took is announced.
+	late := p.dir != nil || now.Earliest.Sub(t.AvailableAt) >= p.cfg.LateAfter
 	_, n := p.layout(ctx)
 	if !late && p.fleet.Serves(ctx, t.Type, now, t.Shard, n) {
 		return
@@ -657,6 +688,37 @@ func (p *Producer) afterCreate(ctx context.Context, t *task.Task) {
 		// The monitor's repair will announce it; nothing is lost.
 		p.log.Warn("announce task", "task_id", t.ID, "err", err)
 	}
+}
+
+// deliver routes t to a live worker's inbox (direct dispatch), ringing
+// the worker's doorbell if it sleeps, and reports false when no live
+// worker runs t's type or the entry could not be written: t then takes
+// the shared path. A crash before the entry lands leaves a pending task
+// that the monitor's repair announces; nothing is lost.
+func (p *Producer) deliver(ctx context.Context, t *task.Task) bool {
+	now, err := p.clock.Now(ctx)
+	if err != nil {
+		return false
+	}
+	w, ok, err := p.dir.Pick(ctx, now, t.Type, t.ID)
+	if err != nil {
+		p.log.Warn("read the worker leases", "err", err)
+	}
+	if !ok {
+		return false
+	}
+	if _, err := p.st.Put(ctx, direct.EntryKey(w.Worker, t.AvailableAt, t.ID, t.Shard), nil, s3store.PutOptions{}); err != nil {
+		p.log.Warn("write the inbox entry; announcing the task instead", "task_id", t.ID, "worker_id", w.Worker, "err", err)
+		return false
+	}
+	if w.Asleep {
+		// Distinct bytes per ring, so the worker sees its ETag change.
+		if _, err := p.st.Put(ctx, direct.BellKey(w.Worker), []byte(t.ID+" "+p.rand.Hex(4)), s3store.PutOptions{}); err != nil {
+			// It still lists its inbox every sleep_scan.
+			p.log.Warn("ring the worker's doorbell", "worker_id", w.Worker, "task_id", t.ID, "err", err)
+		}
+	}
+	return true
 }
 
 // ring rings the doorbell if the fleet is asleep.

@@ -52,7 +52,32 @@ type Manifest struct {
 	// or s3store.DeleteIgnored. Empty (a queue created before it was
 	// recorded) counts as ignored.
 	ConditionalDelete string `json:"conditional_delete,omitempty"`
+	// DispatchMode is how new tasks reach workers: DispatchShared ("", a
+	// queue created before it was recorded, is shared) or DispatchDirect.
+	// Fixed when the queue is created.
+	DispatchMode string `json:"dispatch_mode,omitempty"`
 }
+
+// The dispatch modes ([queue] dispatch_mode; docs/direct-dispatch.md).
+const (
+	// DispatchShared: members of the fleet find new tasks by listing the
+	// shards they lease.
+	DispatchShared = "shared"
+	// DispatchDirect: producers route each new task to a live worker's
+	// inbox; the shards carry only ready pointers (retries, repairs).
+	DispatchDirect = "direct"
+)
+
+// Mode is the queue's dispatch mode.
+func (m Manifest) Mode() string {
+	if m.DispatchMode == "" {
+		return DispatchShared
+	}
+	return m.DispatchMode
+}
+
+// Direct reports whether the queue dispatches directly to inboxes.
+func (m Manifest) Direct() bool { return m.Mode() == DispatchDirect }
 
 // DeleteHonoured reports whether the provider refuses a DELETE whose
 // If-Match is stale, so that a conditional DELETE is atomic. Only then may
@@ -88,6 +113,23 @@ const ProviderCheckPrefix = "doctor/"
 // what it does with a conditional DELETE is recorded in the manifest. Later
 // opens trust the manifest and check nothing (one GET).
 func Open(ctx context.Context, st s3store.Store, wantShards int) (Manifest, error) {
+	return OpenMode(ctx, st, wantShards, DispatchShared)
+}
+
+// OpenMode is Open for a process configured with dispatch mode mode
+// (DispatchShared, or "" for it, or DispatchDirect): a new queue records
+// it, and an existing queue of the other mode is an ErrLayoutMismatch. The
+// two modes do not mix: a shared-mode producer's tasks would wait in
+// shards that direct-mode workers only read for ready pointers, and a
+// direct-mode producer's inbox entries would wait for workers that hold no
+// inbox.
+func OpenMode(ctx context.Context, st s3store.Store, wantShards int, mode string) (Manifest, error) {
+	if mode == "" {
+		mode = DispatchShared
+	}
+	if mode != DispatchShared && mode != DispatchDirect {
+		return Manifest{}, fmt.Errorf("dispatch mode %q: want %q or %q", mode, DispatchShared, DispatchDirect)
+	}
 	if wantShards < 0 || wantShards > MaxShards {
 		return Manifest{}, fmt.Errorf("shard count %d out of range 1..%d", wantShards, MaxShards)
 	}
@@ -105,6 +147,9 @@ func Open(ctx context.Context, st s3store.Store, wantShards int) (Manifest, erro
 			return Manifest{}, fmt.Errorf("create queue: %w", cerr)
 		}
 		m := Manifest{Format: FormatOriginal, Shards: n, CreatedAt: rep.ServerTime.UTC(), ConditionalDelete: rep.ConditionalDelete}
+		if mode == DispatchDirect {
+			m.DispatchMode = mode
+		}
 		body, _ := json.Marshal(m)
 		_, err = st.Put(ctx, ManifestKey, body, s3store.PutOptions{IfNoneMatch: true})
 		if err == nil {
@@ -128,6 +173,9 @@ func Open(ctx context.Context, st s3store.Store, wantShards int) (Manifest, erro
 			return Manifest{}, fmt.Errorf("%w: the queue was resharded from %d to %d shards but this process is configured with %d; set shards = %d (or remove the setting)", ErrLayoutMismatch, wantShards, m.Shards, wantShards, m.Shards)
 		}
 		return Manifest{}, fmt.Errorf("%w: the queue has %d shards but this process is configured with %d; set shards = %d (or remove the setting)", ErrLayoutMismatch, m.Shards, wantShards, m.Shards)
+	}
+	if m.Mode() != mode {
+		return Manifest{}, fmt.Errorf("%w: the queue was created with dispatch_mode = %q but this process is configured with %q; set dispatch_mode = %q in [queue] (or S3QUEUE_QUEUE_DISPATCH_MODE=%s)", ErrLayoutMismatch, m.Mode(), mode, m.Mode(), m.Mode())
 	}
 	return m, nil
 }
@@ -154,6 +202,9 @@ func parseManifest(body []byte) (Manifest, error) {
 	var m Manifest
 	if err := json.Unmarshal(body, &m); err != nil || m.Format == 0 || m.Shards <= 0 || m.Shards > MaxShards {
 		return Manifest{}, fmt.Errorf("read queue manifest: %s is not a valid s3queue manifest (%q)", ManifestKey, truncate(body, 80))
+	}
+	if m.DispatchMode != "" && m.DispatchMode != DispatchShared && m.DispatchMode != DispatchDirect {
+		return Manifest{}, fmt.Errorf("%w: the queue uses dispatch mode %q, this s3queue understands %q and %q", ErrLayoutMismatch, m.DispatchMode, DispatchShared, DispatchDirect)
 	}
 	if m.Format != FormatOriginal && m.Format != FormatVersion {
 		return Manifest{}, fmt.Errorf("%w: the queue uses layout format %d, this s3queue understands %d and %d", ErrLayoutMismatch, m.Format, FormatOriginal, FormatVersion)

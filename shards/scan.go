@@ -32,6 +32,11 @@ type Scan struct {
 	Lag time.Duration
 	// PageSize bounds one LIST.
 	PageSize int
+	// PointersOnly hands out ready pointers only: under direct dispatch a
+	// new task reaches a worker through its inbox, and the shards carry
+	// the re-dispatched ones (a task object is settled unread, as a
+	// finished one is).
+	PointersOnly bool
 
 	cursor    time.Time            // keys up to here are settled
 	lagged    time.Time            // S3 time of the last scan that started behind the cursor
@@ -72,6 +77,10 @@ type Candidate struct {
 	ETag    string
 	Avail   time.Time // from the key
 	Pointer bool      // Key is a ready pointer to task ID
+	// Inbox: Key is a direct-dispatch inbox or overflow entry
+	// (internal/direct), deleted once its task is claimed or needs it no
+	// more, whatever the task's age.
+	Inbox bool
 	// Shard is the shard of task ID when Key is a ready pointer that names
 	// it, else -1 (see TaskKey).
 	Shard int
@@ -139,7 +148,7 @@ func (s *Scan) Next(ctx context.Context, st s3store.Store, now time.Time, max in
 				s.advance(c.Avail)
 				continue
 			}
-			if !c.Pointer && task.FinishedBySize(o.Size) {
+			if !c.Pointer && (s.PointersOnly || task.FinishedBySize(o.Size)) {
 				s.Seen(c, Settled)
 				continue
 			}

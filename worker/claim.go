@@ -62,9 +62,16 @@ type attempt struct {
 	dropErr error
 }
 
+// settler is what a claim reports each candidate to: the shard scan that
+// listed it, or the inbox or overflow scan (internal/direct).
+type settler interface {
+	Seen(c shards.Candidate, etag string)
+	Failed(c shards.Candidate, now time.Time) bool
+}
+
 // settle marks the candidate handled at etag, and a pointer that is done
 // with to be dropped.
-func (a *attempt) settle(s *shards.Scan, etag string, done bool) {
+func (a *attempt) settle(s settler, etag string, done bool) {
 	s.Seen(a.c, etag)
 	a.drop = a.c.Pointer && done
 }
@@ -113,7 +120,7 @@ func (w *Worker) load(ctx context.Context, a *attempt, counts []int) {
 
 // claimBatch claims the candidates of batch, which are no more than the
 // free slots, and reports how many it claimed.
-func (w *Worker) claimBatch(ctx context.Context, s *shards.Scan, batch []shards.Candidate, iv clock.Interval, seen map[string]time.Time) (claimed int) {
+func (w *Worker) claimBatch(ctx context.Context, s settler, batch []shards.Candidate, iv clock.Interval, seen map[string]time.Time) (claimed int) {
 	as := make([]attempt, len(batch))
 	var counts []int
 	for i, c := range batch {
@@ -174,7 +181,7 @@ func (w *Worker) claimBatch(ctx context.Context, s *shards.Scan, batch []shards.
 // pending, due and of a handled type: a slot reserved, a claim id drawn,
 // the task marked claimed. It reports whether the claim's PUT is to be
 // made. Runs on the scheduler, in candidate order.
-func (w *Worker) tryClaim(ctx context.Context, s *shards.Scan, a *attempt, iv clock.Interval) bool {
+func (w *Worker) tryClaim(ctx context.Context, s settler, a *attempt, iv clock.Interval) bool {
 	c, v := a.c, a.v
 	if a.loadErr != nil {
 		switch {
@@ -183,7 +190,7 @@ func (w *Worker) tryClaim(ctx context.Context, s *shards.Scan, a *attempt, iv cl
 			// may be a write-ahead: its task's PUT may still land (a
 			// delayed request). It stays for the monitor, which decides
 			// after PointerGrace (shards.MayLieBelowFloor).
-			gone := !(c.Pointer && errors.Is(a.loadErr, s3store.ErrNotFound) && shards.MayLieBelowFloor(c.ID, iv.Latest))
+			gone := c.Inbox || !(c.Pointer && errors.Is(a.loadErr, s3store.ErrNotFound) && shards.MayLieBelowFloor(c.ID, iv.Latest))
 			a.settle(s, c.ETag, gone)
 		case s.Failed(c, iv.Latest):
 			// Unreadable again and again (a 403 on this one object):
@@ -272,7 +279,7 @@ func (w *Worker) drop(ctx context.Context, r *run) {
 // a failed claim gives its slot back, and the candidate is settled when it
 // needs no second look. It reports whether the task was claimed. Runs on
 // the scheduler, in candidate order.
-func (w *Worker) applyClaim(ctx context.Context, s *shards.Scan, a *attempt, iv clock.Interval, found time.Time) (ok bool) {
+func (w *Worker) applyClaim(ctx context.Context, s settler, a *attempt, iv clock.Interval, found time.Time) (ok bool) {
 	if a.loadErr != nil {
 		return false // tryClaim has dealt with it
 	}
@@ -308,7 +315,12 @@ func (w *Worker) applyClaim(ctx context.Context, s *shards.Scan, a *attempt, iv 
 		// longer pending; one to a task we cannot run stays for a
 		// worker that can.
 		done := ok || v.Task.Status != task.Pending
-		if c.Pointer && done && shards.MayLieBelowFloor(v.Task.ID, iv.Latest) {
+		if c.Inbox {
+			// An inbox or overflow entry has done its job once its task
+			// is claimed, not pending, forwarded to a worker that runs
+			// its type, or waiting for a ready pointer at its due time.
+			done = true
+		} else if c.Pointer && done && shards.MayLieBelowFloor(v.Task.ID, iv.Latest) {
 			// A task whose id is older than FloorLag may lie below the
 			// monitor's sweep floor: its pointer is how the monitor
 			// learns of it (were this worker to die, the task would

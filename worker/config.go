@@ -8,9 +8,15 @@ import (
 	"time"
 
 	"github.com/s3queue/s3queue/clock"
+	"github.com/s3queue/s3queue/internal/direct"
 	"github.com/s3queue/s3queue/internal/events"
 	"github.com/s3queue/s3queue/internal/rnd"
+	"github.com/s3queue/s3queue/shards"
 )
+
+// DefaultDiscoveryTTL is the default of [queue.direct_dispatch]
+// worker_discovery_cache_ttl_secs.
+const DefaultDiscoveryTTL = 30 * time.Second
 
 // Config configures a Worker. Zero fields take their defaults, and every
 // field is checked, as ConfigKeys declares them, once per field: a key's
@@ -43,6 +49,19 @@ type Config struct {
 	Hooks Hooks
 	// Shards must match the queue's manifest; 0 accepts the queue's count.
 	Shards int
+	// DispatchMode is the queue's dispatch mode, which must match its
+	// manifest ([queue] dispatch_mode): shards.DispatchShared ("" too) or
+	// shards.DispatchDirect. Under direct dispatch the worker also holds a
+	// lease of its own, workers/{ID}.lease.json, for LeaseDuration,
+	// renewed every LeaseRenewalInterval; it lists its inbox, adaptively,
+	// and scavenges the overflow (and moves dead workers' inboxes there)
+	// every OverflowScavengeInterval. DiscoveryTTL is how long producers
+	// cache the worker leases ([queue.direct_dispatch]): a worker that
+	// marks itself asleep keeps listing its inbox that long, and AwakeGrace
+	// more. See docs/direct-dispatch.md.
+	DispatchMode                                                  string
+	DiscoveryTTL                                                  time.Duration
+	LeaseDuration, LeaseRenewalInterval, OverflowScavengeInterval time.Duration
 	// OwnShards pins the worker to these shards: it polls them and takes no
 	// part in the fleet (nil: share the shards with the fleet).
 	OwnShards []int
@@ -171,6 +190,12 @@ func (c *Config) fill(src *rnd.Source) error {
 		c.ID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), src.Hex(3))
 	}
 	ConfigKeys.Fill(c)
+	if c.DispatchMode == "" {
+		c.DispatchMode = shards.DispatchShared
+	}
+	if c.DiscoveryTTL == 0 {
+		c.DiscoveryTTL = DefaultDiscoveryTTL
+	}
 	if c.MaxInFlight == 0 {
 		c.MaxInFlight = c.Concurrency
 	}
@@ -189,6 +214,18 @@ func (c *Config) fill(src *rnd.Source) error {
 func (c *Config) validate() error {
 	if err := ConfigKeys.Validate(c); err != nil {
 		return err
+	}
+	switch c.DispatchMode {
+	case shards.DispatchShared:
+	case shards.DispatchDirect:
+		if err := direct.CheckWorkerID(c.ID); err != nil {
+			return err
+		}
+		if c.OwnShards != nil {
+			return fmt.Errorf("worker.own_shards: a worker pinned to shards takes no part in direct dispatch; remove own_shards or use dispatch_mode = %q", shards.DispatchShared)
+		}
+	default:
+		return fmt.Errorf("dispatch mode %q: want %q or %q", c.DispatchMode, shards.DispatchShared, shards.DispatchDirect)
 	}
 	c.Pools = append([]Pool(nil), c.Pools...)
 	return checkPools(c)

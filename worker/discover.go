@@ -160,6 +160,7 @@ func (w *Worker) scan(shard int, iv clock.Interval) *shards.Scan {
 	s, ok := w.scans[shard]
 	if !ok {
 		s = shards.NewScan(shard, iv.Earliest.Add(-w.cfg.ScanLookback), w.cfg.ScanLag)
+		s.PointersOnly = w.direct != nil
 		w.scans[shard] = s
 	}
 	return s

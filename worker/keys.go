@@ -95,6 +95,15 @@ var ConfigKeys = &settings.Section[Config]{
 		settings.Duration("reshard_after", func(c *Config) *time.Duration { return &c.ReshardAfter }, time.Minute,
 			"How long, by S3 time, the members must keep asking for more members than there are shards before the automatic reshard (see max_shards).").
 			Must(settings.Positive),
+		settings.Seconds("lease_duration_secs", func(c *Config) *time.Duration { return &c.LeaseDuration }, time.Minute,
+			"Direct dispatch only: how long the worker's own lease (workers/ID.lease.json) lasts without renewal, in seconds; producers route new tasks to a worker only while it holds one, and an expired one's inbox is moved to the overflow.").
+			Must(settings.Within(3*time.Second, 24*time.Hour)),
+		settings.Seconds("lease_renewal_interval_secs", func(c *Config) *time.Duration { return &c.LeaseRenewalInterval }, 20*time.Second,
+			"Direct dispatch only: how often the worker renews its lease, in seconds (less than lease_duration_secs); each renewal is one conditional PUT.").
+			Must(settings.Within(time.Second, 24*time.Hour)),
+		settings.Seconds("overflow_scavenge_interval_secs", func(c *Config) *time.Duration { return &c.OverflowScavengeInterval }, 2*time.Minute,
+			"Direct dispatch only: how often the worker moves dead workers' inboxes to the overflow and claims from it, in seconds (a LIST of workers/ and one of overflow/ each time).").
+			Must(settings.Within(time.Second, 24*time.Hour)),
 		settings.Int("root_members", func(c *Config) *int { return &c.RootMembers }, shards.DefaultRootMembers,
 			"How many fleet members renew their entries in fleet.json itself; members that join beyond them renew a lease object of their own under fleet/leases/, so that writes to fleet.json, and their conflicts, stay flat as the fleet grows (1..1000).").
 			Must(settings.IntRange(1, 1000)),
@@ -103,6 +112,12 @@ var ConfigKeys = &settings.Section[Config]{
 		{Keys: []string{"poll_min", "poll_max"}, Check: func(c *Config) error {
 			if c.PollMin > c.PollMax {
 				return fmt.Errorf("worker.poll_min (%v) is more than worker.poll_max (%v)", c.PollMin, c.PollMax)
+			}
+			return nil
+		}},
+		{Keys: []string{"lease_renewal_interval_secs", "lease_duration_secs"}, Check: func(c *Config) error {
+			if c.LeaseRenewalInterval+c.LeaseMargin >= c.LeaseDuration {
+				return fmt.Errorf("worker.lease_renewal_interval_secs (%v) plus worker.lease_margin (%v) is not less than worker.lease_duration_secs (%v): the lease would lapse between renewals", c.LeaseRenewalInterval, c.LeaseMargin, c.LeaseDuration)
 			}
 			return nil
 		}},

@@ -35,6 +35,9 @@ type sweeps struct {
 // now (no LIST), or list again now while the shards have a backlog, or else
 // poll again after the current interval rather than after PollMax.
 func (w *Worker) slotFreed() {
+	if w.direct != nil {
+		w.inboxSlotFreed()
+	}
 	now := w.now()
 	t := now.Add(w.pace.interval)
 	own := w.fleet.assign.Own

@@ -20,8 +20,10 @@ package worker
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -71,6 +73,7 @@ type Worker struct {
 	rotate     int
 	unhandled  map[string]string // task key -> type: pending tasks seen that no known member could run
 	blocked    map[*pool]int     // tasks the current poll left for lack of room, by pool
+	direct     *inbox            // direct dispatch's state (direct.go); nil in the shared mode
 
 	// Published by the scheduler for other goroutines.
 	view         atomic.Pointer[memberView]
@@ -114,7 +117,7 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Worker, error) {
 	if c == nil {
 		c = clock.New(g, clock.Config{Local: cfg.Local})
 	}
-	m, err := shards.Open(ctx, g, cfg.Shards)
+	m, err := shards.OpenMode(ctx, g, cfg.Shards, cfg.DispatchMode)
 	if err != nil {
 		return nil, err
 	}
@@ -138,6 +141,11 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Worker, error) {
 	w.view.Store(&memberView{})
 	w.stopped, w.markStopped = context.WithCancel(context.Background())
 	w.logEvent = events.Log(w.log)
+	if m.Direct() {
+		if err := w.openInbox(ctx); err != nil {
+			return nil, err
+		}
+	}
 	return w, nil
 }
 
@@ -236,6 +244,8 @@ func (w *Worker) Run(ctx context.Context) error {
 		case <-w.guard.gone:
 			w.stopping.Store(true)
 			cancel()
+		case <-w.leaseLost():
+			cancel()
 		case <-ctx.Done():
 		}
 	}()
@@ -243,7 +253,20 @@ func (w *Worker) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			w.leave()
+			if w.direct != nil {
+				select {
+				case <-w.direct.lost:
+					// Another process may hold the name: stop at once.
+					w.finishHandlersWithin(0)
+					w.markStopped()
+					return fmt.Errorf("worker: %w", w.direct.cause)
+				default:
+				}
+			}
 			err := w.finishHandlers()
+			if w.direct != nil {
+				w.closeInbox()
+			}
 			w.markStopped()
 			return err
 		case <-timer.C():
@@ -264,9 +287,22 @@ func (w *Worker) Run(ctx context.Context) error {
 }
 
 // step does whatever is due — a fleet renewal or standby read, a poll of the
-// member's own shards, slow sweeps of its drain shards, the doorbell — and
+// member's own shards, slow sweeps of its drain shards, the doorbell; under
+// direct dispatch the worker's lease, its inbox and the overflow — and
 // returns how long to wait before the next step.
 func (w *Worker) step(ctx context.Context) time.Duration {
+	if w.direct == nil {
+		return w.stepShards(ctx)
+	}
+	d := w.stepInbox(ctx)
+	if w.stopping.Load() {
+		return d
+	}
+	return min(d, w.stepShards(ctx))
+}
+
+// stepShards is step's share of the fleet and the shards.
+func (w *Worker) stepShards(ctx context.Context) time.Duration {
 	now := w.now()
 	if w.static() {
 		if now.Before(w.pace.next) {
@@ -358,5 +394,13 @@ func (w *Worker) poll(ctx context.Context) (int, error) {
 	}
 	a := w.fleet.assign
 	p := w.pollShards(ctx, append(append([]int(nil), a.Own...), a.Drain...), false)
+	if d := w.direct; d != nil {
+		if !slices.Equal(d.rec.Types, w.types()) && !w.renewOwnLease(ctx) {
+			return p.claimed, d.cause
+		}
+		n, _, err := w.claimFrom(ctx, d.scan, &d.held, &d.heldAt, &d.capped)
+		p.claimed += n
+		p.err = errors.Join(p.err, err)
+	}
 	return p.claimed, p.err
 }

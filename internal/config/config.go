@@ -22,7 +22,9 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 
+	"github.com/s3queue/s3queue/internal/direct"
 	"github.com/s3queue/s3queue/internal/settings"
 	"github.com/s3queue/s3queue/monitor"
 	"github.com/s3queue/s3queue/producer"
@@ -44,6 +46,10 @@ type Config struct {
 	// of the keys declared with an economy value; keys set explicitly win.
 	Profile string
 
+	// QueueSection is [queue], DirectSection [queue.direct_dispatch].
+	QueueSection  QueueSection
+	DirectSection DirectSection
+
 	// WorkerSection is [worker]. Its Shards is not a key of the section:
 	// Worker sets it from Shards.
 	WorkerSection worker.Config
@@ -60,6 +66,19 @@ type Config struct {
 	Handlers map[string]string
 }
 
+// QueueSection is [queue].
+type QueueSection struct {
+	// DispatchMode is "shared" or "direct" (shards.DispatchShared,
+	// shards.DispatchDirect).
+	DispatchMode string
+}
+
+// DirectSection is [queue.direct_dispatch].
+type DirectSection struct {
+	DiscoveryTTL time.Duration
+	Selection    direct.Selection
+}
+
 // LogSection is [log].
 type LogSection struct {
 	Level  slog.Level
@@ -71,6 +90,8 @@ type LogSection struct {
 func (c *Config) tables() []settings.Table {
 	return []settings.Table{
 		topKeys.Bind(c),
+		queueKeys.Bind(&c.QueueSection),
+		directKeys.Bind(&c.DirectSection),
 		worker.ConfigKeys.Bind(&c.WorkerSection),
 		monitor.ConfigKeys.Bind(&c.MonitorSection),
 		producer.ConfigKeys.Bind(&c.ProducerSection),
@@ -214,6 +235,7 @@ func (c *Config) crossCheck(tables []settings.Table, src map[string]string) erro
 func (c Config) Worker() worker.Config {
 	w := c.WorkerSection
 	w.Shards = c.Shards
+	w.DispatchMode, w.DiscoveryTTL = c.QueueSection.DispatchMode, c.DirectSection.DiscoveryTTL
 	if len(w.OwnShards) > 0 {
 		w.OwnShards = slices.Clone(w.OwnShards)
 	} else {
@@ -231,6 +253,7 @@ func (c Config) Worker() worker.Config {
 func (c Config) Monitor() monitor.Config {
 	m := c.MonitorSection
 	m.Shards = c.Shards
+	m.DispatchMode, m.WorkerLease = c.QueueSection.DispatchMode, c.WorkerSection.LeaseDuration
 	m.KeepForever = m.Retention == 0
 	return m
 }
@@ -242,6 +265,7 @@ func (c Config) Monitor() monitor.Config {
 func (c Config) Producer() producer.Config {
 	p := c.ProducerSection
 	p.Shards, p.LeaseMargin = c.Shards, c.WorkerSection.LeaseMargin
+	p.DispatchMode, p.DiscoveryTTL, p.Selection = c.QueueSection.DispatchMode, c.DirectSection.DiscoveryTTL, c.DirectSection.Selection
 	return p
 }
 

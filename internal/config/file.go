@@ -31,15 +31,24 @@ func (c *Config) decodeFile(path, text string, tables []settings.Table, src map[
 	}
 	sections := map[string]map[string]any{"": doc}
 	for _, name := range append(tableNames(tables), handlersTable, poolsTable) {
-		v, ok := doc[name]
-		if !ok {
-			continue
+		// A dotted name is a table within a table ([queue.direct_dispatch]).
+		table, where := doc, ""
+		for _, part := range strings.Split(name, ".") {
+			where = strings.TrimPrefix(where+"."+part, ".")
+			v, ok := table[part]
+			if !ok {
+				table = nil
+				break
+			}
+			sub, isTable := v.(map[string]any)
+			if !isTable {
+				return fmt.Errorf("%s: %s: want a table [%s], got %s", path, where, where, settings.Describe(v))
+			}
+			table = sub
 		}
-		table, isTable := v.(map[string]any)
-		if !isTable {
-			return fmt.Errorf("%s: %s: want a table [%s], got %s", path, name, name, settings.Describe(v))
+		if table != nil {
+			sections[name] = table
 		}
-		sections[name] = table
 	}
 	if err := unknownKeys(path, md.Keys(), keys(tables)); err != nil {
 		return err
@@ -164,15 +173,19 @@ func unknownKeys(path string, inFile []toml.Key, declared []settings.Bound) erro
 	var names []string
 	for _, k := range declared {
 		isKey[k.Name] = true
-		if section, _, ok := strings.Cut(k.Name, "."); ok {
-			sections[section] = true
+		// Every table above the key is a section: [queue] and
+		// [queue.direct_dispatch] for queue.direct_dispatch.worker_selection.
+		for i := range len(k.Name) {
+			if k.Name[i] == '.' {
+				sections[k.Name[:i]] = true
+			}
 		}
 		names = append(names, k.Name)
 	}
 	// known: a key, a section, or inside a key's value (a table where a
 	// value should be, which the key's type check reports) or [handlers].
 	known := func(k toml.Key) bool {
-		if len(k) == 1 && sections[k[0]] || k[0] == handlersTable || k[0] == poolsTable {
+		if sections[k.String()] || k[0] == handlersTable || k[0] == poolsTable {
 			return true
 		}
 		for i := 1; i <= len(k); i++ {

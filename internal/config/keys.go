@@ -4,9 +4,12 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 
+	"github.com/s3queue/s3queue/internal/direct"
 	"github.com/s3queue/s3queue/internal/settings"
 	"github.com/s3queue/s3queue/shards"
+	"github.com/s3queue/s3queue/worker"
 )
 
 // topKeys declares the keys at the top of queue.toml.
@@ -20,6 +23,31 @@ var topKeys = &settings.Section[Config]{
 		settings.String("profile", func(c *Config) *string { return &c.Profile }, "default",
 			"The operating point of the cost/latency trade-off: \"economy\" gives the keys marked economy their economy value, for fewer requests, slower pickup and slower failover; keys set explicitly win.").
 			Must(settings.OneOf("profile", "default", "economy")),
+	},
+}
+
+// queueKeys declares [queue]: how the queue dispatches, fixed when it is
+// created and recorded in its manifest.
+var queueKeys = &settings.Section[QueueSection]{
+	Name: "queue",
+	Keys: []settings.Key[QueueSection]{
+		settings.String("dispatch_mode", func(q *QueueSection) *string { return &q.DispatchMode }, shards.DispatchShared,
+			"How new tasks reach workers: \"shared\" (fleet members list the shards they lease) or \"direct\" (each producer routes a task to a live worker's inbox; docs/direct-dispatch.md). Recorded when the queue is created: a process configured with the other mode refuses to open it.").
+			Must(settings.OneOf("dispatch_mode", shards.DispatchShared, shards.DispatchDirect)),
+	},
+}
+
+// directKeys declares [queue.direct_dispatch], read by producers under
+// dispatch_mode = "direct".
+var directKeys = &settings.Section[DirectSection]{
+	Name: "queue.direct_dispatch",
+	Keys: []settings.Key[DirectSection]{
+		settings.Seconds("worker_discovery_cache_ttl_secs", func(d *DirectSection) *time.Duration { return &d.DiscoveryTTL }, worker.DefaultDiscoveryTTL,
+			"How long a producer caches its view of the live workers (a LIST of workers/ and a GET per worker lease), in seconds (1..600); a worker that marks itself asleep keeps listing its inbox this long.").
+			Must(settings.Within(time.Second, 10*time.Minute)),
+		settings.Text("worker_selection", func(d *DirectSection) *direct.Selection { return &d.Selection }, direct.RoundRobin, direct.ParseSelection,
+			func(s direct.Selection) string { return string(s) },
+			"How a producer picks among the live workers that run a task's type: \"round_robin\", \"hash\" (of the task id) or \"random\"."),
 	},
 }
 

@@ -117,6 +117,23 @@ const (
 	FleetWoken Kind = "fleet_woken"
 )
 
+// Direct dispatch kinds (docs/direct-dispatch.md).
+const (
+	// WorkerLeaseLost: the worker's own lease was taken over, deleted or
+	// not renewed in time; the worker stops at once and cancels its
+	// handlers.
+	WorkerLeaseLost Kind = "worker_lease_lost"
+	// InboxAsleep: the worker marked itself asleep in its lease and reads
+	// its own doorbell (Key) instead of listing its inbox.
+	InboxAsleep Kind = "inbox_asleep"
+	// InboxWoken: the sleeping worker woke: a producer rang its doorbell,
+	// or a listing of its inbox found work.
+	InboxWoken Kind = "inbox_woken"
+	// InboxRecovered: the entries of a dead worker's inbox (Key: the
+	// inbox's prefix) were moved to the overflow.
+	InboxRecovered Kind = "inbox_recovered"
+)
+
 // IsOutcome reports whether k ends an attempt or a task's stay with a
 // worker in a way an operator reads: succeeded, failed, dead, canceled,
 // released, rejected, dropped, lease_lost and outcome_rejected. Log logs

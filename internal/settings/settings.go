@@ -340,6 +340,37 @@ func Int[S any](name string, field func(*S) *int, def int, doc string) *Typed[S,
 	}, name, field, def, doc)
 }
 
+// Seconds declares a key holding a duration written as a whole number of
+// seconds (the seed's *_secs keys), held as a time.Duration.
+func Seconds[S any](name string, field func(*S) *time.Duration, def time.Duration, doc string) *Typed[S, time.Duration] {
+	const max = 365 * 24 * 3600
+	secs := func(n int64) (time.Duration, error) {
+		if n > max || n < -max {
+			return 0, fmt.Errorf("%d seconds is out of range", n)
+		}
+		return time.Duration(n) * time.Second, nil
+	}
+	return declare(kind[time.Duration]{
+		decode: func(raw any) (time.Duration, error) {
+			n, ok := raw.(int64)
+			if !ok {
+				return 0, fmt.Errorf("want a whole number of seconds, got %s", Describe(raw))
+			}
+			return secs(n)
+		},
+		parse: func(s string) (time.Duration, error) {
+			n, err := strconv.ParseInt(s, 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("invalid number of seconds %q", s)
+			}
+			return secs(n)
+		},
+		format:   func(d time.Duration) string { return strconv.FormatInt(int64(d/time.Second), 10) },
+		zero:     func(d time.Duration) bool { return d == 0 },
+		negative: func(d time.Duration) bool { return d < 0 },
+	}, name, field, def, doc)
+}
+
 // Limit declares a key holding a bound: a positive integer, "unbounded"
 // (or 0, in queue.toml and the environment) for none, held as unbounded,
 // or "auto" for a default another key decides, held as 0 (the zero value,

@@ -1,0 +1,400 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/s3queue/s3queue/clock"
+	"github.com/s3queue/s3queue/internal/direct"
+	"github.com/s3queue/s3queue/internal/events"
+	"github.com/s3queue/s3queue/lease"
+	"github.com/s3queue/s3queue/s3store"
+	"github.com/s3queue/s3queue/shards"
+)
+
+// Direct dispatch (docs/direct-dispatch.md): the worker holds a lease of
+// its own, producers route new tasks to its inbox, and it lists the inbox
+// from a cursor, adaptively, sleeping at a doorbell of its own when idle.
+// Everything else goes through the shared path as in the shared mode: the
+// fleet's members list their shards, which under direct dispatch hand out
+// ready pointers only (retries, releases, repairs, submits that found no
+// live worker). Every few minutes it moves dead workers' inboxes to the
+// overflow and claims from it. Claims are the same CAS on the task object
+// in both modes (claim.go). Only the scheduler touches this state.
+
+// ErrWorkerLeaseLost: the worker's own lease (direct dispatch) was taken over,
+// deleted, or could not be renewed before it expired. Run stops at once,
+// cancels its handlers, and returns an error wrapping it.
+var ErrWorkerLeaseLost = errors.New("worker lease lost")
+
+// inbox is a direct-dispatch worker's state.
+type inbox struct {
+	lease *lease.Lease
+	rec   direct.Record
+	scan  *direct.Scan
+	over  *direct.Scan
+	lost  chan struct{} // closed when the lease is lost
+	cause error
+
+	renewed  time.Time     // local time of the last write of the lease
+	retry    time.Time     // local time before which a failed renewal is not retried
+	next     time.Time     // local time of the next inbox listing
+	interval time.Duration // the current interval between listings
+	capped   bool          // the last listing returned all it asked for
+	held     []shards.Candidate
+	heldAt   time.Time
+	lastWork time.Time // local time the inbox last had work, or a handler ran
+
+	scavenge time.Time // local time of the next overflow scavenge
+
+	// The doorbell: asleepAt is when the mark landed (local time), zero
+	// while awake; bell is the doorbell's ETag then ("" for none).
+	asleepAt, nextBell, nextSleepScan time.Time
+	bell                              string
+}
+
+// openInbox acquires the worker's lease under direct dispatch: a live
+// lease of the same id is refused, an expired one taken over (its inbox
+// cursor resumed).
+func (w *Worker) openInbox(ctx context.Context) error {
+	host, _ := os.Hostname()
+	iv, err := w.clock.Now(ctx)
+	if err != nil {
+		return err
+	}
+	d := &inbox{lost: make(chan struct{})}
+	d.rec = direct.Record{Worker: w.cfg.ID, Host: host, CreatedAt: iv.Latest.UTC(), Types: []string{}}
+	// Each process holds the name under a holder of its own, so a second
+	// process started with a live id is refused.
+	d.lease = lease.New(w.st, w.clock, direct.LeaseKey(w.cfg.ID), w.cfg.ID+"#"+w.rand.Hex(6),
+		lease.Config{TTL: w.cfg.LeaseDuration, Margin: w.cfg.LeaseMargin})
+	d.lease.SetData(d.data())
+	if err := d.lease.Acquire(ctx); err != nil {
+		if errors.Is(err, lease.ErrHeld) {
+			return fmt.Errorf("worker: worker id %q is in use by a live worker (its lease %s has not expired); pick another id or wait for it to expire: %w", w.cfg.ID, direct.LeaseKey(w.cfg.ID), err)
+		}
+		return fmt.Errorf("worker: acquire the worker lease: %w", err)
+	}
+	cursor := ""
+	if prev := d.lease.Previous(); prev != nil {
+		if r, err := direct.DecodeRecord(prev); err == nil {
+			cursor = r.Cursor
+		}
+	}
+	var capped bool
+	d.scan, capped = direct.NewScan(direct.Inbox(w.cfg.ID), cursor, iv.Latest, w.cfg.ScanLag+time.Minute, false)
+	if capped {
+		w.log.Warn("the inbox cursor is older than 24h: scanning from 24h ago; older entries are left to the monitor's repair", "cursor", cursor, "from", d.scan.Cursor())
+	}
+	d.over, _ = direct.NewScan(direct.OverflowPrefix, "", iv.Latest, 0, true)
+	now := w.now()
+	d.renewed, d.lastWork, d.interval = now, now, w.cfg.PollMin
+	d.scavenge = now.Add(w.cfg.OverflowScavengeInterval)
+	w.direct = d
+	return nil
+}
+
+// data is the lease's record as JSON.
+func (d *inbox) data() json.RawMessage {
+	b, _ := json.Marshal(d.rec)
+	return b
+}
+
+// LeaseLost is closed when the worker's own lease (direct dispatch) is
+// lost; nil in the shared mode.
+func (w *Worker) leaseLost() <-chan struct{} {
+	if w.direct == nil {
+		return nil
+	}
+	return w.direct.lost
+}
+
+// renewOwnLease writes the lease with the current record, and reports false
+// once it is lost (closing lost).
+func (w *Worker) renewOwnLease(ctx context.Context) bool {
+	d := w.direct
+	d.rec.Types = w.types()
+	d.rec.Cursor = d.scan.Cursor()
+	d.lease.SetData(d.data())
+	err := d.lease.Renew(ctx)
+	switch {
+	case err == nil:
+		d.renewed = w.now()
+		return true
+	case errors.Is(err, lease.ErrLost):
+	case d.lease.Valid(ctx):
+		w.log.Warn("renew the worker lease", "err", err)
+		d.retry = w.now().Add(time.Second)
+		return true
+	}
+	w.loseLease(fmt.Errorf("%w: %v", ErrWorkerLeaseLost, err))
+	return false
+}
+
+// loseLease stops the worker at once: its handlers are canceled, and Run
+// returns cause.
+func (w *Worker) loseLease(cause error) {
+	d := w.direct
+	select {
+	case <-d.lost:
+		return
+	default:
+	}
+	d.cause = cause
+	w.log.Error("the worker lost its lease; it stops at once and cancels its handlers", "err", cause)
+	w.emit(Event{Kind: events.WorkerLeaseLost, Shard: -1, Err: cause})
+	w.stopping.Store(true)
+	close(d.lost)
+}
+
+// stepInbox does whatever direct dispatch has due (a lease renewal, an
+// inbox listing, a doorbell read, a scavenge) and returns how long until
+// the next.
+func (w *Worker) stepInbox(ctx context.Context) time.Duration {
+	d := w.direct
+	now := w.now()
+	if !now.Before(d.renewed.Add(w.cfg.LeaseRenewalInterval)) && !now.Before(d.retry) {
+		if !w.renewOwnLease(ctx) {
+			return time.Hour
+		}
+	}
+	if w.stopping.Load() {
+		return time.Second
+	}
+	if w.busy() {
+		d.lastWork = now
+	}
+	if !slices.Equal(d.rec.Types, w.types()) && !now.Before(d.retry) {
+		// Handlers registered since the last write: producers route by
+		// the types the lease names.
+		if !w.renewOwnLease(ctx) {
+			return time.Hour
+		}
+	}
+	bell := !d.asleepAt.IsZero() && clock.Since(w.local, d.asleepAt) >= w.cfg.DiscoveryTTL+w.cfg.AwakeGrace
+	switch {
+	case bell:
+		w.atInboxBell(ctx, now)
+	case !now.Before(d.next):
+		w.pollInbox(ctx, now)
+	}
+	if !now.Before(d.scavenge) {
+		w.scavenge(ctx, now)
+	}
+	wait := min(d.renewed.Add(w.cfg.LeaseRenewalInterval).Sub(now), d.scavenge.Sub(now))
+	if bell && !d.asleepAt.IsZero() {
+		wait = min(wait, d.nextBell.Sub(now), d.nextSleepScan.Sub(now))
+	} else {
+		wait = min(wait, d.next.Sub(now))
+	}
+	return max(wait, 0)
+}
+
+// pollInbox lists the inbox (or claims what its last listing held) and
+// paces the next listing: at once after a listing cut short, poll_min
+// after one that found work, growing to poll_max while empty.
+func (w *Worker) pollInbox(ctx context.Context, now time.Time) {
+	d := w.direct
+	claimed, listed, err := w.claimFrom(ctx, d.scan, &d.held, &d.heldAt, &d.capped)
+	switch {
+	case err != nil:
+		if ctx.Err() == nil {
+			w.log.Warn("list the inbox", "err", err)
+		}
+		d.interval = w.grow(d.interval)
+	case claimed > 0 || listed > 0:
+		d.lastWork = now
+		d.interval = w.cfg.PollMin
+		if claimed > 0 && (d.capped || len(d.held) > 0) {
+			d.interval = 0 // more is waiting: claim it as slots free
+		}
+		if !d.asleepAt.IsZero() {
+			w.wakeInbox(ctx)
+		}
+	default:
+		d.interval = w.grow(d.interval)
+	}
+	d.next = now.Add(d.interval)
+	if w.free() == 0 {
+		d.next = now.Add(w.cfg.PollMax) // a freed slot polls again (inboxSlotFreed)
+	}
+	if d.asleepAt.IsZero() && !w.busy() && now.Sub(d.lastWork) >= w.cfg.SleepAfter && err == nil && listed == 0 {
+		w.sleepInbox(ctx, now)
+	}
+}
+
+// inboxSlotFreed reacts to a handler that finished: claim what the last
+// listing held, or list again now after a listing cut short, or else at
+// the current pace.
+func (w *Worker) inboxSlotFreed() {
+	d := w.direct
+	now := w.now()
+	t := now.Add(d.interval)
+	if d.capped || len(d.held) > 0 && now.Sub(d.heldAt) < w.cfg.PollMax {
+		t = now
+	}
+	if d.asleepAt.IsZero() && t.Before(d.next) {
+		d.next = t
+	}
+}
+
+// claimFrom claims from an inbox or overflow scan: the candidates held
+// from its last listing while fresh, else a new listing, as many as there
+// are free slots; the rest are held. It reports how many it claimed and
+// listed.
+func (w *Worker) claimFrom(ctx context.Context, s *direct.Scan, held *[]shards.Candidate, heldAt *time.Time, capped *bool) (claimed, listed int, err error) {
+	w.blocked = make(map[*pool]int)
+	defer w.publishWaiting()
+	if w.free() == 0 {
+		return 0, 0, nil
+	}
+	iv, err := w.clock.Now(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	cands := *held
+	if len(cands) == 0 || w.now().Sub(*heldAt) >= w.cfg.PollMax {
+		want := max(w.free(), w.capacity(), int(w.cfg.PollBatch)) + 1
+		if cands, err = s.Next(ctx, w.st, iv.Latest, want); err != nil {
+			return 0, 0, err
+		}
+		*capped = len(cands) >= want
+		*heldAt = w.now()
+		listed = len(cands)
+	}
+	i := 0
+	for i < len(cands) && w.free() > 0 {
+		n := nextBatch(cands[i:], min(w.free(), maxClaimBatch))
+		claimed += w.claimBatch(ctx, s, cands[i:i+n], iv, nil)
+		i += n
+	}
+	*held = append((*held)[:0:0], cands[i:]...)
+	return claimed, listed, nil
+}
+
+// sleepInbox marks the worker asleep in its lease, after reading its
+// doorbell: producers that read the mark ring the bell after routing a
+// task here. It keeps listing the inbox until every producer's view of
+// the leases is newer than the mark (DiscoveryTTL, and AwakeGrace more),
+// then reads the bell every BellPoll and lists the inbox every SleepScan.
+func (w *Worker) sleepInbox(ctx context.Context, now time.Time) {
+	d := w.direct
+	bell, err := w.readBell(ctx)
+	if err != nil {
+		return
+	}
+	d.rec.Asleep = true
+	if !w.renewOwnLease(ctx) {
+		return
+	}
+	d.bell, d.asleepAt = bell, now
+	d.nextBell, d.nextSleepScan = now, now.Add(w.cfg.SleepScan)
+	d.interval = w.cfg.PollMax
+	w.emit(Event{Kind: events.InboxAsleep, Shard: -1, Key: direct.BellKey(w.cfg.ID)})
+}
+
+// atInboxBell reads the doorbell every BellPoll, and lists the inbox every
+// SleepScan; a ring, or work, wakes the worker.
+func (w *Worker) atInboxBell(ctx context.Context, now time.Time) {
+	d := w.direct
+	if !now.Before(d.nextSleepScan) {
+		d.nextSleepScan = now.Add(w.cfg.SleepScan)
+		w.pollInbox(ctx, now) // wakes on work
+		return
+	}
+	if now.Before(d.nextBell) {
+		return
+	}
+	d.nextBell = now.Add(w.cfg.BellPoll)
+	bell, err := w.readBell(ctx)
+	if err != nil || bell == d.bell {
+		return
+	}
+	w.wakeInbox(ctx)
+	w.pollInbox(ctx, now)
+}
+
+// wakeInbox clears the asleep mark: listings go back to the adaptive pace.
+func (w *Worker) wakeInbox(ctx context.Context) {
+	d := w.direct
+	d.asleepAt, d.rec.Asleep = time.Time{}, false
+	d.lastWork, d.interval, d.next = w.now(), w.cfg.PollMin, w.now()
+	w.renewOwnLease(ctx)
+	w.emit(Event{Kind: events.InboxWoken, Shard: -1, Key: direct.BellKey(w.cfg.ID)})
+}
+
+// readBell returns the doorbell's ETag, "" when it has never been rung.
+func (w *Worker) readBell(ctx context.Context) (string, error) {
+	info, err := w.st.Head(ctx, direct.BellKey(w.cfg.ID))
+	switch {
+	case errors.Is(err, s3store.ErrNotFound):
+		return "", nil
+	case err != nil:
+		w.log.Warn("read the doorbell", "err", err)
+		return "", err
+	}
+	return info.ETag, nil
+}
+
+// scavenge moves the inboxes of dead workers to the overflow, then claims
+// from the overflow what the free slots take. Scavengers race for the
+// same entries; the task's CAS decides, and the losers' 412s cost nothing
+// else.
+func (w *Worker) scavenge(ctx context.Context, now time.Time) {
+	d := w.direct
+	d.scavenge = now.Add(w.cfg.OverflowScavengeInterval)
+	iv, err := w.clock.Now(ctx)
+	if err != nil {
+		return
+	}
+	rec, err := direct.Recover(ctx, w.st, iv, w.cfg.LeaseMargin, w.cfg.LeaseDuration)
+	if err != nil && ctx.Err() == nil {
+		w.log.Warn("move dead workers' inboxes to the overflow", "err", err)
+	}
+	if rec.Moved > 0 {
+		w.log.Info("moved dead workers' inboxes to the overflow", "workers", rec.Dead, "entries", rec.Moved)
+		for _, id := range rec.Dead {
+			w.emit(Event{Kind: events.InboxRecovered, Shard: -1, Key: direct.Inbox(id)})
+		}
+	}
+	var held []shards.Candidate
+	var at time.Time
+	var capped bool
+	claimed, _, err := w.claimFrom(ctx, d.over, &held, &at, &capped)
+	if err != nil && ctx.Err() == nil {
+		w.log.Warn("scavenge the overflow", "err", err)
+	}
+	if claimed > 0 && capped {
+		d.scavenge = now.Add(w.cfg.PollMin) // more is waiting
+	}
+	if claimed > 0 {
+		d.lastWork = now
+	}
+}
+
+// closeInbox ends direct dispatch at shutdown: the lease is released (a
+// reader sees the worker gone at once) and the inbox moved to the
+// overflow, for the other workers.
+func (w *Worker) closeInbox() {
+	d := w.direct
+	select {
+	case <-d.lost:
+		return // the name is someone else's now, and so is the inbox
+	default:
+	}
+	ctx, cancel := context.WithTimeout(w.stopped, 30*time.Second)
+	defer cancel()
+	if err := d.lease.Release(ctx); err != nil {
+		w.log.Warn("release the worker lease", "err", err)
+	}
+	if n, err := direct.MoveInbox(ctx, w.st, w.cfg.ID); err != nil {
+		w.log.Warn("move the inbox to the overflow; the next scavenge moves the rest", "moved", n, "err", err)
+	} else if n > 0 {
+		w.log.Info("moved the inbox to the overflow", "entries", n)
+	}
+}

@@ -1,0 +1,300 @@
+package worker_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"github.com/s3queue/s3queue/clock"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/s3queue/s3queue/internal/direct"
+	"github.com/s3queue/s3queue/internal/taskio"
+	"github.com/s3queue/s3queue/monitor"
+	"github.com/s3queue/s3queue/producer"
+	"github.com/s3queue/s3queue/s3store"
+	"github.com/s3queue/s3queue/s3store/mem"
+	"github.com/s3queue/s3queue/shards"
+	"github.com/s3queue/s3queue/task"
+	"github.com/s3queue/s3queue/worker"
+)
+
+// directWorker is a direct-dispatch worker config with leases short
+// enough for tests.
+func (f *fleet) directWorker(id string) worker.Config {
+	c := f.fast(id)
+	c.DispatchMode = shards.DispatchDirect
+	c.LeaseDuration, c.LeaseRenewalInterval = 3*time.Second, time.Second
+	c.OverflowScavengeInterval = 2 * time.Second
+	c.DiscoveryTTL = 200 * time.Millisecond
+	c.SleepAfter, c.BellPoll, c.SleepScan, c.AwakeGrace = time.Second, 50*time.Millisecond, 10*time.Second, 2100*time.Millisecond
+	return c
+}
+
+func (f *fleet) directProducer(st s3store.Store) *producer.Producer {
+	f.t.Helper()
+	p, err := producer.New(f.ctx, st, producer.Config{Shards: f.shards, LeaseMargin: 100 * time.Millisecond,
+		DispatchMode: shards.DispatchDirect, DiscoveryTTL: 200 * time.Millisecond})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return p
+}
+
+// keysUnder lists the keys under prefix.
+func keysUnder(t *testing.T, st s3store.Store, prefix string) []string {
+	t.Helper()
+	page, err := st.List(context.Background(), prefix, s3store.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, o := range page.Objects {
+		out = append(out, o.Key)
+	}
+	return out
+}
+
+// prefixPuts counts the PUTs under each prefix.
+type prefixPuts struct {
+	s3store.Store
+	mu   sync.Mutex
+	puts map[string]int
+}
+
+func (c *prefixPuts) Put(ctx context.Context, key string, body []byte, opts s3store.PutOptions) (string, error) {
+	c.mu.Lock()
+	c.puts[strings.SplitN(key, "/", 2)[0]]++
+	c.mu.Unlock()
+	return c.Store.Put(ctx, key, body, opts)
+}
+
+func (c *prefixPuts) count(prefix string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.puts[prefix]
+}
+
+// Under direct dispatch a producer routes each task to the inbox of a live
+// worker, round robin, and the workers claim from their own inboxes: every
+// task runs once, on the worker whose inbox it was routed to, and the
+// inboxes are empty after.
+func TestDirectDispatchRoutesTasksToInboxes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := &prefixPuts{Store: mem.New(), puts: map[string]int{}}
+		f := newFleet(t, st, 4)
+		var mu sync.Mutex
+		ranOn := map[string]string{}
+		for _, id := range []string{"a", "b"} {
+			f.start(f.directWorker(id), nil, func(_ context.Context, tk *task.Task) (json.RawMessage, error) {
+				mu.Lock()
+				ranOn[tk.ID] = tk.Claim.Worker
+				mu.Unlock()
+				return nil, nil
+			})
+		}
+		waitLive(t, st, 2)
+		p := f.directProducer(st)
+		var ids []string
+		for range 20 {
+			ids = append(ids, f.submit(p))
+		}
+		waitFor(t, "every task to run", 20*time.Second, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(ranOn) == len(ids)
+		})
+		per := map[string]int{}
+		for _, w := range ranOn {
+			per[w]++
+		}
+		if per["a"] != 10 || per["b"] != 10 {
+			t.Errorf("tasks ran %v, want 10 on each worker (round robin)", per)
+		}
+		if n := st.count("inbox"); n != len(ids) {
+			t.Errorf("%d inbox entries written for %d tasks", n, len(ids))
+		}
+		for _, id := range ids {
+			waitStatus(t, p, id, task.Succeeded)
+		}
+		waitFor(t, "the inboxes to empty", 10*time.Second, func() bool { return len(keysUnder(t, st, direct.InboxPrefix)) == 0 })
+	})
+}
+
+// waitLive waits until n worker leases name the type "job".
+func waitLive(t *testing.T, st s3store.Store, n int) {
+	t.Helper()
+	waitFor(t, "the workers' leases to name their types", 10*time.Second, func() bool {
+		ws, _ := direct.ReadWorkers(context.Background(), st)
+		live := 0
+		for _, w := range ws {
+			if w.Runs("job") {
+				live++
+			}
+		}
+		return live == n
+	})
+}
+
+// A second worker started with the id of a live one is refused; once the
+// first stops (its lease released), the id is free again.
+func TestDirectWorkerIDConflict(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := mem.New()
+		f := newFleet(t, st, 2)
+		f.start(f.directWorker("w1"), nil, nil)
+		_, err := worker.New(f.ctx, st, f.directWorker("w1"))
+		if err == nil || !strings.Contains(err.Error(), `worker id "w1" is in use`) {
+			t.Fatalf("second worker w1: %v, want refused as in use", err)
+		}
+		f.stop("w1")
+		if _, err := worker.New(f.ctx, st, f.directWorker("w1")); err != nil {
+			t.Fatalf("w1 after the first stopped: %v", err)
+		}
+	})
+}
+
+// A worker that loses its lease (here, another process deletes it and
+// takes the name) stops at once: its running handler is canceled and Run
+// returns ErrWorkerLeaseLost.
+func TestDirectWorkerStopsOnLeaseLoss(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := mem.New()
+		f := newFleet(t, st, 2)
+		cfg := f.directWorker("w1")
+		cfg.ShutdownGrace = time.Hour // a lost lease does not wait for it
+		w, err := worker.New(f.ctx, st, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		started := make(chan struct{})
+		canceled := make(chan error, 1)
+		w.Handle("job", func(ctx context.Context, _ *task.Task) (json.RawMessage, error) {
+			close(started)
+			<-ctx.Done()
+			canceled <- context.Cause(ctx)
+			return nil, ctx.Err()
+		})
+		done := make(chan error, 1)
+		go func() { done <- w.Run(f.ctx) }()
+		p := f.directProducer(st)
+		f.submit(p)
+		<-started
+		if err := st.Delete(f.ctx, direct.LeaseKey("w1"), s3store.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-done:
+			if !errors.Is(err, worker.ErrWorkerLeaseLost) {
+				t.Fatalf("Run returned %v, want ErrWorkerLeaseLost", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the worker did not stop after losing its lease")
+		}
+		select {
+		case <-canceled:
+		default:
+			t.Fatal("the running handler was not canceled")
+		}
+	})
+}
+
+// A worker that dies with a full inbox loses nothing: its lease expires,
+// another worker's scavenge moves every entry to the overflow and claims
+// them all.
+func TestDeadWorkersInboxIsRecoveredThroughTheOverflow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := mem.New()
+		f := newFleet(t, st, 2)
+		// The dead worker: it took its lease, runs "job", and never ran.
+		deadCfg := f.directWorker("dead")
+		dead, err := worker.New(f.ctx, st, deadCfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dead.Handle("job", func(context.Context, *task.Task) (json.RawMessage, error) { return nil, nil })
+		// Its lease is written by New without types; write one naming
+		// them, as its first renewal would.
+		if _, err := dead.Poll(f.ctx); err != nil {
+			t.Fatal(err)
+		}
+		p := f.directProducer(st)
+		// Route to the dead worker: it holds the only live lease whose
+		// record names the type.
+		var ids []string
+		for range 12 {
+			ids = append(ids, f.submit(p))
+		}
+		if n := len(keysUnder(t, st, direct.Inbox("dead"))); n != 12 {
+			t.Fatalf("%d entries in the dead worker's inbox, want 12", n)
+		}
+		f.start(f.directWorker("alive"), nil, nil)
+		for _, id := range ids {
+			waitStatus(t, p, id, task.Succeeded)
+		}
+		if left := keysUnder(t, st, direct.InboxPrefix); len(left) != 0 {
+			t.Errorf("inbox entries left: %v", left)
+		}
+		waitFor(t, "the overflow to empty", 10*time.Second, func() bool { return len(keysUnder(t, st, direct.OverflowPrefix)) == 0 })
+	})
+}
+
+// A producer that crashes between the task and its inbox entry loses
+// nothing: the monitor's repair announces the pending task nobody picked
+// up, and a worker claims it through the shared path.
+func TestDirectTaskWithoutItsEntryIsFoundByTheRepair(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := mem.New()
+		f := newFleet(t, st, 2)
+		p := f.directProducer(st)
+		// The task, as the producer wrote it before crashing.
+		id, err := task.NewID(time.Now(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tk, err := task.New(id, task.ShardFor(id, 2), task.Spec{Type: "job", AvailableAt: time.Now()}, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := taskio.Create(f.ctx, st, clock.System(), tk); err != nil {
+			t.Fatal(err)
+		}
+		f.start(f.directWorker("w1"), nil, nil)
+		m, err := monitor.New(f.ctx, st, monitor.Config{Shards: 2, DispatchMode: shards.DispatchDirect, Interval: 100 * time.Millisecond,
+			RepairAfter: time.Second, StaleAfter: 500 * time.Millisecond, LeaseMargin: 100 * time.Millisecond, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		mctx, stop := context.WithCancel(f.ctx)
+		defer stop()
+		go m.Run(mctx)
+		waitStatus(t, p, id, task.Succeeded)
+	})
+}
+
+// The mode is the queue's: a process configured for the other one
+// refuses to open it, naming the fix.
+func TestMixedDispatchModesRefuse(t *testing.T) {
+	ctx := context.Background()
+	st := mem.New()
+	if _, err := producer.New(ctx, st, producer.Config{DispatchMode: shards.DispatchDirect}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := worker.New(ctx, st, worker.Config{Logger: quiet})
+	if !errors.Is(err, shards.ErrLayoutMismatch) || !strings.Contains(err.Error(), `set dispatch_mode = "direct"`) {
+		t.Fatalf("a shared-mode worker on a direct queue: %v", err)
+	}
+	other := mem.New()
+	if _, err := producer.New(ctx, other, producer.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = monitor.New(ctx, other, monitor.Config{DispatchMode: shards.DispatchDirect})
+	if !errors.Is(err, shards.ErrLayoutMismatch) || !strings.Contains(err.Error(), `set dispatch_mode = "shared"`) {
+		t.Fatalf("a direct-mode monitor on a shared queue: %v", err)
+	}
+}
+
