@@ -20,6 +20,7 @@ func TestZeroFieldsTakeTheDefaults(t *testing.T) {
 		MemberTTL: 30 * time.Second, StandbyPoll: 25 * time.Second, IdleLeave: time.Minute, SleepAfter: 30 * time.Second,
 		BellPoll: 2 * time.Second, SleepScan: time.Minute, AwakeGrace: 5 * time.Second, DrainMax: 10 * time.Minute,
 		MaxShards: 256, ReshardAfter: time.Minute, RootMembers: 16,
+		LeaseDuration: time.Minute, LeaseRenewalInterval: 20 * time.Second, OverflowScavengeInterval: 2 * time.Minute,
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("filled zero Config:\n got %+v\nwant %+v", c, want)

@@ -12,9 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/s3queue/s3queue/internal/direct"
 	"github.com/s3queue/s3queue/monitor"
 	"github.com/s3queue/s3queue/producer"
 	"github.com/s3queue/s3queue/s3store/mem"
+	"github.com/s3queue/s3queue/shards"
 	"github.com/s3queue/s3queue/task"
 	"github.com/s3queue/s3queue/worker"
 )
@@ -49,15 +51,18 @@ func TestDefaultsMatchTheServices(t *testing.T) {
 		MemberTTL: 30 * time.Second, StandbyPoll: 25 * time.Second, IdleLeave: time.Minute, SleepAfter: 30 * time.Second,
 		BellPoll: 2 * time.Second, SleepScan: time.Minute, AwakeGrace: 5 * time.Second, DrainMax: 10 * time.Minute,
 		MaxShards: 256, ReshardAfter: time.Minute, RootMembers: 16,
+		DispatchMode: shards.DispatchShared, DiscoveryTTL: 30 * time.Second,
+		LeaseDuration: time.Minute, LeaseRenewalInterval: 20 * time.Second, OverflowScavengeInterval: 2 * time.Minute,
 	}
 	if got := c.Worker(); !reflect.DeepEqual(got, wantWorker) {
 		t.Errorf("Worker() = %+v\nwant %+v", got, wantWorker)
 	}
-	wantProducer := producer.Config{LeaseMargin: 2 * time.Second, BatchParallelism: 8, QueuePolicy: producer.Block}
+	wantProducer := producer.Config{LeaseMargin: 2 * time.Second, BatchParallelism: 8, QueuePolicy: producer.Block,
+		DispatchMode: shards.DispatchShared, DiscoveryTTL: 30 * time.Second, Selection: direct.RoundRobin}
 	if got := c.Producer(); !reflect.DeepEqual(got, wantProducer) {
 		t.Errorf("Producer() = %+v\nwant %+v", got, wantProducer)
 	}
-	wantMonitor := monitor.Config{Interval: 5 * time.Second, PageSize: 1000, LeaseMargin: 2 * time.Second,
+	wantMonitor := monitor.Config{DispatchMode: shards.DispatchShared, WorkerLease: time.Minute, Interval: 5 * time.Second, PageSize: 1000, LeaseMargin: 2 * time.Second,
 		RepairAfter: time.Minute, Retention: 168 * time.Hour, StaleAfter: 10 * time.Second, SweepMax: 10 * time.Minute, FullSweep: 6 * time.Hour}
 	if got := c.Monitor(); !reflect.DeepEqual(got, wantMonitor) {
 		t.Errorf("Monitor() = %+v\nwant %+v", got, wantMonitor)
@@ -86,6 +91,20 @@ var keyCases = []keyCase{
 	{"shards", `8`, "8", func(c Config) bool {
 		return c.Shards == 8 && c.Worker().Shards == 8 && c.Monitor().Shards == 8 && c.Producer().Shards == 8
 	}},
+	{"queue.dispatch_mode", `"direct"`, "direct", func(c Config) bool {
+		return c.Worker().DispatchMode == shards.DispatchDirect && c.Producer().DispatchMode == shards.DispatchDirect && c.Monitor().DispatchMode == shards.DispatchDirect
+	}},
+	{"queue.direct_dispatch.worker_discovery_cache_ttl_secs", `45`, "45", func(c Config) bool {
+		// The producers cache by it; a sleeping worker keeps listing that long.
+		return c.Producer().DiscoveryTTL == 45*time.Second && c.Worker().DiscoveryTTL == 45*time.Second
+	}},
+	{"queue.direct_dispatch.worker_selection", `"hash"`, "hash", func(c Config) bool { return c.Producer().Selection == direct.Hash }},
+	{"worker.lease_duration_secs", `90`, "90", func(c Config) bool {
+		// The monitor reads only the leases not rewritten for it.
+		return c.Worker().LeaseDuration == 90*time.Second && c.Monitor().WorkerLease == 90*time.Second
+	}},
+	{"worker.lease_renewal_interval_secs", `15`, "15", func(c Config) bool { return c.Worker().LeaseRenewalInterval == 15*time.Second }},
+	{"worker.overflow_scavenge_interval_secs", `300`, "300", func(c Config) bool { return c.Worker().OverflowScavengeInterval == 5*time.Minute }},
 	{"worker.id", `"w-7"`, "w-7", func(c Config) bool { return c.Worker().ID == "w-7" }},
 	{"worker.concurrency", `7`, "7", func(c Config) bool { return c.Worker().Concurrency == 7 }},
 	{"worker.max_in_flight", `6`, "6", func(c Config) bool { return c.Worker().MaxInFlight == 6 }},
@@ -291,6 +310,12 @@ func TestInvalidValuesAreErrorsNamingTheKey(t *testing.T) {
 		{"[producer]\nbatch_parallelism = 0\n", `queue.toml: producer.batch_parallelism: 0 out of range 1..10000`},
 		{"[producer]\nmax_queue_depth = -2\n", `queue.toml: producer.max_queue_depth: -2 out of range -1..1000000`},
 		{"[producer]\nqueue_policy = \"newest\"\n", `queue.toml: producer.queue_policy: invalid queue policy "newest" (want block, reject, drop-latest or drop-oldest)`},
+		{"[queue]\ndispatch_mode = \"inbox\"\n", `queue.toml: queue.dispatch_mode: `},
+		{"[queue.direct_dispatch]\nworker_selection = \"least_loaded\"\n", `queue.toml: queue.direct_dispatch.worker_selection: invalid worker selection "least_loaded" (want round_robin, hash or random)`},
+		{"[queue.direct_dispatch]\nworker_discovery_cache_ttl_secs = \"30s\"\n", `queue.toml: queue.direct_dispatch.worker_discovery_cache_ttl_secs: want a whole number of seconds, got`},
+		{"[queue.direct_dispatch]\nworker_discovery_cache_ttl_secs = 0\n", `queue.toml: queue.direct_dispatch.worker_discovery_cache_ttl_secs: `},
+		{"[queue.direct_dispatch]\nttl = 3\n", `queue.toml: unknown key queue.direct_dispatch.ttl`},
+		{"[worker]\nlease_duration_secs = 20\n", `queue.toml: worker.lease_duration_secs: worker.lease_renewal_interval_secs (20s) plus worker.lease_margin (2s) is not less than worker.lease_duration_secs (20s)`},
 		{"[submit]\nmax_attempts = 0\n", `queue.toml: submit.max_attempts: 0 out of range 1..1000`},
 		{"[submit]\ntimeout = \"500ms\"\n", `queue.toml: submit.timeout: duration 500ms out of range 1s..24h0m0s`},
 		{"[submit]\nretry_jitter = 1.5\n", `queue.toml: submit.retry_jitter: 1.5 out of range 0..1`},

@@ -94,7 +94,7 @@ func commentAbove(lines []string) string {
 // sectionText returns the part of a TOML text in [section] ("" for the top
 // level, before the first table).
 func sectionText(text, section string) string {
-	re := regexp.MustCompile(`(?m)^#? ?\[([a-z]+)\]\s*$`)
+	re := regexp.MustCompile(`(?m)^#? ?\[([a-z_.]+)\]\s*$`)
 	locs := re.FindAllStringSubmatchIndex(text, -1)
 	if section == "" {
 		if len(locs) == 0 {
