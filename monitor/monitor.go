@@ -147,11 +147,11 @@ type Monitor struct {
 	manifest shards.Manifest
 	// depsNext is when (local time) the repair of dependencies lists the
 	// ended markers again, depsEvery its back-off.
-	depsNext  time.Time
+	depsNext time.Time
 	// recoverNext is when (local time) the next recovery of dead workers'
 	// inboxes is due (direct dispatch).
 	recoverNext time.Time
-	depsEvery time.Duration
+	depsEvery   time.Duration
 	// slotsSeen: the ETag at which each slot object's holder was last
 	// found landed (deps.CheckHolders).
 	slotsSeen map[string]string

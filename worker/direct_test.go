@@ -297,4 +297,3 @@ func TestMixedDispatchModesRefuse(t *testing.T) {
 		t.Fatalf("a direct-mode monitor on a shared queue: %v", err)
 	}
 }
-
