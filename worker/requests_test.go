@@ -9,6 +9,7 @@ import (
 	"github.com/s3queue/s3queue/producer"
 	"github.com/s3queue/s3queue/s3store"
 	"github.com/s3queue/s3queue/s3store/mem"
+	"github.com/s3queue/s3queue/shards"
 	"github.com/s3queue/s3queue/task"
 	"github.com/s3queue/s3queue/worker"
 )
@@ -120,5 +121,77 @@ func TestFewSlotsShareOneListingPerBatch(t *testing.T) {
 	c := st.Counts().Sub(before)
 	if lists := c.Of(s3store.OpList); lists > n/20+2 {
 		t.Fatalf("%d LISTs for %d tasks with poll_batch 20 and 2 slots, want at most %d (%s)", lists, n, n/20+2, c)
+	}
+}
+
+// TestRequestsPerTaskDirect is TestRequestsPerTask under direct dispatch:
+// the producer's inbox entry is the one more PUT per task (its DELETE is
+// free), and the listings are of the workers' own inboxes. The shard scans
+// still run: they carry the ready pointers.
+func TestRequestsPerTaskDirect(t *testing.T) {
+	ctx := context.Background()
+	st := s3store.NewCounter(mem.New())
+	const n = 400
+	p, err := producer.New(ctx, st, producer.Config{Shards: 4, DispatchMode: shards.DispatchDirect})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ws []*worker.Worker
+	for _, id := range []string{"a", "b"} {
+		w, err := worker.New(ctx, st, worker.Config{ID: id, Shards: 4, Concurrency: 32, Dedicated: true, Logger: quiet,
+			DispatchMode: shards.DispatchDirect})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Handle("job", func(context.Context, *task.Task) (json.RawMessage, error) { return nil, nil })
+		ws = append(ws, w)
+	}
+	for _, w := range ws { // join the fleet, and name the types in the lease
+		if _, err := w.Poll(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := st.Counts()
+	reqs := make([]producer.Request, n)
+	for i := range reqs {
+		reqs[i] = producer.Request{Type: "job", Input: map[string]int{"i": i}}
+	}
+	for _, r := range p.SubmitBatch(ctx, reqs) {
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	deadline := time.Now().Add(time.Minute)
+	for done := 0; done < n; {
+		for _, w := range ws {
+			if _, err := w.Poll(ctx); err != nil {
+				t.Fatal(err)
+			}
+			w.Wait()
+		}
+		done = 0
+		for _, w := range ws {
+			done += int(w.Stats().Succeeded)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d of %d tasks done", done, n)
+		}
+	}
+	c := st.Counts().Sub(before)
+	per := func(op s3store.Op) float64 { return float64(c.Of(op)) / n }
+	t.Logf("per task: PUT %.2f GET %.2f LIST %.3f HEAD %.3f DELETE %.2f (%s)", per(s3store.OpPut), per(s3store.OpGet), per(s3store.OpList), per(s3store.OpHead), per(s3store.OpDelete), c)
+	for i, w := range ws {
+		if got := w.Stats().Succeeded; got != n/2 {
+			t.Errorf("worker %d ran %d tasks, want %d (round robin)", i, got, n/2)
+		}
+	}
+	if got := per(s3store.OpPut); got > 4.01 {
+		t.Errorf("PUTs per task = %.2f: submit, inbox entry, claim and commit should be the only writes", got)
+	}
+	if got := per(s3store.OpDelete); got < 0.99 || got > 1.01 {
+		t.Errorf("DELETEs per task = %.2f, want one (the inbox entry)", got)
+	}
+	if got := per(s3store.OpGet) + per(s3store.OpHead); got > 1.25 {
+		t.Errorf("GET-class requests per task = %.2f, want about one (the claim's read, plus lease reads)", got)
 	}
 }
