@@ -34,11 +34,12 @@ type Config struct {
 	// monitors: the Shards fields of Producer, Worker and Monitor are
 	// ignored.
 	Shards int
-	// DispatchMode is "shared" ("" too) or "direct" (DispatchDirect): how
-	// new tasks reach workers ([queue] dispatch_mode,
-	// docs/direct-dispatch.md). It is recorded when the queue is created;
-	// a Queue configured with the other mode fails to open it. It applies
-	// to the producer, the workers and the monitors, as Shards does.
+	// DispatchMode is "shared" or "direct": how new tasks reach workers
+	// ([queue] dispatch_mode, docs/direct-dispatch.md). It is recorded
+	// when the queue is created; a Queue configured with the other mode
+	// fails to open it. Set, it applies to the producer, the workers and
+	// the monitors, whatever their own DispatchMode says; "" leaves theirs
+	// (shared unless set).
 	DispatchMode string
 	// Logger receives the logs of the queue and its services (default
 	// slog.Default()); the Logger of Producer, Worker or Monitor, if set,
@@ -230,7 +231,10 @@ func (q *Queue) openProducer(ctx context.Context) error {
 		}
 	}
 	pc := cfg.Producer
-	pc.Shards, pc.Clock, pc.DispatchMode = cfg.Shards, q.clock, cfg.DispatchMode
+	pc.Shards, pc.Clock = cfg.Shards, q.clock
+	if cfg.DispatchMode != "" {
+		pc.DispatchMode = cfg.DispatchMode
+	}
 	if pc.Logger == nil {
 		pc.Logger = cfg.Logger
 	}

@@ -184,7 +184,9 @@ func RetryAfter(delay time.Duration, err error) error { return worker.RetryAfter
 // the Queue only (leave it empty and each gets a unique one).
 func (q *Queue) NewWorker(ctx context.Context) (*Worker, error) {
 	c := q.cfg.Worker
-	c.DispatchMode = q.cfg.DispatchMode
+	if q.cfg.DispatchMode != "" {
+		c.DispatchMode = q.cfg.DispatchMode
+	}
 	if c.DiscoveryTTL == 0 {
 		c.DiscoveryTTL = q.cfg.Producer.DiscoveryTTL
 	}
@@ -218,7 +220,10 @@ func (q *Queue) NewWorker(ctx context.Context) (*Worker, error) {
 // Call Run to sweep until its context ends.
 func (q *Queue) NewMonitor(ctx context.Context) (*Monitor, error) {
 	c := q.cfg.Monitor
-	c.Shards, c.Clock, c.DispatchMode = q.cfg.Shards, q.clock, q.cfg.DispatchMode
+	c.Shards, c.Clock = q.cfg.Shards, q.clock
+	if q.cfg.DispatchMode != "" {
+		c.DispatchMode = q.cfg.DispatchMode
+	}
 	if c.WorkerLease == 0 {
 		c.WorkerLease = q.cfg.Worker.LeaseDuration
 	}

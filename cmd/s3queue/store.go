@@ -54,13 +54,14 @@ func (a *app) openStore(ctx context.Context) (s3store.Store, string, error) {
 func (a *app) openQueue(ctx context.Context, st s3store.Store, url string, mustExist bool) (*s3queue.Queue, error) {
 	so := a.cfg.SubmitOptions()
 	q, err := s3queue.OpenStore(ctx, st, s3queue.Config{
-		Store:     url,
-		Shards:    a.cfg.Shards,
-		Logger:    a.log,
-		Submit:    s3queue.SubmitDefaults{MaxAttempts: so.MaxAttempts, Timeout: so.Timeout, Retry: so.Retry},
-		Producer:  a.cfg.Producer(),
-		MustExist: mustExist,
-		OnSkip:    a.skipped,
+		Store:        url,
+		Shards:       a.cfg.Shards,
+		DispatchMode: a.cfg.QueueSection.DispatchMode,
+		Logger:       a.log,
+		Submit:       s3queue.SubmitDefaults{MaxAttempts: so.MaxAttempts, Timeout: so.Timeout, Retry: so.Retry},
+		Producer:     a.cfg.Producer(),
+		MustExist:    mustExist,
+		OnSkip:       a.skipped,
 	})
 	return q, cause(err)
 }

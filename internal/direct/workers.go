@@ -155,10 +155,11 @@ type Directory struct {
 	Selection Selection
 	IntN      func(n int) int // random draws (Random)
 
-	mu   sync.Mutex
-	view []Worker // sorted by worker id
-	read time.Time
-	next uint64 // RoundRobin's turn
+	mu      sync.Mutex
+	view    []Worker // sorted by worker id
+	read    time.Time
+	next    uint64 // RoundRobin's turn
+	started bool   // next has its random start
 }
 
 // Pick chooses the worker to route task id of type typ to, among those
@@ -184,6 +185,12 @@ func (d *Directory) Pick(ctx context.Context, now clock.Interval, typ, id string
 		i = d.IntN(len(live))
 	default:
 		d.mu.Lock()
+		if !d.started {
+			// Each producer starts its turn at random: producers that
+			// submit a task each (a CLI submit per process) would
+			// otherwise all pick the first worker.
+			d.next, d.started = uint64(d.IntN(1<<30)), true
+		}
 		i = int(d.next % uint64(len(live)))
 		d.next++
 		d.mu.Unlock()
