@@ -53,6 +53,7 @@ const directHandler = `echo "$S3QUEUE_TASK_ID" >> "$RUNS"; sleep 0.3`
 // running ran twice. A second worker started with a live worker's id is
 // refused, and so is a worker configured for the shared mode.
 func TestDirectDispatchSurvivesKilledWorkers(t *testing.T) {
+	start := time.Now()
 	srv := harness.MinIO(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -111,6 +112,7 @@ func TestDirectDispatchSurvivesKilledWorkers(t *testing.T) {
 		t.Errorf("a shared-mode worker on the direct queue: %v\n%s", err, out)
 	}
 
+	t.Logf("three workers live after %v", time.Since(start).Round(100*time.Millisecond))
 	var ids []string
 	for range 90 {
 		id, err := prod.Submit(ctx, "job", nil, producer.Options{Timeout: 3 * time.Second, MaxAttempts: 20})
@@ -134,6 +136,7 @@ func TestDirectDispatchSurvivesKilledWorkers(t *testing.T) {
 	}
 	startWorker("w4")
 
+	killedAt := time.Now()
 	waitUntil(t, ctx, "every task to succeed", 3*time.Minute, func() bool {
 		for _, id := range ids {
 			tk, err := prod.Get(ctx, id)
@@ -143,6 +146,7 @@ func TestDirectDispatchSurvivesKilledWorkers(t *testing.T) {
 		}
 		return true
 	})
+	t.Logf("every task succeeded %v after the kill", time.Since(killedAt).Round(100*time.Millisecond))
 	waitUntil(t, ctx, "inbox/ and overflow/ to empty", time.Minute, func() bool {
 		return len(listPrefix(ctx, t, srv.Minio(), bucket, "q/"+direct.InboxPrefix))+
 			len(listPrefix(ctx, t, srv.Minio(), bucket, "q/"+direct.OverflowPrefix)) == 0

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/s3queue/s3queue/internal/direct"
+	"github.com/s3queue/s3queue/internal/events"
 	"github.com/s3queue/s3queue/internal/taskio"
 	"github.com/s3queue/s3queue/monitor"
 	"github.com/s3queue/s3queue/producer"
@@ -296,4 +297,80 @@ func TestMixedDispatchModesRefuse(t *testing.T) {
 	if !errors.Is(err, shards.ErrLayoutMismatch) || !strings.Contains(err.Error(), `set dispatch_mode = "shared"`) {
 		t.Fatalf("a direct-mode monitor on a shared queue: %v", err)
 	}
+}
+
+// listCounter counts the LISTs of inbox/ and the HEADs of doorbells.
+type listCounter struct {
+	s3store.Store
+	mu           sync.Mutex
+	inbox, bells int
+}
+
+func (c *listCounter) List(ctx context.Context, prefix string, opts s3store.ListOptions) (s3store.ListPage, error) {
+	if strings.HasPrefix(prefix, direct.InboxPrefix) {
+		c.mu.Lock()
+		c.inbox++
+		c.mu.Unlock()
+	}
+	return c.Store.List(ctx, prefix, opts)
+}
+
+func (c *listCounter) Head(ctx context.Context, key string) (s3store.ObjectInfo, error) {
+	if strings.HasSuffix(key, ".bell") {
+		c.mu.Lock()
+		c.bells++
+		c.mu.Unlock()
+	}
+	return c.Store.Head(ctx, key)
+}
+
+func (c *listCounter) counts() (inbox, bells int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.inbox, c.bells
+}
+
+// An idle direct-dispatch worker goes to sleep at its own doorbell: it
+// marks itself asleep in its lease, keeps listing its inbox until every
+// producer's view shows the mark, then reads the bell (a HEAD) instead of
+// listing, and lists only every sleep_scan. A producer that routes a task
+// to it rings the bell, and it wakes and runs the task within a bell poll.
+func TestIdleDirectWorkerSleepsAtItsDoorbell(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := &listCounter{Store: mem.New()}
+		f := newFleet(t, st, 2)
+		bus := events.NewBus()
+		t.Cleanup(bus.Close)
+		got := collect(bus)
+		cfg := f.directWorker("w1")
+		cfg.Events = bus
+		ran := make(chan string, 1)
+		f.start(cfg, nil, func(_ context.Context, tk *task.Task) (json.RawMessage, error) {
+			ran <- tk.ID
+			return nil, nil
+		})
+		waitFor(t, "the idle worker to sleep", 10*time.Second, func() bool { return got.count(events.InboxAsleep) == 1 })
+		// Past the grace (DiscoveryTTL + AwakeGrace) it only reads its bell.
+		time.Sleep(cfg.DiscoveryTTL + cfg.AwakeGrace + 100*time.Millisecond)
+		lists, bells := st.counts()
+		time.Sleep(5 * time.Second)
+		lists2, bells2 := st.counts()
+		if lists2 != lists {
+			t.Errorf("%d LISTs of the inbox in 5s asleep (sleep_scan %v), want none", lists2-lists, cfg.SleepScan)
+		}
+		if want := int(5 * time.Second / cfg.BellPoll); bells2-bells < want-2 || bells2-bells > want+2 {
+			t.Errorf("%d doorbell reads in 5s asleep, want about %d (one per bell_poll %v)", bells2-bells, want, cfg.BellPoll)
+		}
+		p := f.directProducer(st)
+		id := f.submit(p)
+		select {
+		case got := <-ran:
+			if got != id {
+				t.Fatalf("ran %s, want %s", got, id)
+			}
+		case <-time.After(cfg.BellPoll + cfg.PollMax + time.Second):
+			t.Fatalf("the sleeping worker did not run the task within a bell poll of its ring")
+		}
+		waitFor(t, "the worker to wake", 10*time.Second, func() bool { return got.count(events.InboxWoken) == 1 })
+	})
 }
