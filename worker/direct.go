@@ -32,6 +32,10 @@ import (
 // cancels its handlers, and returns an error wrapping it.
 var ErrWorkerLeaseLost = errors.New("worker lease lost")
 
+// ErrWorkerIDInUse: New was asked for a direct-dispatch worker whose id a
+// live worker holds (its lease has not expired).
+var ErrWorkerIDInUse = errors.New("is in use by a live worker")
+
 // inbox is a direct-dispatch worker's state.
 type inbox struct {
 	lease *lease.Lease
@@ -76,7 +80,8 @@ func (w *Worker) openInbox(ctx context.Context) error {
 	d.lease.SetData(d.data())
 	if err := d.lease.Acquire(ctx); err != nil {
 		if errors.Is(err, lease.ErrHeld) {
-			return fmt.Errorf("worker: worker id %q is in use by a live worker (its lease %s has not expired); pick another id or wait for it to expire: %w", w.cfg.ID, direct.LeaseKey(w.cfg.ID), err)
+			return fmt.Errorf("worker: worker id %q %w until %s (S3 time, its lease %s); pick another id, or wait for that worker to stop",
+				w.cfg.ID, ErrWorkerIDInUse, d.lease.ExpiresAt().UTC().Format(time.RFC3339), direct.LeaseKey(w.cfg.ID))
 		}
 		return fmt.Errorf("worker: acquire the worker lease: %w", err)
 	}

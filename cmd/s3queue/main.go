@@ -23,6 +23,7 @@ import (
 	"github.com/s3queue/s3queue/s3store"
 	"github.com/s3queue/s3queue/s3store/storeurl"
 	"github.com/s3queue/s3queue/shards"
+	"github.com/s3queue/s3queue/worker"
 )
 
 // Exit codes, documented in docs/cli.md and `s3queue help`.
@@ -251,7 +252,7 @@ func codeOf(err error) int {
 		return exitUnsupported
 	case errors.Is(err, s3store.ErrUnusable):
 		return exitUnusable
-	case errors.Is(err, shards.ErrLayoutMismatch):
+	case errors.Is(err, shards.ErrLayoutMismatch), errors.Is(err, worker.ErrWorkerIDInUse):
 		return exitUsage
 	}
 	return exitRuntime
