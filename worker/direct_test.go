@@ -183,7 +183,7 @@ func TestDirectWorkerStopsOnLeaseLoss(t *testing.T) {
 		done := make(chan error, 1)
 		go func() { done <- w.Run(f.ctx) }()
 		p := f.directProducer(st)
-		f.submit(p)
+		id := f.submit(p)
 		<-started
 		if err := st.Delete(f.ctx, direct.LeaseKey("w1"), s3store.DeleteOptions{}); err != nil {
 			t.Fatal(err)
@@ -201,6 +201,8 @@ func TestDirectWorkerStopsOnLeaseLoss(t *testing.T) {
 		default:
 			t.Fatal("the running handler was not canceled")
 		}
+		// Its task is handed back, as at a shutdown, for another worker.
+		waitStatus(t, p, id, task.Pending)
 	})
 }
 
