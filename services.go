@@ -10,6 +10,7 @@ import (
 	"github.com/s3queue/s3queue/internal/events"
 	"github.com/s3queue/s3queue/monitor"
 	"github.com/s3queue/s3queue/producer"
+	"github.com/s3queue/s3queue/shards"
 	"github.com/s3queue/s3queue/worker"
 )
 
@@ -167,6 +168,24 @@ var (
 	// ErrShutdown: the worker stopped before the handler did; the task goes
 	// back to the queue without using up an attempt.
 	ErrShutdown = worker.ErrShutdown
+)
+
+// Direct dispatch (docs/direct-dispatch.md).
+const (
+	// DispatchShared and DispatchDirect are the values of
+	// Config.DispatchMode ([queue] dispatch_mode).
+	DispatchShared = shards.DispatchShared
+	DispatchDirect = shards.DispatchDirect
+)
+
+var (
+	// ErrWorkerLeaseLost ends a direct-dispatch worker's Run when its own
+	// lease was taken over or could not be renewed: it stopped at once and
+	// canceled its handlers.
+	ErrWorkerLeaseLost = worker.ErrWorkerLeaseLost
+	// ErrWorkerIDInUse: NewWorker under direct dispatch with the id of a
+	// live worker.
+	ErrWorkerIDInUse = worker.ErrWorkerIDInUse
 )
 
 // Permanent marks a handler's err as not worth retrying: the task is dead

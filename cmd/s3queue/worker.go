@@ -96,7 +96,7 @@ var workerCommand = &command{
 			}
 			sort.Strings(types)
 			a.log.Info("worker started", "store", url, "worker_id", w.ID(), "types", strings.Join(types, ","),
-				"concurrency", wcfg.Concurrency, "pools", describePools(w.QueueStates()))
+				"concurrency", wcfg.Concurrency, "pools", describePools(w.QueueStates()), "dispatch", wcfg.DispatchMode)
 			err = w.Run(ctx)
 			if errors.Is(err, s3store.ErrUnusable) {
 				err = unusable(url, err)
