@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"github.com/s3queue/s3queue/clock"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -374,5 +375,69 @@ func TestIdleDirectWorkerSleepsAtItsDoorbell(t *testing.T) {
 			t.Fatalf("the sleeping worker did not run the task within a bell poll of its ring")
 		}
 		waitFor(t, "the worker to wake", 10*time.Second, func() bool { return got.count(events.InboxWoken) == 1 })
+	})
+}
+
+// Dependencies, slots and retries behave as in the shared mode: a child
+// released by its parent's end, a slot's next task and a retried task all
+// come back through ready pointers, which the shard scans of direct-mode
+// workers still hand out.
+func TestDirectDispatchRunsDependenciesSlotsAndRetries(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := mem.New()
+		f := newFleet(t, st, 2)
+		var mu sync.Mutex
+		var order []string
+		failed := map[string]bool{}
+		for _, id := range []string{"a", "b"} {
+			f.start(f.directWorker(id), nil, func(_ context.Context, tk *task.Task) (json.RawMessage, error) {
+				mu.Lock()
+				defer mu.Unlock()
+				order = append(order, tk.ID)
+				if string(tk.Input) == `"flaky"` && !failed[tk.ID] {
+					failed[tk.ID] = true
+					return nil, errors.New("first attempt fails")
+				}
+				return nil, nil
+			})
+		}
+		waitLive(t, st, 2)
+		p := f.directProducer(st)
+		submit := func(input string, o producer.Options) string {
+			o.Retry = &task.RetryPolicy{InitialDelay: task.Duration(100 * time.Millisecond), MaxDelay: task.Duration(time.Second), Multiplier: 2}
+			id, err := p.Submit(f.ctx, "job", input, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return id
+		}
+		parent := submit("flaky", producer.Options{})
+		child := submit("child", producer.Options{DependsOn: []string{parent}})
+		s1 := submit("s1", producer.Options{Slot: "k"})
+		s2 := submit("s2", producer.Options{Slot: "k"})
+		for _, id := range []string{parent, child, s1, s2} {
+			waitStatus(t, p, id, task.Succeeded)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		at := func(id string) int { return slices.Index(order, id) }
+		last := func(id string) int {
+			n := -1
+			for i, o := range order {
+				if o == id {
+					n = i
+				}
+			}
+			return n
+		}
+		if at(child) < last(parent) || last(parent) == at(parent) {
+			t.Errorf("the child ran before its parent's success, or the parent was not retried: %v", order)
+		}
+		if at(s2) < at(s1) {
+			t.Errorf("the slot's second task ran before its first: %v", order)
+		}
+		if n := len(keysUnder(t, st, direct.InboxPrefix)); n != 0 {
+			t.Errorf("%d inbox entries left", n)
+		}
 	})
 }
