@@ -2,15 +2,20 @@ package monitor_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/s3queue/s3queue/clock"
+	"github.com/s3queue/s3queue/internal/direct"
+	"github.com/s3queue/s3queue/internal/events"
 	"github.com/s3queue/s3queue/internal/taskio"
+	"github.com/s3queue/s3queue/lease"
 	"github.com/s3queue/s3queue/monitor"
 	"github.com/s3queue/s3queue/producer"
 	"github.com/s3queue/s3queue/s3store"
@@ -802,4 +807,68 @@ func keyedTaskDueForRetention(t *testing.T, provider string) (*producer.Producer
 	m.Tick(ctx)
 	*srv = srv.Add(2 * time.Hour)
 	return p, faulty, m, old, opts
+}
+
+// Under direct dispatch the monitor moves the inbox of a worker whose
+// lease expired to the overflow, once the expiry is past the margin by S3
+// time, and publishes inbox_recovered; a live worker's inbox stays.
+func TestMonitorRecoversADeadWorkersInbox(t *testing.T) {
+	ctx := context.Background()
+	st, srv, clk := fakeTime()
+	p, err := producer.New(ctx, st, producer.Config{Shards: 1, DispatchMode: shards.DispatchDirect, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := lease.New(st, clk, direct.LeaseKey("w1"), "w1#x", lease.Config{TTL: 10 * time.Second, Margin: 2 * time.Second})
+	rec, _ := json.Marshal(direct.Record{Worker: "w1", Types: []string{"job"}})
+	l.SetData(rec)
+	if err := l.Acquire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for range 3 {
+		id, err := p.Submit(ctx, "job", nil, producer.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	keys := func(prefix string) int {
+		page, _ := st.List(ctx, prefix, s3store.ListOptions{})
+		return len(page.Objects)
+	}
+	if n := keys(direct.Inbox("w1")); n != 3 {
+		t.Fatalf("%d entries in w1's inbox, want 3", n)
+	}
+	bus := events.NewBus()
+	var mu sync.Mutex
+	var got []events.Event
+	bus.Subscribe("test", 16, func(e events.Event) { mu.Lock(); got = append(got, e); mu.Unlock() })
+	m, err := monitor.New(ctx, st, monitor.Config{Shards: 1, DispatchMode: shards.DispatchDirect, LeaseMargin: 2 * time.Second,
+		RepairAfter: time.Nanosecond, Clock: clk, Events: bus}) // every tick: the test's ticks are a moment apart on the local clock
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Within the lease, and within the margin after it: nothing moves.
+	for _, at := range []time.Duration{5 * time.Second, 11 * time.Second} {
+		*srv = l.ExpiresAt().Add(at - 10*time.Second)
+		s, err := m.Tick(ctx)
+		if err != nil || s.Recovered != 0 {
+			t.Fatalf("at %v: recovered %d, %v; want nothing", at, s.Recovered, err)
+		}
+	}
+	*srv = l.ExpiresAt().Add(5 * time.Second)
+	s, err := m.Tick(ctx)
+	if err != nil || s.Recovered != 3 {
+		t.Fatalf("past the margin: recovered %d, %v; want 3", s.Recovered, err)
+	}
+	if n, o := keys(direct.Inbox("w1")), keys(direct.OverflowPrefix); n != 0 || o != 3 {
+		t.Fatalf("inbox %d, overflow %d after recovery; want 0 and 3", n, o)
+	}
+	bus.Close()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 1 || got[0].Kind != events.InboxRecovered || got[0].Key != direct.Inbox("w1") {
+		t.Errorf("events %+v, want one inbox_recovered for w1's inbox", got)
+	}
 }
