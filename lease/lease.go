@@ -200,6 +200,12 @@ func (l *Lease) Renew(ctx context.Context) error {
 	if !l.held {
 		return fmt.Errorf("renew lease %s: %w", l.key, ErrLost)
 	}
+	return l.rewrite(ctx, func(iv clock.Interval) time.Time { return iv.Latest.Add(l.cfg.TTL) })
+}
+
+// rewrite writes the held lease again by CAS, with the holder's record and
+// the expiry expires gives at now.
+func (l *Lease) rewrite(ctx context.Context, expires func(now clock.Interval) time.Time) error {
 	iv, err := l.clock.Now(ctx)
 	if err != nil {
 		return err
@@ -207,7 +213,7 @@ func (l *Lease) Renew(ctx context.Context) error {
 	next := l.rec
 	next.Version++
 	next.Data = l.data
-	next.ExpiresAt = iv.Latest.Add(l.cfg.TTL)
+	next.ExpiresAt = expires(iv)
 	return l.write(ctx, next, s3store.PutOptions{IfMatch: l.etag}, ErrLost)
 }
 
@@ -230,15 +236,7 @@ func (l *Lease) Release(ctx context.Context) error {
 	if !l.held {
 		return nil
 	}
-	iv, err := l.clock.Now(ctx)
-	if err != nil {
-		return err
-	}
-	next := l.rec
-	next.Version++
-	next.Data = l.data
-	next.ExpiresAt = iv.Earliest.Add(-l.cfg.Margin - time.Second)
-	err = l.write(ctx, next, s3store.PutOptions{IfMatch: l.etag}, ErrLost)
+	err := l.rewrite(ctx, func(iv clock.Interval) time.Time { return iv.Earliest.Add(-l.cfg.Margin - time.Second) })
 	l.held = false
 	return err
 }

@@ -19,23 +19,44 @@ import (
 // read of the task, and listings are shared by many tasks. It counts on the
 // in-memory store and drives polls directly, so it is exact, not a timing.
 func TestRequestsPerTask(t *testing.T) {
+	c, n, _ := runTasksCounted(t, shards.DispatchShared)
+	per := func(op s3store.Op) float64 { return float64(c.Of(op)) / float64(n) }
+	t.Logf("per task: PUT %.2f GET %.2f LIST %.3f HEAD %.3f DELETE %.2f (%s)", per(s3store.OpPut), per(s3store.OpGet), per(s3store.OpList), per(s3store.OpHead), per(s3store.OpDelete), c)
+	if got := per(s3store.OpPut) + per(s3store.OpList); got > 3.2 {
+		t.Errorf("PUT-class requests per task = %.2f, want at most 3.2", got)
+	}
+	if got := per(s3store.OpPut); got > 3.01 {
+		t.Errorf("PUTs per task = %.2f: submit, claim and commit should be the only writes", got)
+	}
+	if got := per(s3store.OpGet) + per(s3store.OpHead); got > 1.25 {
+		t.Errorf("GET-class requests per task = %.2f, want about one (the claim's read, plus fleet reads)", got)
+	}
+}
+
+// runTasksCounted submits 400 tasks to a queue in dispatch mode and runs
+// them on 2 workers driven poll by poll, and returns the requests that
+// took, the task count, and how many tasks each worker ran.
+func runTasksCounted(t *testing.T, mode string) (s3store.Counts, int, []int64) {
+	t.Helper()
 	ctx := context.Background()
 	st := s3store.NewCounter(mem.New())
 	const n = 400
-	p, err := producer.New(ctx, st, producer.Config{Shards: 4})
+	p, err := producer.New(ctx, st, producer.Config{Shards: 4, DispatchMode: mode})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var ws []*worker.Worker
 	for _, id := range []string{"a", "b"} {
-		w, err := worker.New(ctx, st, worker.Config{ID: id, Shards: 4, Concurrency: 32, Dedicated: true, Logger: quiet})
+		w, err := worker.New(ctx, st, worker.Config{ID: id, Shards: 4, Concurrency: 32, Dedicated: true, Logger: quiet, DispatchMode: mode})
 		if err != nil {
 			t.Fatal(err)
 		}
 		w.Handle("job", func(context.Context, *task.Task) (json.RawMessage, error) { return nil, nil })
 		ws = append(ws, w)
 	}
-	for _, w := range ws { // join the fleet, so producers route to both shards
+	// Join the fleet, so producers route to both shards; under direct
+	// dispatch, name the types in the leases.
+	for _, w := range ws {
 		if _, err := w.Poll(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -66,18 +87,11 @@ func TestRequestsPerTask(t *testing.T) {
 			t.Fatalf("only %d of %d tasks done", done, n)
 		}
 	}
-	c := st.Counts().Sub(before)
-	per := func(op s3store.Op) float64 { return float64(c.Of(op)) / n }
-	t.Logf("per task: PUT %.2f GET %.2f LIST %.3f HEAD %.3f DELETE %.2f (%s)", per(s3store.OpPut), per(s3store.OpGet), per(s3store.OpList), per(s3store.OpHead), per(s3store.OpDelete), c)
-	if got := per(s3store.OpPut) + per(s3store.OpList); got > 3.2 {
-		t.Errorf("PUT-class requests per task = %.2f, want at most 3.2", got)
+	var ran []int64
+	for _, w := range ws {
+		ran = append(ran, w.Stats().Succeeded)
 	}
-	if got := per(s3store.OpPut); got > 3.01 {
-		t.Errorf("PUTs per task = %.2f: submit, claim and commit should be the only writes", got)
-	}
-	if got := per(s3store.OpGet) + per(s3store.OpHead); got > 1.25 {
-		t.Errorf("GET-class requests per task = %.2f, want about one (the claim's read, plus fleet reads)", got)
-	}
+	return st.Counts().Sub(before), n, ran
 }
 
 // A worker with fewer slots than poll_batch holds what a listing returned
@@ -129,59 +143,11 @@ func TestFewSlotsShareOneListingPerBatch(t *testing.T) {
 // free), and the listings are of the workers' own inboxes. The shard scans
 // still run: they carry the ready pointers.
 func TestRequestsPerTaskDirect(t *testing.T) {
-	ctx := context.Background()
-	st := s3store.NewCounter(mem.New())
-	const n = 400
-	p, err := producer.New(ctx, st, producer.Config{Shards: 4, DispatchMode: shards.DispatchDirect})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ws []*worker.Worker
-	for _, id := range []string{"a", "b"} {
-		w, err := worker.New(ctx, st, worker.Config{ID: id, Shards: 4, Concurrency: 32, Dedicated: true, Logger: quiet,
-			DispatchMode: shards.DispatchDirect})
-		if err != nil {
-			t.Fatal(err)
-		}
-		w.Handle("job", func(context.Context, *task.Task) (json.RawMessage, error) { return nil, nil })
-		ws = append(ws, w)
-	}
-	for _, w := range ws { // join the fleet, and name the types in the lease
-		if _, err := w.Poll(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	before := st.Counts()
-	reqs := make([]producer.Request, n)
-	for i := range reqs {
-		reqs[i] = producer.Request{Type: "job", Input: map[string]int{"i": i}}
-	}
-	for _, r := range p.SubmitBatch(ctx, reqs) {
-		if r.Err != nil {
-			t.Fatal(r.Err)
-		}
-	}
-	deadline := time.Now().Add(time.Minute)
-	for done := 0; done < n; {
-		for _, w := range ws {
-			if _, err := w.Poll(ctx); err != nil {
-				t.Fatal(err)
-			}
-			w.Wait()
-		}
-		done = 0
-		for _, w := range ws {
-			done += int(w.Stats().Succeeded)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d of %d tasks done", done, n)
-		}
-	}
-	c := st.Counts().Sub(before)
-	per := func(op s3store.Op) float64 { return float64(c.Of(op)) / n }
+	c, n, ran := runTasksCounted(t, shards.DispatchDirect)
+	per := func(op s3store.Op) float64 { return float64(c.Of(op)) / float64(n) }
 	t.Logf("per task: PUT %.2f GET %.2f LIST %.3f HEAD %.3f DELETE %.2f (%s)", per(s3store.OpPut), per(s3store.OpGet), per(s3store.OpList), per(s3store.OpHead), per(s3store.OpDelete), c)
-	for i, w := range ws {
-		if got := w.Stats().Succeeded; got != n/2 {
+	for i, got := range ran {
+		if got != int64(n/2) {
 			t.Errorf("worker %d ran %d tasks, want %d (round robin)", i, got, n/2)
 		}
 	}
