@@ -10,7 +10,8 @@
 // times its own claim's renewals by the same rule, as a duration.)
 //
 // It also holds the one single-holder lease object, Lease, which elects the
-// sweeping monitor: acquire with If-None-Match, take over an expired lease
+// sweeping monitor and, under direct dispatch, reserves a worker's id
+// (workers/{id}.lease.json, its record in Data): acquire with If-None-Match, take over an expired lease
 // with If-Match, renew by CAS, with an epoch that grows with every new
 // holder. Fleet membership is not built on it: the fleet is one object
 // listing many members, each renewing its own entry with a CAS write of the

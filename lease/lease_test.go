@@ -145,3 +145,43 @@ func TestCorruptLeaseIsTakenOver(t *testing.T) {
 		t.Fatalf("corrupt lease: %v", err)
 	}
 }
+
+// The holder's record rides in the lease: Peek reads it, a takeover finds
+// the last holder's in Previous. Release writes the lease expired, so
+// another holder takes it over at once, whatever its expiry was.
+func TestDataAndRelease(t *testing.T) {
+	ctx := context.Background()
+	st, _, mk := setup(t)
+	a := mk("a", 0)
+	a.SetData([]byte(`{"cursor":"20300101-1200"}`))
+	if err := a.Acquire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a.SetData([]byte(`{"cursor":"20300101-1201"}`))
+	if err := a.Renew(ctx); err != nil {
+		t.Fatal(err)
+	}
+	info, err := lease.Peek(ctx, st, "shard-leases/000.json")
+	if err != nil || info.Holder != "a" || string(info.Data) != `{"cursor":"20300101-1201"}` {
+		t.Fatalf("Peek = %+v, %v", info, err)
+	}
+	b := mk("b", 0)
+	if err := b.Acquire(ctx); !errors.Is(err, lease.ErrHeld) {
+		t.Fatalf("b acquired a held lease: %v", err)
+	}
+	if err := a.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if a.Valid(ctx) {
+		t.Error("a still counts the lease valid after releasing it")
+	}
+	if err := b.Acquire(ctx); err != nil {
+		t.Fatalf("b could not take over a released lease: %v", err)
+	}
+	if got := string(b.Previous()); got != `{"cursor":"20300101-1201"}` {
+		t.Errorf("b found %q of the last holder's record", got)
+	}
+	if _, err := lease.Peek(ctx, mem.New(), "nope"); !errors.Is(err, s3store.ErrNotFound) {
+		t.Errorf("Peek of a missing lease: %v", err)
+	}
+}
