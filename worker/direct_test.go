@@ -441,3 +441,60 @@ func TestDirectDispatchRunsDependenciesSlotsAndRetries(t *testing.T) {
 		}
 	})
 }
+
+// Scavengers race for the same overflow entries: the task's CAS decides,
+// so each task runs exactly once, and every entry is deleted, by whoever
+// claimed its task or found it claimed.
+func TestScavengersRaceHarmlessly(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := mem.New()
+		f := newFleet(t, st, 2)
+		p := f.directProducer(st) // no worker yet: tasks take the shared path...
+		var ids []string
+		for range 30 {
+			id := f.submit(p)
+			ids = append(ids, id)
+		}
+		// ...so their pointers are removed, and overflow entries written
+		// instead, as if a dead worker's inbox had been moved.
+		for _, k := range keysUnder(t, st, "tasks/") {
+			if shards.IsPointer(k) {
+				if err := st.Delete(f.ctx, k, s3store.DeleteOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		for _, id := range ids {
+			tk, err := p.Get(f.ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := st.Put(f.ctx, direct.OverflowKey(direct.Bucket(tk.AvailableAt), id, tk.Shard), nil, s3store.PutOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var mu sync.Mutex
+		runs := map[string]int{}
+		for _, name := range []string{"a", "b", "c"} {
+			cfg := f.directWorker(name)
+			cfg.OverflowScavengeInterval = time.Second
+			f.start(cfg, nil, func(_ context.Context, tk *task.Task) (json.RawMessage, error) {
+				mu.Lock()
+				runs[tk.ID]++
+				mu.Unlock()
+				return nil, nil
+			})
+		}
+		for _, id := range ids {
+			waitStatus(t, p, id, task.Succeeded)
+		}
+		waitFor(t, "the overflow to empty", 10*time.Second, func() bool { return len(keysUnder(t, st, direct.OverflowPrefix)) == 0 })
+		mu.Lock()
+		defer mu.Unlock()
+		for _, id := range ids {
+			if runs[id] != 1 {
+				t.Errorf("task %s ran %d times, want once", id, runs[id])
+			}
+		}
+	})
+}
