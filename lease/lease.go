@@ -197,11 +197,15 @@ func (l *Lease) write(ctx context.Context, next record, opts s3store.PutOptions,
 // Renew extends the lease by TTL from now. ErrLost means someone else holds
 // it now: stop. Any other error leaves the lease possibly held until Valid
 // says no.
-func (l *Lease) Renew(ctx context.Context) error {
+func (l *Lease) Renew(ctx context.Context) error { return l.RenewFor(ctx, l.cfg.TTL) }
+
+// RenewFor is Renew for ttl instead of the configured TTL (a sleeping
+// worker's longer lease).
+func (l *Lease) RenewFor(ctx context.Context, ttl time.Duration) error {
 	if !l.held {
 		return fmt.Errorf("renew lease %s: %w", l.key, ErrLost)
 	}
-	return l.rewrite(ctx, func(iv clock.Interval) time.Time { return iv.Latest.Add(l.cfg.TTL) })
+	return l.rewrite(ctx, func(iv clock.Interval) time.Time { return iv.Latest.Add(ttl) })
 }
 
 // rewrite writes the held lease again by CAS, with the holder's record and

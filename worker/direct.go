@@ -36,6 +36,25 @@ var ErrWorkerLeaseLost = errors.New("worker lease lost")
 // live worker holds (its lease has not expired).
 var ErrWorkerIDInUse = errors.New("is in use by a live worker")
 
+// asleepStretch: while a direct-dispatch worker sleeps at its doorbell,
+// its lease lasts, and is renewed, asleepStretch times less often, and so
+// is its scavenge. Renewals are most of an idle direct fleet's bill; the
+// price is a slower recovery when a sleeping worker dies (its inbox, empty
+// when it fell asleep, holds only what producers routed to it since).
+const asleepStretch = 3
+
+// leaseEvery is how often the worker renews its lease, and leaseFor how
+// long each renewal makes it last: longer while it sleeps.
+func (w *Worker) leaseEvery() time.Duration { return w.stretch(w.cfg.LeaseRenewalInterval) }
+func (w *Worker) leaseFor() time.Duration   { return w.stretch(w.cfg.LeaseDuration) }
+
+func (w *Worker) stretch(d time.Duration) time.Duration {
+	if w.direct.rec.Asleep {
+		return asleepStretch * d
+	}
+	return d
+}
+
 // inbox is a direct-dispatch worker's state.
 type inbox struct {
 	lease *lease.Lease
@@ -126,7 +145,7 @@ func (w *Worker) renewOwnLease(ctx context.Context) bool {
 	d.rec.Types = w.types()
 	d.rec.Cursor = d.scan.Cursor()
 	d.lease.SetData(d.data())
-	err := d.lease.Renew(ctx)
+	err := d.lease.RenewFor(ctx, w.leaseFor())
 	switch {
 	case err == nil:
 		d.renewed = w.now()
@@ -163,7 +182,7 @@ func (w *Worker) loseLease(cause error) {
 func (w *Worker) stepInbox(ctx context.Context) time.Duration {
 	d := w.direct
 	now := w.now()
-	if !now.Before(d.renewed.Add(w.cfg.LeaseRenewalInterval)) && !now.Before(d.retry) {
+	if !now.Before(d.renewed.Add(w.leaseEvery())) && !now.Before(d.retry) {
 		if !w.renewOwnLease(ctx) {
 			return time.Hour
 		}
@@ -191,7 +210,7 @@ func (w *Worker) stepInbox(ctx context.Context) time.Duration {
 	if !now.Before(d.scavenge) {
 		w.scavenge(ctx, now)
 	}
-	wait := min(d.renewed.Add(w.cfg.LeaseRenewalInterval).Sub(now), d.scavenge.Sub(now))
+	wait := min(d.renewed.Add(w.leaseEvery()).Sub(now), d.scavenge.Sub(now))
 	if bell && !d.asleepAt.IsZero() {
 		wait = min(wait, d.nextBell.Sub(now), d.nextSleepScan.Sub(now))
 	} else {
@@ -352,7 +371,7 @@ func (w *Worker) readBell(ctx context.Context) (string, error) {
 // else.
 func (w *Worker) scavenge(ctx context.Context, now time.Time) {
 	d := w.direct
-	d.scavenge = now.Add(w.cfg.OverflowScavengeInterval)
+	d.scavenge = now.Add(w.stretch(w.cfg.OverflowScavengeInterval))
 	iv, err := w.clock.Now(ctx)
 	if err != nil {
 		return

@@ -302,11 +302,21 @@ func TestMixedDispatchModesRefuse(t *testing.T) {
 	}
 }
 
-// listCounter counts the LISTs of inbox/ and the HEADs of doorbells.
+// listCounter counts the LISTs of inbox/, the HEADs of doorbells and the
+// PUTs of leases.
 type listCounter struct {
 	s3store.Store
-	mu           sync.Mutex
-	inbox, bells int
+	mu                   sync.Mutex
+	inbox, bells, leases int
+}
+
+func (c *listCounter) Put(ctx context.Context, key string, body []byte, opts s3store.PutOptions) (string, error) {
+	if strings.HasSuffix(key, ".lease.json") {
+		c.mu.Lock()
+		c.leases++
+		c.mu.Unlock()
+	}
+	return c.Store.Put(ctx, key, body, opts)
 }
 
 func (c *listCounter) List(ctx context.Context, prefix string, opts s3store.ListOptions) (s3store.ListPage, error) {
@@ -327,10 +337,10 @@ func (c *listCounter) Head(ctx context.Context, key string) (s3store.ObjectInfo,
 	return c.Store.Head(ctx, key)
 }
 
-func (c *listCounter) counts() (inbox, bells int) {
+func (c *listCounter) counts() (inbox, bells, leases int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.inbox, c.bells
+	return c.inbox, c.bells, c.leases
 }
 
 // An idle direct-dispatch worker goes to sleep at its own doorbell: it
@@ -355,14 +365,18 @@ func TestIdleDirectWorkerSleepsAtItsDoorbell(t *testing.T) {
 		waitFor(t, "the idle worker to sleep", 10*time.Second, func() bool { return got.count(events.InboxAsleep) == 1 })
 		// Past the grace (DiscoveryTTL + AwakeGrace) it only reads its bell.
 		time.Sleep(cfg.DiscoveryTTL + cfg.AwakeGrace + 100*time.Millisecond)
-		lists, bells := st.counts()
-		time.Sleep(5 * time.Second)
-		lists2, bells2 := st.counts()
+		lists, bells, leases := st.counts()
+		time.Sleep(6 * time.Second)
+		lists2, bells2, leases2 := st.counts()
 		if lists2 != lists {
-			t.Errorf("%d LISTs of the inbox in 5s asleep (sleep_scan %v), want none", lists2-lists, cfg.SleepScan)
+			t.Errorf("%d LISTs of the inbox in 6s asleep (sleep_scan %v), want none", lists2-lists, cfg.SleepScan)
 		}
-		if want := int(5 * time.Second / cfg.BellPoll); bells2-bells < want-2 || bells2-bells > want+2 {
-			t.Errorf("%d doorbell reads in 5s asleep, want about %d (one per bell_poll %v)", bells2-bells, want, cfg.BellPoll)
+		if want := int(6 * time.Second / cfg.BellPoll); bells2-bells < want-2 || bells2-bells > want+2 {
+			t.Errorf("%d doorbell reads in 6s asleep, want about %d (one per bell_poll %v)", bells2-bells, want, cfg.BellPoll)
+		}
+		// Asleep, the lease is renewed three times less often (every 3s).
+		if n := leases2 - leases; n < 1 || n > 2 {
+			t.Errorf("%d lease renewals in 6s asleep, want 2 (every 3 × lease_renewal_interval %v)", n, cfg.LeaseRenewalInterval)
 		}
 		p := f.directProducer(st)
 		id := f.submit(p)
