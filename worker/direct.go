@@ -129,7 +129,7 @@ func (d *inbox) data() json.RawMessage {
 	return b
 }
 
-// LeaseLost is closed when the worker's own lease (direct dispatch) is
+// leaseLost is closed when the worker's own lease (direct dispatch) is
 // lost; nil in the shared mode.
 func (w *Worker) leaseLost() <-chan struct{} {
 	if w.direct == nil {
@@ -231,7 +231,10 @@ func (w *Worker) pollInbox(ctx context.Context, now time.Time) {
 			w.log.Warn("list the inbox", "err", err)
 		}
 		d.interval = w.grow(d.interval)
-	case claimed > 0 || listed > 0:
+	case claimed > 0 || listed > 0 && w.free() == 0:
+		// Work, claimed or left for lack of a free slot. Entries listed
+		// and not claimed with slots free are tasks not due yet (their
+		// minute has begun), or taken by others: no reason to hurry.
 		d.lastWork = now
 		d.interval = w.cfg.PollMin
 		if claimed > 0 && (d.capped || len(d.held) > 0) {
