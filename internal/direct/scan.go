@@ -7,6 +7,7 @@ import (
 
 	"github.com/s3queue/s3queue/s3store"
 	"github.com/s3queue/s3queue/shards"
+	"github.com/s3queue/s3queue/task"
 )
 
 // MaxCursorAge caps how far back an inbox scan starts: a cursor older than
@@ -67,7 +68,8 @@ func NewScan(prefix, cursor string, now time.Time, lag time.Duration, fixed bool
 func (s *Scan) Cursor() string { return s.cursor }
 
 // Next lists from the cursor and returns up to max entries due by now (S3
-// time: their bucket has begun) that are not settled at their ETag.
+// time: their task's id, which carries when it becomes due, is not later)
+// that are not settled at their ETag.
 func (s *Scan) Next(ctx context.Context, st s3store.Store, now time.Time, max int) ([]shards.Candidate, error) {
 	after := s.Prefix
 	if s.cursor != "" {
@@ -86,7 +88,10 @@ func (s *Scan) Next(ctx context.Context, st s3store.Store, now time.Time, max in
 			if err != nil {
 				continue // foreign object
 			}
-			if e.At.After(now) {
+			// Ids sort by the time their task becomes due, and an entry's
+			// bucket is that time's minute: the first entry not due yet
+			// ends the due ones.
+			if due, err := task.IDTime(e.ID); e.At.After(now) || err == nil && due.After(now) {
 				done = true
 				break
 			}
