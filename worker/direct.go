@@ -186,7 +186,13 @@ func (w *Worker) stepInbox(ctx context.Context) time.Duration {
 	if !now.Before(d.scavenge) {
 		w.scavenge(ctx, now)
 	}
-	wait := min(d.renewed.Add(w.cfg.LeaseRenewalInterval).Sub(now), d.scavenge.Sub(now))
+	// A failed renewal is retried at d.retry, not before: an overdue
+	// renewal must not make the scheduler spin until then.
+	renew := d.renewed.Add(w.cfg.LeaseRenewalInterval)
+	if renew.Before(d.retry) {
+		renew = d.retry
+	}
+	wait := min(renew.Sub(now), d.scavenge.Sub(now))
 	if bell && !d.asleepAt.IsZero() {
 		wait = min(wait, d.nextBell.Sub(now), d.nextSleepScan.Sub(now))
 	} else {

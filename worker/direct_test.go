@@ -5,9 +5,11 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"github.com/s3queue/s3queue/clock"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -296,4 +298,47 @@ func TestMixedDispatchModesRefuse(t *testing.T) {
 	if !errors.Is(err, shards.ErrLayoutMismatch) || !strings.Contains(err.Error(), `set dispatch_mode = "shared"`) {
 		t.Fatalf("a direct-mode monitor on a shared queue: %v", err)
 	}
+}
+
+// failingPuts fails every PUT of one key while fail is set, with a 503.
+type failingPuts struct {
+	s3store.Store
+	key  string
+	fail atomic.Bool
+}
+
+func (f *failingPuts) Put(ctx context.Context, key string, body []byte, opts s3store.PutOptions) (string, error) {
+	if key == f.key && f.fail.Load() {
+		return "", fmt.Errorf("503 slow down: %w", s3store.ErrInjected)
+	}
+	return f.Store.Put(ctx, key, body, opts)
+}
+
+// A renewal of the worker's lease that fails while the lease is still
+// valid is retried a second later, and the scheduler waits for that: it
+// does not step again at once, over and over, until then (the simulator's
+// seed 2 hung in a busy loop: the overdue renewal made every wait 0).
+func TestAFailedLeaseRenewalIsRetriedAfterAPause(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := &failingPuts{Store: mem.New(), key: direct.LeaseKey("a")}
+		f := newFleet(t, st, 1)
+		cfg := f.directWorker("a")
+		cfg.LeaseDuration, cfg.LeaseRenewalInterval = 10*time.Second, time.Second
+		w, err := worker.New(f.ctx, st, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Handle("job", func(context.Context, *task.Task) (json.RawMessage, error) { return nil, nil })
+		w.StepInbox(f.ctx)
+		time.Sleep(cfg.LeaseRenewalInterval)
+		st.fail.Store(true)
+		if d := w.StepInbox(f.ctx); d <= 0 {
+			t.Fatalf("after a failed renewal the next step is due in %v, want a pause before the retry", d)
+		}
+		st.fail.Store(false)
+		time.Sleep(time.Second)
+		if d := w.StepInbox(f.ctx); d <= 0 {
+			t.Fatalf("after the retried renewal the next step is due in %v", d)
+		}
+	})
 }
