@@ -127,6 +127,12 @@ func (w *Worker) renewOwnLease(ctx context.Context) bool {
 		d.renewed = w.now()
 		return true
 	case errors.Is(err, lease.ErrLost):
+		// A 412 after a renewal whose response was lost: that write may
+		// be the lease object still (Reclaim reads it).
+		if rerr := d.lease.Reclaim(ctx); rerr == nil {
+			d.renewed = w.now()
+			return true
+		}
 	case d.lease.Valid(ctx):
 		w.log.Warn("renew the worker lease", "err", err)
 		d.retry = w.now().Add(time.Second)

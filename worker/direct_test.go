@@ -342,3 +342,58 @@ func TestAFailedLeaseRenewalIsRetriedAfterAPause(t *testing.T) {
 		}
 	})
 }
+
+// lostOnce applies the next PUT of one key, once armed, and reports it
+// failed, as a response lost on the way back does.
+type lostOnce struct {
+	s3store.Store
+	key string
+	arm atomic.Bool
+	hit atomic.Bool
+}
+
+func (l *lostOnce) Put(ctx context.Context, key string, body []byte, opts s3store.PutOptions) (string, error) {
+	etag, err := l.Store.Put(ctx, key, body, opts)
+	if err == nil && key == l.key && l.arm.CompareAndSwap(true, false) {
+		l.hit.Store(true)
+		return "", fmt.Errorf("500 after apply: %w", s3store.ErrInjected)
+	}
+	return etag, err
+}
+
+// A renewal of the worker's lease whose response is lost landed: the retry
+// meets a 412, and the worker reads the lease back and finds its own write
+// there, so it keeps the lease and keeps running (it stopped, with
+// ErrWorkerLeaseLost, after every lost renewal response: 19 times a run in
+// the simulator's direct-dispatch seeds).
+func TestALostRenewalResponseDoesNotLoseTheLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := &lostOnce{Store: mem.New(), key: direct.LeaseKey("a")}
+		f := newFleet(t, st, 1)
+		cfg := f.directWorker("a")
+		w, err := worker.New(f.ctx, st, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Handle("job", func(context.Context, *task.Task) (json.RawMessage, error) { return nil, nil })
+		ctx, cancel := context.WithCancel(f.ctx)
+		defer cancel()
+		done := make(chan error, 1)
+		go func() { done <- w.Run(ctx) }()
+		time.Sleep(time.Second / 2)
+		st.arm.Store(true)
+		time.Sleep(3 * cfg.LeaseDuration)
+		if !st.hit.Load() {
+			t.Fatal("no renewal was made")
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("Run returned %v after a renewal whose response was lost", err)
+		default:
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run returned %v at a clean stop", err)
+		}
+	})
+}
