@@ -576,13 +576,20 @@ func (w *world) startWorkerAs(id string) *proc {
 		w.mu.Lock()
 		p.wk = wk
 		w.mu.Unlock()
+		w.mu.Lock()
+		started := w.incarnation[id]
+		w.mu.Unlock()
 		if err := wk.Run(ctx); errors.Is(err, worker.ErrWorkerLeaseLost) && ctx.Err() == nil {
-			// Its supervisor starts it again, under the same id: the
-			// new process takes the lease over once it has expired.
+			// Its supervisor starts it again, under the same id, unless
+			// another process has been started under it since: the new
+			// process takes the lease over once it has expired.
 			w.mu.Lock()
 			w.leaseLosses++
+			again := w.incarnation[id] == started
 			w.mu.Unlock()
-			w.startWorkerAs(p.id)
+			if again {
+				w.startWorkerAs(p.id)
+			}
 		}
 	})
 }
@@ -947,6 +954,15 @@ func (w *world) chaos() {
 		time.Sleep(time.Until(start.Add(d)))
 		victim := w.pick()
 		if victim == nil {
+			continue
+		}
+		if victim.kind == "w" && w.drng != nil && w.drng.IntN(4) == 0 {
+			// Direct dispatch: the worker is cut off from S3 for 30-90 s,
+			// and its orchestrator starts another process under its id at
+			// once, which takes the lease over once it has expired. The
+			// first must have stopped by then.
+			victim.h.Cut(time.Now().Add(30*time.Second + time.Duration(w.drng.Int64N(int64(time.Minute)))))
+			w.startWorkerAs(victim.id)
 			continue
 		}
 		if w.rng.IntN(3) == 0 {
