@@ -106,8 +106,10 @@ type Plan struct {
 	// renewed every directRenewal), and dead workers' inboxes are moved to
 	// the overflow. A killed worker is replaced, half the time, by a
 	// process that takes its id over once its lease expires (its inbox
-	// cursor resumed), and a worker that loses its lease is restarted
-	// under its id, as a supervisor would.
+	// cursor resumed); a quarter of the workers chosen to die are instead
+	// cut off from S3 for 30-90 s while another process starts under
+	// their id; a worker that loses its lease is restarted under its id,
+	// as a supervisor would.
 	Direct bool
 }
 
