@@ -7,7 +7,7 @@
 # takes the slot from its holder; a requeue that ignores the slot), and 23-26
 # of direct dispatch (issue 13: dead workers' inboxes never moved to the
 # overflow; a worker that keeps running after losing its lease; a scavenger
-# that never claims from the overflow) and 26 (a lease taken over a TTL before
+# that never claims from the overflow; a lease taken over a TTL before
 # it expires)), it puts the defect back into a
 # scratch copy of the tree with internal/sim/testdata/defects/N.patch (the
 # smallest change that undoes the fix), and runs the simulator's seeds in
