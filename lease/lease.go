@@ -222,6 +222,20 @@ func (l *Lease) rewrite(ctx context.Context, expires func(now clock.Interval) ti
 	return l.write(ctx, next, s3store.PutOptions{IfMatch: l.etag}, ErrLost)
 }
 
+// Reclaim is for a Renew that returned ErrLost: when the write before it
+// landed but its response was lost (the retry's If-Match then fails), the
+// object is still that write of ours, at our epoch, which nobody has taken
+// over since, and Reclaim holds it again at its ETag (one GET). Any other
+// object, or a failed read, leaves the lease lost and returns ErrLost.
+func (l *Lease) Reclaim(ctx context.Context) error {
+	cur, etag, err := l.read(ctx)
+	if err != nil || cur.Holder != l.holder || cur.Epoch != l.rec.Epoch {
+		return fmt.Errorf("reclaim lease %s: %w (%v)", l.key, ErrLost, err)
+	}
+	l.rec, l.etag, l.held = cur, etag, true
+	return nil
+}
+
 // SetData sets the holder's record, written from the next Acquire or
 // Renew on.
 func (l *Lease) SetData(data json.RawMessage) { l.data = data }

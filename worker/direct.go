@@ -151,6 +151,12 @@ func (w *Worker) renewOwnLease(ctx context.Context) bool {
 		d.renewed = w.now()
 		return true
 	case errors.Is(err, lease.ErrLost):
+		// A 412 after a renewal whose response was lost: that write may
+		// be the lease object still (Reclaim reads it).
+		if rerr := d.lease.Reclaim(ctx); rerr == nil {
+			d.renewed = w.now()
+			return true
+		}
 	case d.lease.Valid(ctx):
 		w.log.Warn("renew the worker lease", "err", err)
 		d.retry = w.now().Add(time.Second)
@@ -210,7 +216,13 @@ func (w *Worker) stepInbox(ctx context.Context) time.Duration {
 	if !now.Before(d.scavenge) {
 		w.scavenge(ctx, now)
 	}
-	wait := min(d.renewed.Add(w.leaseEvery()).Sub(now), d.scavenge.Sub(now))
+	// A failed renewal is retried at d.retry, not before: an overdue
+	// renewal must not make the scheduler spin until then.
+	renew := d.renewed.Add(w.leaseEvery())
+	if renew.Before(d.retry) {
+		renew = d.retry
+	}
+	wait := min(renew.Sub(now), d.scavenge.Sub(now))
 	if bell && !d.asleepAt.IsZero() {
 		wait = min(wait, d.nextBell.Sub(now), d.nextSleepScan.Sub(now))
 	} else {

@@ -5,10 +5,12 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"github.com/s3queue/s3queue/clock"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -509,6 +511,104 @@ func TestScavengersRaceHarmlessly(t *testing.T) {
 			if runs[id] != 1 {
 				t.Errorf("task %s ran %d times, want once", id, runs[id])
 			}
+		}
+	})
+}
+
+// failingPuts fails every PUT of one key while fail is set, with a 503.
+type failingPuts struct {
+	s3store.Store
+	key  string
+	fail atomic.Bool
+}
+
+func (f *failingPuts) Put(ctx context.Context, key string, body []byte, opts s3store.PutOptions) (string, error) {
+	if key == f.key && f.fail.Load() {
+		return "", fmt.Errorf("503 slow down: %w", s3store.ErrInjected)
+	}
+	return f.Store.Put(ctx, key, body, opts)
+}
+
+// A renewal of the worker's lease that fails while the lease is still
+// valid is retried a second later, and the scheduler waits for that: it
+// does not step again at once, over and over, until then (the simulator's
+// seed 2 hung in a busy loop: the overdue renewal made every wait 0).
+func TestAFailedLeaseRenewalIsRetriedAfterAPause(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := &failingPuts{Store: mem.New(), key: direct.LeaseKey("a")}
+		f := newFleet(t, st, 1)
+		cfg := f.directWorker("a")
+		cfg.LeaseDuration, cfg.LeaseRenewalInterval = 10*time.Second, time.Second
+		w, err := worker.New(f.ctx, st, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Handle("job", func(context.Context, *task.Task) (json.RawMessage, error) { return nil, nil })
+		w.StepInbox(f.ctx)
+		time.Sleep(cfg.LeaseRenewalInterval)
+		st.fail.Store(true)
+		if d := w.StepInbox(f.ctx); d <= 0 {
+			t.Fatalf("after a failed renewal the next step is due in %v, want a pause before the retry", d)
+		}
+		st.fail.Store(false)
+		time.Sleep(time.Second)
+		if d := w.StepInbox(f.ctx); d <= 0 {
+			t.Fatalf("after the retried renewal the next step is due in %v", d)
+		}
+	})
+}
+
+// lostOnce applies the next PUT of one key, once armed, and reports it
+// failed, as a response lost on the way back does.
+type lostOnce struct {
+	s3store.Store
+	key string
+	arm atomic.Bool
+	hit atomic.Bool
+}
+
+func (l *lostOnce) Put(ctx context.Context, key string, body []byte, opts s3store.PutOptions) (string, error) {
+	etag, err := l.Store.Put(ctx, key, body, opts)
+	if err == nil && key == l.key && l.arm.CompareAndSwap(true, false) {
+		l.hit.Store(true)
+		return "", fmt.Errorf("500 after apply: %w", s3store.ErrInjected)
+	}
+	return etag, err
+}
+
+// A renewal of the worker's lease whose response is lost landed: the retry
+// meets a 412, and the worker reads the lease back and finds its own write
+// there, so it keeps the lease and keeps running (it stopped, with
+// ErrWorkerLeaseLost, after every lost renewal response: 19 times a run in
+// the simulator's direct-dispatch seeds).
+func TestALostRenewalResponseDoesNotLoseTheLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := &lostOnce{Store: mem.New(), key: direct.LeaseKey("a")}
+		f := newFleet(t, st, 1)
+		cfg := f.directWorker("a")
+		w, err := worker.New(f.ctx, st, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Handle("job", func(context.Context, *task.Task) (json.RawMessage, error) { return nil, nil })
+		ctx, cancel := context.WithCancel(f.ctx)
+		defer cancel()
+		done := make(chan error, 1)
+		go func() { done <- w.Run(ctx) }()
+		time.Sleep(time.Second / 2)
+		st.arm.Store(true)
+		time.Sleep(3 * cfg.LeaseDuration)
+		if !st.hit.Load() {
+			t.Fatal("no renewal was made")
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("Run returned %v after a renewal whose response was lost", err)
+		default:
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run returned %v at a clean stop", err)
 		}
 	})
 }

@@ -59,6 +59,11 @@ const (
 	InvSlotOne     = "a slot runs one task at a time"                   // never two tasks of one slot key running at once
 	InvSlotAdvance = "a slot advances only after its holder ended"      // a waiting task is granted its slot only once the tasks granted before it ended
 	InvSlotStuck   = "no slot task is stuck"                            // at the end, no task waits for a slot whose other tasks all ended
+	// Direct dispatch (see checkDirect).
+	InvWorkerLease     = "one holder per worker lease"               // a worker's lease changes holder only after the last holder's expiry
+	InvLeaseStops      = "a worker without its lease claims nothing" // no claim lands long after its worker's own lease expired
+	InvInboxRecovered  = "a dead worker's inbox is moved"            // at the end, an inbox whose lease expired holds no old entry
+	InvOverflowDrained = "the overflow is drained"                   // at the end, the overflow holds no old entry
 
 	retentionMargin = 5 * time.Second // clock uncertainty the monitor may use
 	cursorLag       = time.Minute     // how far a member's scan may trail its shard's keys
@@ -78,7 +83,7 @@ type taskState struct {
 
 // check runs the checker over the finished run.
 func (w *world) check() Result {
-	res := Result{Plan: w.plan, Trace: w.srv.Trace(), Counts: w.srv.Counts(), Tasks: len(w.acked), Executions: len(w.execs)}
+	res := Result{Plan: w.plan, Trace: w.srv.Trace(), Counts: w.srv.Counts(), Tasks: len(w.acked), Executions: len(w.execs), LeaseLosses: w.leaseLosses}
 	log := w.srv.Log()
 	res.log = log
 	end := time.Now()
@@ -113,6 +118,10 @@ func (w *world) check() Result {
 		}
 	}
 	isWorker := func(proc string) bool { return strings.HasPrefix(proc, "w") }
+	// claimedBy: the process that made each claim, by claim id. Under
+	// direct dispatch a later process may run under a dead one's worker
+	// id: only the process that made a claim may write under it.
+	claimedBy := make(map[string]string)
 	retention := func(t *task.Task) time.Duration {
 		if t.IdempotencyKey != "" {
 			return max(w.opts.Retention, task.MinKeyedRetention)
@@ -247,9 +256,18 @@ func (w *world) check() Result {
 			if why := badStep(prev, t); why != "" {
 				add(InvTransition, id, "%s at %s: %s", e.Proc, at, why)
 			}
-			if prev.Status == task.Running && prev.Claim != nil && isWorker(e.Proc) && e.Proc != prev.Claim.Worker {
-				add(InvFenced, id, "%s wrote %s at %s over the claim of %s", e.Proc, t.Status, at, prev.Claim.Worker)
+			if prev.Status == task.Running && prev.Claim != nil && isWorker(e.Proc) {
+				owner := claimedBy[prev.Claim.ID]
+				if owner == "" {
+					owner = prev.Claim.Worker
+				}
+				if e.Proc != owner {
+					add(InvFenced, id, "%s wrote %s at %s over the claim of %s", e.Proc, t.Status, at, owner)
+				}
 			}
+		}
+		if t.Status == task.Running && t.Claim != nil && (st.t == nil || st.t.Claim == nil || st.t.Claim.ID != t.Claim.ID) {
+			claimedBy[t.Claim.ID] = e.Proc
 		}
 		// In the quiet tail a task of the burst is claimed within the bound
 		// (the fleet has a slot for each; other tasks may wait behind
@@ -463,6 +481,9 @@ func (w *world) check() Result {
 	}
 	for _, v := range w.srv.Violations() {
 		add(InvAfterStop, "", "%s", v)
+	}
+	if w.plan.Direct {
+		w.checkDirect(log, &res, add)
 	}
 	res.Violations = vs
 	return res

@@ -79,6 +79,7 @@ type Entry struct {
 // Errors the simulated server answers with.
 var (
 	errCrashed   = errors.New("sim: the process crashed")
+	errCut       = fmt.Errorf("sim: %w: the process is cut off from the server", s3store.ErrInjected)
 	errForbidden = fmt.Errorf("sim: %w: 403 access denied", s3store.ErrInjected)
 )
 
@@ -665,6 +666,7 @@ type Handle struct {
 	srv   *Server
 	proc  string
 	state atomic.Int32
+	cut   atomic.Int64 // UnixNano until which every request fails (a partition), 0 for none
 }
 
 var _ s3store.Store = (*Handle)(nil)
@@ -682,8 +684,18 @@ func (h *Handle) Crash() { h.srv.crash(h) }
 // violation (nothing may outlive Run).
 func (h *Handle) Stop() { h.state.CompareAndSwap(stateAlive, stateStopped) }
 
+// Cut makes every request of h fail, without reaching the server, until
+// until: the process is cut off from the server, and lives on.
+func (h *Handle) Cut(until time.Time) { h.cut.Store(until.UnixNano()) }
+
 func (h *Handle) do(ctx context.Context, r *request) response {
 	r.h = h
+	if until := h.cut.Load(); until != 0 && time.Now().UnixNano() < until && h.state.Load() == stateAlive {
+		// It takes time, as a timeout does, so a loop that retries
+		// without pause cannot spin the bubble.
+		time.Sleep(time.Second)
+		return response{err: errCut}
+	}
 	switch h.state.Load() {
 	case stateCrashed:
 		// A dead process's requests fail, and take time, so a loop that

@@ -91,6 +91,9 @@ func TestSimulation(t *testing.T) {
 				sum.add(res)
 				if testing.Verbose() {
 					t.Logf("%s\ntasks %d, executions %d (duplicates %d), reshards %d, requests %v", res.Plan, res.Tasks, res.Executions, res.Duplicates, res.Reshards, res.Counts)
+					if res.Plan.Direct {
+						t.Logf("direct dispatch: %d inbox entries, %d moved to the overflow, %d worker leases lost, %d taken over", res.Routed, res.Moved, res.LeaseLosses, res.Takeovers)
+					}
 				}
 			})
 		})
@@ -99,11 +102,12 @@ func TestSimulation(t *testing.T) {
 
 // summary adds up what the seeds of a run did.
 type summary struct {
-	mu                                           sync.Mutex
-	seeds, failed, tasks, executions, duplicates int
-	reshards, releases, unblocked                int
-	requests                                     int
-	faults                                       map[string]int
+	mu                                            sync.Mutex
+	seeds, failed, tasks, executions, duplicates  int
+	reshards, releases, unblocked                 int
+	direct, routed, moved, leaseLosses, takeovers int
+	requests                                      int
+	faults                                        map[string]int
 }
 
 func (s *summary) add(r sim.Result) {
@@ -122,6 +126,13 @@ func (s *summary) add(r sim.Result) {
 	s.reshards += r.Reshards
 	s.releases += r.Releases
 	s.unblocked += r.Unblocked
+	if r.Plan.Direct {
+		s.direct++
+	}
+	s.routed += r.Routed
+	s.moved += r.Moved
+	s.leaseLosses += r.LeaseLosses
+	s.takeovers += r.Takeovers
 	for _, op := range []string{"PUT", "GET", "HEAD", "LIST", "DELETE"} {
 		s.requests += r.Counts[op]
 	}
@@ -142,8 +153,9 @@ func (s *summary) String() string {
 	for _, k := range keys {
 		f = append(f, fmt.Sprintf("%s %d", k, s.faults[k]))
 	}
-	return fmt.Sprintf("SIM seeds %d (with violations %d), tasks acknowledged %d, handler runs %d (duplicates after a lost lease %d), reshards %d, releases %d, unblocked %d, requests served %d, faults: %s",
-		s.seeds, s.failed, s.tasks, s.executions, s.duplicates, s.reshards, s.releases, s.unblocked, s.requests, strings.Join(f, ", "))
+	return fmt.Sprintf("SIM seeds %d (with violations %d), tasks acknowledged %d, handler runs %d (duplicates after a lost lease %d), reshards %d, releases %d, unblocked %d, requests served %d, faults: %s; direct dispatch: %d seeds, %d inbox entries, %d moved to the overflow, %d worker leases lost, %d taken over",
+		s.seeds, s.failed, s.tasks, s.executions, s.duplicates, s.reshards, s.releases, s.unblocked, s.requests, strings.Join(f, ", "),
+		s.direct, s.routed, s.moved, s.leaseLosses, s.takeovers)
 }
 
 // A seed replays exactly: two runs of one seed serve the same requests in

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/s3queue/s3queue/clock"
+	"github.com/s3queue/s3queue/internal/direct"
 	"github.com/s3queue/s3queue/monitor"
 	"github.com/s3queue/s3queue/producer"
 	"github.com/s3queue/s3queue/s3store"
@@ -99,7 +100,27 @@ type Plan struct {
 	// tasks are dropped, released at shutdown, canceled and renewed while
 	// they wait; and a handler that panics is requeued at once on some.
 	Queue QueuePlan
+	// Direct (a third of the seeds): the queue dispatches directly
+	// (shards.DispatchDirect): producers route new tasks to the inboxes of
+	// live workers, each worker holds a lease of its own (directLease,
+	// renewed every directRenewal), and dead workers' inboxes are moved to
+	// the overflow. A killed worker is replaced, half the time, by a
+	// process that takes its id over once its lease expires (its inbox
+	// cursor resumed); a quarter of the workers chosen to die are instead
+	// cut off from S3 for 30-90 s while another process starts under
+	// their id; a worker that loses its lease is restarted under its id,
+	// as a supervisor would.
+	Direct bool
 }
+
+// The direct-dispatch settings of the workers, producers and monitors:
+// short, for a run of 26 minutes whose requests are held up to 40 s.
+const (
+	directLease     = 20 * time.Second // worker lease_duration_secs
+	directRenewal   = 5 * time.Second  // lease_renewal_interval_secs
+	directScavenge  = 30 * time.Second // overflow_scavenge_interval_secs
+	directDiscovery = 10 * time.Second // worker_discovery_cache_ttl_secs
+)
 
 // QueuePlan is the workers' dispatch-queue settings; zero is the default
 // (block, fail).
@@ -157,6 +178,9 @@ func (p Plan) String() string {
 	if p.Queue.Policy != "" {
 		s += fmt.Sprintf(", queue %s depth %d crash %s", p.Queue.Policy, p.Queue.Depth, p.Queue.Crash)
 	}
+	if p.Direct {
+		s += ", direct dispatch"
+	}
 	if p.Surge.Join > 0 {
 		s += fmt.Sprintf(", surge of %d workers at %v, %d leave at %v", p.Surge.Join, p.Surge.At.Round(time.Second), p.Surge.Leave, p.Surge.LeaveAt.Round(time.Second))
 	}
@@ -184,7 +208,11 @@ type Result struct {
 	Releases   int // claimed tasks handed back unfinished (shutdown, dropped from pending)
 	Unblocked  int // tasks whose dependencies all succeeded, moved from blocked to pending
 	Reshards   int // manifest writes that grew the shard count
-	log        []Entry
+	// Direct dispatch: inbox entries written, entries moved to the
+	// overflow, worker runs that ended with their lease lost, and takeovers
+	// of a worker's lease by a later process of its id.
+	Routed, Moved, LeaseLosses, Takeovers int
+	log                                   []Entry
 }
 
 // world is one run: the server, the processes, and what producers were told.
@@ -210,12 +238,21 @@ type world struct {
 	spawned     map[string]int    // process name -> length of the server's log when it started
 	quietAt     time.Time
 	wg          sync.WaitGroup
+	// Direct dispatch: the world's own draws about it, the incarnations
+	// started under each worker id, the runs that lost their lease, and
+	// the inboxes, overflow and worker leases at the end of the quiet tail.
+	drng        *rand.Rand
+	incarnation map[string]int
+	leaseLosses int
+	directEnd   map[string][]byte
+	endAt       time.Time
 }
 
 // proc is one running process: a worker, monitor or producer.
 type proc struct {
 	name   string
 	kind   string
+	id     string         // a worker's id: its name, or the id it took over (direct dispatch)
 	wk     *worker.Worker // a worker, once open (under world.mu)
 	h      *Handle
 	cancel context.CancelFunc
@@ -273,7 +310,11 @@ func Run(seed uint64, opts Options) Result {
 	planLayout(&plan, opts)
 	w := &world{opts: opts, plan: plan, rng: rng,
 		srv:   NewServer(plan.Provider, rand.New(rand.NewPCG(seed, 0x5e4e)), plan.MaxPage),
-		procs: make(map[string]*proc), dedicated: make(map[string]bool), nextID: make(map[string]int), acked: make(map[string]ack), spawned: make(map[string]int)}
+		procs: make(map[string]*proc), dedicated: make(map[string]bool), nextID: make(map[string]int), acked: make(map[string]ack), spawned: make(map[string]int),
+		incarnation: make(map[string]int)}
+	if plan.Direct {
+		w.drng = rand.New(rand.NewPCG(seed, 0xd12ec7+1))
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	w.root = ctx
 	w.setup()
@@ -332,6 +373,10 @@ func Run(seed uint64, opts Options) Result {
 	time.Sleep(opts.Quiet)
 	w.cursors = w.readCursors()
 	w.deadMembers = w.readDeadMembers()
+	if plan.Direct {
+		w.endAt = time.Now()
+		w.directEnd = w.readDirect()
+	}
 
 	w.stopAll()
 	cancel()
@@ -367,7 +412,9 @@ func planLayout(plan *Plan, opts Options) {
 	if rng.IntN(3) != 0 {
 		plan.RootMembers = 1 + rng.IntN(3)/2
 	}
-	// And again for dependencies, and for the dispatch queue.
+	// And again for direct dispatch, for dependencies, and for the
+	// dispatch queue.
+	plan.Direct = rand.New(rand.NewPCG(plan.Seed, 0xd12ec7)).IntN(3) == 0
 	plan.Deps = rand.New(rand.NewPCG(plan.Seed, 0xdeb5)).IntN(2) == 0
 	plan.Slots = rand.New(rand.NewPCG(plan.Seed, 0x5107)).IntN(2) == 0
 	rng = rand.New(rand.NewPCG(plan.Seed, 0xd15fa7))
@@ -390,6 +437,9 @@ func (w *world) setup() {
 		del = s3store.DeleteIgnored
 	}
 	m := map[string]any{"format": shards.FormatVersion, "shards": w.plan.Shards, "created_at": time.Now().UTC(), "conditional_delete": del}
+	if w.plan.Direct {
+		m["dispatch_mode"] = shards.DispatchDirect
+	}
 	body, _ := json.Marshal(m)
 	w.srv.Put(shards.ManifestKey, body)
 	if w.plan.Faults.Forbidden {
@@ -446,8 +496,13 @@ var discard = slog.New(slog.DiscardHandler)
 
 // spawn starts run as a process of kind, named name, and tracks it.
 func (w *world) spawn(kind, name string, run func(ctx context.Context, p *proc)) *proc {
+	return w.spawnAs(kind, name, name, run)
+}
+
+// spawnAs is spawn for a worker whose id is not its name.
+func (w *world) spawnAs(kind, name, id string, run func(ctx context.Context, p *proc)) *proc {
 	ctx, cancel := context.WithCancel(w.root)
-	p := &proc{name: name, kind: kind, h: w.srv.Handle(name), cancel: cancel, done: make(chan struct{})}
+	p := &proc{name: name, kind: kind, id: id, h: w.srv.Handle(name), cancel: cancel, done: make(chan struct{})}
 	at := w.logLen()
 	w.mu.Lock()
 	w.procs[name] = p
@@ -479,8 +534,21 @@ func retry[T any](ctx context.Context, open func() (T, error)) (T, bool) {
 	}
 }
 
-func (w *world) startWorker() *proc {
-	name := w.name("w")
+func (w *world) startWorker() *proc { return w.startWorkerAs("") }
+
+// startWorkerAs starts a worker under id, a later process of a worker that
+// died or lost its lease (direct dispatch), or under a new id ("").
+func (w *world) startWorkerAs(id string) *proc {
+	var name string
+	if id == "" {
+		name = w.name("w")
+		id = name
+	} else {
+		w.mu.Lock()
+		w.incarnation[id]++
+		name = fmt.Sprintf("%s.%d", id, w.incarnation[id]+1)
+		w.mu.Unlock()
+	}
 	rng := w.procRand(name)
 	concurrency := 1 + rng.IntN(3)
 	dedicated := rng.IntN(3) == 0
@@ -489,11 +557,19 @@ func (w *world) startWorker() *proc {
 		w.dedicated[name] = true
 		w.mu.Unlock()
 	}
-	return w.spawn("w", name, func(ctx context.Context, p *proc) {
+	cfg := worker.Config{ID: id, Concurrency: concurrency, Dedicated: dedicated, RootMembers: w.plan.RootMembers,
+		MaxInFlight: w.plan.Queue.InFlight, QueuePolicy: w.plan.Queue.Policy, MaxQueueDepth: w.plan.Queue.Depth, CrashPolicy: w.plan.Queue.Crash,
+		Logger: discard, ShutdownGrace: 10 * time.Second}
+	if w.plan.Direct {
+		cfg.DispatchMode = shards.DispatchDirect
+		cfg.LeaseDuration, cfg.LeaseRenewalInterval = directLease, directRenewal
+		cfg.OverflowScavengeInterval, cfg.DiscoveryTTL = directScavenge, directDiscovery
+	}
+	return w.spawnAs("w", name, id, func(ctx context.Context, p *proc) {
 		wk, ok := retry(ctx, func() (*worker.Worker, error) {
-			return worker.New(ctx, p.h, worker.Config{ID: p.name, Concurrency: concurrency, Dedicated: dedicated, RootMembers: w.plan.RootMembers,
-				MaxInFlight: w.plan.Queue.InFlight, QueuePolicy: w.plan.Queue.Policy, MaxQueueDepth: w.plan.Queue.Depth, CrashPolicy: w.plan.Queue.Crash,
-				Rand: w.seeded(p.name), Clock: w.clockFor(p.h), Logger: discard, ShutdownGrace: 10 * time.Second})
+			cfg := cfg
+			cfg.Rand, cfg.Clock = w.seeded(p.name), w.clockFor(p.h)
+			return worker.New(ctx, p.h, cfg)
 		})
 		if !ok {
 			return
@@ -502,21 +578,48 @@ func (w *world) startWorker() *proc {
 		w.mu.Lock()
 		p.wk = wk
 		w.mu.Unlock()
-		wk.Run(ctx)
+		w.mu.Lock()
+		started := w.incarnation[id]
+		w.mu.Unlock()
+		if err := wk.Run(ctx); errors.Is(err, worker.ErrWorkerLeaseLost) && ctx.Err() == nil {
+			// Its supervisor starts it again, under the same id, unless
+			// another process has been started under it since: the new
+			// process takes the lease over once it has expired.
+			w.mu.Lock()
+			w.leaseLosses++
+			again := w.incarnation[id] == started
+			w.mu.Unlock()
+			if again {
+				w.startWorkerAs(p.id)
+			}
+		}
 	})
 }
 
 func (w *world) startMonitor() *proc {
 	return w.spawn("m", w.name("m"), func(ctx context.Context, p *proc) {
 		m, ok := retry(ctx, func() (*monitor.Monitor, error) {
-			return monitor.New(ctx, p.h, monitor.Config{ID: p.name, Leader: w.plan.Leader, Retention: w.opts.Retention,
-				Rand: w.seeded(p.name), Clock: w.clockFor(p.h), Logger: discard})
+			cfg := monitor.Config{ID: p.name, Leader: w.plan.Leader, Retention: w.opts.Retention,
+				Rand: w.seeded(p.name), Clock: w.clockFor(p.h), Logger: discard}
+			if w.plan.Direct {
+				cfg.DispatchMode, cfg.WorkerLease = shards.DispatchDirect, directLease
+			}
+			return monitor.New(ctx, p.h, cfg)
 		})
 		if !ok {
 			return
 		}
 		m.Run(ctx)
 	})
+}
+
+// producerConfig is the configuration of producer process p.
+func (w *world) producerConfig(p *proc) producer.Config {
+	cfg := producer.Config{Rand: w.seeded(p.name), Clock: w.clockFor(p.h), Logger: discard}
+	if w.plan.Direct {
+		cfg.DispatchMode, cfg.DiscoveryTTL = shards.DispatchDirect, directDiscovery
+	}
+	return cfg
 }
 
 const taskType = "sim"
@@ -597,7 +700,7 @@ func (w *world) produce(i int) {
 			time.Sleep(time.Duration(rng.Int64N(int64(w.opts.Chaos) / int64(n))))
 			if prod == nil {
 				var err error
-				prod, err = producer.New(ctx, p.h, producer.Config{Rand: w.seeded(p.name), Clock: w.clockFor(p.h), Logger: discard})
+				prod, err = producer.New(ctx, p.h, w.producerConfig(p))
 				if err != nil {
 					prod = nil
 					continue
@@ -633,7 +736,7 @@ func (w *world) burst() {
 	}
 	w.spawn("p", "pburst", func(ctx context.Context, p *proc) {
 		prod, ok := retry(ctx, func() (*producer.Producer, error) {
-			return producer.New(ctx, p.h, producer.Config{Rand: w.seeded(p.name), Clock: w.clockFor(p.h), Logger: discard})
+			return producer.New(ctx, p.h, w.producerConfig(p))
 		})
 		if !ok {
 			return
@@ -757,7 +860,7 @@ func (w *world) race() {
 	end := time.Now().Add(w.opts.Chaos)
 	p := w.spawn("p", "prace", func(ctx context.Context, p *proc) {
 		prod, ok := retry(ctx, func() (*producer.Producer, error) {
-			return producer.New(ctx, p.h, producer.Config{Rand: w.seeded(p.name), Clock: w.clockFor(p.h), Logger: discard})
+			return producer.New(ctx, p.h, w.producerConfig(p))
 		})
 		if !ok {
 			return
@@ -855,6 +958,15 @@ func (w *world) chaos() {
 		if victim == nil {
 			continue
 		}
+		if victim.kind == "w" && w.drng != nil && w.drng.IntN(4) == 0 {
+			// Direct dispatch: the worker is cut off from S3 for 30-90 s,
+			// and its orchestrator starts another process under its id at
+			// once, which takes the lease over once it has expired. The
+			// first must have stopped by then.
+			victim.h.Cut(time.Now().Add(30*time.Second + time.Duration(w.drng.Int64N(int64(time.Minute)))))
+			w.startWorkerAs(victim.id)
+			continue
+		}
 		if w.rng.IntN(3) == 0 {
 			victim.cancel() // a clean stop (SIGTERM)
 			<-victim.done
@@ -863,7 +975,11 @@ func (w *world) chaos() {
 			victim.cancel()
 		}
 		time.Sleep(time.Duration(w.rng.Int64N(int64(time.Minute))))
-		if victim.kind == "w" {
+		if victim.kind == "w" && w.drng != nil && w.drng.IntN(2) == 0 {
+			// Direct dispatch: the replacement takes the dead worker's id
+			// over (it waits for its lease to expire).
+			w.startWorkerAs(victim.id)
+		} else if victim.kind == "w" {
 			w.startWorker()
 		} else {
 			w.startMonitor()
@@ -934,11 +1050,15 @@ func (w *world) readCursors() []cursor {
 // the quiet tail ago, long enough for any keeper or root member to prune
 // the entry and delete the lease.
 func (w *world) readDeadMembers() []string {
-	alive := make(map[string]bool)
+	alive := make(map[string]bool)     // worker ids
+	dedicated := make(map[string]bool) // worker ids of live dedicated processes
 	w.mu.Lock()
 	for _, p := range w.procs {
 		if p.kind == "w" && p.h.state.Load() == stateAlive {
-			alive[p.name] = true
+			alive[p.id] = true
+			if w.dedicated[p.name] {
+				dedicated[p.id] = true
+			}
 		}
 	}
 	w.mu.Unlock()
@@ -958,13 +1078,11 @@ func (w *world) readDeadMembers() []string {
 			names = append(names, name)
 		}
 		sort.Strings(names)
-		w.mu.Lock()
 		for _, name := range names {
-			if w.dedicated[name] && !listed[name] {
+			if dedicated[name] && !listed[name] {
 				out = append(out, fmt.Sprintf("dedicated worker %s is alive but not a live member of %s", name, shards.FleetKey))
 			}
 		}
-		w.mu.Unlock()
 	}
 	var keys []string
 	for k := range objs {
@@ -977,6 +1095,19 @@ func (w *world) readDeadMembers() []string {
 		_, id, _ := strings.Cut(strings.TrimPrefix(k, shards.LeasePrefix), "/")
 		if !alive[id] {
 			out = append(out, fmt.Sprintf("lease object %s of a worker that is not alive", k))
+		}
+	}
+	return out
+}
+
+// readDirect returns the inbox and overflow entries and the worker leases
+// at the end of the quiet tail (direct dispatch), before the clean stops
+// move the live workers' inboxes.
+func (w *world) readDirect() map[string][]byte {
+	out := w.srv.Objects(direct.InboxPrefix)
+	for _, prefix := range []string{direct.OverflowPrefix, direct.WorkersPrefix} {
+		for k, v := range w.srv.Objects(prefix) {
+			out[k] = v
 		}
 	}
 	return out
