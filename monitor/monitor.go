@@ -1042,7 +1042,10 @@ func (m *Monitor) expireRetention(ctx context.Context, key string, iv clock.Inte
 	// retention, and a submit after it starts afresh.
 	// (A keyed task is retired by now: nothing can requeue it.)
 	if t.IdempotencyKey != "" {
-		if err = m.expireRecord(ctx, t); err != nil {
+		gone, err := m.expireRecord(ctx, t)
+		if err != nil || !gone {
+			// A record another monitor retired a moment ago: its DELETE may
+			// be on the way; the task waits for a later sweep.
 			return err
 		}
 	}
@@ -1092,14 +1095,20 @@ func (m *Monitor) publishCorrupt(key string, err error) {
 }
 
 // expireRecord deletes the idempotency record of t, which retention is
-// deleting, if the record names t. Like the
-// task, the record is deleted unconditionally only once it is final:
-// where conditional DELETE is honoured, DELETE If-Match; elsewhere it is
-// first marked retired by CAS (a retired record is never written again).
-// A lost race (the record changed or went meanwhile) reads it again.
-func (m *Monitor) expireRecord(ctx context.Context, t *task.Task) error {
+// deleting, if the record names t, and reports whether no record of t is
+// left. Like the task, the record is deleted unconditionally only once it
+// is final: where conditional DELETE is honoured, DELETE If-Match;
+// elsewhere it is first marked retired by CAS (a retired record is never
+// written again but to retire it again). There, a record that another
+// monitor retired less than task.RetiredRecordGrace ago is left to that
+// monitor's DELETE (false, nil): a second DELETE could reach the server
+// after the first and a submit's new record. A lost race (the record
+// changed or went meanwhile) reads it again.
+func (m *Monitor) expireRecord(ctx context.Context, t *task.Task) (bool, error) {
 	key := task.IdempotencyRecordKey(t.IdempotencyKey)
+	gone := true
 	err := m.cas.Retry(ctx, func(int) (bool, error) {
+		gone = true
 		obj, err := m.st.Get(ctx, key)
 		if errors.Is(err, s3store.ErrNotFound) {
 			return false, nil
@@ -1116,12 +1125,21 @@ func (m *Monitor) expireRecord(ctx context.Context, t *task.Task) error {
 			err = m.st.Delete(ctx, key, s3store.DeleteOptions{})
 		case rec.ID != t.ID:
 			return false, nil // the key was claimed again after an earlier retention of t
-		case rec.Retired:
-			err = m.st.Delete(ctx, key, s3store.DeleteOptions{})
 		case m.manifest.DeleteHonoured():
 			err = m.st.Delete(ctx, key, s3store.DeleteOptions{IfMatch: obj.ETag})
 		default:
+			if rec.Retired {
+				now, err := m.clock.Now(ctx)
+				if err != nil {
+					return false, err
+				}
+				if now.Earliest.Sub(obj.LastModified) < task.RetiredRecordGrace {
+					gone = false
+					return false, nil
+				}
+			}
 			rec.Retired = true
+			rec.Retires++
 			if _, err = m.st.Put(ctx, key, rec.Encode(), s3store.PutOptions{IfMatch: obj.ETag}); err == nil {
 				err = m.st.Delete(ctx, key, s3store.DeleteOptions{})
 			}
@@ -1129,7 +1147,7 @@ func (m *Monitor) expireRecord(ctx context.Context, t *task.Task) error {
 		return s3store.LostRace(err) || errors.Is(err, s3store.ErrNotFound), err
 	})
 	if err != nil {
-		return fmt.Errorf("expire idempotency record of task %s: %w", t.ID, err)
+		return false, fmt.Errorf("expire idempotency record of task %s: %w", t.ID, err)
 	}
-	return nil
+	return gone, nil
 }

@@ -781,11 +781,111 @@ func TestRetentionAndRequeueLeaveOneTaskPerIdempotencyKey(t *testing.T) {
 	}
 }
 
+// Two monitors retire one keyed task on a server that ignores a
+// conditional DELETE (seed 160275 of the simulator). The second has listed
+// the task when the first retires it and its record; the first's DELETE of
+// the record is held on the way while the second reads the retired task
+// and record, and a submit with the key comes; then it lands. The second
+// monitor must leave the record to that DELETE: had it deleted the record
+// too, the submit would have made a new record and task, the late DELETE
+// would have deleted that record, and the next submit would have made a
+// second live task for the key.
+func TestALateRecordDeleteLeavesOneTaskPerIdempotencyKey(t *testing.T) {
+	ctx := context.Background()
+	p, faulty, m1, old, opts, srv, clk := keyedTaskDueForRetentionAt(t, s3store.DeleteIgnored)
+	f2 := s3store.NewFaults(faulty)
+	m2, err := monitor.New(ctx, f2, monitor.Config{Shards: 2, Retention: time.Hour, RepairAfter: 100 * time.Hour, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, release, m1done := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	faulty.Inject(s3store.Fault{Op: s3store.OpDelete, KeyPrefix: "idempotency/", Times: 1, Hook: func(string) {
+		close(held)
+		<-release
+	}})
+	read := false
+	f2.Inject(s3store.Fault{Op: s3store.OpGet, KeyPrefix: "tasks/", KeySuffix: ".json", Times: 1, Hook: func(string) {
+		read = true
+		go func() {
+			defer close(m1done)
+			m1.Tick(ctx)
+		}()
+		select {
+		case <-held:
+		case <-time.After(10 * time.Second):
+			t.Error("the first monitor did not delete the record")
+		}
+	}})
+	for i := 0; i < 4 && !read; i++ {
+		m2.Tick(ctx)
+	}
+	if !read {
+		t.Fatal("the second monitor did not read the task")
+	}
+	during, err := p.Submit(ctx, "t", nil, opts)
+	if err != nil {
+		t.Errorf("submit while the record's DELETE is on the way: %v", err)
+	}
+	close(release)
+	<-m1done
+	first, err := p.Submit(ctx, "t", nil, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := p.Submit(ctx, "t", nil, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var live []string
+	for _, id := range []string{old, during, first, second} {
+		if tk, err := p.Get(ctx, id); err == nil && !tk.Status.Terminal() && !slices.Contains(live, id) {
+			live = append(live, id)
+		}
+	}
+	if len(live) != 1 || first != second {
+		t.Fatalf("live tasks for one key: %v (old %s, submitted while the DELETE was held %s, after %s and %s)", live, old, during, first, second)
+	}
+
+	// A retired record whose DELETE failed is deleted by a later sweep (it
+	// has been retired for task.RetiredRecordGrace by then), and its task
+	// with it.
+	if _, err := p.Cancel(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	*srv = srv.Add(2 * time.Hour)
+	faulty.Inject(s3store.Fault{Op: s3store.OpDelete, KeyPrefix: "idempotency/", Times: 1, Err: s3store.ErrInjected503})
+	for range 2 {
+		m2.Tick(ctx)
+		m1.Tick(ctx)
+	}
+	if _, err := p.Get(ctx, first); err != nil {
+		t.Fatalf("the task went while its retired record stayed (its DELETE failed): %v", err)
+	}
+	*srv = srv.Add(2 * time.Hour) // past the full walk, which finds the task again
+	for range 2 {
+		m1.Tick(ctx)
+	}
+	if _, err := faulty.Get(ctx, task.IdempotencyRecordKey("k")); err == nil {
+		t.Fatal("the retired record outlived its grace")
+	}
+	if _, err := p.Get(ctx, first); err == nil {
+		t.Fatal("the task outlived its retired record")
+	}
+}
+
 // keyedTaskDueForRetention sets up, on a store that honours or ignores a
 // conditional DELETE (provider), a canceled task with idempotency key "k"
 // whose retention is due, and a monitor (through faulty, with no rules yet)
 // that has swept once before the clock moved past the retention.
 func keyedTaskDueForRetention(t *testing.T, provider string) (*producer.Producer, *s3store.Faults, *monitor.Monitor, string, producer.Options) {
+	t.Helper()
+	p, faulty, m, old, opts, _, _ := keyedTaskDueForRetentionAt(t, provider)
+	return p, faulty, m, old, opts
+}
+
+// keyedTaskDueForRetentionAt is keyedTaskDueForRetention, and also returns
+// the server time the test moves and the monitor's clock.
+func keyedTaskDueForRetentionAt(t *testing.T, provider string) (*producer.Producer, *s3store.Faults, *monitor.Monitor, string, producer.Options, *time.Time, *clock.Authoritative) {
 	t.Helper()
 	ctx := context.Background()
 	mst, srv, clk := fakeTime()
@@ -806,7 +906,7 @@ func keyedTaskDueForRetention(t *testing.T, provider string) (*producer.Producer
 	m, _ := monitor.New(ctx, faulty, monitor.Config{Shards: 2, Retention: time.Hour, RepairAfter: 100 * time.Hour, Clock: clk})
 	m.Tick(ctx)
 	*srv = srv.Add(2 * time.Hour)
-	return p, faulty, m, old, opts
+	return p, faulty, m, old, opts, srv, clk
 }
 
 // Under direct dispatch the monitor moves the inbox of a worker whose

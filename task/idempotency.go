@@ -20,10 +20,17 @@ func IdempotencyRecordKey(key string) string {
 // are only ever created with If-None-Match, never replaced, with one
 // exception: retention marks a record Retired by CAS before deleting it on
 // servers that ignore a conditional DELETE. A retired record is final: its
-// key stays taken by ID until the record is deleted, and anyone may delete it.
+// key stays taken by ID until the record is deleted. Only the monitor whose
+// CAS retired it deletes it; another deletes it only once it has been
+// retired for RetiredRecordGrace, and retires it again first (see
+// RetiredRecordGrace).
 type IdempotencyRecord struct {
 	ID      string `json:"id"`
 	Retired bool   `json:"retired,omitempty"`
+	// Retires counts the CAS writes that marked the record retired: each
+	// one changes the record's bytes, so that of two monitors retiring the
+	// same version again only one succeeds.
+	Retires int `json:"retires,omitempty"`
 	// Spec is SpecHash of the task's type and input: a submit with the same
 	// key and another type or input is a conflict, not the same task.
 	// Records written before it existed have none and are not checked.
@@ -70,6 +77,21 @@ func ParseIdempotencyRecord(b []byte) (IdempotencyRecord, error) {
 // producer would have to stall for MinKeyedRetention - IdempotencyRecordYoung between
 // reading a record and writing its task to break this.
 const IdempotencyRecordYoung = time.Minute
+
+// RetiredRecordGrace bounds how long a retired idempotency record may be
+// on its way out. Where the server ignores a conditional DELETE, the
+// record's DELETE is unconditional, and one that reaches the server late
+// would delete the record a submit created after the retired one was gone:
+// the key would be free while its task lives, and the next submit would
+// make a second task. So at most one DELETE of a record is ever in flight:
+// the monitor whose CAS retired the record sends it at once; a retired
+// record still there RetiredRecordGrace later (by its S3 LastModified) was
+// not deleted by that request, nor will be, so a monitor retires it again
+// by CAS, which only one can win, and sends its own. A retired record
+// younger than that is left alone. This assumes no request reaches the
+// server a minute after it was sent, and no monitor stalls that long
+// between its CAS and its DELETE.
+const RetiredRecordGrace = time.Minute
 
 // MinKeyedRetention is the shortest retention applied to a task with an
 // idempotency key, whatever the monitor's retention says (see IdempotencyRecordYoung).
