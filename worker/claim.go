@@ -169,11 +169,25 @@ func (w *Worker) claimBatch(ctx context.Context, s settler, batch []shards.Candi
 		a.dropErr = w.st.Delete(ctx, a.c.Key, s3store.DeleteOptions{})
 	})
 	for _, a := range drops {
-		if a.dropErr != nil {
-			w.log.Warn("delete ready pointer", "key", a.c.Key, "err", a.dropErr)
+		if a.dropErr == nil {
+			continue
+		}
+		w.log.Warn("delete a pointer that has done its job", "key", a.c.Key, "err", a.dropErr)
+		if f, ok := s.(forgetter); ok && a.c.Inbox {
+			// Nobody else deletes an inbox or overflow entry: the next
+			// listing hands it out again, and its task's read decides
+			// once more.
+			f.Forget(a.c)
 		}
 	}
 	return claimed
+}
+
+// forgetter is a scan that can hand a settled candidate out again: the
+// inbox and overflow scans (internal/direct), whose entries only their
+// claimers delete.
+type forgetter interface {
+	Forget(c shards.Candidate)
 }
 
 // tryClaim decides what to do with a loaded candidate: it settles one that
