@@ -75,6 +75,13 @@ type inbox struct {
 
 	scavenge time.Time // local time of the next overflow scavenge
 
+	// The hand-on of a full worker's backlog (handOnInbox): the workers'
+	// leases as this one last read them, when it looks next, and the
+	// entries its last look found waiting.
+	dir     *direct.Directory
+	look    time.Time
+	waiting map[string]bool
+
 	// The doorbell: asleepAt is when the mark landed (local time), zero
 	// while awake; bell is the doorbell's ETag then ("" for none).
 	asleepAt, nextBell, nextSleepScan time.Time
@@ -116,6 +123,8 @@ func (w *Worker) openInbox(ctx context.Context) error {
 		w.log.Warn("the inbox cursor is older than 24h: scanning from 24h ago; older entries are left to the monitor's repair", "cursor", cursor, "from", d.scan.Cursor())
 	}
 	d.over, _ = direct.NewScan(direct.OverflowPrefix, "", iv.Latest, 0, true)
+	d.dir = &direct.Directory{St: w.st, Local: w.local, TTL: w.cfg.DiscoveryTTL, Margin: w.cfg.LeaseMargin,
+		Selection: direct.RoundRobin, IntN: w.rand.IntN}
 	now := w.now()
 	d.renewed, d.lastWork, d.interval = now, now, w.cfg.PollMin
 	d.scavenge = now.Add(w.cfg.OverflowScavengeInterval)
@@ -144,6 +153,7 @@ func (w *Worker) renewOwnLease(ctx context.Context) bool {
 	d := w.direct
 	d.rec.Types = w.types()
 	d.rec.Cursor = d.scan.Cursor()
+	d.rec.Busy = w.free() == 0
 	d.lease.SetData(d.data())
 	err := d.lease.RenewFor(ctx, w.leaseFor())
 	switch {
@@ -216,6 +226,11 @@ func (w *Worker) stepInbox(ctx context.Context) time.Duration {
 	if !now.Before(d.scavenge) {
 		w.scavenge(ctx, now)
 	}
+	if w.free() == 0 && d.asleepAt.IsZero() {
+		w.handOnInbox(ctx, now)
+	} else {
+		d.waiting = nil
+	}
 	// A failed renewal is retried at d.retry, not before: an overdue
 	// renewal must not make the scheduler spin until then.
 	renew := d.renewed.Add(w.leaseEvery())
@@ -223,6 +238,9 @@ func (w *Worker) stepInbox(ctx context.Context) time.Duration {
 		renew = d.retry
 	}
 	wait := min(renew.Sub(now), d.scavenge.Sub(now))
+	if d.waiting != nil {
+		wait = min(wait, d.look.Sub(now))
+	}
 	if bell && !d.asleepAt.IsZero() {
 		wait = min(wait, d.nextBell.Sub(now), d.nextSleepScan.Sub(now))
 	} else {
@@ -314,6 +332,71 @@ func (w *Worker) claimFrom(ctx context.Context, s *direct.Scan, held *[]shards.C
 	}
 	*held = append((*held)[:0:0], cands[i:]...)
 	return claimed, listed, nil
+}
+
+// handOnInbox: a worker whose every slot is taken does not list its inbox
+// for work, so what producers routed to it waits until a slot frees, and
+// behind a long task that can be long. Once every PollMax while it stays
+// full, it lists its inbox; an entry that its previous look found waiting
+// too is handed on to a live worker that is not busy and runs every type
+// this one runs: a new entry in that worker's inbox (its doorbell rung if
+// it sleeps), then this one's deleted. With no such worker, or while the
+// backlog is short-lived, it costs a LIST per PollMax, and the monitor's
+// repair announces a task that waits past repair_after. Producers route
+// to workers that are not busy while there are any (the lease's record
+// says which), so this is for work that arrived before the slots filled.
+func (w *Worker) handOnInbox(ctx context.Context, now time.Time) {
+	d := w.direct
+	if now.Before(d.look) {
+		return
+	}
+	d.look = now.Add(w.cfg.PollMax)
+	iv, err := w.clock.Now(ctx)
+	if err != nil {
+		return
+	}
+	cands, err := d.scan.Next(ctx, w.st, iv.Latest, w.capacity()+maxClaimBatch)
+	if err != nil {
+		w.log.Warn("list the inbox to hand work on", "err", err)
+		return
+	}
+	waiting := make(map[string]bool, len(cands))
+	handed := 0
+	for _, c := range cands {
+		waiting[c.Key] = true
+		if !d.waiting[c.Key] || handed >= maxClaimBatch {
+			continue
+		}
+		to, ok, err := d.dir.Other(ctx, iv, w.cfg.ID, w.types())
+		if err != nil {
+			w.log.Warn("read the worker leases", "err", err)
+		}
+		if !ok {
+			break
+		}
+		if _, err := w.st.Put(ctx, direct.EntryKey(to.Worker, c.Avail, c.ID, c.Shard), nil, s3store.PutOptions{}); err != nil {
+			w.log.Warn("hand an inbox entry on", "task_id", c.ID, "to", to.Worker, "err", err)
+			break
+		}
+		if to.Asleep {
+			if _, err := w.st.Put(ctx, direct.BellKey(to.Worker), []byte(c.ID+" "+w.rand.Hex(4)), s3store.PutOptions{}); err != nil {
+				w.log.Warn("ring a worker's doorbell", "worker_id", to.Worker, "err", err)
+			}
+		}
+		if err := w.st.Delete(ctx, c.Key, s3store.DeleteOptions{}); err != nil {
+			// Both entries stand: the task's CAS decides who runs it.
+			w.log.Warn("delete an inbox entry handed on", "key", c.Key, "err", err)
+			continue
+		}
+		d.scan.Seen(c, c.ETag)
+		delete(waiting, c.Key)
+		handed++
+	}
+	d.waiting = waiting
+	if handed > 0 {
+		d.held = nil // what the last listing held may be gone
+		w.log.Debug("handed inbox entries on", "tasks", handed)
+	}
 }
 
 // sleepInbox marks the worker asleep in its lease, after reading its

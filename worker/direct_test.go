@@ -652,3 +652,48 @@ func TestAFailedEntryDeleteIsRetried(t *testing.T) {
 		}
 	})
 }
+
+// A worker whose slots are all taken by a long task hands what waits in
+// its inbox on to a worker that is not busy: those tasks run while the
+// long one still does, not after it.
+func TestABusyWorkerHandsItsInboxOn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := mem.New()
+		f := newFleet(t, st, 1)
+		release := make(chan struct{})
+		defer close(release)
+		ranOn := make(chan string, 10)
+		handler := func(_ context.Context, tk *task.Task) (json.RawMessage, error) {
+			if string(tk.Input) == `"long"` {
+				<-release
+				return nil, nil
+			}
+			ranOn <- tk.Claim.Worker
+			return nil, nil
+		}
+		a := f.directWorker("a")
+		a.Concurrency = 1
+		f.start(a, nil, handler)
+		waitLive(t, st, 1)
+		p := f.directProducer(st)
+		long, err := p.Submit(f.ctx, "job", "long", producer.Options{Timeout: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitStatus(t, p, long, task.Running)
+		var ids []string
+		for range 3 { // a is the only live worker: they wait in its inbox
+			ids = append(ids, f.submit(p))
+		}
+		f.start(f.directWorker("b"), nil, handler)
+		for _, id := range ids {
+			waitStatus(t, p, id, task.Succeeded)
+			if got := <-ranOn; got != "b" {
+				t.Errorf("a task waiting behind a's long task ran on %s, want b", got)
+			}
+		}
+		if tk, _ := p.Get(f.ctx, long); tk.Status != task.Running {
+			t.Fatalf("the long task is %s: the others did not run beside it", tk.Status)
+		}
+	})
+}

@@ -267,3 +267,43 @@ func TestDirectorySelection(t *testing.T) {
 		t.Errorf("a pick after the TTL cost %s, want a new LIST", c)
 	}
 }
+
+// holdBusy is holdLease for a worker whose slots were all taken.
+func holdBusy(t *testing.T, st s3store.Store, w string, types []string, expires time.Time) {
+	t.Helper()
+	rec, _ := json.Marshal(direct.Record{Worker: w, Types: types, Busy: true})
+	body, _ := json.Marshal(map[string]any{"holder": w + "#1", "epoch": 1, "version": 1, "expires_at": expires, "data": json.RawMessage(rec)})
+	if _, err := st.Put(context.Background(), direct.LeaseKey(w), body, s3store.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Producers prefer workers that are not busy while there are any; a busy
+// worker hands on only to one that is not busy and runs all its types.
+func TestDirectoryPrefersWorkersThatAreNotBusy(t *testing.T) {
+	ctx := context.Background()
+	st := mem.New()
+	now := clock.Interval{Earliest: t0, Latest: t0}
+	holdBusy(t, st, "a", []string{"job"}, t0.Add(time.Minute))
+	holdLease(t, st, "b", []string{"job"}, t0.Add(time.Minute))
+	holdLease(t, st, "c", []string{"other"}, t0.Add(time.Minute))
+	d := &direct.Directory{St: st, Local: clock.NewManual(t0), TTL: time.Minute, Margin: time.Second, Selection: direct.RoundRobin,
+		IntN: func(int) int { return 0 }}
+	for range 4 {
+		if w, ok, _ := d.Pick(ctx, now, "job", "x"); !ok || w.Worker != "b" {
+			t.Fatalf("picked %s, want b (a is busy)", w.Worker)
+		}
+	}
+	if w, ok, _ := d.Other(ctx, now, "b", []string{"job"}); ok {
+		t.Errorf("b handed on to %s; a is busy and c does not run job", w.Worker)
+	}
+	if w, ok, _ := d.Other(ctx, now, "a", []string{"job"}); !ok || w.Worker != "b" {
+		t.Errorf("a handed on to %q, want b", w.Worker)
+	}
+	// With every worker busy, producers still route to one.
+	holdBusy(t, st, "b", []string{"job"}, t0.Add(time.Minute))
+	d.Forget()
+	if _, ok, _ := d.Pick(ctx, now, "job", "x"); !ok {
+		t.Error("no worker picked while all are busy")
+	}
+}

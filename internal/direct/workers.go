@@ -30,6 +30,19 @@ type Record struct {
 	// Asleep: the worker reads its doorbell instead of listing its inbox;
 	// a producer that routes a task to it rings the bell.
 	Asleep bool `json:"asleep,omitempty"`
+	// Busy: every slot of the worker was taken at its last write;
+	// producers route to workers that are not busy while there are any.
+	Busy bool `json:"busy,omitempty"`
+}
+
+// RunsAll reports whether the worker runs every type of types.
+func (r Record) RunsAll(types []string) bool {
+	for _, t := range types {
+		if !r.Runs(t) {
+			return false
+		}
+	}
+	return true
 }
 
 // Runs reports whether the worker runs task type typ.
@@ -163,18 +176,39 @@ type Directory struct {
 }
 
 // Pick chooses the worker to route task id of type typ to, among those
-// live at now (S3 time) by the view, and reports false when none is.
+// live at now (S3 time) by the view and, while there are any, not busy,
+// and reports false when none is live.
 func (d *Directory) Pick(ctx context.Context, now clock.Interval, typ, id string) (Worker, bool, error) {
+	return d.pick(ctx, now, id, func(w Worker) bool { return w.Runs(typ) })
+}
+
+// Other chooses a worker other than self that runs every type of types,
+// among those live and not busy at now: where a busy worker hands on the
+// tasks waiting in its inbox.
+func (d *Directory) Other(ctx context.Context, now clock.Interval, self string, types []string) (Worker, bool, error) {
+	return d.pick(ctx, now, self, func(w Worker) bool { return w.Worker != self && !w.Busy && w.RunsAll(types) })
+}
+
+// pick chooses among the live workers that ok accepts, preferring those
+// not busy, by the Selection (Hash hashes key).
+func (d *Directory) pick(ctx context.Context, now clock.Interval, key string, ok func(Worker) bool) (Worker, bool, error) {
 	view, err := d.workers(ctx)
-	var live []Worker
+	var live, idle []Worker
 	for _, w := range view {
-		if w.Runs(typ) && lease.Held(w.ExpiresAt, now, d.Margin) {
+		if ok(w) && lease.Held(w.ExpiresAt, now, d.Margin) {
 			live = append(live, w)
+			if !w.Busy {
+				idle = append(idle, w)
+			}
 		}
+	}
+	if len(idle) > 0 {
+		live = idle
 	}
 	if len(live) == 0 {
 		return Worker{}, false, err
 	}
+	id := key
 	var i int
 	switch d.Selection {
 	case Hash:
