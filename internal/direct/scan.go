@@ -35,7 +35,7 @@ type Scan struct {
 	Fixed bool
 
 	cursor    string            // the oldest bucket not finished
-	seen      map[string]string // key -> ETag settled, for entries whose delete has not landed
+	seen      map[string]string // key -> ETag of an entry given up (its task unreadable again and again)
 	unsettled map[string]bool
 	failed    map[string]readFailures
 }
@@ -130,16 +130,18 @@ func (s *Scan) Next(ctx context.Context, st s3store.Store, now time.Time, max in
 	return out, nil
 }
 
-// Seen records that c was handled at etag: its entry is deleted by the
-// caller, or kept and not handed out again at that ETag.
+// Seen records that c was handled: its caller deletes its entry. Nothing
+// is remembered of it: every entry is an empty object, so one written
+// again under the same key (a move to the overflow that landed late, after
+// the entry was claimed and deleted) has the same ETag, and must be
+// handed out again all the same (its task's read then finds it claimed).
 func (s *Scan) Seen(c shards.Candidate, etag string) {
 	delete(s.unsettled, c.Key)
 	delete(s.failed, c.Key)
-	s.seen[c.Key] = etag
 }
 
-// Forget hands c out again at the next listing, settled or not: its
-// entry's DELETE failed, and nobody else deletes it.
+// Forget hands c out again at the next listing: its entry's DELETE
+// failed, and nobody else deletes it.
 func (s *Scan) Forget(c shards.Candidate) {
 	delete(s.seen, c.Key)
 }
@@ -158,5 +160,6 @@ func (s *Scan) Failed(c shards.Candidate, now time.Time) bool {
 		return false
 	}
 	s.Seen(c, c.ETag)
+	s.seen[c.Key] = c.ETag // given up: not handed out again
 	return true
 }
