@@ -314,7 +314,7 @@ func TestDirectoryPrefersWorkersThatAreNotBusy(t *testing.T) {
 // two overflow entries behind when the scan remembered ETags).
 func TestAnEntryWrittenAgainIsHandedOutAgain(t *testing.T) {
 	ctx := context.Background()
-	st := mem.New()
+	st := emptyMD5{mem.New()}
 	tid := id(t, t0, 1)
 	key := direct.OverflowKey(direct.Bucket(t0), tid, 0)
 	put(t, st, key)
@@ -328,7 +328,20 @@ func TestAnEntryWrittenAgainIsHandedOutAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	put(t, st, key)
-	if again, _ := s.Next(ctx, st, t0.Add(time.Minute), 10); len(again) != 1 || again[0].ETag != cands[0].ETag {
+	if again, _ := s.Next(ctx, st, t0.Add(time.Minute), 10); len(again) != 1 {
 		t.Fatalf("the entry written again was not handed out: %v", again)
 	}
+}
+
+// emptyMD5 lists every object with the ETag S3 gives an empty body, its
+// MD5, as S3 does for every inbox and overflow entry (the in-memory store
+// makes each write's ETag unique).
+type emptyMD5 struct{ s3store.Store }
+
+func (e emptyMD5) List(ctx context.Context, prefix string, opts s3store.ListOptions) (s3store.ListPage, error) {
+	page, err := e.Store.List(ctx, prefix, opts)
+	for i := range page.Objects {
+		page.Objects[i].ETag = "d41d8cd98f00b204e9800998ecf8427e"
+	}
+	return page, err
 }
