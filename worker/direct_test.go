@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/s3queue/s3queue/clock"
 	"slices"
 	"strings"
 	"sync"
@@ -15,6 +14,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/s3queue/s3queue/clock"
 	"github.com/s3queue/s3queue/internal/direct"
 	"github.com/s3queue/s3queue/internal/events"
 	"github.com/s3queue/s3queue/internal/taskio"

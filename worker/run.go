@@ -380,19 +380,22 @@ func (r *run) commit(o outcome, cause error) {
 		kind = failedKind(t, false)
 		return nil
 	}
-	marked := false // the ended marker of a task with dependents is written
+	marked := int64(-1) // the version whose ended marker is written
 	err := r.update(ctx, func(t *task.Task, now time.Time) error {
 		if err := decide(t, now); err != nil {
 			return err
 		}
-		if deps.NeedsPassOn(t) && !marked {
+		if deps.NeedsPassOn(t) && marked != t.Version {
 			// Its dependents, or its slot's next task, are to learn its
 			// end: the marker goes first, so that a crash after the
-			// write leaves the monitor a trail (internal/deps).
+			// write leaves the monitor a trail (internal/deps). A write
+			// tried again after a lost race carries another version,
+			// and needs a marker of its own: the repair passes on only
+			// the end its marker names.
 			if err := w.deps().Ending(ctx, t); err != nil {
 				return err
 			}
-			marked = true
+			marked = t.Version
 		}
 		if t.Status != task.Pending || !shards.MayLieBelowFloor(t.ID, now) ||
 			!announced.IsZero() && clock.Since(w.local, announced) < shards.PointerGrace/2 {
