@@ -833,7 +833,9 @@ func (m *Monitor) inspectPointer(ctx context.Context, o s3store.ObjectInfo, iv c
 		} else {
 			return nil
 		}
-	case v.Task.Status == task.Running:
+	case v.Task.Status == task.Running, v.Task.Status == task.Blocked:
+		// Blocked: requeued to wait for its slot. Its grant's own
+		// announcement may be lost; the sweeps then find it pending.
 		m.cover(v.Task.Shard, v.Task.Key(), iv)
 	}
 	return m.st.Delete(ctx, o.Key, s3store.DeleteOptions{})

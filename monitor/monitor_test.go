@@ -670,6 +670,92 @@ func TestALiveTaskBelowTheFloorIsSweptAgain(t *testing.T) {
 	t.Fatal("a task requeued below the floor, claimed and abandoned, was not re-dispatched within 3 minutes")
 }
 
+// A task of a slot requeued below its shard's floor waits for the slot's
+// holder (blocked). When the holder ends, the slot is granted to it, and
+// the grant's announcement is lost. The requeue's pointer made the sweeps
+// watch the blocked task, so the monitor's repair finds it pending and
+// announces it within minutes, not at the next full walk (seed 170259: a
+// pending task nobody could find for 15 minutes).
+func TestARequeueWaitingForItsSlotBelowTheFloorIsWatched(t *testing.T) {
+	ctx := context.Background()
+	mst, srv, clk := fakeTime()
+	st := s3store.NewFaults(mst)
+	p, _ := producer.New(ctx, st, producer.Config{Shards: 1, Clock: clk})
+	x, err := p.Submit(ctx, "t", nil, producer.Options{Timeout: 10 * time.Second, Slot: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{x, mustSubmit(t, p), mustSubmit(t, p)} {
+		if _, err := p.Cancel(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m, _ := monitor.New(ctx, mst, monitor.Config{Shards: 1, Interval: 5 * time.Second, StaleAfter: 10 * time.Second,
+		RepairAfter: time.Minute, SweepMax: time.Minute, FullSweep: 6 * time.Hour, Clock: clk})
+	tick := func() {
+		*srv = srv.Add(5 * time.Second)
+		if _, err := m.Tick(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 40 { // the floor passes the finished tasks
+		tick()
+	}
+	holder, err := p.Submit(ctx, "t", nil, producer.Options{Timeout: 10 * time.Second, Slot: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Requeue(ctx, x); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := p.Get(ctx, x); got.Status != task.Blocked {
+		t.Fatalf("requeued behind the slot's holder, the task is %s, want blocked", got.Status)
+	}
+	for range 36 { // the monitor checks the requeue's pointer, and deletes it
+		tick()
+	}
+	if n := pointersTo(ctx, mst, x); n != 0 {
+		t.Fatalf("%d pointers to the blocked task are left after 3 minutes, want the monitor to have checked them", n)
+	}
+	st.Inject(s3store.Fault{Op: s3store.OpPut, KeySuffix: ".ready", Err: s3store.ErrInjected503})
+	if _, err := p.Cancel(ctx, holder); err != nil { // the slot goes to x, unannounced
+		t.Fatal(err)
+	}
+	st.Clear()
+	if got, _ := p.Get(ctx, x); got.Status != task.Pending {
+		t.Fatalf("after its slot's holder was canceled the task is %s, want pending", got.Status)
+	}
+	for i := range 36 { // 3 minutes; the full walk is 6 hours away
+		tick()
+		if pointersTo(ctx, mst, x) > 0 {
+			t.Logf("announced after %d ticks", i+1)
+			return
+		}
+	}
+	t.Fatal("a task granted its slot below the floor, whose announcement was lost, was not announced within 3 minutes")
+}
+
+func mustSubmit(t *testing.T, p *producer.Producer) string {
+	t.Helper()
+	id, err := p.Submit(context.Background(), "t", nil, producer.Options{Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// pointersTo counts the ready pointers to task id in shard 0.
+func pointersTo(ctx context.Context, st s3store.Store, id string) int {
+	n := 0
+	page, _ := st.List(ctx, shards.TasksPrefix(0), s3store.ListOptions{})
+	for _, o := range page.Objects {
+		if ptr, err := shards.ParsePointerKey(o.Key); err == nil && ptr.ID == id {
+			n++
+		}
+	}
+	return n
+}
+
 // A store that will not heal (bucket gone, access denied) ends Run with one
 // error; an error that may heal keeps the usual tick pace.
 func TestRunEndsOnAnUnusableStore(t *testing.T) {

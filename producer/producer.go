@@ -900,8 +900,9 @@ func (p *Producer) Cancel(ctx context.Context, id string) (requested bool, err e
 // A task whose id may lie below the monitor's sweep floor (older than
 // shards.FloorLag) is announced first and written after, so that a
 // requeue whose announcement cannot be written fails without changing
-// anything, rather than leave a pending task only the monitor's full walk
-// would find (see shards.MayLieBelowFloor).
+// anything, rather than leave a live task (pending, or blocked for its
+// slot) only the monitor's full walk would find (see
+// shards.MayLieBelowFloor).
 func (p *Producer) Requeue(ctx context.Context, id string) error {
 	var t *task.Task
 	var announced time.Time // local time of the write-ahead pointer, if any
@@ -931,13 +932,12 @@ func (p *Producer) Requeue(ctx context.Context, id string) error {
 		if err := requeue(now.Mid()); err != nil {
 			return err
 		}
-		if cur.Status == task.Blocked {
-			t = cur
-			return nil // waits for its slot: nothing to announce yet
-		}
 		t = cur
 		// By the latest the clock can be: a task that may lie below the
-		// floor is announced first, however uncertain the clock.
+		// floor is announced first, however uncertain the clock, one
+		// that waits for its slot (blocked) too: its pointer is how the
+		// monitor's sweeps learn to watch it, and find it pending if its
+		// grant's own announcement is lost.
 		if !shards.MayLieBelowFloor(cur.ID, now.Latest) || !announced.IsZero() && clock.Since(p.local, announced) < shards.PointerGrace/2 {
 			return nil
 		}
@@ -952,6 +952,14 @@ func (p *Producer) Requeue(ctx context.Context, id string) error {
 	}
 	p.publish(events.Requeued, t)
 	if t.Status == task.Blocked {
+		// Waits for its slot: its grant announces it to the members. A
+		// write that landed late writes the pointer below the floor
+		// again.
+		if !announced.IsZero() && clock.Since(p.local, announced) > shards.PointerGrace/2 {
+			if err := p.announceLanded(ctx, t); err != nil {
+				p.log.Warn("announce requeued task", "task_id", id, "err", err)
+			}
+		}
 		return nil
 	}
 	if announced.IsZero() || clock.Since(p.local, announced) > shards.PointerGrace/2 {

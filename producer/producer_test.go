@@ -488,3 +488,56 @@ func TestARequeueBelowTheFloorIsAnnouncedBeforeItIsWritten(t *testing.T) {
 		t.Fatalf("%d pointers to the requeued task, want 1", pointers)
 	}
 }
+
+// A requeue of an old task that must wait for its slot's holder (blocked)
+// writes its ready pointer first too: a blocked task below the floor is
+// live, and the pointer is how the monitor's sweeps learn to watch it, so
+// that the monitor finds it pending should its grant's announcement be
+// lost (seed 170259).
+func TestARequeueBelowTheFloorIntoABusySlotIsAnnouncedBeforeItIsWritten(t *testing.T) {
+	ctx := context.Background()
+	mst, server, c := fakeTime(t)
+	st := s3store.NewFaults(mst)
+	p, err := producer.New(ctx, st, producer.Config{Shards: 1, Clock: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := p.Submit(ctx, "t", nil, producer.Options{Slot: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Cancel(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	*server = server.Add(shards.FloorLag + time.Minute)
+	c.Sync(ctx)
+	if _, err := p.Submit(ctx, "t", nil, producer.Options{Slot: "k"}); err != nil { // the slot's holder
+		t.Fatal(err)
+	}
+
+	st.Inject(s3store.Fault{Op: s3store.OpPut, KeySuffix: ".ready", Err: s3store.ErrInjected503})
+	if err := p.Requeue(ctx, id); err == nil {
+		t.Fatal("a requeue whose announcement could not be written reported success")
+	}
+	if got, _ := p.Get(ctx, id); got.Status != task.Canceled {
+		t.Fatalf("after the failed requeue the task is %s, want it still canceled", got.Status)
+	}
+
+	st.Clear()
+	if err := p.Requeue(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := p.Get(ctx, id); got.Status != task.Blocked {
+		t.Fatalf("status %s, want blocked behind the slot's holder", got.Status)
+	}
+	pointers := 0
+	page, _ := mst.List(ctx, shards.TasksPrefix(0), s3store.ListOptions{})
+	for _, o := range page.Objects {
+		if ptr, err := shards.ParsePointerKey(o.Key); err == nil && ptr.ID == id {
+			pointers++
+		}
+	}
+	if pointers != 1 {
+		t.Fatalf("%d pointers to the requeued task, want 1", pointers)
+	}
+}
