@@ -1056,7 +1056,12 @@ func (w *world) readDeadMembers() []string {
 	for _, p := range w.procs {
 		if p.kind == "w" && p.h.state.Load() == stateAlive {
 			alive[p.id] = true
-			if w.dedicated[p.name] {
+			// Only a process whose worker opened runs as configured: a
+			// later process of a direct worker's id, refused while the
+			// earlier one still holds the id's lease, retries opening
+			// and never runs. The id's worker is the earlier process,
+			// dedicated or not by its own draw.
+			if w.dedicated[p.name] && p.wk != nil {
 				dedicated[p.id] = true
 			}
 		}
