@@ -219,7 +219,7 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 				if leaving {
 					continue
 				}
-				if mem.Leased && rootFree && firstLeased(*f, iv, margin) == w.cfg.ID {
+				if mem.Leased && rootFree && takesRoot(*f, mem, iv, margin) {
 					mem.Leased, mem.TTL = false, 0
 				}
 				stayLeased = mem.Leased
@@ -867,7 +867,7 @@ func (w *Worker) leaseOnly(iv clock.Interval, want int) bool {
 		return false
 	}
 	live := len(m.fleet.Live(iv, w.cfg.LeaseMargin))
-	convert := m.fleet.RootLive(iv, w.cfg.LeaseMargin) < w.cfg.RootMembers && firstLeased(m.fleet, iv, w.cfg.LeaseMargin) == w.cfg.ID
+	convert := m.fleet.RootLive(iv, w.cfg.LeaseMargin) < w.cfg.RootMembers && takesRoot(m.fleet, me, iv, w.cfg.LeaseMargin)
 	n := m.fleet.ShardCount(w.manifest.Shards)
 	return want <= max(live, m.fleet.Want) && !w.renewsAsk(m.fleet, iv, want, n) && !convert && !w.keeper(iv)
 }
@@ -881,6 +881,17 @@ func firstLeased(f shards.Fleet, iv clock.Interval, margin time.Duration) string
 		}
 	}
 	return ""
+}
+
+// takesRoot reports whether leased member me takes a free place among f's
+// root members: it is the first live leased member, or its own entry has
+// lapsed in f. No keeper extended it then (the last one left or died,
+// and the first live member after it is a dead leased one whose entry
+// outlasts ours): not live, we would never be the first leased member nor
+// the keeper, and would renew a lease object nobody reads while no
+// producer routes to us (seed 190600).
+func takesRoot(f shards.Fleet, me shards.Member, iv clock.Interval, margin time.Duration) bool {
+	return firstLeased(f, iv, margin) == me.ID || lease.Expired(me.ExpiresAt, iv, margin)
 }
 
 // renewLease renews a leased member's entry: one PUT of its lease object,

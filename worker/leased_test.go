@@ -217,3 +217,45 @@ func TestStandbysApplyAndAreAdmittedOnlyWhenTheFleetAsks(t *testing.T) {
 		}
 	})
 }
+
+// Seed 190600: the root member and keeper leaves, and the leased member
+// ahead of the survivor in the order is dead, with a longer MemberTTL, so
+// that its entry keeps it the keeper after the survivor's own entry has
+// lapsed, with nobody to extend it. Once the dead member's entry lapses
+// too, no member is live in the fleet object: the survivor is neither the
+// keeper nor the first leased member, yet must take the root place, prune
+// the dead and delete their leases, rather than renew its lease object
+// alone while no producer routes to it.
+func TestALeasedMemberWhoseEntryLapsedWithNoKeeperTakesTheRootPlace(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := mem.New()
+		f := newFleet(t, st, 8)
+		w0 := f.start(leasedConfig(f, "w0", 1), st, nil)
+		waitFor(t, "w0 to join", 30*time.Second, func() bool { ok, _ := w0.Member(); return ok })
+		cfg := leasedConfig(f, "w1", 1)
+		cfg.MemberTTL = 30 * time.Second
+		faulty := s3store.NewFaults(st)
+		w1 := f.start(cfg, faulty, nil)
+		waitFor(t, "w1 to be admitted", 60*time.Second, func() bool { ok, _ := w1.Member(); return ok })
+		w2 := f.start(leasedConfig(f, "w2", 1), st, nil)
+		waitFor(t, "w2 to be admitted", 30*time.Second, func() bool { ok, _ := w2.Member(); return ok })
+		for _, op := range s3store.Ops() {
+			faulty.Inject(s3store.Fault{Op: op, Err: s3store.ErrInjected503})
+		}
+		f.stop("w0") // the root member and keeper leaves: w1, dead, is the keeper now
+		waitFor(t, "fleet.json to list w2 alone, as a root member", time.Minute, func() bool {
+			fl, _, _ := shards.ReadFleet(f.ctx, st)
+			return len(fl.Members) == 1 && fl.Members[0].ID == "w2" && !fl.Members[0].Leased
+		})
+		waitFor(t, "w1's lease object to be deleted", 30*time.Second, func() bool {
+			page, err := st.List(f.ctx, shards.LeasePrefix, s3store.ListOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return len(page.Objects) == 0
+		})
+		if own, _, exact := shares([]*worker.Worker{w2}, 8); !exact || len(own) != 1 {
+			t.Fatalf("w2 polls %v (exact %v); want every shard", own, exact)
+		}
+	})
+}
