@@ -38,7 +38,7 @@ func runFailover(b *testing.B, dedicated bool) {
 	const workers = 4
 	r := newRig(b, "q")
 	conf := settings(b, nil)
-	r.startProducer()
+	r.startProducer(conf.Producer())
 	r.startMonitor(conf.Monitor())
 	var victim atomic.Pointer[benchWorker]
 	doomed := func(id string) bool { v := victim.Load(); return v != nil && v.id == id }

@@ -52,6 +52,7 @@ import (
 	"github.com/s3queue/s3queue/integration/harness"
 	"github.com/s3queue/s3queue/internal/config"
 	"github.com/s3queue/s3queue/internal/cost"
+	"github.com/s3queue/s3queue/internal/direct"
 	"github.com/s3queue/s3queue/monitor"
 	"github.com/s3queue/s3queue/producer"
 	"github.com/s3queue/s3queue/s3store"
@@ -109,6 +110,17 @@ func settings(tb testing.TB, env map[string]string) config.Config {
 	return c
 }
 
+// directEnv returns env with [queue] dispatch_mode = "direct" added: the
+// benchmarks' direct-dispatch cases. Each case runs on a fresh bucket
+// (newRig), so the queue is created in that mode.
+func directEnv(env map[string]string) map[string]string {
+	out := map[string]string{config.EnvPrefix + "QUEUE_DISPATCH_MODE": shards.DispatchDirect}
+	for k, v := range env {
+		out[k] = v
+	}
+	return out
+}
+
 // describeSettings renders env as queue.toml-ish text for the tables.
 func describeSettings(env map[string]string) string {
 	if len(env) == 0 {
@@ -117,7 +129,7 @@ func describeSettings(env map[string]string) string {
 	var parts []string
 	for k, v := range env {
 		key := strings.ToLower(strings.TrimPrefix(k, config.EnvPrefix))
-		if sec, rest, ok := strings.Cut(key, "_"); ok && (sec == "worker" || sec == "monitor") {
+		if sec, rest, ok := strings.Cut(key, "_"); ok && (sec == "worker" || sec == "monitor" || sec == "queue") {
 			key = sec + "." + rest
 		}
 		parts = append(parts, key+"="+v)
@@ -135,13 +147,26 @@ const (
 	classTask     = "task"     // GET/PUT of task objects
 	classPointer  = "pointer"  // ready pointers
 	classManifest = "manifest" // queue.json
+	classInbox    = "inbox"    // direct dispatch: inbox entries and the workers' listings of their inboxes
+	classOverflow = "overflow" // direct dispatch: dead workers' entries moved to overflow/, and its scavenging
+	classLease    = "lease"    // direct dispatch: worker leases workers/{id}.lease.json, and LISTs of workers/
+	classBell     = "bell"     // direct dispatch: per-worker doorbells workers/{id}.bell
 	classOther    = "other"
 )
 
-var classes = []string{classTask, classScan0, classScanN, classPointer, classFleet, classClock, classManifest, classOther}
+var classes = []string{classTask, classScan0, classScanN, classPointer, classInbox, classOverflow, classFleet,
+	classLease, classBell, classClock, classManifest, classOther}
 
 func keyClass(op s3store.Op, key string) string {
 	switch {
+	case strings.HasPrefix(key, direct.InboxPrefix):
+		return classInbox
+	case strings.HasPrefix(key, direct.OverflowPrefix):
+		return classOverflow
+	case strings.HasPrefix(key, direct.WorkersPrefix) && strings.HasSuffix(key, ".bell"):
+		return classBell
+	case strings.HasPrefix(key, direct.WorkersPrefix):
+		return classLease
 	case op == s3store.OpList && key == shards.TasksPrefix(0):
 		return classScan0
 	case op == s3store.OpList && strings.HasPrefix(key, "tasks/"):
@@ -180,6 +205,19 @@ func (c *classCounter) counts() map[string]cost.Requests {
 	out := make(map[string]cost.Requests, len(c.by))
 	for cl, ctr := range c.by {
 		out[cl] = cost.FromCounts(ctr.Counts())
+	}
+	return out
+}
+
+// refused returns the requests so far that failed a precondition (412:
+// a lost CAS, an If-None-Match on an existing key), by key class.
+func (c *classCounter) refused() map[string]int64 {
+	out := make(map[string]int64, len(c.by))
+	for cl, ctr := range c.by {
+		n := ctr.Counts()
+		for _, op := range s3store.Ops() {
+			out[cl] += n[op][s3store.OutcomePrecondition]
+		}
 	}
 	return out
 }
@@ -225,6 +263,21 @@ func TestBenchClassCounter(t *testing.T) {
 	c.Head(ctx, shards.ManifestKey)
 	c.Delete(ctx, "elsewhere", s3store.DeleteOptions{})
 	c.Now(ctx)
+	// Direct dispatch's keys.
+	at := time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC)
+	id, err := task.NewID(at, strings.NewReader("0123456789"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Put(ctx, direct.EntryKey("w001", at, id, 3), nil, s3store.PutOptions{})
+	c.List(ctx, direct.Inbox("w001"), s3store.ListOptions{})
+	c.Put(ctx, direct.OverflowKey(direct.Bucket(at), id, 3), nil, s3store.PutOptions{})
+	c.List(ctx, direct.OverflowPrefix, s3store.ListOptions{})
+	c.List(ctx, direct.WorkersPrefix, s3store.ListOptions{})
+	c.Put(ctx, direct.LeaseKey("w001"), []byte("{}"), s3store.PutOptions{})
+	c.Get(ctx, direct.LeaseKey("w001"))
+	c.Put(ctx, direct.BellKey("w001"), []byte("x"), s3store.PutOptions{})
+	c.Head(ctx, direct.BellKey("w001"))
 	want := map[string]cost.Requests{
 		classFleet:    {PUT: 2, GET: 1},
 		classScan0:    {LIST: 1},
@@ -233,12 +286,20 @@ func TestBenchClassCounter(t *testing.T) {
 		classManifest: {HEAD: 1},
 		classOther:    {DELETE: 1},
 		classClock:    {HEAD: 1},
+		classInbox:    {PUT: 1, LIST: 1},
+		classOverflow: {PUT: 1, LIST: 1},
+		classLease:    {PUT: 1, GET: 1, LIST: 1},
+		classBell:     {PUT: 1, HEAD: 1},
 	}
 	got := c.counts()
 	for _, cl := range classes {
 		if got[cl] != want[cl] {
 			t.Errorf("class %s: counted %v, want %v", cl, got[cl], want[cl])
 		}
+	}
+	// The If-None-Match PUT on the existing fleet object was refused.
+	if r := c.refused(); r[classFleet] != 1 || r[classTask] != 0 {
+		t.Errorf("refused by class: %v, want fleet 1 and no other", r)
 	}
 }
 
@@ -284,34 +345,49 @@ func (m *meter) open(name, source string) s3store.Store {
 
 // reading is a snapshot of every component's counts.
 type reading struct {
-	at    time.Time
-	comp  map[string]cost.Requests            // by component
-	class map[string]map[string]cost.Requests // by source, then key class
+	at      time.Time
+	comp    map[string]cost.Requests            // by component
+	live    map[string]cost.Requests            // by component, its requests in livenessClasses
+	class   map[string]map[string]cost.Requests // by source, then key class
+	refused map[string]int64                    // requests refused with 412, by key class (every source)
 }
 
 func (m *meter) read() reading {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	r := reading{at: time.Now(), comp: map[string]cost.Requests{}, class: map[string]map[string]cost.Requests{}}
+	r := reading{at: time.Now(), comp: map[string]cost.Requests{}, live: map[string]cost.Requests{},
+		class: map[string]map[string]cost.Requests{}, refused: map[string]int64{}}
 	for _, c := range m.list {
 		if r.class[c.source] == nil {
 			r.class[c.source] = map[string]cost.Requests{}
 		}
 		var all cost.Requests
-		for k, v := range c.ctr.counts() {
+		counts := c.ctr.counts()
+		for k, v := range counts {
 			all = all.Add(v)
 			r.class[c.source][k] = r.class[c.source][k].Add(v)
 		}
 		r.comp[c.name] = all
+		r.live[c.name] = workerLiveness(counts)
+		for k, v := range c.ctr.refused() {
+			r.refused[k] += v
+		}
 	}
 	return r
 }
 
 // since returns the requests made between e and r.
 func (r reading) since(e reading) reading {
-	out := reading{at: r.at, comp: map[string]cost.Requests{}, class: map[string]map[string]cost.Requests{}}
+	out := reading{at: r.at, comp: map[string]cost.Requests{}, live: map[string]cost.Requests{},
+		class: map[string]map[string]cost.Requests{}, refused: map[string]int64{}}
 	for k, v := range r.comp {
 		out.comp[k] = v.Sub(e.comp[k])
+	}
+	for k, v := range r.live {
+		out.live[k] = v.Sub(e.live[k])
+	}
+	for k, v := range r.refused {
+		out.refused[k] = v - e.refused[k]
 	}
 	for src, m := range r.class {
 		out.class[src] = map[string]cost.Requests{}
@@ -338,11 +414,33 @@ func (r reading) bySource(src string) cost.Requests {
 	return t
 }
 
+// livenessClasses are the key classes of a worker's requests that are paid
+// per hour whatever the load: the fleet object, the clock, and under direct
+// dispatch the worker's own lease and doorbell.
+var livenessClasses = []string{classFleet, classClock, classLease, classBell}
+
+// workerLiveness is the part of a source's class counts in livenessClasses.
+func workerLiveness(byClass map[string]cost.Requests) cost.Requests {
+	var t cost.Requests
+	for _, cl := range livenessClasses {
+		t = t.Add(byClass[cl])
+	}
+	return t
+}
+
 // liveness is the part of the requests that is paid per hour whatever the
-// load: the workers' fleet-object and clock requests, and the monitor.
+// load: the workers' requests in livenessClasses, and the monitor.
 func (r reading) liveness() cost.Requests {
-	w := r.class[srcWorkers]
-	return w[classFleet].Add(w[classClock]).Add(r.bySource(srcMonitor))
+	return workerLiveness(r.class[srcWorkers]).Add(r.bySource(srcMonitor))
+}
+
+// refusedTotal counts the window's 412s, every class.
+func (r reading) refusedTotal() int64 {
+	var n int64
+	for _, v := range r.refused {
+		n += v
+	}
+	return n
 }
 
 // printBreakdown prints the requests of a window by source and key class,
@@ -379,6 +477,16 @@ func printBreakdown(w io.Writer, r reading, d time.Duration, tasks int) {
 	}
 	fmt.Fprint(tw, "\n")
 	tw.Flush()
+	var refused []string
+	for _, cl := range classes {
+		if n := r.refused[cl]; n > 0 {
+			refused = append(refused, fmt.Sprintf("%s %s", cl, fmtRate(float64(n)/div)))
+		}
+	}
+	if len(refused) == 0 {
+		refused = []string{"none"}
+	}
+	fmt.Fprintf(w, "  refused with 412 (lost CAS, If-None-Match on an existing key) %s, by class: %s\n", unit, strings.Join(refused, ", "))
 }
 
 func fmtRate(v float64) string {
@@ -571,6 +679,32 @@ func (tr *tracker) pickups(seqs []int) (ds []time.Duration, early int) {
 	return ds, early
 }
 
+// spread returns, for the tasks in seqs that a handler started, how many
+// each of workers first started: the least, the median and the most, and
+// how many workers started none.
+func (tr *tracker) spread(seqs []int, workers []string) (lo, med, hi, idle int) {
+	tr.mu.Lock()
+	by := map[string]int{}
+	for _, s := range seqs {
+		if w, ok := tr.startedBy[s]; ok {
+			by[w]++
+		}
+	}
+	tr.mu.Unlock()
+	n := make([]int, 0, len(workers))
+	for _, w := range workers {
+		n = append(n, by[w])
+		if by[w] == 0 {
+			idle++
+		}
+	}
+	if len(n) == 0 {
+		return 0, 0, 0, 0
+	}
+	slices.Sort(n)
+	return n[0], n[len(n)/2], n[len(n)-1], idle
+}
+
 func (tr *tracker) duplicates() int {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
@@ -706,8 +840,12 @@ func newRig(tb testing.TB, prefix string) *rig {
 
 func (r *rig) logger() *slog.Logger { return slog.New(r.log) }
 
-func (r *rig) startProducer() {
-	p, err := producer.New(r.ctx, r.m.open("producer", srcProducer), producer.Config{Logger: r.logger()})
+// startProducer starts the producer with cfg (config.Config.Producer:
+// the same settings as the workers and the monitor, so that the first of
+// them to open the queue creates it in the dispatch mode they share).
+func (r *rig) startProducer(cfg producer.Config) {
+	cfg.Logger = r.logger()
+	p, err := producer.New(r.ctx, r.m.open("producer", srcProducer), cfg)
 	if err != nil {
 		r.tb.Fatal(err)
 	}
@@ -787,6 +925,21 @@ func (r *rig) agreed(n int) bool {
 func (r *rig) asleep() bool {
 	f, _, err := shards.ReadFleet(r.ctx, r.observer)
 	return err == nil && f.Asleep
+}
+
+// inboxesAsleep reads the worker leases (uncounted) and reports whether
+// every worker's lease is marked asleep (direct dispatch).
+func (r *rig) inboxesAsleep() bool {
+	ws, err := direct.ReadWorkers(r.ctx, r.observer)
+	if err != nil || len(ws) != len(r.workers) {
+		return false
+	}
+	for _, w := range ws {
+		if !w.Asleep {
+			return false
+		}
+	}
+	return true
 }
 
 // waitUntil polls cond every interval until it holds or timeout passes.

@@ -12,6 +12,7 @@ import (
 	"github.com/s3queue/s3queue/internal/cost"
 	"github.com/s3queue/s3queue/producer"
 	"github.com/s3queue/s3queue/s3store"
+	"github.com/s3queue/s3queue/shards"
 )
 
 // BenchmarkIdleFleet measures what an idle fleet costs a month and how
@@ -21,14 +22,32 @@ import (
 // monitor's back-off on the quiet shards reaches sweep_max), it counts
 // every request for S3QUEUE_BENCH_WINDOW, at least 10m (one cycle of the
 // monitor's quiet sweeps), then submits one task at a time (three times,
-// each after the fleet fell asleep again) and measures its pickup.
+// each after the fleet fell asleep again) and measures its pickup. It runs
+// with default settings, and under direct dispatch, where each worker also
+// holds a lease of its own and sleeps at a doorbell of its own: there a
+// task is submitted once every worker's lease says asleep and the
+// producers' views of the leases are past the mark (worker_discovery_cache_ttl_secs
+// + awake_grace), so the worker it is routed to reads only its doorbell.
 func BenchmarkIdleFleet(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		env  map[string]string
+	}{
+		{"default", nil},
+		{"direct", directEnv(nil)},
+	} {
+		b.Run(c.name, func(b *testing.B) { runIdleFleet(b, c.env) })
+	}
+}
+
+func runIdleFleet(b *testing.B, env map[string]string) {
 	const workers = 50
 	window := max(benchWindow(), 10*time.Minute)
 	warmup := envDuration("S3QUEUE_BENCH_IDLE_WARMUP", 10*time.Minute)
 	r := newRig(b, "q")
-	conf := settings(b, nil)
-	r.startProducer()
+	conf := settings(b, env)
+	isDirect := conf.QueueSection.DispatchMode == shards.DispatchDirect
+	r.startProducer(conf.Producer())
 	r.startMonitor(conf.Monitor())
 	for range workers {
 		r.startWorker(conf.Worker(), 0, false, nil)
@@ -73,6 +92,13 @@ func BenchmarkIdleFleet(b *testing.B) {
 			b.Fatalf("the fleet did not fall asleep again")
 		}
 		time.Sleep(6 * time.Second) // past the awake grace: the member only reads the doorbell
+		if isDirect {
+			if !r.waitUntil(3*time.Minute, time.Second, r.inboxesAsleep) {
+				b.Fatalf("the workers' leases did not all say asleep")
+			}
+			// Past the producers' view of the leases: the workers read only their doorbells.
+			time.Sleep(conf.DirectSection.DiscoveryTTL + conf.WorkerSection.AwakeGrace + time.Second)
+		}
 		seq := r.nextSeq()
 		if _, err := r.submit(benchInput{Seq: seq}, producer.Options{}); err != nil {
 			b.Fatal(err)
@@ -88,7 +114,7 @@ func BenchmarkIdleFleet(b *testing.B) {
 	}
 	worst := slices.Max(pickups)
 
-	printRows(os.Stdout, fmt.Sprintf("BenchmarkIdleFleet: %d elastic workers + monitor, default settings, idle", workers), []resultRow{
+	printRows(os.Stdout, fmt.Sprintf("BenchmarkIdleFleet: %d elastic workers + monitor, idle, settings: %s", workers, describeSettings(env)), []resultRow{
 		{"settle (start -> 1 member asleep)", fmtDur(settle), "", ""},
 		{"warm-up before the window", fmtDur(warmup), "", ""},
 		{"window", fmtDur(elapsed), "", ""},

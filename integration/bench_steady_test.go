@@ -33,6 +33,9 @@ func BenchmarkSeedWorkload(b *testing.B) {
 	}{
 		{"default", nil, 65, 2 * time.Second},
 		{"economy", map[string]string{"S3QUEUE_PROFILE": "economy"}, 50, time.Minute},
+		// Direct dispatch (docs/direct-dispatch.md), default settings
+		// otherwise: held to the shared mode's targets.
+		{"direct", directEnv(nil), 65, 2 * time.Second},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			runWorkload(b, workload{name: "BenchmarkSeedWorkload/" + c.name, workers: 50, tasksPerDay: seedTasksPerDay,
@@ -57,6 +60,7 @@ func BenchmarkMillionPerDay(b *testing.B) {
 	}{
 		{"default", nil},
 		{"tuned", map[string]string{"S3QUEUE_WORKER_CONCURRENCY": "16", "S3QUEUE_WORKER_POLL_BATCH": "30", "S3QUEUE_WORKER_STANDBY_POLL": "2m", "S3QUEUE_MONITOR_FULL_SWEEP": "24h"}},
+		{"direct", directEnv(nil)},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			runWorkload(b, workload{name: "BenchmarkMillionPerDay/" + c.name, workers: 200, tasksPerDay: 1_000_000,
@@ -92,6 +96,7 @@ type workloadResult struct {
 	bill         cost.Bill
 	measuredBill float64 // the window's requests / its length x a month, at the measured rate
 	p50, p99     time.Duration
+	refused      int64 // 412s in the window, every class
 	membersMax   int
 	membersMean  float64
 }
@@ -103,8 +108,8 @@ type workloadResult struct {
 // without a warm-up, until the window's last task finished).
 func runWorkload(b *testing.B, wl workload) workloadResult {
 	r := newRig(b, "q")
-	r.startProducer()
 	conf := settings(b, wl.env)
+	r.startProducer(conf.Producer())
 	r.startMonitor(conf.Monitor())
 	for range wl.workers {
 		r.startWorker(conf.Worker(), wl.work, false, nil)
@@ -256,6 +261,12 @@ func runWorkload(b *testing.B, wl workload) workloadResult {
 	}
 	ds, _ := r.tr.pickups(seqs)
 	res.p50, res.p99 = pct(ds, 50), pct(ds, 99)
+	ids := make([]string, 0, len(r.workers))
+	for _, bw := range r.workers {
+		ids = append(ids, bw.id)
+	}
+	spLo, spMed, spHi, spIdle := r.tr.spread(seqs, ids)
+	res.refused = res.win.refusedTotal()
 
 	hours := res.elapsed.Hours()
 	live := res.win.liveness()
@@ -273,11 +284,13 @@ func runWorkload(b *testing.B, wl workload) workloadResult {
 		claimed = res.tasks // nothing claimed: no better measure than submits
 	}
 	res.perTask = res.perTask.Add(mine.Scale(1 / float64(claimed)))
+	// A standby's liveness requests (under direct dispatch a standby also
+	// claims from its inbox: those count per task).
 	var standby cost.Requests
 	nStandby := 0
 	for _, bw := range r.workers {
 		if !everMember[bw.id] {
-			standby = standby.Add(res.win.comp[bw.id])
+			standby = standby.Add(res.win.live[bw.id])
 			nStandby++
 		}
 	}
@@ -298,6 +311,8 @@ func runWorkload(b *testing.B, wl workload) workloadResult {
 		{"pickup p50", fmtDur(res.p50), "<= " + wl.p50Target.String(), verdict(res.p50 <= wl.p50Target)},
 		{"pickup p99", fmtDur(res.p99), "", ""},
 		{"tasks claimed in the window (first handler start)", strconv.Itoa(res.claimed), "", ""},
+		{"window's tasks started per worker (min / median / max; workers with none)", fmt.Sprintf("%d / %d / %d; %d", spLo, spMed, spHi, spIdle), "", ""},
+		{"412s per task (lost CAS; by class below)", fmtRate(float64(res.refused) / float64(res.tasks)), "", ""},
 		{"requests per task (all-in, window total / tasks)", res.win.total().Scale(1 / float64(res.tasks)).String(), "", ""},
 		{"per task, excluding liveness (workers' task-object requests per task claimed)", res.perTask.String(), "", ""},
 		{"liveness per standby worker-hour", res.perWorkerHr.String(), "", ""},

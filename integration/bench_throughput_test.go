@@ -33,7 +33,20 @@ import (
 // After a 15 s warm-up of the server, the raw conditional-PUT rate and the
 // raw task-shaped rate (rawTaskRate) are measured in the same run, 10 s each
 // before and after (MinIO's rate drifts); the ceilings use their means.
+// It runs with default settings, and under direct dispatch.
 func BenchmarkHeavyLoad(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		env  map[string]string
+	}{
+		{"default", nil},
+		{"direct", directEnv(nil)},
+	} {
+		b.Run(c.name, func(b *testing.B) { runHeavyLoad(b, c.env) })
+	}
+}
+
+func runHeavyLoad(b *testing.B, env map[string]string) {
 	const parallel = 8
 	workers := envInt("S3QUEUE_BENCH_HEAVY_WORKERS", 4)
 	slots := envInt("S3QUEUE_BENCH_HEAVY_SLOTS", 32)
@@ -47,8 +60,8 @@ func BenchmarkHeavyLoad(b *testing.B) {
 	mixBefore := measureRawTask(b, 8, 10*time.Second)
 
 	r := newRig(b, "heavy")
-	conf := settings(b, nil)
-	r.startProducer()
+	conf := settings(b, env)
+	r.startProducer(conf.Producer())
 	r.startMonitor(conf.Monitor())
 	for range workers {
 		wc := conf.Worker()
@@ -101,6 +114,11 @@ func BenchmarkHeavyLoad(b *testing.B) {
 	elapsed := last.Sub(first)
 	tput := float64(n) / elapsed.Seconds()
 	burstDs, _ := r.tr.pickups(burst)
+	ids := make([]string, 0, len(r.workers))
+	for _, bw := range r.workers {
+		ids = append(ids, bw.id)
+	}
+	spLo, _, spHi, _ := r.tr.spread(burst, ids)
 	per := func(c cost.Requests, tasks int, op s3store.Op) float64 { return c.Of(op) / float64(tasks) }
 
 	// Paced, at half the burst throughput.
@@ -145,7 +163,7 @@ func BenchmarkHeavyLoad(b *testing.B) {
 	ratio := tput / ceiling
 	pPutClass := per(pTot, len(paced), s3store.OpPut) + per(pTot, len(paced), s3store.OpList)
 
-	printRows(os.Stdout, fmt.Sprintf("BenchmarkHeavyLoad: %d dedicated workers x %d slots, no-op handler", workers, slots), []resultRow{
+	printRows(os.Stdout, fmt.Sprintf("BenchmarkHeavyLoad: %d dedicated workers x %d slots, no-op handler, settings: %s", workers, slots, describeSettings(env)), []resultRow{
 		{"burst: tasks", strconv.Itoa(n), "", ""},
 		{"burst: submit phase", fmt.Sprintf("%v (%.0f submits/s)", fmtDur(submitted.Sub(first)), float64(n)/submitted.Sub(first).Seconds()), "", ""},
 		{"burst: throughput (first submit -> last success)", fmt.Sprintf("%.0f tasks/s over %v", tput, fmtDur(elapsed)), "", ""},
@@ -156,6 +174,8 @@ func BenchmarkHeavyLoad(b *testing.B) {
 		{"burst: throughput / raw task-shaped rate", fmt.Sprintf("%.0f%%", 100*tput/mix), "", ""},
 		{"burst: PUT-class per task (PUT + LIST)", fmt.Sprintf("%.2f (PUT %.3f, LIST %.3f)", putClass, per(tot, n, s3store.OpPut), per(tot, n, s3store.OpList)), "<= 3.2", verdict(putClass <= 3.2)},
 		{"burst: GET per task", fmt.Sprintf("%.3f (HEAD %.3f)", per(tot, n, s3store.OpGet), per(tot, n, s3store.OpHead)), "<= 2", verdict(per(tot, n, s3store.OpGet) <= 2)},
+		{"burst: 412s per task (task objects / every class)", fmt.Sprintf("%s / %s", fmtRate(float64(win.refused[classTask])/float64(n)), fmtRate(float64(win.refusedTotal())/float64(n))), "", ""},
+		{"burst: tasks started per worker (least / most)", fmt.Sprintf("%d / %d", spLo, spHi), "", ""},
 		{"burst: keys the monitor's sweeps listed per task", fmt.Sprintf("%.1f", float64(monListed)/float64(n)), "", ""},
 		{"burst: pickup p50 / p99 (backlog queueing)", fmtDur(pct(burstDs, 50)) + " / " + fmtDur(pct(burstDs, 99)), "", ""},
 		{"paced: tasks, rate", fmt.Sprintf("%d at %.0f tasks/s (Poisson)", len(paced), pacedRate), "", ""},
@@ -178,6 +198,7 @@ func BenchmarkHeavyLoad(b *testing.B) {
 	b.ReportMetric(mix, "raw-task-mix/s")
 	b.ReportMetric(ms(pct(ds, 50)), "p50-ms")
 	b.ReportMetric(ms(pct(ds, 99)), "p99-ms")
+	b.ReportMetric(float64(win.refusedTotal())/float64(n), "412/task")
 	for _, op := range s3store.Ops() {
 		b.ReportMetric(per(tot, n, op), op.String()+"/task")
 	}

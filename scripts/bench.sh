@@ -5,7 +5,7 @@
 # benchmark once and keeps the output in .cache/bench/bench-TIMESTAMP.txt
 # (and on stdout). docs/performance.md explains the figures.
 #
-#   scripts/bench.sh                   every benchmark (about 60 minutes)
+#   scripts/bench.sh                   every benchmark (about 100 minutes)
 #   scripts/bench.sh 'HeavyLoad|Raw'   those matching a -bench regexp
 #
 # Environment (see integration/bench_*_test.go):
