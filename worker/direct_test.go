@@ -270,16 +270,23 @@ func TestDirectTaskWithoutItsEntryIsFoundByTheRepair(t *testing.T) {
 			t.Fatal(err)
 		}
 		f.start(f.directWorker("w1"), nil, nil)
-		m, err := monitor.New(f.ctx, st, monitor.Config{Shards: 2, DispatchMode: shards.DispatchDirect, Interval: 100 * time.Millisecond,
-			RepairAfter: time.Second, StaleAfter: 500 * time.Millisecond, LeaseMargin: 100 * time.Millisecond, Logger: quiet})
-		if err != nil {
-			t.Fatal(err)
-		}
-		mctx, stop := context.WithCancel(f.ctx)
-		defer stop()
-		go m.Run(mctx)
+		f.runMonitor(st, monitor.Config{Shards: 2, DispatchMode: shards.DispatchDirect, StaleAfter: 500 * time.Millisecond})
 		waitStatus(t, p, id, task.Succeeded)
 	})
+}
+
+// runMonitor runs a monitor with cfg, quick to repair (ticks of 100ms,
+// repair_after 1s), until the test ends.
+func (f *fleet) runMonitor(st s3store.Store, cfg monitor.Config) {
+	f.t.Helper()
+	cfg.Interval, cfg.RepairAfter, cfg.LeaseMargin, cfg.Logger = 100*time.Millisecond, time.Second, 100*time.Millisecond, quiet
+	m, err := monitor.New(f.ctx, st, cfg)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(f.ctx)
+	f.t.Cleanup(stop)
+	go m.Run(ctx)
 }
 
 // The mode is the queue's: a process configured for the other one

@@ -80,14 +80,7 @@ func TestAnEndWrittenAgainPassesItsEndOn(t *testing.T) {
 		st.hide = child
 		f.start(f.fast("a"), nil, nil)
 		waitStatus(t, p, parent, task.Succeeded)
-		m, err := monitor.New(f.ctx, st, monitor.Config{Shards: 1, Interval: 100 * time.Millisecond, RepairAfter: time.Second,
-			LeaseMargin: 100 * time.Millisecond, Logger: quiet})
-		if err != nil {
-			t.Fatal(err)
-		}
-		mctx, stop := context.WithCancel(f.ctx)
-		defer stop()
-		go m.Run(mctx)
+		f.runMonitor(st, monitor.Config{Shards: 1})
 		waitStatus(t, p, child, task.Succeeded)
 		if !st.hidden.Load() {
 			t.Fatal("the child was never hidden: the test did not make the pass-on leave it")
