@@ -65,6 +65,34 @@ func (m *membership) saturated(now time.Time) bool {
 		now.Sub(m.asked) >= saturatedAfter
 }
 
+// noteBehind records what a pass of the member's own shards, at local time
+// now, says about saturation: whether it left due work unclaimed (behind:
+// for lack of slots, or beyond a listing that returned all it asked for),
+// and whether its slots were all busy at its end (full). Saturated is behind
+// for a while, every pass since leaving due work unclaimed or ending with
+// its slots all busy. Then the member asks for more members.
+//
+// Only a pass that is behind starts the while. A full pass that left
+// nothing behind starts nothing: its slots free up in a few handler times,
+// and at a light load the next pass comes seconds later (at the pace of the
+// work); had that full pass started the clock, one pass behind by chance
+// after it (a listing that returned all it asked for) counted as seconds
+// behind, and an idle member asked for help. A pass that leaves nothing
+// behind with a slot free ends it: not a single free slot, which with short
+// tasks is there after almost every pass even under a backlog.
+func (m *membership) noteBehind(now time.Time, behind, full bool) {
+	switch {
+	case !behind && !full:
+		m.behindSince, m.backlog = time.Time{}, false
+	case !behind:
+		// Full with nothing left behind: no sign of a backlog yet.
+	case m.behindSince.IsZero():
+		m.behindSince, m.backlog = now, true
+	default:
+		m.backlog = true
+	}
+}
+
 // stale reports that, at local time now, others have likely written the
 // fleet object since the member's last read: more than half an interval
 // between their writes ago (each root member, and the keeper's listing,

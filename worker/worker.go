@@ -352,21 +352,7 @@ func (w *Worker) pollOwn(ctx context.Context, now time.Time) {
 			w.wake(ctx, now)
 		}
 	}
-	// Saturated: behind for a while, every pass since leaving due work
-	// unclaimed (for lack of slots, or beyond a listing that returned all
-	// it asked for), or its slots all busy. Then the member asks for more
-	// members. A pass that leaves nothing behind with a slot free ends it:
-	// not a single free slot, which with short tasks is there after almost
-	// every pass even under a backlog.
-	behind := p.leftover || p.lists && p.capped
-	switch {
-	case !behind && !p.full:
-		m.behindSince, m.backlog = time.Time{}, false
-	case m.behindSince.IsZero():
-		m.behindSince, m.backlog = now, behind
-	default:
-		m.backlog = m.backlog || behind
-	}
+	m.noteBehind(now, p.leftover || p.lists && p.capped, p.full)
 	if m.backlog && (p.full || p.leftover) {
 		w.handOffOwn(ctx, now)
 	}
