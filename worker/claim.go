@@ -169,25 +169,14 @@ func (w *Worker) claimBatch(ctx context.Context, s settler, batch []shards.Candi
 		a.dropErr = w.st.Delete(ctx, a.c.Key, s3store.DeleteOptions{})
 	})
 	for _, a := range drops {
-		if a.dropErr == nil {
-			continue
-		}
-		w.log.Warn("delete a pointer that has done its job", "key", a.c.Key, "err", a.dropErr)
-		if f, ok := s.(forgetter); ok && a.c.Inbox {
-			// Nobody else deletes an inbox or overflow entry: the next
-			// listing hands it out again, and its task's read decides
-			// once more.
-			f.Forget(a.c)
+		if a.dropErr != nil {
+			// A ready pointer stays for the monitor; an inbox or overflow
+			// entry is listed again (its scan remembers no handled entry)
+			// and deleted then.
+			w.log.Warn("delete a pointer that has done its job", "key", a.c.Key, "err", a.dropErr)
 		}
 	}
 	return claimed
-}
-
-// forgetter is a scan that can hand a settled candidate out again: the
-// inbox and overflow scans (internal/direct), whose entries only their
-// claimers delete.
-type forgetter interface {
-	Forget(c shards.Candidate)
 }
 
 // tryClaim decides what to do with a loaded candidate: it settles one that

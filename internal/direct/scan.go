@@ -140,12 +140,6 @@ func (s *Scan) Seen(c shards.Candidate, etag string) {
 	delete(s.failed, c.Key)
 }
 
-// Forget hands c out again at the next listing: its entry's DELETE
-// failed, and nobody else deletes it.
-func (s *Scan) Forget(c shards.Candidate) {
-	delete(s.seen, c.Key)
-}
-
 // Failed records that c's task could not be read at now (S3 time), and
 // reports whether the scan gave up on it (shards.MaxReadFailures over at
 // least Lag): it is then settled at its ETag.

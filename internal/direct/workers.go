@@ -208,12 +208,11 @@ func (d *Directory) pick(ctx context.Context, now clock.Interval, key string, ok
 	if len(live) == 0 {
 		return Worker{}, false, err
 	}
-	id := key
 	var i int
 	switch d.Selection {
 	case Hash:
 		h := fnv.New64a()
-		h.Write([]byte(id))
+		h.Write([]byte(key))
 		i = int(h.Sum64() % uint64(len(live)))
 	case Random:
 		i = d.IntN(len(live))
