@@ -72,6 +72,9 @@ func TestRejectLeavesTasksForOthers(t *testing.T) {
 	}
 	ios := submit("io", 5)
 	cpus := submit("cpu", 2) // behind the refused io tasks in the listing
+	// The listing returns them in id order, not submit order (ids drawn in
+	// one millisecond sort at random): the first two it returns are held.
+	slices.Sort(ios)
 	held, left := ios[:2], ios[2:]
 
 	waitUntil(t, ctx, "w1 to refuse the io tasks beyond two, twice each", 30*time.Second, func() bool {
