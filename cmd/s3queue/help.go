@@ -65,6 +65,9 @@ const exitCodesHelp = `Exit codes:
   3  task not found
   4  provider unsupported (the store does not honour conditional PUT)
   5  store unusable (bucket or directory gone, access denied): retrying cannot help
+  6  wait, submit --wait, get --watch: a task ended dead
+  7  wait, submit --wait, get --watch: a task ended canceled (and none dead)
+  8  wait, submit --wait: the timeout passed before every task finished
   130, 143  a second SIGINT or SIGTERM: exited without finishing the shutdown
 `
 

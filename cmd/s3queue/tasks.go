@@ -19,10 +19,25 @@ var getCommand = &command{
 	name: "get", args: "ID", nargs: 1, json: true,
 	summary: "show a task: status, attempts, dependencies, input, result, last error",
 	details: "One GET. A task submitted with --after lists its dependencies, what became of each, and\n" +
-		"those it still waits for. --json prints the task object as stored in the bucket.",
+		"those it still waits for. --json prints the task object as stored in the bucket.\n" +
+		"--watch prints the task, then one line per change (status, attempt, error) until it finishes\n" +
+		"or Ctrl-C (--json: the task as one JSON line, again at each change); it polls with one GET\n" +
+		"per poll, every 250ms growing to --poll-max (5s), and exits as 's3queue wait' does: 0\n" +
+		"succeeded, 6 dead, 7 canceled, 1 interrupted.\n\n" +
+		"Examples:\n" +
+		"  s3queue get 01J9Z8X6V6ZK3N7Q2W5T1BC4DE\n" +
+		"  s3queue get 01J9Z8X6V6ZK3N7Q2W5T1BC4DE --watch",
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
+		watch := fs.Bool("watch", false, "print each change of the task until it finishes (one GET per poll)")
+		poll := pollMaxFlag(fs)
 		return func(ctx context.Context, args []string) error {
 			id := args[0]
+			if !*watch && isSet(fs, "poll-max") {
+				return usageError("get: --poll-max needs --watch")
+			}
+			if *poll <= 0 {
+				return usageError("get: --poll-max %v must be positive", *poll)
+			}
 			q, err := a.taskQueue(ctx, id)
 			if err != nil {
 				return err
@@ -30,6 +45,9 @@ var getCommand = &command{
 			t, err := q.Get(ctx, id)
 			if err != nil {
 				return taskError(id, err)
+			}
+			if *watch {
+				return a.watch(ctx, q, t, *poll)
 			}
 			if a.jsonOut {
 				return writeJSON(a.stdout, t)
