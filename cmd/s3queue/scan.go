@@ -6,12 +6,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/s3queue/s3queue"
+	"github.com/s3queue/s3queue/internal/taskio"
 	"github.com/s3queue/s3queue/task"
 )
 
@@ -23,49 +25,95 @@ func (a *app) skipped(key string, err error) {
 
 var listCommand = &command{
 	name: "list", nargs: 0, json: true,
-	summary: "list tasks, optionally of one status",
-	details: "Operator tool: lists tasks/ and reads every task (one LIST per 1000 tasks plus one GET per\n" +
-		"task read) until --limit tasks matched. Tasks come in key order: by shard, then oldest first.\n" +
-		"Corrupt objects are reported on stderr and skipped.",
+	summary: "list tasks, filtered by status, type and age, oldest or newest first",
+	details: "Lists tasks/ (one LIST per 1000 objects), keeps the tasks whose id (creation time) and object\n" +
+		"size (which tells pending, blocked-or-running, or finished) pass the filters, sorts them by\n" +
+		"creation time, and reads in full (one GET each) only those it prints; --type needs the GET of\n" +
+		"each task the other filters keep, and --status dead (or succeeded, canceled, blocked, running)\n" +
+		"reads the tasks its size class holds to tell them apart. --limit N prints at most N tasks; the\n" +
+		"next page is --after the last id printed (text output says so on stderr). --json prints the\n" +
+		"tasks as stored. Corrupt objects are reported on stderr and skipped.\n\n" +
+		"Examples:\n" +
+		"  s3queue list --status pending,blocked --limit 20\n" +
+		"  s3queue list --status dead --type resize --older-than 1h --sort newest\n" +
+		"  s3queue list --status dead --limit 100 --after 01J9Z8X6V6ZK3N7Q2W5T1BC4DE --json",
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
-		var status string
+		parse := filterFlags(fs, "only tasks with these `statuses` (comma-separated): pending, blocked, running, succeeded, dead, canceled (default all)")
 		var limit int
-		fs.StringVar(&status, "status", "", "only tasks with this `status`: pending, blocked, running, succeeded, dead or canceled (default all)")
-		fs.IntVar(&limit, "limit", 100, "stop after `N` tasks; 0 lists all")
+		var sortBy, after string
+		fs.IntVar(&limit, "limit", 100, "print at most `N` tasks; 0 prints all")
+		fs.StringVar(&sortBy, "sort", "oldest", "`order` by creation time: oldest or newest first")
+		fs.StringVar(&after, "after", "", "continue after the task with this `ID` (the last one of the previous page)")
 		return func(ctx context.Context, _ []string) error {
-			var want task.Status
-			if status != "" {
-				s, err := task.ParseStatus(status)
-				if err != nil {
-					return usageError("list: --status %q: want pending, blocked, running, succeeded, dead or canceled", status)
-				}
-				want = s
+			f, err := parse("list", nil, statuses)
+			if err != nil {
+				return err
 			}
 			if limit < 0 {
 				return usageError("list: --limit %d must not be negative", limit)
 			}
-			var found []*task.Task
-			q, err := a.existingQueue(ctx)
-			switch {
-			case errors.Is(err, s3queue.ErrNoQueue):
-			case err != nil:
-				return err
+			switch sortBy {
+			case "oldest":
+			case "newest":
+				f.newest = true
 			default:
-				found, err = q.List(ctx, s3queue.ListOptions{Status: want, Limit: limit})
-				if err != nil {
-					return cause(err)
-				}
+				return usageError("list: --sort %q: want oldest or newest", sortBy)
+			}
+			if after != "" && !task.ValidID(after) {
+				return usageError("list: --after %q is not a task id", after)
+			}
+			f.after = after
+			found, more, err := a.list(ctx, f, limit)
+			if err != nil {
+				return err
 			}
 			if a.jsonOut {
-				if found == nil {
-					found = []*task.Task{}
-				}
 				return writeJSON(a.stdout, found)
 			}
 			printList(a.stdout, found)
+			if more {
+				fmt.Fprintf(a.stderr, "more tasks may match: continue with --after %s\n", found[len(found)-1].ID)
+			}
 			return nil
 		}
 	},
+}
+
+// list returns the tasks f selects, at most limit (0: all), and whether
+// more candidates were left unread.
+func (a *app) list(ctx context.Context, f filter, limit int) (found []*task.Task, more bool, err error) {
+	found = []*task.Task{}
+	st, _, err := a.existingStoreQueue(ctx)
+	switch {
+	case errors.Is(err, s3queue.ErrNoQueue):
+		return found, false, nil
+	case err != nil:
+		return nil, false, err
+	}
+	s := &selector{st: st, f: f, onSkip: a.skipped}
+	if f.olderThan > 0 || f.newerThan > 0 {
+		if s.now, err = st.Now(ctx); err != nil {
+			return nil, false, fmt.Errorf("read server time: %w", err)
+		}
+	}
+	cs, err := s.candidates(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	last := ""
+	err = s.each(ctx, cs, limit, func(v taskio.Versioned) bool {
+		found = append(found, v.Task)
+		last = v.Task.ID
+		return limit == 0 || len(found) < limit
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	if limit > 0 && len(found) == limit {
+		i := slices.IndexFunc(cs, func(c candidate) bool { return c.id == last })
+		more = i >= 0 && i < len(cs)-1
+	}
+	return found, more, nil
 }
 
 func printList(w io.Writer, ts []*task.Task) {
@@ -86,13 +134,16 @@ func printList(w io.Writer, ts []*task.Task) {
 
 // queueStats is the output of stats.
 type queueStats struct {
-	ServerTime    time.Time                   `json:"server_time"`
-	Shards        int                         `json:"shards"`
-	Total         int                         `json:"total"`
-	ByStatus      map[task.Status]int         `json:"by_status"`
-	ByShard       map[int]map[task.Status]int `json:"by_shard"`
-	Skipped       int                         `json:"skipped"`
-	OldestPending *oldestPending              `json:"oldest_pending,omitempty"`
+	ServerTime time.Time                   `json:"server_time"`
+	Shards     int                         `json:"shards"`
+	Total      int                         `json:"total"`
+	ByStatus   map[task.Status]int         `json:"by_status"`
+	ByShard    map[int]map[task.Status]int `json:"by_shard"`
+	// ByType counts the tasks by type, then status (every status has an
+	// entry, zero or not).
+	ByType        map[string]map[task.Status]int `json:"by_type"`
+	Skipped       int                            `json:"skipped"`
+	OldestPending *oldestPending                 `json:"oldest_pending,omitempty"`
 }
 
 type oldestPending struct {
@@ -107,12 +158,17 @@ var statuses = []task.Status{task.Pending, task.Blocked, task.Running, task.Succ
 
 var statsCommand = &command{
 	name: "stats", nargs: 0, json: true,
-	summary: "count tasks by status and by shard; age of the oldest pending task",
-	details: "Operator tool: reads every task (one LIST per 1000 tasks plus one GET per task).\n" +
-		"Ages are measured in S3 time. Corrupt objects are reported on stderr and skipped.",
+	summary: "count tasks by status, by type and by shard; age of the oldest pending task",
+	details: "Operator tool: reads every task (one LIST per 1000 tasks plus one GET per task: the type is\n" +
+		"only in the task), then the server's time (one request). Ages are measured in S3 time. Corrupt\n" +
+		"objects are reported on stderr and skipped. --json: {server_time, shards, total, by_status,\n" +
+		"by_type, by_shard, skipped, oldest_pending}.\n\n" +
+		"Examples:\n" +
+		"  s3queue stats\n" +
+		"  s3queue stats --json | jq '.by_type.resize.dead'",
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		return func(ctx context.Context, _ []string) error {
-			qs := queueStats{ByStatus: map[task.Status]int{}, ByShard: map[int]map[task.Status]int{}}
+			qs := queueStats{ByStatus: map[task.Status]int{}, ByShard: map[int]map[task.Status]int{}, ByType: map[string]map[task.Status]int{}}
 			for _, s := range statuses {
 				qs.ByStatus[s] = 0
 			}
@@ -127,7 +183,12 @@ var statsCommand = &command{
 					return cause(err)
 				}
 				qs = queueStats{ServerTime: s.ServerTime, Shards: s.Shards, Total: s.Total,
-					ByStatus: s.ByStatus, ByShard: s.ByShard, Skipped: s.Skipped}
+					ByStatus: s.ByStatus, ByShard: s.ByShard, ByType: s.ByType, Skipped: s.Skipped}
+				for _, byStatus := range qs.ByType {
+					for _, st := range statuses {
+						byStatus[st] += 0
+					}
+				}
 				if o := s.OldestPending; o != nil {
 					qs.OldestPending = &oldestPending{ID: o.ID, AvailableAt: o.AvailableAt,
 						AgeSeconds: s.ServerTime.Sub(o.AvailableAt).Round(time.Millisecond).Seconds()}
@@ -167,6 +228,7 @@ func printStats(w io.Writer, qs queueStats) {
 	} else {
 		fmt.Fprintln(w, "oldest pending: none")
 	}
+	printByType(w, qs.ByType)
 	if len(qs.ByShard) == 0 {
 		return
 	}
@@ -187,6 +249,36 @@ func printStats(w io.Writer, qs queueStats) {
 		total := 0
 		for _, s := range statuses {
 			n := qs.ByShard[id][s]
+			total += n
+			fmt.Fprintf(tw, "%d\t", n)
+		}
+		fmt.Fprintf(tw, "%d\t\n", total)
+	}
+	tw.Flush()
+}
+
+// printByType prints stats' table of counts by type and status.
+func printByType(w io.Writer, byType map[string]map[task.Status]int) {
+	if len(byType) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "by type:")
+	types := make([]string, 0, len(byType))
+	for t := range byType {
+		types = append(types, t)
+	}
+	sort.Strings(types)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprint(tw, "  TYPE\t")
+	for _, s := range statuses {
+		fmt.Fprintf(tw, "%s\t", strings.ToUpper(string(s)))
+	}
+	fmt.Fprintln(tw, "TOTAL\t")
+	for _, typ := range types {
+		fmt.Fprintf(tw, "  %s\t", typ)
+		total := 0
+		for _, s := range statuses {
+			n := byType[typ][s]
 			total += n
 			fmt.Fprintf(tw, "%d\t", n)
 		}
