@@ -38,7 +38,8 @@ var listCommand = &command{
 		"  s3queue list --status dead --type resize --older-than 1h --sort newest\n" +
 		"  s3queue list --status dead --limit 100 --after 01J9Z8X6V6ZK3N7Q2W5T1BC4DE --json",
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
-		parse := filterFlags(fs, "only tasks with these `statuses` (comma-separated): pending, blocked, running, succeeded, dead, canceled (default all)")
+		parse := filterFlags(fs, "only tasks with these `statuses` (comma-separated): pending, blocked, running, succeeded, dead, canceled (default all)",
+			"only tasks created at least this `duration` ago (by the id's time; S3 time)", true)
 		var limit int
 		var sortBy, after string
 		fs.IntVar(&limit, "limit", 100, "print at most `N` tasks; 0 prints all")

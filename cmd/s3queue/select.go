@@ -31,15 +31,19 @@ type filter struct {
 }
 
 // filterFlags defines the filter's flags on fs. statusHelp describes
-// --status; the returned function parses them, for command cmd, into a
-// filter whose statuses default to defaults and must be among allowed.
-func filterFlags(fs *flag.FlagSet, statusHelp string) func(cmd string, defaults, allowed []task.Status) (filter, error) {
+// --status, olderHelp --older-than; --newer-than is defined only when
+// newer. The returned function parses them, for command cmd, into a filter
+// whose statuses default to defaults and must be among allowed.
+func filterFlags(fs *flag.FlagSet, statusHelp, olderHelp string, newer bool) func(cmd string, defaults, allowed []task.Status) (filter, error) {
 	status := fs.String("status", "", statusHelp)
 	typ := fs.String("type", "", "only tasks of these `types` (comma-separated); needs a GET of each task that the other filters keep")
-	older := fs.Duration("older-than", 0, "only tasks created at least this `duration` ago (by the id's time; S3 time)")
-	newer := fs.Duration("newer-than", 0, "only tasks created less than this `duration` ago")
+	older := fs.Duration("older-than", 0, olderHelp)
+	var newerThan time.Duration
+	if newer {
+		fs.DurationVar(&newerThan, "newer-than", 0, "only tasks created less than this `duration` ago (by the id's time; S3 time)")
+	}
 	return func(cmd string, defaults, allowed []task.Status) (filter, error) {
-		f := filter{statuses: defaults, olderThan: *older, newerThan: *newer}
+		f := filter{statuses: defaults, olderThan: *older, newerThan: newerThan}
 		if *status != "" {
 			f.statuses = nil
 			for s := range strings.SplitSeq(*status, ",") {
@@ -108,6 +112,29 @@ func sizeAllows(size int64, statuses []task.Status) bool {
 	return false
 }
 
+// decidable reports whether the size of a task object alone tells whether
+// its status is among statuses: they are a union of the classes the size
+// tells apart (finished; pending; blocked or running).
+func decidable(statuses []task.Status) bool {
+	if statuses == nil {
+		return true
+	}
+	has := func(ss ...task.Status) (all, any bool) {
+		all = true
+		for _, s := range ss {
+			c := slices.Contains(statuses, s)
+			all, any = all && c, any || c
+		}
+		return all, any
+	}
+	for _, class := range [][]task.Status{{task.Succeeded, task.Dead, task.Canceled}, {task.Pending}, {task.Blocked, task.Running}} {
+		if all, any := has(class...); any && !all {
+			return false
+		}
+	}
+	return true
+}
+
 // candidate is a listed object that the key and size filters kept.
 type candidate struct {
 	key, id string
@@ -130,8 +157,9 @@ type selector struct {
 	f      filter
 	onSkip func(key string, err error)
 	// keep, if set, is a further test of a listed object, before any GET
-	// (purge: how long ago it was written).
-	keep func(o s3store.ObjectInfo) bool
+	// (purge: how long ago it was written), and match one of a task read.
+	keep  func(o s3store.ObjectInfo, now time.Time) bool
+	match func(t *task.Task, now time.Time) bool
 	// now is the S3 time the ages are measured against.
 	now time.Time
 
@@ -161,7 +189,7 @@ func (s *selector) candidates(ctx context.Context) ([]candidate, error) {
 				continue
 			}
 			s.sel.listed++
-			if !s.keepKey(id) || !sizeAllows(o.Size, s.f.statuses) || s.keep != nil && !s.keep(o) {
+			if !s.keepKey(id) || !sizeAllows(o.Size, s.f.statuses) || s.keep != nil && !s.keep(o, s.now) {
 				continue
 			}
 			out = append(out, candidate{key: o.Key, id: id, size: o.Size, modTime: o.LastModified})
@@ -201,7 +229,8 @@ func (s *selector) keepKey(id string) bool {
 // matches applies the tests that need the task read in full.
 func (s *selector) matches(t *task.Task) bool {
 	return (s.f.statuses == nil || slices.Contains(s.f.statuses, t.Status)) &&
-		(s.f.types == nil || slices.Contains(s.f.types, t.Type))
+		(s.f.types == nil || slices.Contains(s.f.types, t.Type)) &&
+		(s.match == nil || s.match(t, s.now))
 }
 
 // loadParallel bounds the GETs in flight while reading candidates.

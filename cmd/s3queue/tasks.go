@@ -85,15 +85,38 @@ var historyCommand = &command{
 }
 
 var cancelCommand = &command{
-	name: "cancel", args: "ID", nargs: 1,
-	summary: "cancel a task",
+	name: "cancel", args: "[ID]", nargs: -1, json: true,
+	summary: "cancel a task, or the tasks the filters select",
 	details: "A pending or blocked task is canceled at once (prints \"canceled\"); the tasks that wait for it\n" +
 		"are canceled in turn (or dead, if submitted with --on-dep-failure fail). A running task is\n" +
 		"asked to stop (prints \"cancel requested\"): its handler is stopped at the worker's next lease\n" +
 		"renewal, and its dependents learn the outcome the worker records.\n" +
-		"A finished task cannot be canceled (exit 1).",
+		"A finished task cannot be canceled (exit 1).\n" +
+		"Without an ID, cancels every task the filters select (--status, default pending,blocked,running;\n" +
+		"--type; --older-than and --newer-than by creation time): one LIST per 1000 objects, then per task\n" +
+		"Cancel's GET and PUT (plus one GET each when --type or a --status the size cannot tell, such as\n" +
+		"running alone, needs the task read first). It prints the counts (--json: {action, dry_run,\n" +
+		"matched, done, cancel_requested, skipped, failed, ids}); --dry-run prints the tasks instead and\n" +
+		"changes nothing. A task that finished meanwhile is skipped; exit 1 if any request failed.\n\n" +
+		"Examples:\n" +
+		"  s3queue cancel 01J9Z8X6V6ZK3N7Q2W5T1BC4DE\n" +
+		"  s3queue cancel --status pending --type resize --older-than 24h --dry-run",
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
+		bf := defineBulkFlags(fs, "with no ID: cancel the tasks with these `statuses` (comma-separated: pending, blocked, running; default all three)",
+			"with no ID: only tasks created at least this `duration` ago (by the id's time; S3 time)", true)
 		return func(ctx context.Context, args []string) error {
+			bulk, err := bf.form("cancel", args, a.jsonOut)
+			if err != nil {
+				return err
+			}
+			if bulk {
+				live := []task.Status{task.Pending, task.Blocked, task.Running}
+				f, err := bf.parse("cancel", live, live)
+				if err != nil {
+					return err
+				}
+				return a.bulkCancel(ctx, f, *bf.dry)
+			}
 			id := args[0]
 			q, err := a.taskQueue(ctx, id)
 			if err != nil {
@@ -117,11 +140,35 @@ var cancelCommand = &command{
 }
 
 var requeueCommand = &command{
-	name: "requeue", args: "ID", nargs: 1,
-	summary: "give a dead or canceled task a fresh start",
-	details: "The task goes back to pending with a fresh budget of attempts (its last error is kept).",
+	name: "requeue", args: "[ID]", nargs: -1, json: true,
+	summary: "give a dead or canceled task a fresh start, or the tasks the filters select",
+	details: "The task goes back to pending with a fresh budget of attempts (its last error is kept).\n" +
+		"Without an ID, requeues every task the filters select (--status dead, canceled or both, the\n" +
+		"default; --type; --older-than and --newer-than by creation time): one LIST per 1000 objects, one\n" +
+		"GET per finished task the key keeps (dead and canceled tasks have the same size class as\n" +
+		"succeeded ones), then Requeue's GET and PUT per task. It prints the counts (--json: {action,\n" +
+		"dry_run, matched, done, cancel_requested, skipped, failed, ids}); --dry-run prints the tasks\n" +
+		"instead and changes nothing. A task requeued meanwhile is skipped; exit 1 if any request failed.\n\n" +
+		"Examples:\n" +
+		"  s3queue requeue 01J9Z8X6V6ZK3N7Q2W5T1BC4DE\n" +
+		"  s3queue requeue --status dead --type resize --older-than 1h --dry-run\n" +
+		"  s3queue requeue --status dead --type resize",
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
+		bf := defineBulkFlags(fs, "with no ID: requeue the tasks with these `statuses` (dead, canceled or dead,canceled, the default)",
+			"with no ID: only tasks created at least this `duration` ago (by the id's time; S3 time)", true)
 		return func(ctx context.Context, args []string) error {
+			bulk, err := bf.form("requeue", args, a.jsonOut)
+			if err != nil {
+				return err
+			}
+			if bulk {
+				ended := []task.Status{task.Dead, task.Canceled}
+				f, err := bf.parse("requeue", ended, ended)
+				if err != nil {
+					return err
+				}
+				return a.bulkRequeue(ctx, f, *bf.dry)
+			}
 			id := args[0]
 			q, err := a.taskQueue(ctx, id)
 			if err != nil {
