@@ -115,7 +115,7 @@ var commands []*command
 func init() {
 	commands = []*command{
 		workerCommand, monitorCommand, submitCommand, getCommand, historyCommand,
-		waitCommand, cancelCommand, requeueCommand, purgeCommand, listCommand, statsCommand, doctorCommand, reshardCommand,
+		waitCommand, tailCommand, cancelCommand, requeueCommand, purgeCommand, listCommand, statsCommand, doctorCommand, reshardCommand,
 		demoCommand, costCommand, versionCommand, helpCommand,
 	}
 }
