@@ -204,14 +204,14 @@ func (a *app) printBulk(rep bulkReport, shown []*task.Task) error {
 		fmt.Fprintf(a.stdout, "dry run: would %s %d tasks\n", rep.Action, rep.Matched)
 		return nil
 	}
-	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "matched\t%d\t\n", rep.Matched)
-	fmt.Fprintf(tw, "%s\t%d\t\n", pastOf(rep.Action), rep.Done)
+	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "matched:\t%d\n", rep.Matched)
+	fmt.Fprintf(tw, "%s:\t%d\n", pastOf(rep.Action), rep.Done)
 	if rep.Action == "cancel" {
-		fmt.Fprintf(tw, "cancel requested\t%d\t\n", rep.CancelRequested)
+		fmt.Fprintf(tw, "cancel requested:\t%d\n", rep.CancelRequested)
 	}
-	fmt.Fprintf(tw, "skipped\t%d\t\n", rep.Skipped)
-	fmt.Fprintf(tw, "failed\t%d\t\n", rep.Failed)
+	fmt.Fprintf(tw, "skipped:\t%d\n", rep.Skipped)
+	fmt.Fprintf(tw, "failed:\t%d\n", rep.Failed)
 	return tw.Flush()
 }
 

@@ -203,7 +203,7 @@ ok = "true"
 		}
 	}
 	text := must(t, "requeue", "--status", "dead", "--store", store)
-	if !regexp.MustCompile(`matched\s+1\n\s*requeued\s+1\n`).MatchString(text) {
+	if !regexp.MustCompile(`^matched:\s+1\nrequeued:\s+1\n`).MatchString(text) {
 		t.Errorf("requeue --status dead:\n%s", text)
 	}
 	wantExit(t, cli(t, "", "requeue", "--status", "pending", "--store", store), exitUsage, `--status "pending": want dead or canceled`)
