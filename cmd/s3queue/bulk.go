@@ -73,15 +73,9 @@ const (
 // bulk runs op over the tasks its filter selects and reports the counts:
 // a table of the tasks with --dry-run, one summary line otherwise (--json:
 // a bulkReport). It exits 1 if any task failed.
-func (a *app) bulk(ctx context.Context, op bulkOp) error {
+func (a *app) bulk(ctx context.Context, st s3store.Store, op bulkOp) error {
 	rep := bulkReport{Action: op.name, DryRun: op.dry, IDs: []string{}}
-	st, _, err := a.existingStoreQueue(ctx)
-	if errors.Is(err, s3queue.ErrNoQueue) {
-		return a.printBulk(rep, nil)
-	}
-	if err != nil {
-		return err
-	}
+	var err error
 	s := &selector{st: st, f: op.f, onSkip: a.skipped, keep: op.keep, match: op.match}
 	if op.needNow || op.f.olderThan > 0 || op.f.newerThan > 0 {
 		if s.now, err = st.Now(ctx); err != nil {
@@ -102,8 +96,8 @@ func (a *app) bulk(ctx context.Context, op bulkOp) error {
 			targets = append(targets, target{c.key, c.id})
 		}
 	} else {
-		err := s.each(ctx, cs, 0, func(v taskio.Versioned) bool {
-			targets = append(targets, target{taskKey(cs, v.Task.ID), v.Task.ID})
+		err := s.each(ctx, cs, 0, func(c candidate, v taskio.Versioned) bool {
+			targets = append(targets, target{c.key, c.id})
 			if op.dry {
 				shown = append(shown, v.Task)
 			}
@@ -181,14 +175,13 @@ func (a *app) bulk(ctx context.Context, op bulkOp) error {
 	return nil
 }
 
-// taskKey is the key of task id among the candidates.
-func taskKey(cs []candidate, id string) string {
-	for _, c := range cs {
-		if c.id == id {
-			return c.key
-		}
+// noQueueReport is a bulk command's answer to err, an error opening the
+// queue: a store without a queue has no task to act on (an empty report).
+func (a *app) noQueueReport(err error, action string, dry bool) error {
+	if errors.Is(err, s3queue.ErrNoQueue) {
+		return a.printBulk(bulkReport{Action: action, DryRun: dry, IDs: []string{}}, nil)
 	}
-	return ""
+	return err
 }
 
 // printBulk prints a bulk operation's report; shown are the tasks of a dry
@@ -268,11 +261,11 @@ func (b bulkFlags) form(cmd string, args []string, jsonOut bool) (bool, error) {
 
 // bulkRequeue requeues the dead or canceled tasks f selects.
 func (a *app) bulkRequeue(ctx context.Context, f filter, dry bool) error {
-	q, err := a.existingQueue(ctx)
-	if err != nil && !errors.Is(err, s3queue.ErrNoQueue) {
-		return err
+	st, q, err := a.existingStoreQueue(ctx)
+	if err != nil {
+		return a.noQueueReport(err, "requeue", dry)
 	}
-	return a.bulk(ctx, bulkOp{name: "requeue", past: "requeued", f: f, dry: dry,
+	return a.bulk(ctx, st, bulkOp{name: "requeue", past: "requeued", f: f, dry: dry,
 		act: func(ctx context.Context, _, id string) (bulkResult, error) {
 			err := q.Requeue(ctx, id)
 			switch {
@@ -287,11 +280,11 @@ func (a *app) bulkRequeue(ctx context.Context, f filter, dry bool) error {
 
 // bulkCancel cancels the pending, blocked or running tasks f selects.
 func (a *app) bulkCancel(ctx context.Context, f filter, dry bool) error {
-	q, err := a.existingQueue(ctx)
-	if err != nil && !errors.Is(err, s3queue.ErrNoQueue) {
-		return err
+	st, q, err := a.existingStoreQueue(ctx)
+	if err != nil {
+		return a.noQueueReport(err, "cancel", dry)
 	}
-	return a.bulk(ctx, bulkOp{name: "cancel", past: "canceled", f: f, dry: dry,
+	return a.bulk(ctx, st, bulkOp{name: "cancel", past: "canceled", f: f, dry: dry,
 		act: func(ctx context.Context, _, id string) (bulkResult, error) {
 			requested, err := q.Cancel(ctx, id)
 			switch {
@@ -316,11 +309,8 @@ const purgeSlack = time.Minute
 // ago, as the monitor's retention does (internal/retention).
 func (a *app) purge(ctx context.Context, f filter, hold time.Duration, dry bool) error {
 	st, q, err := a.existingStoreQueue(ctx)
-	if errors.Is(err, s3queue.ErrNoQueue) {
-		return a.printBulk(bulkReport{Action: "purge", DryRun: dry, IDs: []string{}}, nil)
-	}
 	if err != nil {
-		return err
+		return a.noQueueReport(err, "purge", dry)
 	}
 	c := clock.New(st, clock.Config{})
 	d := &retention.Deleter{Store: st, Clock: c, Local: clock.System(), DeleteHonoured: q.Manifest().DeleteHonoured(), Log: a.log}
@@ -361,7 +351,7 @@ func (a *app) purge(ctx context.Context, f filter, hold time.Duration, dry bool)
 		return t.Retired || !t.UpdatedAt.Add(h).After(now)
 	}
 	op.needNow = true
-	return a.bulk(ctx, op)
+	return a.bulk(ctx, st, op)
 }
 
 var purgeCommand = &command{

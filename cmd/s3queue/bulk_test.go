@@ -187,7 +187,11 @@ ok = "true"
 	if got := getTask(t, store, fail[0]); got.Status != task.Dead {
 		t.Errorf("a dry run changed the task: %s", got.Status)
 	}
-	rep := bulkReportOf(t, cli(t, "", "requeue", "--status", "dead", "--type", "fail", "--json", "--store", store))
+	r = cli(t, "", "requeue", "--status", "dead", "--type", "fail", "--json", "--store", store)
+	if r.stderr != "" {
+		t.Errorf("a bulk requeue wrote on stderr that is not a terminal: %q", r.stderr)
+	}
+	rep := bulkReportOf(t, r)
 	slices.Sort(rep.IDs)
 	if rep.Action != "requeue" || rep.Matched != 3 || rep.Done != 3 || rep.Failed != 0 || !slices.Equal(rep.IDs, fail) {
 		t.Errorf("requeue --status dead --type fail: %+v", rep)
@@ -295,4 +299,15 @@ func TestPurgeLeavesLiveTasksAlone(t *testing.T) {
 	wantExit(t, cli(t, "", "purge", "--status", "pending", "--store", store), exitUsage, "want succeeded, dead or canceled")
 	wantExit(t, cli(t, "", "purge", "--newer-than", "1h", "--store", store), exitUsage, "newer-than")
 	wantExit(t, cli(t, "", "purge", "some-id", "--store", store), exitUsage, "unexpected argument")
+}
+
+func TestProgressBar(t *testing.T) {
+	for _, c := range []struct {
+		done, total int
+		want        string
+	}{{0, 10, "[..........]"}, {5, 10, "[#####.....]"}, {10, 10, "[##########]"}, {12, 10, "[##########]"}, {0, 0, "[          ]"}} {
+		if got := bar(c.done, c.total, 10); got != c.want {
+			t.Errorf("bar(%d, %d) = %q, want %q", c.done, c.total, got, c.want)
+		}
+	}
 }

@@ -102,7 +102,7 @@ func (a *app) list(ctx context.Context, f filter, limit int) (found []*task.Task
 		return nil, false, err
 	}
 	last := ""
-	err = s.each(ctx, cs, limit, func(v taskio.Versioned) bool {
+	err = s.each(ctx, cs, limit, func(_ candidate, v taskio.Versioned) bool {
 		found = append(found, v.Task)
 		last = v.Task.ID
 		return limit == 0 || len(found) < limit

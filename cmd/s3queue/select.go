@@ -142,8 +142,7 @@ type candidate struct {
 	modTime time.Time
 }
 
-// selection is what select found: the tasks (or the candidates' count when
-// only counting), and whether more would have matched past the limit.
+// selection counts what a selector did, for its callers' reports.
 type selection struct {
 	listed     int // task objects listed
 	candidates int // of them, kept by key and size
@@ -242,7 +241,7 @@ const loadParallel = 16
 // whose filters the size decides reads only the tasks it prints. A task deleted
 // since the LIST is passed over; an object that is not a readable task is
 // reported and skipped.
-func (s *selector) each(ctx context.Context, cs []candidate, want int, fn func(taskio.Versioned) bool) error {
+func (s *selector) each(ctx context.Context, cs []candidate, want int, fn func(candidate, taskio.Versioned) bool) error {
 	matched := 0
 	for len(cs) > 0 {
 		n := min(len(cs), loadParallel)
@@ -268,7 +267,7 @@ func (s *selector) each(ctx context.Context, cs []candidate, want int, fn func(t
 				return fmt.Errorf("read %s: %w", cs[i].key, err)
 			case s.matches(vs[i].Task):
 				matched++
-				if !fn(vs[i]) {
+				if !fn(cs[i], vs[i]) {
 					return nil
 				}
 			}
