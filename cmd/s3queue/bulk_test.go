@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/s3queue/s3queue/s3store"
+	"github.com/s3queue/s3queue/s3store/storetest/fakes3"
 	"github.com/s3queue/s3queue/task"
 )
 
@@ -309,5 +310,27 @@ func TestProgressBar(t *testing.T) {
 		if got := bar(c.done, c.total, 10); got != c.want {
 			t.Errorf("bar(%d, %d) = %q, want %q", c.done, c.total, got, c.want)
 		}
+	}
+}
+
+// Where the provider ignores a conditional DELETE (gofakes3, like MinIO),
+// purge tombstones a task by CAS before deleting it, as retention does.
+func TestPurgeWhereConditionalDeleteIsIgnored(t *testing.T) {
+	srv := fakes3.Start(t)
+	fakes3.SetCredentials(t)
+	store := srv.StoreURL(t, "q")
+	live := strings.TrimSpace(must(t, "submit", "--store", store, "--type", "x"))
+	gone := strings.TrimSpace(must(t, "submit", "--store", store, "--type", "x"))
+	must(t, "cancel", gone, "--store", store)
+	waitFor(t, "the canceled task to be certainly in the past", func() bool {
+		return strings.Contains(must(t, "purge", "--dry-run", "--store", store), "would purge 1 tasks")
+	})
+	rep := bulkReportOf(t, cli(t, "", "purge", "--json", "--store", store))
+	if rep.Done != 1 || !slices.Equal(rep.IDs, []string{gone}) {
+		t.Errorf("purge: %+v", rep)
+	}
+	wantExit(t, cli(t, "", "get", gone, "--store", store), exitNotFound, "not found")
+	if got := getTask(t, store, live); got.Status != task.Pending {
+		t.Errorf("the live task after purge: %s", got.Status)
 	}
 }
