@@ -87,8 +87,8 @@ func (a *app) usage(w io.Writer) {
 	}
 	tw.Flush()
 	fmt.Fprintf(w, `
-Every command except help, version, cost and tail takes --store URL, and all but
-demo take --config FILE (default ./queue.toml if it exists); get, history, wait,
+Every command except help, version, cost and tail takes --store URL, and those
+but demo take --config FILE (default ./queue.toml if it exists); get, history, wait,
 submit --wait, tail, cancel, requeue, purge, list, stats and doctor take --json.
 Flags may follow the command name and its arguments. Store URLs:
   s3://BUCKET/PREFIX?endpoint=http://127.0.0.1:9000&region=us-east-1&path_style=true
