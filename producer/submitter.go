@@ -240,7 +240,8 @@ func (p *Producer) NewSubmitter(cfg SubmitterConfig) (*Submitter, error) {
 // Add waited for room (Block; also when ctx had ended before the call).
 //
 // ctx bounds only the wait: the submission itself runs under the
-// submitter's own context, which Close ends.
+// submitter's own context, which Close ends. Its span, s3queue.submit, is
+// a child of ctx's, though (docs/tracing.md).
 func (s *Submitter) Add(ctx context.Context, req Request, tag any) error {
 	e := entry{req: req, tag: tag, parent: trace.SpanContextFromContext(ctx)}
 	s.mu.Lock()
