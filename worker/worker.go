@@ -43,6 +43,8 @@ import (
 // Permanent(err) dead-letters the task, RetryAfter(d, err) runs it again
 // later without using an attempt. ctx is canceled when the lease is lost,
 // the task is canceled, or the worker shuts down (context.Cause says which).
+// It carries the attempt's span, s3queue.run, in the trace of the task's
+// submit: spans started from it are its children (docs/tracing.md).
 type Handler func(ctx context.Context, t *task.Task) (json.RawMessage, error)
 
 // Worker runs handlers for claimed tasks. Its Run ends like a shutdown, at
