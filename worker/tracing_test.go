@@ -119,6 +119,8 @@ func TestTracesContinueFromSubmitToWorker(t *testing.T) {
 	}
 	if b := rawTask(t, st, ok); !bytes.Contains(b, []byte(`"trace":{"traceparent":"00-`)) {
 		t.Errorf("a traced submit's task lacks its traceparent:\n%s", b)
+	} else if !task.PendingBySize(int64(len(b))) {
+		t.Errorf("a traced pending task's size %d does not say pending (the size hint's padding)", len(b))
 	}
 
 	w, err := worker.New(ctx, st, worker.Config{ID: "w-trace", Shards: 1, OwnShards: []int{0}, TracerProvider: wtp,
@@ -150,6 +152,9 @@ func TestTracesContinueFromSubmitToWorker(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+	if b := rawTask(t, st, ok); !bytes.Contains(b, []byte(`"trace":`)) || !task.FinishedBySize(int64(len(b))) {
+		t.Errorf("the finished task lost its trace context, or its size %d does not say finished:\n%s", len(b), b)
 	}
 
 	one := func(rec *tracetest.SpanRecorder, name, id string) sdktrace.ReadOnlySpan {
