@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -84,6 +85,9 @@ type app struct {
 	storeFlag  string
 	configFlag string
 	jsonOut    bool
+	// overrides are the configuration keys set by flags (--log-level,
+	// worker --concurrency): they win over the environment and the file.
+	overrides []config.Override
 
 	cfg config.Config
 	log *slog.Logger
@@ -129,6 +133,7 @@ func (a *app) dispatch(ctx context.Context, args []string) error {
 	if len(args) == 0 {
 		return usageError("no command given (run 's3queue help' for the list of commands)")
 	}
+	args = hoistGlobalFlags(args)
 	name := args[0]
 	switch name {
 	case "-h", "-help", "--help":
@@ -162,7 +167,12 @@ func (a *app) dispatch(ctx context.Context, args []string) error {
 			return err
 		}
 	} else {
-		a.cfg = config.Default()
+		// No file and no environment, but the flags still count.
+		cfg, err := config.Load("", nil, a.overrides...)
+		if err != nil {
+			return usageError("%v", err)
+		}
+		a.cfg = cfg
 		a.log = a.cfg.NewLogger(a.stderr)
 	}
 	return runCmd(ctx, pos)
@@ -182,7 +192,46 @@ func (a *app) flagSet(c *command) *flag.FlagSet {
 	if c.json {
 		fs.BoolVar(&a.jsonOut, "json", false, "print JSON instead of text")
 	}
+	if !c.noStore {
+		a.keyFlag(fs, "log-level", "log.level", "log `level`: debug, info, warn or error (wins over [log] level and S3QUEUE_LOG_LEVEL)")
+	}
 	return fs
+}
+
+// keyFlag defines a flag that sets configuration key: the value is checked
+// and applied as the key's environment variable would be, after the file
+// and the environment, so the flag wins over both.
+func (a *app) keyFlag(fs *flag.FlagSet, name, key, usage string) {
+	fs.Func(name, usage, func(v string) error {
+		a.overrides = append(a.overrides, config.Override{Flag: "--" + name, Key: key, Value: v})
+		return nil
+	})
+}
+
+// globalFlags are the flags every command that reads the configuration
+// takes, which may also come before the command's name
+// ("s3queue --log-level debug worker").
+var globalFlags = []string{"log-level"}
+
+// hoistGlobalFlags moves global flags given before the command's name to
+// after it, where the command's flag set parses them.
+func hoistGlobalFlags(args []string) []string {
+	var global []string
+	for len(args) > 0 {
+		name, _, hasValue := strings.Cut(strings.TrimLeft(args[0], "-"), "=")
+		if !strings.HasPrefix(args[0], "-") || !slices.Contains(globalFlags, name) {
+			break
+		}
+		n := 1
+		if !hasValue && len(args) > 1 {
+			n = 2
+		}
+		global, args = append(global, args[:n]...), args[n:]
+	}
+	if len(global) == 0 || len(args) == 0 {
+		return append(global, args...)
+	}
+	return append(append([]string{args[0]}, global...), args[1:]...)
 }
 
 // parseInterspersed parses flags that may come before, between or after
@@ -214,7 +263,7 @@ func (a *app) loadConfig() error {
 			path = "queue.toml"
 		}
 	}
-	cfg, err := config.Load(path, a.environ())
+	cfg, err := config.Load(path, a.environ(), a.overrides...)
 	if err != nil {
 		return usageError("%v", err)
 	}

@@ -34,6 +34,7 @@ var workerCommand = &command{
 		"to FILE as JSON lines (- for stdout); see docs/events.md.",
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		eventsTo := eventsFlag(fs)
+		a.keyFlag(fs, "concurrency", "worker.concurrency", "run at most `N` tasks at once (wins over [worker] concurrency and S3QUEUE_WORKER_CONCURRENCY)")
 		execs := map[string]string{}
 		fs.Func("exec", "run `TYPE=COMMAND` for tasks of TYPE (repeatable)", func(v string) error {
 			typ, cmd, ok := strings.Cut(v, "=")
@@ -183,6 +184,7 @@ var monitorCommand = &command{
 		"repaired, deleted, corrupt) to FILE as JSON lines (- for stdout); see docs/events.md.",
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		eventsTo := eventsFlag(fs)
+		a.keyFlag(fs, "concurrency", "worker.concurrency", "run at most `N` tasks at once (wins over [worker] concurrency and S3QUEUE_WORKER_CONCURRENCY)")
 		return func(ctx context.Context, _ []string) error {
 			st, url, err := a.openStore(ctx)
 			if err != nil {
