@@ -184,7 +184,6 @@ var monitorCommand = &command{
 		"repaired, deleted, corrupt) to FILE as JSON lines (- for stdout); see docs/events.md.",
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		eventsTo := eventsFlag(fs)
-		a.keyFlag(fs, "concurrency", "worker.concurrency", "run at most `N` tasks at once (wins over [worker] concurrency and S3QUEUE_WORKER_CONCURRENCY)")
 		return func(ctx context.Context, _ []string) error {
 			st, url, err := a.openStore(ctx)
 			if err != nil {
