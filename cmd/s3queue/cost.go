@@ -14,6 +14,10 @@ import (
 var costCommand = &command{
 	name: "cost", nargs: 0, noStore: true, json: true,
 	summary: "estimate the monthly S3 request bill of a workload from measured request rates",
+	examples: []string{
+		"s3queue cost --tasks-per-day 100000 --workers 50",
+		"s3queue cost --profile economy --tasks-per-day 2000000 --workers 20 --json",
+	},
 	details: "Prices a 30-day month at S3 Standard list prices (PUT/COPY/POST/LIST $0.005 per 1,000,\n" +
 		"GET/HEAD $0.0004 per 1,000, DELETE free) from three rates: requests per task, per worker-hour\n" +
 		"(what every worker costs whatever the load) and per fleet-hour (what the fleet costs whatever\n" +

@@ -17,6 +17,10 @@ import (
 var doctorCommand = &command{
 	name: "doctor", nargs: 0, json: true,
 	summary: "check that the store honours conditional writes; show server time and the queue's layout",
+	examples: []string{
+		`s3queue doctor --store "s3://my-bucket/queue?endpoint=http://127.0.0.1:9000&path_style=true"`,
+		"s3queue doctor --json | jq .checks",
+	},
 	details: "Writes and deletes a few scratch objects under doctor/ (about ten requests). Exit 4 if the\n" +
 		"provider does not honour a conditional PUT s3queue relies on: it cannot claim tasks safely\n" +
 		"there. The command that creates a queue (submit, worker, monitor) runs the same check and\n" +

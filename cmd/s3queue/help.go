@@ -21,6 +21,9 @@ var version = ""
 var versionCommand = &command{
 	name: "version", nargs: 0, noStore: true,
 	summary: "print the version",
+	examples: []string{
+		"s3queue version",
+	},
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		return func(context.Context, []string) error {
 			v := version
@@ -39,6 +42,10 @@ var versionCommand = &command{
 var helpCommand = &command{
 	name: "help", args: "[COMMAND]", nargs: -1, noStore: true,
 	summary: "show help for all commands or one",
+	examples: []string{
+		"s3queue help",
+		"s3queue help submit",
+	},
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		return func(_ context.Context, args []string) error {
 			switch len(args) {
@@ -118,6 +125,12 @@ func (a *app) commandHelp(w io.Writer, c *command) {
 		fmt.Fprintf(w, "\nFlags:\n")
 		fs.SetOutput(w)
 		fs.PrintDefaults()
+	}
+	if len(c.examples) > 0 {
+		fmt.Fprintf(w, "\nExamples:\n")
+		for _, e := range c.examples {
+			fmt.Fprintf(w, "  %s\n", e)
+		}
 	}
 	fmt.Fprintf(w, "\n%s", exitCodesHelp)
 }

@@ -101,8 +101,11 @@ type command struct {
 	nargs   int    // exact number of positional arguments
 	summary string
 	details string
-	json    bool // read command: takes --json
-	noStore bool // takes neither --store nor --config
+	// examples are 1–3 command lines shown by --help, each starting with
+	// "s3queue" (a test holds every command to it and parses each one).
+	examples []string
+	json     bool // read command: takes --json
+	noStore  bool // takes neither --store nor --config
 	// ownStore: takes --store with this usage text, but no --config, and
 	// ignores S3QUEUE_STORE and queue.toml (the demo never touches a real
 	// queue by accident).
