@@ -55,7 +55,7 @@ var helpCommand = &command{
 			case 1:
 				c := lookup(args[0])
 				if c == nil {
-					return usageError("help: unknown command %q", args[0])
+					return fmt.Errorf("help: %w", unknownCommand(args[0]))
 				}
 				a.commandHelp(a.stdout, c)
 				return nil

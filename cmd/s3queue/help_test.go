@@ -109,3 +109,27 @@ func shellWords(s string) ([]string, error) {
 	return words, nil
 }
 
+func TestDidYouMean(t *testing.T) {
+	store, _ := newStore(t)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"sumbit", "--type", "x"}, `unknown command "sumbit" (did you mean "submit"?`},
+		{[]string{"lst"}, `unknown command "lst" (did you mean "list"?`},
+		{[]string{"help", "hsitory"}, `help: unknown command "hsitory" (did you mean "history"?`},
+		{[]string{"submit", "--store", store, "--tpye", "x"}, "flag provided but not defined: -tpye (did you mean --type?)"},
+		{[]string{"get", "--jsn", "01M8AHG5TJ57JN0X6S7S5PM513"}, "(did you mean --json?)"},
+		{[]string{"worker", "--concurency", "3"}, "(did you mean --concurrency?)"},
+	} {
+		wantExit(t, cli(t, "", tc.args...), exitUsage, tc.want)
+	}
+	// Nothing close: no suggestion, a pointer to the help instead.
+	for _, args := range [][]string{{"frobnicate"}, {"stats", "--store", store, "--bogus"}} {
+		r := cli(t, "", args...)
+		wantExit(t, r, exitUsage, "run 's3queue help")
+		if strings.Contains(r.stderr, "did you mean") {
+			t.Errorf("%v: far-fetched suggestion: %s", args, r.stderr)
+		}
+	}
+}

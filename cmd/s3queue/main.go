@@ -123,6 +123,32 @@ func init() {
 	}
 }
 
+// unknownCommand is the usage error of a command name that names none,
+// suggesting the closest one (s3queue sumbit: did you mean "submit"?).
+func unknownCommand(name string) error {
+	names := make([]string, len(commands))
+	for i, c := range commands {
+		names[i] = c.name
+	}
+	if s := config.Suggest(name, names); s != "" {
+		return usageError("unknown command %q (did you mean %q? run 's3queue help' for the list)", name, s)
+	}
+	return usageError("unknown command %q (run 's3queue help' for the list)", name)
+}
+
+// suggestFlag returns the flag of fs closest to the unknown flag err
+// reports, if one is close.
+func suggestFlag(fs *flag.FlagSet, err error) string {
+	const undefined = "flag provided but not defined: -"
+	name, ok := strings.CutPrefix(err.Error(), undefined)
+	if !ok {
+		return ""
+	}
+	var names []string
+	fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+	return config.Suggest(strings.TrimLeft(name, "-"), names)
+}
+
 func lookup(name string) *command {
 	for _, c := range commands {
 		if c.name == name {
@@ -146,7 +172,7 @@ func (a *app) dispatch(ctx context.Context, args []string) error {
 	}
 	c := lookup(name)
 	if c == nil {
-		return usageError("unknown command %q (run 's3queue help' for the list)", name)
+		return unknownCommand(name)
 	}
 	a.cmd = c
 	fs := a.flagSet(c)
@@ -157,6 +183,9 @@ func (a *app) dispatch(ctx context.Context, args []string) error {
 		return nil
 	}
 	if err != nil {
+		if s := suggestFlag(fs, err); s != "" {
+			return usageError("%s: %v (did you mean --%s?)", c.name, err, s)
+		}
 		return usageError("%s: %v (run 's3queue help %s')", c.name, err, c.name)
 	}
 	if c.nargs >= 0 && len(pos) != c.nargs {
