@@ -91,10 +91,12 @@ func (a *app) usage(w io.Writer) {
 	}
 	tw.Flush()
 	fmt.Fprintf(w, `
-Every command except help, version and cost takes --store URL, and all but demo
-take --config FILE (default ./queue.toml if it exists); get, history, list,
-stats and doctor take --json. Flags may follow the command name and its
-arguments. Store URLs:
+Every command except help, version, cost and completion takes --store URL and
+--log-level LEVEL (which may also come before the command's name), and all but
+demo take --config FILE (default ./queue.toml if it exists); get, history,
+list, stats, doctor and cost take --json. Flags beat the environment, which
+beats queue.toml. Flags may follow the command name and its arguments. Store
+URLs:
   s3://BUCKET/PREFIX?endpoint=http://127.0.0.1:9000&region=us-east-1&path_style=true
   file:///absolute/directory
   mem://NAME (in this process only: demo --store and tests; other commands refuse it)
@@ -103,7 +105,8 @@ arguments. Store URLs:
 	fmt.Fprint(w, envHelp)
 	fmt.Fprintln(w)
 	fmt.Fprint(w, exitCodesHelp)
-	fmt.Fprintf(w, "\nRun 's3queue help COMMAND' for a command's flags; see docs/cli.md.\n")
+	fmt.Fprintf(w, "\nRun 's3queue help COMMAND' for a command's flags and examples, and\n")
+	fmt.Fprintf(w, "'s3queue completion bash|zsh|fish' for tab completion; see docs/cli.md.\n")
 }
 
 func (a *app) commandHelp(w io.Writer, c *command) {

@@ -48,7 +48,7 @@ func TestParseExampleRefusesBadLines(t *testing.T) {
 // parseExample parses an example's command line (up to a pipe) as
 // dispatch would, without running it.
 func parseExample(c *command, line string) error {
-	words, err := shellWords(strings.TrimSpace(strings.SplitN(line, " | ", 2)[0]))
+	words, err := shellWords(strings.TrimSpace(cutAny(line, " | ", " > ")))
 	if err != nil {
 		return err
 	}
@@ -132,4 +132,12 @@ func TestDidYouMean(t *testing.T) {
 			t.Errorf("%v: far-fetched suggestion: %s", args, r.stderr)
 		}
 	}
+}
+
+// cutAny returns line up to the first of seps (a pipe, a redirection).
+func cutAny(line string, seps ...string) string {
+	for _, sep := range seps {
+		line, _, _ = strings.Cut(line, sep)
+	}
+	return line
 }

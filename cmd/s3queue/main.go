@@ -119,7 +119,7 @@ func init() {
 	commands = []*command{
 		workerCommand, monitorCommand, submitCommand, getCommand, historyCommand,
 		cancelCommand, requeueCommand, listCommand, statsCommand, doctorCommand, reshardCommand,
-		demoCommand, costCommand, versionCommand, helpCommand,
+		demoCommand, costCommand, completionCommand, versionCommand, helpCommand,
 	}
 }
 
