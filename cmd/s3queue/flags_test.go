@@ -89,6 +89,8 @@ func TestBadFlagValuesAreUsageErrors(t *testing.T) {
 		{[]string{"worker", "--store", store, "--exec", "x=cat", "--concurrency", "0"}, "--concurrency: "},
 		{[]string{"worker", "--store", store, "--exec", "x=cat", "--concurrency", "lots"}, "--concurrency: "},
 		{[]string{"version", "--log-level", "debug"}, "flag provided but not defined: -log-level"},
+		{[]string{"--log-level", "debug"}, "no command given"},
+		{[]string{"--log-level=debug"}, "no command given"},
 	} {
 		wantExit(t, cli(t, "", tc.args...), exitUsage, tc.want)
 	}

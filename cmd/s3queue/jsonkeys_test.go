@@ -160,4 +160,3 @@ func checkTypeKeys(t *testing.T, typ reflect.Type, path string, seen map[reflect
 		checkTypeKeys(t, f.Type, path+"."+name, seen)
 	}
 }
-

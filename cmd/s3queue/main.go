@@ -164,6 +164,10 @@ func (a *app) dispatch(ctx context.Context, args []string) error {
 	}
 	args = hoistGlobalFlags(args)
 	name := args[0]
+	if flagName, _, _ := strings.Cut(strings.TrimLeft(name, "-"), "="); strings.HasPrefix(name, "-") && slices.Contains(globalFlags, flagName) {
+		// Only global flags: nothing to apply them to.
+		return usageError("no command given (run 's3queue help' for the list of commands)")
+	}
 	switch name {
 	case "-h", "-help", "--help":
 		name = "help"
