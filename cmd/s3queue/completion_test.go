@@ -119,15 +119,55 @@ func TestFishCompletes(t *testing.T) {
 	}
 }
 
-// Sourced after compinit, the zsh script registers itself for s3queue.
-func TestZshScriptRegisters(t *testing.T) {
+// zshDriver types lines, each followed by a tab, into an interactive zsh
+// (through a pseudo-terminal, zsh/zpty) that has sourced the script after
+// compinit, and has zle append each edited line to a file: $1 script, $2
+// file, the lines after. It waits for the file's lines with a deadline.
+const zshDriver = `zmodload zsh/zpty
+zpty z "zsh -f -i"
+zpty -w z "autoload -U compinit; compinit -u -D; source ${(q)1}; dump() { print -r -- \"\$BUFFER\" >> ${(q)2}; BUFFER=; }; zle -N dump; bindkey '^E' dump"
+local out=$2 line junk
+shift 2
+for line in "$@"; do
+  zpty -n -w z "$line"$'\t\x05'
+done
+for i in {1..600}; do
+  [[ -s $out && $(wc -l < $out) -ge $# ]] && break
+  zpty -r -t z junk
+  sleep 0.05
+done
+zpty -d z
+`
+
+func TestZshCompletes(t *testing.T) {
 	sh := needShell(t, "zsh")
 	path, _ := completionScript(t, "zsh")
-	cmd := exec.Command(sh, "-f", "-c", `autoload -U compinit && compinit -D -u && source $1 && print -r -- $_comps[s3queue]`, "zsh", path)
-	cmd.Env = append(os.Environ(), "HOME="+t.TempDir())
-	out, err := cmd.CombinedOutput()
-	if err != nil || strings.TrimSpace(string(out)) != "_s3queue" {
-		t.Errorf("zsh: %v: %q, want _s3queue registered for s3queue", err, out)
+	dir := t.TempDir()
+	driver, out := filepath.Join(dir, "driver.zsh"), filepath.Join(dir, "lines")
+	if err := os.WriteFile(driver, []byte(zshDriver), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"-f", driver, path, out}
+	for _, tc := range completionCases {
+		args = append(args, tc.line)
+	}
+	cmd := exec.Command(sh, args...)
+	cmd.Env = append(os.Environ(), "HOME="+dir)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("zsh: %v\n%s", err, b)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatalf("zsh wrote no lines within 30s: %v", err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) != len(completionCases) {
+		t.Fatalf("zsh wrote %d lines, want %d:\n%s", len(lines), len(completionCases), b)
+	}
+	for i, tc := range completionCases {
+		if !strings.Contains(lines[i], tc.want) {
+			t.Errorf("zsh: tab after %q gives %q, want %q in it", tc.line, lines[i], tc.want)
+		}
 	}
 }
 
