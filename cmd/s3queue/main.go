@@ -105,7 +105,7 @@ type command struct {
 	// "s3queue" (a test holds every command to it and parses each one).
 	examples []string
 	json     bool // read command: takes --json
-	noStore  bool // takes neither --store nor --config
+	noStore  bool // takes neither --store, --config nor --log-level
 	// ownStore: takes --store with this usage text, but no --config, and
 	// ignores S3QUEUE_STORE and queue.toml (the demo never touches a real
 	// queue by accident).
