@@ -435,7 +435,7 @@ func TestDoctor(t *testing.T) {
 	if err := json.Unmarshal([]byte(must(t, "doctor", "--store", store, "--json")), &d); err != nil {
 		t.Fatal(err)
 	}
-	if !d.Supported || !d.Report.CreateIfAbsent || d.Queue == nil || d.Queue.Shards != 16 {
+	if !d.Supported || !d.Checks.CreateIfAbsent || d.Queue == nil || d.Queue.Shards != 16 {
 		t.Errorf("doctor --json = %+v", d)
 	}
 }

@@ -24,6 +24,10 @@ func (a *app) skipped(key string, err error) {
 var listCommand = &command{
 	name: "list", nargs: 0, json: true,
 	summary: "list tasks, optionally of one status",
+	examples: []string{
+		"s3queue list --status dead",
+		"s3queue list --limit 0 --json | jq -r '.[].id'",
+	},
 	details: "Operator tool: lists tasks/ and reads every task (one LIST per 1000 tasks plus one GET per\n" +
 		"task read) until --limit tasks matched. Tasks come in key order: by shard, then oldest first.\n" +
 		"Corrupt objects are reported on stderr and skipped.",
@@ -108,6 +112,10 @@ var statuses = []task.Status{task.Pending, task.Blocked, task.Running, task.Succ
 var statsCommand = &command{
 	name: "stats", nargs: 0, json: true,
 	summary: "count tasks by status and by shard; age of the oldest pending task",
+	examples: []string{
+		"s3queue stats",
+		"s3queue stats --json | jq .by_status",
+	},
 	details: "Operator tool: reads every task (one LIST per 1000 tasks plus one GET per task).\n" +
 		"Ages are measured in S3 time. Corrupt objects are reported on stderr and skipped.",
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {

@@ -31,6 +31,11 @@ const maxRawInput = 4 * task.MaxInputBytes
 var submitCommand = &command{
 	name: "submit", nargs: 0,
 	summary: "submit a task and print its id (or one task per JSON line with --batch)",
+	examples: []string{
+		`s3queue submit --type resize --input '{"url": "https://example.com/a.png"}'`,
+		"s3queue submit --type report --delay 1h --idempotency-key report-2026-03-01",
+		"s3queue submit --batch tasks.jsonl",
+	},
 	details: "The input must be JSON (at most 256 KiB once compacted); it is checked before the store is\n" +
 		"opened, so bad input writes nothing (exit 2). Defaults come from [submit] in queue.toml.\n" +
 		"--batch FILE|- submits one task per JSON line, {\"type\": ..., \"input\": ..., \"delay\": ...,\n" +

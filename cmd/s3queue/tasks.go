@@ -18,6 +18,10 @@ import (
 var getCommand = &command{
 	name: "get", args: "ID", nargs: 1, json: true,
 	summary: "show a task: status, attempts, dependencies, input, result, last error",
+	examples: []string{
+		"s3queue get 01M8AHG5TJ57JN0X6S7S5PM513",
+		"s3queue get 01M8AHG5TJ57JN0X6S7S5PM513 --json | jq .result",
+	},
 	details: "One GET. A task submitted with --after lists its dependencies, what became of each, and\n" +
 		"those it still waits for. --json prints the task object as stored in the bucket.",
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
@@ -43,6 +47,10 @@ var getCommand = &command{
 var historyCommand = &command{
 	name: "history", args: "ID", nargs: 1, json: true,
 	summary: "show a task's state transitions, oldest first",
+	examples: []string{
+		"s3queue history 01M8AHG5TJ57JN0X6S7S5PM513",
+		"s3queue history 01M8AHG5TJ57JN0X6S7S5PM513 --json | jq -r '.[].reason'",
+	},
 	details: "One GET: the history lives on the task object (at most 32 entries: the first transition and the last 31).\n" +
 		"A task submitted with --after starts blocked; its dependencies' outcome moves it on\n" +
 		"(blocked→pending \"dependencies succeeded\", or blocked→canceled \"dependency ID ended dead\").",
@@ -69,6 +77,9 @@ var historyCommand = &command{
 var cancelCommand = &command{
 	name: "cancel", args: "ID", nargs: 1,
 	summary: "cancel a task",
+	examples: []string{
+		"s3queue cancel 01M8AHG5TJ57JN0X6S7S5PM513",
+	},
 	details: "A pending or blocked task is canceled at once (prints \"canceled\"); the tasks that wait for it\n" +
 		"are canceled in turn (or dead, if submitted with --on-dep-failure fail). A running task is\n" +
 		"asked to stop (prints \"cancel requested\"): its handler is stopped at the worker's next lease\n" +
@@ -101,6 +112,9 @@ var cancelCommand = &command{
 var requeueCommand = &command{
 	name: "requeue", args: "ID", nargs: 1,
 	summary: "give a dead or canceled task a fresh start",
+	examples: []string{
+		"s3queue requeue 01M8AHG5VV8F97G35HQPT2NKJV",
+	},
 	details: "The task goes back to pending with a fresh budget of attempts (its last error is kept).",
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		return func(ctx context.Context, args []string) error {

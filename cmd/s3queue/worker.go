@@ -19,6 +19,11 @@ import (
 var workerCommand = &command{
 	name: "worker", nargs: 0,
 	summary: "run tasks as external commands until SIGTERM/SIGINT",
+	examples: []string{
+		`s3queue worker --exec resize="./resize.sh" --concurrency 8`,
+		"s3queue worker --config queue.toml --pool slow=2:report,export --events -",
+		`s3queue --log-level debug worker --exec mail.send="python3 send.py"`,
+	},
 	details: "Handlers come from [handlers] in queue.toml and from --exec (which wins for the same type).\n" +
 		"Each task runs as /bin/sh -c COMMAND in its own process group: the input on stdin, stdout\n" +
 		"becomes the result (JSON, or a JSON string otherwise), and on failure the last 2 KiB of\n" +
@@ -34,6 +39,7 @@ var workerCommand = &command{
 		"to FILE as JSON lines (- for stdout); see docs/events.md.",
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		eventsTo := eventsFlag(fs)
+		a.keyFlag(fs, "concurrency", "worker.concurrency", "run at most `N` tasks at once (wins over [worker] concurrency and S3QUEUE_WORKER_CONCURRENCY)")
 		execs := map[string]string{}
 		fs.Func("exec", "run `TYPE=COMMAND` for tasks of TYPE (repeatable)", func(v string) error {
 			typ, cmd, ok := strings.Cut(v, "=")
@@ -177,6 +183,10 @@ func describePools(states []worker.QueueState) string {
 var monitorCommand = &command{
 	name: "monitor", nargs: 0,
 	summary: "re-dispatch expired leases, repair lost tasks, apply retention, until SIGTERM/SIGINT",
+	examples: []string{
+		"s3queue monitor --store s3://my-bucket/queue",
+		"s3queue monitor --config queue.toml --events /var/log/s3queue-monitor.jsonl",
+	},
 	details: "Sweeps every shard each [monitor] interval. Several monitors may run at once. A monitor that\n" +
 		"creates the queue checks the provider first (exit 4 if it is unsupported); later ones trust\n" +
 		"the queue's manifest. --events FILE appends what it does to tasks (redispatched, dead,\n" +
