@@ -12,7 +12,7 @@ import (
 // (Kind.IsOutcome) at info, everything else at debug. The message is the
 // kind in words ("task succeeded", "shard acquired"); the attributes are
 // the event's non-empty fields under snake_case keys (source, origin,
-// task_id, type, attempt, shard, pool, phase, key, err), and the record carries
+// task_id, type, attempt, shard, pool, phase, key, err, duration), and the record carries
 // the event's time.
 //
 //	bus.Subscribe("log", 0, events.Log(logger))
@@ -59,6 +59,9 @@ func Log(logger *slog.Logger) func(Event) {
 		}
 		if e.Err != nil {
 			r.AddAttrs(slog.String("err", e.Err.Error()))
+		}
+		if e.Duration > 0 {
+			r.AddAttrs(slog.Duration("duration", e.Duration))
 		}
 		_ = h.Handle(background, r) // a handler's write error has nowhere better to go
 	}
