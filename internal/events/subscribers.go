@@ -91,16 +91,13 @@ func JSONLines(w io.Writer) func(Event) {
 	var mu sync.Mutex // a subscriber runs on one goroutine, but the function may be shared
 	failing := false
 	return func(e Event) {
-		b, err := json.Marshal(e)
-		if err != nil {
-			// Only an Event that no JSON can hold; never for the kinds here.
-			slog.Default().Warn("events: encode event", "kind", string(e.Kind), "err", err)
+		b, ok := line(e)
+		if !ok {
 			return
 		}
-		b = append(b, '\n')
 		mu.Lock()
 		defer mu.Unlock()
-		_, err = w.Write(b)
+		_, err := w.Write(b)
 		switch {
 		case err != nil && !failing:
 			failing = true
@@ -109,4 +106,15 @@ func JSONLines(w io.Writer) func(Event) {
 			failing = false
 		}
 	}
+}
+
+// line is e as one line of JSON, newline included; false (and a warning)
+// for an event no JSON can hold, which none of the kinds here is.
+func line(e Event) ([]byte, bool) {
+	b, err := json.Marshal(e)
+	if err != nil {
+		slog.Default().Warn("events: encode event", "kind", string(e.Kind), "err", err)
+		return nil, false
+	}
+	return append(b, '\n'), true
 }
