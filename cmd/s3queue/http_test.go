@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/s3queue/s3queue/internal/events"
 	"github.com/s3queue/s3queue/task"
@@ -78,17 +79,38 @@ func TestWorkerServesMetricsAndEvents(t *testing.T) {
 		t.Fatalf("/events: %d, content type %q", resp.StatusCode, ct)
 	}
 	id := submit(t, store, cfg, "echo", "--input", `{"n":1}`)
-	stream := bufio.NewReader(resp.Body)
-	line, err := stream.ReadString('\n')
-	if err != nil {
-		t.Fatalf("/events: %v", err)
-	}
-	var e events.Event
-	if err := json.Unmarshal([]byte(line), &e); err != nil {
-		t.Fatalf("/events line %q: %v", line, err)
-	}
-	if e.Source != events.SourceWorker || e.TaskID != id || e.Type != "echo" || e.Kind == "" {
-		t.Errorf("first event %s: want one of the worker's about task %s", line, id)
+	// Lines arrive as the worker publishes: its fleet events, then the
+	// task's, each line one event in the form of --events.
+	lines := make(chan string)
+	go func() {
+		defer close(lines)
+		r := bufio.NewReader(resp.Body)
+		for {
+			l, err := r.ReadString('\n')
+			if err != nil {
+				return
+			}
+			lines <- l
+		}
+	}()
+	timeout := time.After(20 * time.Second)
+	for claimed := false; !claimed; {
+		select {
+		case line, ok := <-lines:
+			if !ok {
+				t.Fatal("/events ended before the task's claim")
+			}
+			var e events.Event
+			if err := json.Unmarshal([]byte(line), &e); err != nil || !strings.HasSuffix(line, "}\n") {
+				t.Fatalf("/events line %q: %v", line, err)
+			}
+			if e.Source != events.SourceWorker || e.Kind == "" || e.Time.IsZero() {
+				t.Errorf("/events line %s: want a worker's event", line)
+			}
+			claimed = e.Kind == events.Claimed && e.TaskID == id && e.Type == "echo"
+		case <-timeout:
+			t.Fatalf("no claimed event for task %s on /events within 20s", id)
+		}
 	}
 	if got := waitTerminal(t, store, id); got.Status != task.Succeeded {
 		t.Fatalf("task %s", got.Status)
@@ -125,8 +147,13 @@ func TestWorkerServesMetricsAndEvents(t *testing.T) {
 		t.Errorf("worker exit %d; stderr:\n%s", code, stderr)
 	}
 	// The stream ended with the worker.
-	if _, err := io.ReadAll(stream); err != nil {
-		t.Errorf("/events after the worker stopped: %v", err)
+	for ended := false; !ended; {
+		select {
+		case _, ok := <-lines:
+			ended = !ok
+		case <-time.After(20 * time.Second):
+			t.Fatal("/events still open 20s after the worker stopped")
+		}
 	}
 	if _, err := http.Get(base + "/healthz"); err == nil {
 		t.Errorf("/healthz still answers after the worker stopped")
