@@ -14,6 +14,9 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/s3queue/s3queue"
 	"github.com/s3queue/s3queue/internal/settings"
 	"github.com/s3queue/s3queue/producer"
@@ -48,6 +51,7 @@ var submitCommand = &command{
 			after                                               idList
 			slot, admission                                     string
 			onDepFailure                                        string
+			traceparent                                         string
 		)
 		fs.StringVar(&typ, "type", "", "task `type` (required): selects the handler")
 		fs.StringVar(&input, "input", "", "task input as JSON `text`")
@@ -62,6 +66,7 @@ var submitCommand = &command{
 		fs.StringVar(&onDepFailure, "on-dep-failure", task.DepCancel, "what a dependency that ends dead or canceled does: `cancel|fail` the task (fail: it ends dead)")
 		fs.StringVar(&slot, "slot", "", "slot `key`: at most one task of the key runs at a time, fleet-wide")
 		fs.StringVar(&admission, "admission", string(deps.AdmitQueue), "how the task takes its place in a busy slot: `queue|replace|drop-if-running`")
+		fs.StringVar(&traceparent, "traceparent", "", "W3C trace context `header` (00-TRACEID-SPANID-FLAGS): the workers' spans continue that trace (docs/tracing.md)")
 		fs.StringVar(&batch, "batch", "", "submit one task per JSON line of `file` (- for stdin); the other flags are the lines' defaults")
 		return func(ctx context.Context, _ []string) error {
 			set := map[string]bool{}
@@ -82,6 +87,15 @@ var submitCommand = &command{
 						settings.ShortDuration(timeout), settings.ShortDuration(task.MinTimeout), settings.ShortDuration(task.MaxTimeout), settings.ShortDuration(opts.Timeout))
 				}
 				opts.Timeout = timeout
+			}
+			if set["traceparent"] {
+				// The command traces nothing itself: the task carries the
+				// caller's trace context as it came (tracing.Inject).
+				sc := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier{"traceparent": traceparent}))
+				if !sc.IsValid() {
+					return usageError("submit: --traceparent %q is not a W3C traceparent like 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", traceparent)
+				}
+				ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
 			}
 			opts.IdempotencyKey = idemKey
 			opts.ShardKey = shardKey
