@@ -192,6 +192,12 @@ type Stats struct {
 	// those it dropped (DropLatest, DropOldest), Requeued those whose
 	// handler crashed and ran again at once (CrashRequeue).
 	Refused, Dropped, Requeued int64
+	// Renewed counts the task lease renewals written (of running tasks,
+	// and of claimed tasks waiting in pending); RenewFailed the renewals
+	// that failed for another reason than a lost lease (a request error:
+	// the worker tries again before the lease runs out). Lost leases are
+	// LeaseLost.
+	Renewed, RenewFailed int64
 }
 
 // fill sets the defaults; src is the worker's source over c.Rand, from

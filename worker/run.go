@@ -53,6 +53,9 @@ type run struct {
 	// target, when set (not -1), is the shard whose member is to find the
 	// task handed back: an idle member's (see drop).
 	target int
+	// ran is how long the handler ran (by the local clock), set when it
+	// returned: the Duration of the outcome's event.
+	ran time.Duration
 	// parent is the span context the run and commit spans are children
 	// of: the submit's, carried by the task, or the claim's (see claim).
 	parent trace.SpanContext
@@ -146,6 +149,12 @@ func (r *run) execute() {
 	if span.IsRecording() {
 		span.SetAttributes(append(taskAttrs(own, w.cfg.ID), tracing.Operation.String("run"), tracing.OperationType.String("process"))...)
 	}
+	began := w.now()
+	// returned takes the handler's outcome and notes how long it ran.
+	returned := func(o outcome) outcome {
+		r.ran = clock.Since(w.local, began)
+		return o
+	}
 	go func() {
 		defer func() {
 			if p := recover(); p != nil {
@@ -180,6 +189,7 @@ func (r *run) execute() {
 			<-done
 			return
 		case o := <-done:
+			o = returned(o)
 			if (crashed || IsCrashed(o.err)) && w.cfg.CrashPolicy == CrashRequeue && context.Cause(hctx) == nil {
 				requeued = r.requeueCrashed(o)
 				if requeued {
@@ -195,7 +205,7 @@ func (r *run) execute() {
 				// The slot stays busy until the handler returns; its
 				// outcome is still offered, and the fence rejects it if the
 				// task moved on.
-				r.commit(<-done, ErrLeaseLost)
+				r.commit(returned(<-done), ErrLeaseLost)
 				return
 			case errors.Is(err, ErrCanceled):
 				cancel(ErrCanceled)
@@ -209,7 +219,7 @@ func (r *run) execute() {
 			// No renewal got through in time: by S3 time another worker may
 			// take the task over soon, so this one stops first.
 			r.lost(cancel)
-			r.commit(<-done, ErrLeaseLost)
+			r.commit(returned(<-done), ErrLeaseLost)
 			return
 		}
 	}
@@ -281,6 +291,12 @@ func (r *run) renew() error {
 		canceled = t.CancelRequested
 		return t.Renew(r.claimID, now)
 	})
+	switch {
+	case err == nil:
+		r.w.stats.renewed.Add(1)
+	case !errors.Is(err, ErrLeaseLost):
+		r.w.stats.renewFailed.Add(1)
+	}
 	if err == nil && canceled {
 		return ErrCanceled
 	}
@@ -462,7 +478,7 @@ func (r *run) commit(o outcome, cause error) {
 		// loss.
 		kind, spanErr = "rejected", fmt.Errorf("outcome rejected: %w", err)
 		w.stats.rejected.Add(1)
-		w.emit(Event{Kind: "outcome_rejected", TaskID: t0.ID, Shard: t0.Shard, Type: t0.Type, Attempt: t0.Attempt, Err: ErrLeaseLost})
+		w.emit(Event{Kind: "outcome_rejected", TaskID: t0.ID, Shard: t0.Shard, Type: t0.Type, Attempt: t0.Attempt, Err: ErrLeaseLost, Duration: r.ran})
 		return
 	}
 	if err != nil {
@@ -493,7 +509,7 @@ func (r *run) commit(o outcome, cause error) {
 	case "released":
 		w.stats.released.Add(1)
 	}
-	w.emit(Event{Kind: Kind(kind), TaskID: t0.ID, Shard: t0.Shard, Type: t0.Type, Attempt: t0.Attempt, Err: o.err, Pool: r.pool.name, Phase: string(r.phase)})
+	w.emit(Event{Kind: Kind(kind), TaskID: t0.ID, Shard: t0.Shard, Type: t0.Type, Attempt: t0.Attempt, Err: o.err, Pool: r.pool.name, Phase: string(r.phase), Duration: r.ran})
 	if t := r.v.Task; deps.NeedsPassOn(t) {
 		w.passOn(t)
 	}
@@ -571,7 +587,7 @@ func (r *run) requeueCrashed(o outcome) bool {
 	}
 	w.stats.failed.Add(1)
 	w.stats.requeued.Add(1)
-	w.emit(Event{Kind: "failed", TaskID: t0.ID, Shard: t0.Shard, Type: t0.Type, Attempt: t0.Attempt, Err: o.err})
+	w.emit(Event{Kind: "failed", TaskID: t0.ID, Shard: t0.Shard, Type: t0.Type, Attempt: t0.Attempt, Err: o.err, Duration: r.ran})
 	w.emit(Event{Kind: "requeued", TaskID: t0.ID, Shard: t0.Shard, Type: t0.Type, Attempt: r.v.Task.Attempt, Phase: string(PhasePending)})
 	next := w.newRun(r.v, claimID, r.handler, w.now())
 	next.pool, next.parent = r.pool, r.parent

@@ -106,7 +106,7 @@ type Worker struct {
 
 	stats struct {
 		claimed, succeeded, failed, dead, snoozed, canceled, leaseLost, rejected, released, corrupt, panics,
-		refused, dropped, requeued atomic.Int64
+		refused, dropped, requeued, renewed, renewFailed atomic.Int64
 	}
 }
 
@@ -176,7 +176,7 @@ func (w *Worker) Stats() Stats {
 	s := &w.stats
 	return Stats{s.claimed.Load(), s.succeeded.Load(), s.failed.Load(), s.dead.Load(), s.snoozed.Load(),
 		s.canceled.Load(), s.leaseLost.Load(), s.rejected.Load(), s.released.Load(), s.corrupt.Load(), s.panics.Load(),
-		s.refused.Load(), s.dropped.Load(), s.requeued.Load()}
+		s.refused.Load(), s.dropped.Load(), s.requeued.Load(), s.renewed.Load(), s.renewFailed.Load()}
 }
 
 // emit publishes e: it stamps the time, source and origin, gives an event
