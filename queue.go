@@ -11,6 +11,9 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/s3queue/s3queue/clock"
 	"github.com/s3queue/s3queue/internal/config"
 	"github.com/s3queue/s3queue/internal/rnd"
@@ -57,6 +60,16 @@ type Config struct {
 	// closes it: close it after the services have stopped, to flush its
 	// subscribers.
 	Events *Bus
+	// TracerProvider makes the spans of the queue's producer and workers
+	// (docs/tracing.md); the TracerProvider of Producer or Worker, if set,
+	// wins for that service. Nil is otel.GetTracerProvider(), a no-op
+	// unless the program installs one.
+	TracerProvider trace.TracerProvider
+	// Propagator carries a submit's trace context in its task to the
+	// workers; the Propagator of Producer or Worker, if set, wins. Nil is
+	// otel.GetTextMapPropagator(), or W3C Trace Context while that
+	// propagates nothing.
+	Propagator propagation.TextMapPropagator
 	// Submit holds the defaults of Submit and SubmitBatch.
 	Submit SubmitDefaults
 	// Producer tunes submission and task management. Its LeaseMargin, when
@@ -246,6 +259,12 @@ func (q *Queue) openProducer(ctx context.Context) error {
 	}
 	if pc.Events == nil {
 		pc.Events = cfg.Events
+	}
+	if pc.TracerProvider == nil {
+		pc.TracerProvider = cfg.TracerProvider
+	}
+	if pc.Propagator == nil {
+		pc.Propagator = cfg.Propagator
 	}
 	p, err := producer.New(ctx, q.store, pc)
 	if err != nil {

@@ -17,12 +17,17 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/s3queue/s3queue/clock"
 	"github.com/s3queue/s3queue/internal/deps"
 	"github.com/s3queue/s3queue/internal/direct"
 	"github.com/s3queue/s3queue/internal/events"
 	"github.com/s3queue/s3queue/internal/rnd"
 	"github.com/s3queue/s3queue/internal/taskio"
+	"github.com/s3queue/s3queue/internal/tracing"
 	"github.com/s3queue/s3queue/s3store"
 	"github.com/s3queue/s3queue/shards"
 	"github.com/s3queue/s3queue/task"
@@ -86,6 +91,15 @@ type Config struct {
 	// it need not be safe for concurrent use. A read that fails panics,
 	// except for a task id's, which Submit returns as an error.
 	Rand io.Reader
+	// TracerProvider makes the producer's spans (s3queue.submit,
+	// s3queue.submit_batch; docs/tracing.md); nil is
+	// otel.GetTracerProvider(), a no-op unless the program installs one.
+	TracerProvider trace.TracerProvider
+	// Propagator writes a submit's trace context into its task, where
+	// the workers read it; nil is otel.GetTextMapPropagator(), or W3C
+	// Trace Context while that propagates nothing. Producers and workers
+	// must agree on it.
+	Propagator propagation.TextMapPropagator
 }
 
 // Producer submits and manages tasks.
@@ -103,6 +117,7 @@ type Producer struct {
 	local    clock.Local
 	cas      s3store.CAS
 	dir      *direct.Directory // direct dispatch's view of the workers; nil in the shared mode
+	trace    tracing.Tracing
 }
 
 // New opens the queue in st (creating its manifest if the queue is new).
@@ -144,7 +159,7 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Producer, error) {
 	}
 	src := rnd.New(cfg.Rand)
 	p := &Producer{st: st, cfg: cfg, clock: c, manifest: m, fleet: shards.NewFleetCache(st, cfg.LeaseMargin, local, src),
-		log: cfg.Logger.WithGroup("producer"), rand: src, local: local}
+		log: cfg.Logger.WithGroup("producer"), rand: src, local: local, trace: tracing.New(cfg.TracerProvider, cfg.Propagator)}
 	p.cas = s3store.CAS{Jitter: src.Float64, Sleep: p.sleep}
 	if m.Direct() {
 		p.dir = &direct.Directory{St: st, Local: local, TTL: cfg.DiscoveryTTL, Margin: cfg.LeaseMargin,
@@ -252,17 +267,45 @@ var ErrUnknownDependency = deps.ErrUnknownParent
 //
 // Requests: one PUT; with an idempotency key one more PUT (see submitOnce
 // for a key already taken).
+//
+// The submit is a span, s3queue.submit, a child of ctx's span, whose trace
+// context the task carries to the workers that run it (docs/tracing.md).
 func (p *Producer) Submit(ctx context.Context, typ string, input any, opts Options) (string, error) {
+	ctx, span := p.trace.Tracer.Start(ctx, tracing.SpanSubmit, trace.WithSpanKind(trace.SpanKindProducer))
+	id, t, err := p.submit(ctx, typ, input, opts)
+	if span.IsRecording() {
+		span.SetAttributes(tracing.System, tracing.Operation.String("submit"), tracing.OperationType.String("send"),
+			tracing.TaskType.String(typ), tracing.Destination.String(typ))
+		if id != "" {
+			span.SetAttributes(tracing.TaskID.String(id), tracing.MessageID.String(id))
+		}
+		if t != nil && id == t.ID {
+			span.SetAttributes(tracing.Shard.Int(t.Shard))
+		}
+		if opts.IdempotencyKey != "" && id != "" {
+			// Answered with the task its key already names (not created
+			// here): its trace is the first submit's.
+			span.SetAttributes(tracing.Repeat.Bool(t == nil || id != t.ID))
+		}
+	}
+	tracing.End(span, err)
+	return id, err
+}
+
+// submit is Submit: it returns the id Submit returns, and the task it drew
+// (nil if it failed before): an idempotency key already taken answers with
+// another id.
+func (p *Producer) submit(ctx context.Context, typ string, input any, opts Options) (string, *task.Task, error) {
 	raw, err := encodeInput(input)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	if err := p.checkTimeout(opts.Timeout); err != nil {
-		return "", err
+		return "", nil, err
 	}
 	now, err := p.clock.Now(ctx)
 	if err != nil {
-		return "", fmt.Errorf("submit: %w", err)
+		return "", nil, fmt.Errorf("submit: %w", err)
 	}
 	at := now.Mid()
 	switch {
@@ -277,7 +320,7 @@ func (p *Producer) Submit(ctx context.Context, typ string, input any, opts Optio
 	// shard scans trust it, so the task must say exactly the same.
 	at = at.Truncate(time.Millisecond)
 	spec := task.Spec{Type: typ, Input: raw, MaxAttempts: opts.MaxAttempts, Retry: opts.Retry, Timeout: opts.Timeout,
-		AvailableAt: at, IdempotencyKey: opts.IdempotencyKey, ShardKey: opts.ShardKey}
+		AvailableAt: at, IdempotencyKey: opts.IdempotencyKey, ShardKey: opts.ShardKey, Trace: p.trace.Inject(ctx)}
 	// New work goes to the shards fleet members poll; a shard key pins its
 	// shard instead, and the task is announced if that shard is inactive.
 	var targets []int
@@ -291,13 +334,13 @@ func (p *Producer) Submit(ctx context.Context, typ string, input any, opts Optio
 	}
 	id, err := p.newID(at, targets, m.Shards)
 	if err != nil {
-		return "", fmt.Errorf("submit: %w", err)
+		return "", nil, fmt.Errorf("submit: %w", err)
 	}
 	shard := task.ShardFor(id, m.Shards)
 	if opts.IdempotencyKey != "" && (len(opts.DependsOn) > 0 || opts.Slot != "") {
 		// The edges and the slot name the task by the id drawn here; a
 		// key already taken names another.
-		return "", fmt.Errorf("submit: %w: an idempotency key cannot be combined with dependencies or a slot", task.ErrInvalid)
+		return "", nil, fmt.Errorf("submit: %w: an idempotency key cannot be combined with dependencies or a slot", task.ErrInvalid)
 	}
 	if len(opts.DependsOn) > 0 {
 		// Checked before any edge is written, then the edges.
@@ -306,10 +349,10 @@ func (p *Producer) Submit(ctx context.Context, typ string, input any, opts Optio
 			spec.Deps = append(spec.Deps, task.Dep{ID: d})
 		}
 		if _, err := task.New(id, shard, spec, now.Mid()); err != nil {
-			return "", fmt.Errorf("submit: %w", err)
+			return "", nil, fmt.Errorf("submit: %w", err)
 		}
 		if spec.Deps, err = p.prepare(ctx, id, shard, opts.DependsOn); err != nil {
-			return "", fmt.Errorf("submit: %w", err)
+			return "", nil, fmt.Errorf("submit: %w", err)
 		}
 	}
 	var adm deps.Admitted
@@ -317,11 +360,11 @@ func (p *Producer) Submit(ctx context.Context, typ string, input any, opts Optio
 	if opts.Slot != "" {
 		a, err := deps.ParseAdmission(opts.Admission)
 		if err != nil {
-			return "", fmt.Errorf("submit: %w", err)
+			return "", nil, fmt.Errorf("submit: %w", err)
 		}
 		spec.Slot = opts.Slot
 		if _, err := task.New(id, shard, spec, now.Mid()); err != nil {
-			return "", fmt.Errorf("submit: %w", err)
+			return "", nil, fmt.Errorf("submit: %w", err)
 		}
 		// The slot first: a task whose slot write failed does not exist.
 		if adm, err = p.deps().Admit(ctx, opts.Slot, deps.Member{ID: id, Shard: shard}, a); err != nil {
@@ -329,31 +372,31 @@ func (p *Producer) Submit(ctx context.Context, typ string, input any, opts Optio
 				p.cfg.Events.Publish(events.Event{Time: p.local.Now(), Source: events.SourceProducer, Kind: events.SlotRefused,
 					TaskID: id, Type: typ, Shard: -1})
 			}
-			return "", fmt.Errorf("submit: %w", err)
+			return "", nil, fmt.Errorf("submit: %w", err)
 		}
 		spec.SlotWait, spec.SlotTurn = adm.Wait, adm.Turn
 		admitted = p.local.Now()
 	}
 	t, err := task.New(id, shard, spec, now.Mid())
 	if err != nil {
-		return "", fmt.Errorf("submit: %w", err)
+		return "", nil, fmt.Errorf("submit: %w", err)
 	}
 	if !admitted.IsZero() && clock.Since(p.local, admitted) >= deps.Grace/2 {
 		// The slot passes over a member whose task has not landed within
 		// Grace of its admission: a task written this late could run
 		// beside the next one. Nothing is written; the place is passed
 		// over.
-		return "", fmt.Errorf("submit: slot %q: the task could not be written within %v of its admission; submit it again", opts.Slot, deps.Grace/2)
+		return "", nil, fmt.Errorf("submit: slot %q: the task could not be written within %v of its admission; submit it again", opts.Slot, deps.Grace/2)
 	}
 	if opts.IdempotencyKey != "" {
 		got, err := p.submitOnce(ctx, t, spec, now.Mid(), m.Shards)
 		if err == nil && got == t.ID && opts.Slot != "" {
 			p.afterAdmit(ctx, t, adm)
 		}
-		return got, err
+		return got, t, err
 	}
 	if _, err := taskio.Create(ctx, p.st, p.local, t); err != nil {
-		return "", fmt.Errorf("submit: %w", err)
+		return "", nil, fmt.Errorf("submit: %w", err)
 	}
 	p.publish(events.Submitted, t)
 	if t.Status == task.Blocked && len(t.Deps) > 0 {
@@ -363,7 +406,7 @@ func (p *Producer) Submit(ctx context.Context, typ string, input any, opts Optio
 		p.afterAdmit(ctx, t, adm)
 	}
 	p.afterCreate(ctx, t)
-	return t.ID, nil
+	return t.ID, t, nil
 }
 
 // prepareRounds bounds how often prepare writes the edges of one submit.
@@ -793,8 +836,29 @@ type Result struct {
 }
 
 // SubmitBatch submits reqs with at most Config.BatchParallelism requests in
-// flight and returns one Result per request, in order.
+// flight and returns one Result per request, in order. The batch is a span,
+// s3queue.submit_batch, the parent of each task's s3queue.submit.
 func (p *Producer) SubmitBatch(ctx context.Context, reqs []Request) []Result {
+	ctx, span := p.trace.Tracer.Start(ctx, tracing.SpanSubmitBatch, trace.WithSpanKind(trace.SpanKindProducer))
+	out := p.submitBatch(ctx, reqs)
+	if span.IsRecording() {
+		failed := 0
+		for _, r := range out {
+			if r.Err != nil {
+				failed++
+			}
+		}
+		span.SetAttributes(tracing.System, tracing.Operation.String("submit"), tracing.OperationType.String("send"),
+			tracing.BatchCount.Int(len(reqs)), tracing.BatchFailed.Int(failed))
+		if failed > 0 {
+			span.SetStatus(codes.Error, fmt.Sprintf("%d of %d submissions failed", failed, len(reqs)))
+		}
+	}
+	span.End()
+	return out
+}
+
+func (p *Producer) submitBatch(ctx context.Context, reqs []Request) []Result {
 	out := make([]Result, len(reqs))
 	sem := make(chan struct{}, p.cfg.BatchParallelism)
 	var wg sync.WaitGroup

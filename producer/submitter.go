@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Policy is what a Submitter does with a new submission when its buffer
@@ -173,6 +175,10 @@ type Submitter struct {
 type entry struct {
 	req Request
 	tag any
+	// parent is the span context of Add's ctx: the submission's
+	// s3queue.submit span is its child, though it runs under the
+	// submitter's own context.
+	parent trace.SpanContext
 }
 
 // waiter is an Add waiting for room. Whoever decides its fate (a goroutine
@@ -234,9 +240,10 @@ func (p *Producer) NewSubmitter(cfg SubmitterConfig) (*Submitter, error) {
 // Add waited for room (Block; also when ctx had ended before the call).
 //
 // ctx bounds only the wait: the submission itself runs under the
-// submitter's own context, which Close ends.
+// submitter's own context, which Close ends. Its span, s3queue.submit, is
+// a child of ctx's, though (docs/tracing.md).
 func (s *Submitter) Add(ctx context.Context, req Request, tag any) error {
-	e := entry{req: req, tag: tag}
+	e := entry{req: req, tag: tag, parent: trace.SpanContextFromContext(ctx)}
 	s.mu.Lock()
 	if err := s.refuse(ctx); err != nil {
 		s.state.Refused++
@@ -367,7 +374,11 @@ func (s *Submitter) submit(e entry) Result {
 	if err := s.ctx.Err(); err != nil {
 		return Result{Err: fmt.Errorf("%w before the submission started: %w", ErrClosed, context.Cause(s.ctx))}
 	}
-	id, err := s.p.Submit(s.ctx, e.req.Type, e.req.Input, e.req.Options)
+	ctx := s.ctx
+	if e.parent.IsValid() {
+		ctx = trace.ContextWithSpanContext(ctx, e.parent)
+	}
+	id, err := s.p.Submit(ctx, e.req.Type, e.req.Input, e.req.Options)
 	return Result{ID: id, Err: err}
 }
 

@@ -210,3 +210,54 @@ func FuzzDecode(f *testing.F) {
 		_ = tk.Clone().Fail("fuzz", "x", false, now, nil)
 	})
 }
+
+func TestTraceContext(t *testing.T) {
+	const parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	t.Run("a task without tracing has no trace field", func(t *testing.T) {
+		b := mustMarshal(t, newTask(t, func(s *Spec) { s.Trace = map[string]string{} }))
+		if bytes.Contains(b, []byte(`"trace"`)) {
+			t.Errorf("encoding has a trace field:\n%s", b)
+		}
+	})
+	t.Run("is kept through transitions, and leaves the format at 1", func(t *testing.T) {
+		in := map[string]string{"traceparent": parent}
+		tk := newTask(t, func(s *Spec) { s.Trace = in })
+		in["traceparent"] = "changed by the caller"
+		must(t, tk.ClaimBy("w1", "c1", t0))
+		must(t, tk.Fail("c1", "boom", false, t0.Add(time.Second), fixedRand(0.5)))
+		b := mustMarshal(t, tk)
+		if !bytes.Contains(b, []byte(`"trace":{"traceparent":"`+parent+`"}`)) || !bytes.Contains(b, []byte(`"format":1`)) {
+			t.Errorf("encoding lacks the trace context or is not format 1:\n%s", b)
+		}
+		got, err := Decode(b)
+		must(t, err)
+		if !reflect.DeepEqual(got, tk) {
+			t.Errorf("decoded task differs:\n got %+v\nwant %+v", got, tk)
+		}
+		c := got.Clone()
+		c.Trace["traceparent"] = "x"
+		if got.Trace["traceparent"] != parent {
+			t.Error("Clone shares the trace context")
+		}
+	})
+	t.Run("an older reader, which knows no trace field, reads the task", func(t *testing.T) {
+		// The field is unknown to a binary from before it: Decode ignores
+		// unknown fields, and the format says nothing new.
+		b := mustMarshal(t, newTask(t, func(s *Spec) { s.Trace = map[string]string{"traceparent": parent} }))
+		b = bytes.Replace(b, []byte(`"trace":`), []byte(`"added_later":`), 1)
+		if _, err := Decode(b); err != nil {
+			t.Errorf("Decode: %v", err)
+		}
+	})
+	t.Run("is bounded", func(t *testing.T) {
+		for name, tr := range map[string]map[string]string{
+			"too large":  {"tracestate": strings.Repeat("a", MaxTraceBytes)},
+			"empty name": {"": "x"},
+			"not UTF-8":  {"traceparent": "\xff"},
+		} {
+			if _, err := New(testID, 3, Spec{Type: "x", Trace: tr}, t0); !errors.Is(err, ErrInvalid) {
+				t.Errorf("%s: New: %v, want ErrInvalid", name, err)
+			}
+		}
+	})
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"time"
 	"unicode/utf8"
 )
@@ -33,6 +34,10 @@ const (
 	// MaxDeps bounds Spec.DependsOn: a task waits on at most this many
 	// parents (each is an entry of its object, and a write when it ends).
 	MaxDeps = 100
+	// MaxTraceBytes bounds Spec.Trace (its keys and values together): a
+	// W3C traceparent is 55 bytes, and a tracestate at most 512 by its
+	// specification.
+	MaxTraceBytes = 1024
 	// MaxSnoozes bounds the snoozes that give their attempt back: from the
 	// next one on, a snooze counts as a failed attempt, so a handler that
 	// always asks to retry later ends up dead instead of looping forever.
@@ -86,12 +91,20 @@ type Task struct {
 	MaxAttempts int         `json:"max_attempts"`
 	Retry       RetryPolicy `json:"retry"`
 	// Timeout is the lease duration of one attempt.
-	Timeout        Duration  `json:"timeout"`
-	IdempotencyKey string    `json:"idempotency_key,omitempty"`
-	ShardKey       string    `json:"shard_key,omitempty"`
-	AvailableAt    time.Time `json:"available_at"`
-	CreatedAt      time.Time `json:"created_at"`
-	UpdatedAt      time.Time `json:"updated_at"`
+	Timeout        Duration `json:"timeout"`
+	IdempotencyKey string   `json:"idempotency_key,omitempty"`
+	ShardKey       string   `json:"shard_key,omitempty"`
+	// Trace is the trace context of the submit that created the task
+	// (W3C traceparent and tracestate, as an OpenTelemetry propagator
+	// writes them), so that the spans of the workers that run it continue
+	// the producer's trace, attempt after attempt (docs/tracing.md). It is
+	// absent when the producer traces nothing, and leaves the format as it
+	// is: it only informs, so a binary that does not know it loses nothing
+	// but the trace when it rewrites the task without it.
+	Trace       map[string]string `json:"trace,omitempty"`
+	AvailableAt time.Time         `json:"available_at"`
+	CreatedAt   time.Time         `json:"created_at"`
+	UpdatedAt   time.Time         `json:"updated_at"`
 	// Claim is set exactly while the task is running.
 	Claim           *Claim          `json:"claim,omitempty"`
 	CancelRequested bool            `json:"cancel_requested,omitempty"`
@@ -162,6 +175,9 @@ type Spec struct {
 	AvailableAt    time.Time
 	IdempotencyKey string
 	ShardKey       string
+	// Trace is the trace context the task carries to its workers (see
+	// Task.Trace), at most MaxTraceBytes of valid UTF-8; empty means none.
+	Trace map[string]string
 	// Deps are the task's dependencies; the Ended of each is what is known
 	// of its parent at submit. A task with one not yet ended is created
 	// blocked; one whose parent already failed is created canceled or dead.
@@ -218,6 +234,9 @@ func New(id string, shard int, spec Spec, now time.Time) (*Task, error) {
 			return nil, fmt.Errorf("new task %s: %w: %s must be valid UTF-8 of at most %d bytes", id, ErrInvalid, k.name, MaxKeyBytes)
 		}
 	}
+	if err := checkTrace(spec.Trace); err != nil {
+		return nil, fmt.Errorf("new task %s: %w", id, err)
+	}
 	if err := checkDeps(id, spec.Deps, spec.OnDepFailure); err != nil {
 		return nil, err
 	}
@@ -244,6 +263,7 @@ func New(id string, shard int, spec Spec, now time.Time) (*Task, error) {
 		Timeout:        Duration(timeout),
 		IdempotencyKey: spec.IdempotencyKey,
 		ShardKey:       spec.ShardKey,
+		Trace:          cloneTrace(spec.Trace),
 		AvailableAt:    avail,
 		CreatedAt:      now,
 		UpdatedAt:      now,
@@ -271,6 +291,30 @@ func New(id string, shard int, spec Spec, now time.Time) (*Task, error) {
 		}
 	}
 	return t, nil
+}
+
+// checkTrace checks a task's trace context at submit.
+func checkTrace(trace map[string]string) error {
+	n := 0
+	for k, v := range trace {
+		if k == "" || !utf8.ValidString(k) || !utf8.ValidString(v) {
+			return fmt.Errorf("%w: trace context entry %q: want a name and valid UTF-8", ErrInvalid, k)
+		}
+		n += len(k) + len(v)
+	}
+	if n > MaxTraceBytes {
+		return fmt.Errorf("%w: trace context is %d bytes, over %d", ErrInvalid, n, MaxTraceBytes)
+	}
+	return nil
+}
+
+// cloneTrace copies a trace context; an empty one is nil, so that a task
+// without tracing encodes as it did before the field existed.
+func cloneTrace(trace map[string]string) map[string]string {
+	if len(trace) == 0 {
+		return nil
+	}
+	return maps.Clone(trace)
 }
 
 // checkDeps checks a task's dependencies at submit.
@@ -346,6 +390,9 @@ func (t *Task) Clone() *Task {
 	}
 	if t.Deps != nil {
 		c.Deps = append([]Dep(nil), t.Deps...)
+	}
+	if t.Trace != nil {
+		c.Trace = maps.Clone(t.Trace)
 	}
 	return &c
 }

@@ -6,8 +6,12 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/s3queue/s3queue/clock"
 	"github.com/s3queue/s3queue/internal/taskio"
+	"github.com/s3queue/s3queue/internal/tracing"
 	"github.com/s3queue/s3queue/s3store"
 	"github.com/s3queue/s3queue/shards"
 	"github.com/s3queue/s3queue/task"
@@ -54,6 +58,9 @@ type attempt struct {
 
 	nv       taskio.Versioned // the claim's write
 	claimErr error
+	// parent is the span context the run's spans descend from (see
+	// claim).
+	parent trace.SpanContext
 
 	// drop: the candidate is a ready pointer that is done with, to be
 	// deleted (deleting is free, and the task object decides, not the
@@ -152,7 +159,7 @@ func (w *Worker) claimBatch(ctx context.Context, s settler, batch []shards.Candi
 		}
 		concurrently(len(claiming), func(i int) {
 			a := claiming[i]
-			a.nv, a.claimErr = taskio.Update(ctx, w.st, w.local, a.v.Task, a.v.ETag)
+			a.nv, a.claimErr = w.claim(ctx, a)
 		})
 	}
 	var drops []*attempt
@@ -236,6 +243,46 @@ func (w *Worker) tryClaim(ctx context.Context, s settler, a *attempt, iv clock.I
 	return true
 }
 
+// claim writes a's claim, a conditional PUT, in a span s3queue.claim: a
+// child of the trace context the task carries from its submit, which is
+// then the parent of the attempt's run and commit spans too; a task that
+// carries none starts a trace here, and the claim's span is their parent.
+func (w *Worker) claim(ctx context.Context, a *attempt) (taskio.Versioned, error) {
+	t := a.v.Task
+	pctx := w.trace.Extract(ctx, t.Trace)
+	sctx, span := w.trace.Tracer.Start(pctx, tracing.SpanClaim, trace.WithSpanKind(trace.SpanKindConsumer))
+	nv, err := taskio.Update(sctx, w.st, w.local, t, a.v.ETag)
+	a.parent = trace.SpanContextFromContext(pctx)
+	if !a.parent.IsValid() {
+		a.parent = span.SpanContext()
+	}
+	if !span.IsRecording() {
+		span.End()
+		return nv, err
+	}
+	span.SetAttributes(append(taskAttrs(t, w.cfg.ID), tracing.Operation.String("claim"), tracing.OperationType.String("receive"))...)
+	switch {
+	case err == nil:
+		span.SetAttributes(tracing.Outcome.String("claimed"))
+	case s3store.LostRace(err):
+		// Another worker (or a producer's cancel) wrote the task first:
+		// an ordinary race, not an error.
+		span.SetAttributes(tracing.Outcome.String("lost_race"))
+		err = nil
+	default:
+		span.SetAttributes(tracing.Outcome.String("error"))
+	}
+	tracing.End(span, err)
+	return nv, err
+}
+
+// taskAttrs are the attributes of t's spans in worker id.
+func taskAttrs(t *task.Task, id string) []attribute.KeyValue {
+	return []attribute.KeyValue{tracing.System, tracing.TaskID.String(t.ID), tracing.MessageID.String(t.ID),
+		tracing.TaskType.String(t.Type), tracing.Destination.String(t.Type), tracing.Shard.Int(t.Shard),
+		tracing.Attempt.Int(t.Attempt), tracing.WorkerID.String(id)}
+}
+
 // refuse leaves a task due for the full pool p in the bucket, for this
 // worker's next poll or any other worker: counted as waiting (Block), or
 // refused (Reject) or dropped (DropLatest) with a hook and an event.
@@ -301,7 +348,7 @@ func (w *Worker) applyClaim(ctx context.Context, s settler, a *attempt, iv clock
 			t := v.Task
 			w.stats.claimed.Add(1)
 			w.emit(Event{Kind: "claimed", TaskID: t.ID, Shard: t.Shard, Type: t.Type, Attempt: t.Attempt, Pool: a.pool.name})
-			w.dispatch(a.pool, a.adm, a.nv, a.claimID, a.h, found)
+			w.dispatch(a.pool, a.adm, a.nv, a.claimID, a.h, found, a.parent)
 			ok, settledAt = true, a.nv.ETag
 		}
 	}

@@ -7,6 +7,9 @@ import (
 	"os"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/s3queue/s3queue/clock"
 	"github.com/s3queue/s3queue/internal/direct"
 	"github.com/s3queue/s3queue/internal/events"
@@ -155,6 +158,15 @@ type Config struct {
 	// simulator); reads are serialised, so it need not be safe for
 	// concurrent use. A read that fails panics.
 	Rand io.Reader
+	// TracerProvider makes the worker's spans (s3queue.claim,
+	// s3queue.run, s3queue.commit; docs/tracing.md), which continue the
+	// trace a task carries from its submit; nil is
+	// otel.GetTracerProvider(), a no-op unless the program installs one.
+	TracerProvider trace.TracerProvider
+	// Propagator reads the trace context a task carries; nil is
+	// otel.GetTextMapPropagator(), or W3C Trace Context while that
+	// propagates nothing. Producers and workers must agree on it.
+	Propagator propagation.TextMapPropagator
 }
 
 // Event is something that happened in the worker: to a task (claimed,
@@ -180,6 +192,12 @@ type Stats struct {
 	// those it dropped (DropLatest, DropOldest), Requeued those whose
 	// handler crashed and ran again at once (CrashRequeue).
 	Refused, Dropped, Requeued int64
+	// Renewed counts the task lease renewals written (of running tasks,
+	// and of claimed tasks waiting in pending); RenewFailed the renewals
+	// that failed for another reason than a lost lease (a request error:
+	// the worker tries again before the lease runs out). Lost leases are
+	// LeaseLost.
+	Renewed, RenewFailed int64
 }
 
 // fill sets the defaults; src is the worker's source over c.Rand, from

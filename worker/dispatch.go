@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/s3queue/s3queue/internal/taskio"
 )
 
@@ -612,9 +614,11 @@ func (w *Worker) roomFreed() {
 }
 
 // dispatch hands the task v, claimed under claimID for handler h, to its
-// pool, into the room admit reserved.
-func (w *Worker) dispatch(p *pool, a admission, v taskio.Versioned, claimID string, h Handler, found time.Time) {
+// pool, into the room admit reserved; parent is the span context of the
+// run's spans (see claim).
+func (w *Worker) dispatch(p *pool, a admission, v taskio.Versioned, claimID string, h Handler, found time.Time, parent trace.SpanContext) {
 	r := w.newRun(v, claimID, h, found)
+	r.parent = parent
 	w.inflight.Add(1)
 	w.running.Store(claimID, r)
 	p.push(r, a)

@@ -643,6 +643,11 @@ func TestPendingLeaseRenewedInTimeForShortTimeouts(t *testing.T) {
 		if st := s.w.Stats(); st.LeaseLost != 0 {
 			t.Errorf("%d leases lost, want none", st.LeaseLost)
 		}
+		// The renewals are counted (s3queue_lease_renewals_total): the
+		// pending task's, and the running one's.
+		if st := s.w.Stats(); st.Renewed < 2 || st.RenewFailed != 0 {
+			t.Errorf("%d renewals counted (%d failed), want at least 2, none failed", st.Renewed, st.RenewFailed)
+		}
 		stop()
 		if err := <-done; err != nil {
 			t.Fatal(err)

@@ -140,10 +140,16 @@ func TestWorkerPublishesEventsAndLogsOutcomes(t *testing.T) {
 				if claimed.Source != events.SourceWorker || claimed.Origin != "w-events" || claimed.Time.IsZero() || claimed.Type != "job" || claimed.Attempt != 1 {
 					t.Errorf("claimed event %+v", claimed)
 				}
-				got.wait(t, events.Succeeded, ok)
+				succeeded := got.wait(t, events.Succeeded, ok)
 				dead := got.wait(t, events.Dead, bad)
 				if dead.Err == nil || !strings.Contains(dead.Err.Error(), "bad input") {
 					t.Errorf("dead event %+v lacks the handler's error", dead)
+				}
+				// An outcome carries how long its handler ran (the
+				// handler-duration histogram of /metrics); a claim does not.
+				if succeeded.Duration <= 0 || dead.Duration <= 0 || claimed.Duration != 0 {
+					t.Errorf("durations: succeeded %v, dead %v, claimed %v; want outcomes > 0, the claim 0",
+						succeeded.Duration, dead.Duration, claimed.Duration)
 				}
 			} else {
 				waitStatus(t, p, ok, task.Succeeded)

@@ -9,10 +9,14 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/s3queue/s3queue/clock"
 	"github.com/s3queue/s3queue/internal/deps"
 	"github.com/s3queue/s3queue/internal/rnd"
 	"github.com/s3queue/s3queue/internal/taskio"
+	"github.com/s3queue/s3queue/internal/tracing"
 	"github.com/s3queue/s3queue/s3store"
 	"github.com/s3queue/s3queue/shards"
 	"github.com/s3queue/s3queue/task"
@@ -49,6 +53,12 @@ type run struct {
 	// target, when set (not -1), is the shard whose member is to find the
 	// task handed back: an idle member's (see drop).
 	target int
+	// ran is how long the handler ran (by the local clock), set when it
+	// returned: the Duration of the outcome's event.
+	ran time.Duration
+	// parent is the span context the run and commit spans are children
+	// of: the submit's, carried by the task, or the claim's (see claim).
+	parent trace.SpanContext
 }
 
 // announceShard is the shard of the pointer that announces the task back
@@ -133,6 +143,18 @@ func (r *run) execute() {
 	done := make(chan outcome, 1)
 	crashed := false
 	own := r.v.Task.Clone()
+	// The handler's context carries the run's span: the spans its code
+	// starts are the span's children.
+	hctx, span := w.trace.Tracer.Start(r.spanParent(hctx), tracing.SpanRun, trace.WithSpanKind(trace.SpanKindConsumer))
+	if span.IsRecording() {
+		span.SetAttributes(append(taskAttrs(own, w.cfg.ID), tracing.Operation.String("run"), tracing.OperationType.String("process"))...)
+	}
+	began := w.now()
+	// returned takes the handler's outcome and notes how long it ran.
+	returned := func(o outcome) outcome {
+		r.ran = clock.Since(w.local, began)
+		return o
+	}
 	go func() {
 		defer func() {
 			if p := recover(); p != nil {
@@ -142,10 +164,13 @@ func (r *run) execute() {
 				// error differ from run to run, and a stack is kilobytes.
 				w.log.Error("handler panicked", "task_id", r.v.Task.ID, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 				crashed = true
-				done <- outcome{err: fmt.Errorf("handler panicked: %v", p)}
+				err := fmt.Errorf("handler panicked: %v", p)
+				endRun(span, err)
+				done <- outcome{err: err}
 			}
 		}()
 		res, err := r.handler(hctx, own)
+		endRun(span, err)
 		done <- outcome{res, err}
 	}()
 
@@ -164,6 +189,7 @@ func (r *run) execute() {
 			<-done
 			return
 		case o := <-done:
+			o = returned(o)
 			if (crashed || IsCrashed(o.err)) && w.cfg.CrashPolicy == CrashRequeue && context.Cause(hctx) == nil {
 				requeued = r.requeueCrashed(o)
 				if requeued {
@@ -179,7 +205,7 @@ func (r *run) execute() {
 				// The slot stays busy until the handler returns; its
 				// outcome is still offered, and the fence rejects it if the
 				// task moved on.
-				r.commit(<-done, ErrLeaseLost)
+				r.commit(returned(<-done), ErrLeaseLost)
 				return
 			case errors.Is(err, ErrCanceled):
 				cancel(ErrCanceled)
@@ -193,10 +219,29 @@ func (r *run) execute() {
 			// No renewal got through in time: by S3 time another worker may
 			// take the task over soon, so this one stops first.
 			r.lost(cancel)
-			r.commit(<-done, ErrLeaseLost)
+			r.commit(returned(<-done), ErrLeaseLost)
 			return
 		}
 	}
+}
+
+// spanParent returns ctx with the span context of the run's spans, if any.
+func (r *run) spanParent(ctx context.Context) context.Context {
+	if !r.parent.IsValid() {
+		return ctx
+	}
+	return trace.ContextWithSpanContext(ctx, r.parent)
+}
+
+// endRun ends a run's span with the handler's error: a snooze is not one.
+func endRun(span trace.Span, err error) {
+	var ra retryAfterError
+	if errors.As(err, &ra) {
+		span.SetAttributes(tracing.Outcome.String("snoozed"))
+		span.AddEvent("retry after", trace.WithAttributes(attribute.String("s3queue.retry_after", ra.delay.String())))
+		err = nil
+	}
+	tracing.End(span, err)
 }
 
 // untilLeaseLost is how long, by the local monotonic clock, the lease is
@@ -246,6 +291,12 @@ func (r *run) renew() error {
 		canceled = t.CancelRequested
 		return t.Renew(r.claimID, now)
 	})
+	switch {
+	case err == nil:
+		r.w.stats.renewed.Add(1)
+	case !errors.Is(err, ErrLeaseLost):
+		r.w.stats.renewFailed.Add(1)
+	}
 	if err == nil && canceled {
 		return ErrCanceled
 	}
@@ -337,6 +388,15 @@ func (r *run) commit(o outcome, cause error) {
 	ctx, cancel := context.WithTimeout(w.stopped, time.Minute)
 	defer cancel()
 	var kind string
+	ctx, span := w.trace.Tracer.Start(r.spanParent(ctx), tracing.SpanCommit, trace.WithSpanKind(trace.SpanKindConsumer))
+	var spanErr error
+	defer func() {
+		if span.IsRecording() {
+			span.SetAttributes(append(taskAttrs(t0, w.cfg.ID), tracing.Operation.String("commit"), tracing.OperationType.String("settle"),
+				tracing.Outcome.String(kind), tracing.Status.String(string(r.v.Task.Status)))...)
+		}
+		tracing.End(span, spanErr)
+	}()
 	var announced time.Time // local time of the write-ahead pointer, if any
 	decide := func(t *task.Task, now time.Time) error {
 		switch {
@@ -410,9 +470,15 @@ func (r *run) commit(o outcome, cause error) {
 		announced = w.now()
 		return nil
 	})
+	if err != nil {
+		kind, spanErr = "error", err
+	}
 	if errors.Is(err, ErrLeaseLost) {
+		// The fence refused the outcome: the task moved on after a lease
+		// loss.
+		kind, spanErr = "rejected", fmt.Errorf("outcome rejected: %w", err)
 		w.stats.rejected.Add(1)
-		w.emit(Event{Kind: "outcome_rejected", TaskID: t0.ID, Shard: t0.Shard, Type: t0.Type, Attempt: t0.Attempt, Err: ErrLeaseLost})
+		w.emit(Event{Kind: "outcome_rejected", TaskID: t0.ID, Shard: t0.Shard, Type: t0.Type, Attempt: t0.Attempt, Err: ErrLeaseLost, Duration: r.ran})
 		return
 	}
 	if err != nil {
@@ -443,7 +509,7 @@ func (r *run) commit(o outcome, cause error) {
 	case "released":
 		w.stats.released.Add(1)
 	}
-	w.emit(Event{Kind: Kind(kind), TaskID: t0.ID, Shard: t0.Shard, Type: t0.Type, Attempt: t0.Attempt, Err: o.err, Pool: r.pool.name, Phase: string(r.phase)})
+	w.emit(Event{Kind: Kind(kind), TaskID: t0.ID, Shard: t0.Shard, Type: t0.Type, Attempt: t0.Attempt, Err: o.err, Pool: r.pool.name, Phase: string(r.phase), Duration: r.ran})
 	if t := r.v.Task; deps.NeedsPassOn(t) {
 		w.passOn(t)
 	}
@@ -491,6 +557,8 @@ func (r *run) requeueCrashed(o outcome) bool {
 	defer cancel()
 	claimID := nextClaimID(r.claimID, r.v.Task.Attempt+1)
 	t0 := r.v.Task
+	// The write commits the crashed attempt (and claims the next).
+	ctx, span := w.trace.Tracer.Start(r.spanParent(ctx), tracing.SpanCommit, trace.WithSpanKind(trace.SpanKindConsumer))
 	err := r.update(ctx, func(t *task.Task, now time.Time) error {
 		if err := t.Fail(r.claimID, o.err.Error(), false, now, nil); err != nil {
 			return err
@@ -501,6 +569,16 @@ func (r *run) requeueCrashed(o outcome) bool {
 		t.AvailableAt = now
 		return t.ClaimBy(w.cfg.ID, claimID, now)
 	})
+	if span.IsRecording() {
+		outcome := "requeued"
+		if err != nil {
+			// commit records the outcome, in a span of its own.
+			outcome = "not_requeued"
+		}
+		span.SetAttributes(append(taskAttrs(t0, w.cfg.ID), tracing.Operation.String("commit"), tracing.OperationType.String("settle"),
+			tracing.Outcome.String(outcome), tracing.Status.String(string(r.v.Task.Status)))...)
+	}
+	span.End()
 	if err != nil {
 		if !errors.Is(err, errNotRequeued) && !errors.Is(err, ErrLeaseLost) {
 			w.log.Warn("requeue a crashed handler's task", "task_id", t0.ID, "err", err)
@@ -509,10 +587,10 @@ func (r *run) requeueCrashed(o outcome) bool {
 	}
 	w.stats.failed.Add(1)
 	w.stats.requeued.Add(1)
-	w.emit(Event{Kind: "failed", TaskID: t0.ID, Shard: t0.Shard, Type: t0.Type, Attempt: t0.Attempt, Err: o.err})
+	w.emit(Event{Kind: "failed", TaskID: t0.ID, Shard: t0.Shard, Type: t0.Type, Attempt: t0.Attempt, Err: o.err, Duration: r.ran})
 	w.emit(Event{Kind: "requeued", TaskID: t0.ID, Shard: t0.Shard, Type: t0.Type, Attempt: r.v.Task.Attempt, Phase: string(PhasePending)})
 	next := w.newRun(r.v, claimID, r.handler, w.now())
-	next.pool = r.pool
+	next.pool, next.parent = r.pool, r.parent
 	w.running.Store(claimID, next)
 	// The run's inflight count passes to next.
 	if !r.pool.requeue(next) {

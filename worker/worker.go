@@ -32,6 +32,7 @@ import (
 	"github.com/s3queue/s3queue/internal/deps"
 	"github.com/s3queue/s3queue/internal/events"
 	"github.com/s3queue/s3queue/internal/rnd"
+	"github.com/s3queue/s3queue/internal/tracing"
 	"github.com/s3queue/s3queue/s3store"
 	"github.com/s3queue/s3queue/shards"
 	"github.com/s3queue/s3queue/task"
@@ -42,6 +43,8 @@ import (
 // Permanent(err) dead-letters the task, RetryAfter(d, err) runs it again
 // later without using an attempt. ctx is canceled when the lease is lost,
 // the task is canceled, or the worker shuts down (context.Cause says which).
+// It carries the attempt's span, s3queue.run, in the trace of the task's
+// submit: spans started from it are its children (docs/tracing.md).
 type Handler func(ctx context.Context, t *task.Task) (json.RawMessage, error)
 
 // Worker runs handlers for claimed tasks. Its Run ends like a shutdown, at
@@ -98,10 +101,12 @@ type Worker struct {
 
 	// logEvent logs the worker's events (events.Log over log).
 	logEvent func(Event)
+	// trace makes the spans of claims, runs and commits.
+	trace tracing.Tracing
 
 	stats struct {
 		claimed, succeeded, failed, dead, snoozed, canceled, leaseLost, rejected, released, corrupt, panics,
-		refused, dropped, requeued atomic.Int64
+		refused, dropped, requeued, renewed, renewFailed atomic.Int64
 	}
 }
 
@@ -135,6 +140,7 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Worker, error) {
 		unhandled:  make(map[string]string),
 		blocked:    make(map[*pool]int),
 		freed:      make(chan struct{}, 1),
+		trace:      tracing.New(cfg.TracerProvider, cfg.Propagator),
 	}
 	w.newPools()
 	w.pointerShard.Store(-1)
@@ -170,7 +176,7 @@ func (w *Worker) Stats() Stats {
 	s := &w.stats
 	return Stats{s.claimed.Load(), s.succeeded.Load(), s.failed.Load(), s.dead.Load(), s.snoozed.Load(),
 		s.canceled.Load(), s.leaseLost.Load(), s.rejected.Load(), s.released.Load(), s.corrupt.Load(), s.panics.Load(),
-		s.refused.Load(), s.dropped.Load(), s.requeued.Load()}
+		s.refused.Load(), s.dropped.Load(), s.requeued.Load(), s.renewed.Load(), s.renewFailed.Load()}
 }
 
 // emit publishes e: it stamps the time, source and origin, gives an event

@@ -357,6 +357,10 @@ func (a *app) purge(ctx context.Context, f filter, hold time.Duration, dry bool)
 var purgeCommand = &command{
 	name: "purge", nargs: 0, json: true,
 	summary: "delete finished tasks, as the monitor's retention would",
+	examples: []string{
+		"s3queue purge --older-than 168h --dry-run",
+		"s3queue purge --status succeeded --type thumbnail --older-than 24h",
+	},
 	details: "Deletes the finished tasks the filters select (--status, default succeeded,dead,canceled;\n" +
 		"--type) that finished at least --older-than ago (S3 time), with their idempotency records, as\n" +
 		"the monitor's retention does: the task is re-read and the decision made on what it says, and a\n" +
@@ -367,10 +371,7 @@ var purgeCommand = &command{
 		"and one DELETE (plus a PUT where conditional DELETE is not honoured, and a GET, PUT and DELETE\n" +
 		"of its idempotency record if it has one); --type or a --status of some finished statuses only\n" +
 		"adds one GET per finished task. It prints the counts (--json: {action, dry_run, matched, done,\n" +
-		"cancel_requested, skipped, failed, ids}); --dry-run prints the tasks instead and deletes nothing.\n\n" +
-		"Examples:\n" +
-		"  s3queue purge --older-than 168h --dry-run\n" +
-		"  s3queue purge --status succeeded --type thumbnail --older-than 24h",
+		"cancel_requested, skipped, failed, ids}); --dry-run prints the tasks instead and deletes nothing.",
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		bf := defineBulkFlags(fs, "delete the finished tasks with these `statuses` (comma-separated: succeeded, dead, canceled; default all three)",
 			"only tasks that finished at least this `duration` ago (S3 time; default 0: all finished tasks)", false)

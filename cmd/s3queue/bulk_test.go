@@ -141,8 +141,9 @@ func TestStatsCountsByType(t *testing.T) {
 	if err := json.Unmarshal([]byte(must(t, "stats", "--store", store, "--json")), &qs); err != nil {
 		t.Fatal(err)
 	}
-	if qs.ByType["a"][task.Pending] != 2 || qs.ByType["b"][task.Pending] != 1 || qs.ByType["b"][task.Canceled] != 1 || len(qs.ByType["a"]) != 6 {
-		t.Errorf("by_type = %v", qs.ByType)
+	if len(qs.ByType) != 2 || qs.ByType[0].Type != "a" || qs.ByType[0].Total != 2 || qs.ByType[0].ByStatus[task.Pending] != 2 || len(qs.ByType[0].ByStatus) != 6 ||
+		qs.ByType[1].Type != "b" || qs.ByType[1].ByStatus[task.Pending] != 1 || qs.ByType[1].ByStatus[task.Canceled] != 1 || qs.ByType[1].Total != 2 {
+		t.Errorf("by_type = %+v", qs.ByType)
 	}
 	text := must(t, "stats", "--store", store)
 	if !regexp.MustCompile(`by type:\n\s+TYPE\s+PENDING.*\n\s+a\s+2\s+0\s+0\s+0\s+0\s+0\s+2\s*\n\s+b\s+1\s+0\s+0\s+0\s+0\s+1\s+2`).MatchString(text) {

@@ -100,6 +100,31 @@ func TestSubmitOptions(t *testing.T) {
 	}
 }
 
+// --traceparent hands a script's trace context to the task: the workers'
+// spans continue that trace (docs/tracing.md).
+func TestSubmitTraceparent(t *testing.T) {
+	store, _ := newStore(t)
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	id := strings.TrimSpace(must(t, "submit", "--store", store, "--type", "x", "--traceparent", tp))
+	if got := getTask(t, store, id).Trace; got["traceparent"] != tp {
+		t.Errorf("task's trace context %v, want traceparent %s", got, tp)
+	}
+	r := cli(t, `{"type": "x"}`+"\n", "submit", "--store", store, "--batch", "-", "--traceparent", tp)
+	if r.code != 0 {
+		t.Fatalf("batch: exit %d: %s", r.code, r.stderr)
+	}
+	line := strings.Fields(r.stdout)
+	if len(line) != 2 || getTask(t, store, line[1]).Trace["traceparent"] != tp {
+		t.Errorf("batch line %q: its task lacks the traceparent", r.stdout)
+	}
+	if id := strings.TrimSpace(must(t, "submit", "--store", store, "--type", "x")); getTask(t, store, id).Trace != nil {
+		t.Errorf("a submit without --traceparent carries a trace context")
+	}
+	if r := cli(t, "", "submit", "--store", store, "--type", "x", "--traceparent", "00-zz"); r.code != exitUsage || !strings.Contains(r.stderr, "traceparent") {
+		t.Errorf("a malformed --traceparent: exit %d: %s", r.code, r.stderr)
+	}
+}
+
 func TestSubmitDefaultsFromConfig(t *testing.T) {
 	store, _ := newStore(t)
 	cfg := writeConfig(t, "[submit]\nmax_attempts = 7\ntimeout = \"45s\"\nretry_initial = \"3s\"\nretry_max = \"1m\"\nretry_multiplier = 3\nretry_jitter = 0.0\n")
@@ -410,7 +435,7 @@ func TestDoctor(t *testing.T) {
 	if err := json.Unmarshal([]byte(must(t, "doctor", "--store", store, "--json")), &d); err != nil {
 		t.Fatal(err)
 	}
-	if !d.Supported || !d.Report.CreateIfAbsent || d.Queue == nil || d.Queue.Shards != 16 {
+	if !d.Supported || !d.Checks.CreateIfAbsent || d.Queue == nil || d.Queue.Shards != 16 {
 		t.Errorf("doctor --json = %+v", d)
 	}
 }

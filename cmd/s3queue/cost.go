@@ -14,6 +14,10 @@ import (
 var costCommand = &command{
 	name: "cost", nargs: 0, noStore: true, json: true,
 	summary: "estimate the monthly S3 request bill of a workload from measured request rates",
+	examples: []string{
+		"s3queue cost --tasks-per-day 100000 --workers 50",
+		"s3queue cost --profile economy --tasks-per-day 2000000 --workers 20 --json",
+	},
 	details: "Prices a 30-day month at S3 Standard list prices (PUT/COPY/POST/LIST $0.005 per 1,000,\n" +
 		"GET/HEAD $0.0004 per 1,000, DELETE free) from three rates: requests per task, per worker-hour\n" +
 		"(what every worker costs whatever the load) and per fleet-hour (what the fleet costs whatever\n" +
@@ -55,19 +59,33 @@ type costJSON struct {
 	TasksPerDay   float64            `json:"tasks_per_day"`
 	Workers       int                `json:"workers"`
 	Prices        cost.Prices        `json:"prices_per_1000"`
-	PerTask       cost.Requests      `json:"per_task"`
-	PerWorkerHour cost.Requests      `json:"per_worker_hour"`
-	PerFleetHour  cost.Requests      `json:"per_fleet_hour"`
+	PerTask       costRequests       `json:"per_task"`
+	PerWorkerHour costRequests       `json:"per_worker_hour"`
+	PerFleetHour  costRequests       `json:"per_fleet_hour"`
 	Sources       []costJSONLine     `json:"sources"`
-	ByType        map[string]float64 `json:"dollars_by_type"`
-	Requests      cost.Requests      `json:"requests_per_month"`
+	ByType        map[string]float64 `json:"dollars_by_type"` // by request type, in lower case
+	Requests      costRequests       `json:"requests_per_month"`
 	Total         float64            `json:"dollars_per_month"`
 }
 
 type costJSONLine struct {
-	Source   string        `json:"source"`
-	Requests cost.Requests `json:"requests_per_month"`
-	Dollars  float64       `json:"dollars_per_month"`
+	Source   string       `json:"source"`
+	Requests costRequests `json:"requests_per_month"`
+	Dollars  float64      `json:"dollars_per_month"`
+}
+
+// costRequests is a cost.Requests with the snake_case keys of every
+// --json output ("put", not "PUT").
+type costRequests struct {
+	Put    float64 `json:"put"`
+	Get    float64 `json:"get"`
+	Head   float64 `json:"head"`
+	List   float64 `json:"list"`
+	Delete float64 `json:"delete"`
+}
+
+func requestsJSON(r cost.Requests) costRequests {
+	return costRequests{Put: r.PUT, Get: r.GET, Head: r.HEAD, List: r.LIST, Delete: r.DELETE}
 }
 
 func (a *app) cost(o costOptions) error {
@@ -108,13 +126,13 @@ func (a *app) cost(o costOptions) error {
 	bill := cost.Monthly(cost.Workload{TasksPerDay: o.tasksPerDay, Workers: o.workers, Rates: rates, Prices: o.prices})
 	if a.jsonOut {
 		out := costJSON{Profile: p.Name, TasksPerDay: o.tasksPerDay, Workers: o.workers, Prices: bill.Prices,
-			PerTask: rates.PerTask, PerWorkerHour: rates.PerWorkerHour, PerFleetHour: rates.PerFleetHour,
-			ByType: map[string]float64{}, Requests: bill.Requests, Total: bill.Total}
+			PerTask: requestsJSON(rates.PerTask), PerWorkerHour: requestsJSON(rates.PerWorkerHour), PerFleetHour: requestsJSON(rates.PerFleetHour),
+			ByType: map[string]float64{}, Requests: requestsJSON(bill.Requests), Total: bill.Total}
 		for _, l := range bill.Lines {
-			out.Sources = append(out.Sources, costJSONLine{Source: string(l.Source), Requests: l.Requests, Dollars: l.Dollars})
+			out.Sources = append(out.Sources, costJSONLine{Source: string(l.Source), Requests: requestsJSON(l.Requests), Dollars: l.Dollars})
 		}
 		for _, op := range s3store.Ops() {
-			out.ByType[op.String()] = bill.Op(op)
+			out.ByType[strings.ToLower(op.String())] = bill.Op(op)
 		}
 		return writeJSON(a.stdout, out)
 	}

@@ -30,11 +30,11 @@ func TestCostJSON(t *testing.T) {
 		"--idle-per-worker-hour", "GET=144", "--idle-per-fleet-hour", "PUT=360", "--put-price", "0.005", "--get-price", "0.0004")
 	var got struct {
 		Workers       int                `json:"workers"`
-		PerTask       cost.Requests      `json:"per_task"`
+		PerTask       costRequests       `json:"per_task"`
 		Total         float64            `json:"dollars_per_month"`
 		ByType        map[string]float64 `json:"dollars_by_type"`
 		Sources       []costJSONLine     `json:"sources"`
-		PerWorkerHour cost.Requests      `json:"per_worker_hour"`
+		PerWorkerHour costRequests       `json:"per_worker_hour"`
 	}
 	if err := json.Unmarshal([]byte(out), &got); err != nil {
 		t.Fatalf("not JSON: %v\n%s", err, out)
@@ -42,10 +42,10 @@ func TestCostJSON(t *testing.T) {
 	// tasks: 30M x (3.1 x 0.005 + 1 x 0.0004)/1000 = 477; workers: 200 x 144
 	// x 720 x 0.0004/1000 = 8.2944; fleet: 360 x 720 x 0.005/1000 = 1.296.
 	want := 477 + 8.2944 + 1.296
-	if math.Abs(got.Total-want) > 1e-6 || got.Workers != 200 || got.PerTask.LIST != 0.1 || got.PerWorkerHour.GET != 144 {
+	if math.Abs(got.Total-want) > 1e-6 || got.Workers != 200 || got.PerTask.List != 0.1 || got.PerWorkerHour.Get != 144 {
 		t.Fatalf("got %+v, want total %v", got, want)
 	}
-	if len(got.Sources) != 3 || math.Abs(got.ByType["LIST"]-30e6*0.1*0.005/1000) > 1e-6 {
+	if len(got.Sources) != 3 || math.Abs(got.ByType["list"]-30e6*0.1*0.005/1000) > 1e-6 {
 		t.Fatalf("breakdown: %+v", got)
 	}
 }

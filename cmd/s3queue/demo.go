@@ -70,6 +70,10 @@ var demoCommand = &command{
 	name: "demo", nargs: 0,
 	ownStore: "run the demo on the store at `URL` instead of a directory; it must hold no queue yet",
 	summary:  "run a whole queue in one process: producer, workers, monitor, and a worker killed mid-task",
+	examples: []string{
+		"s3queue demo",
+		"s3queue demo --tasks 1000 --workers 8",
+	},
 	details: "Submits --tasks tasks to a fresh file:// store (a temporary directory, or --dir) and runs\n" +
 		"--workers workers and a monitor against it. Some tasks fail once and are retried, one task\n" +
 		"always fails and ends dead, and 7 more form a dependency graph (a build pipeline whose steps\n" +

@@ -17,6 +17,10 @@ import (
 var doctorCommand = &command{
 	name: "doctor", nargs: 0, json: true,
 	summary: "check that the store honours conditional writes; show server time and the queue's layout",
+	examples: []string{
+		`s3queue doctor --store "s3://my-bucket/queue?endpoint=http://127.0.0.1:9000&path_style=true"`,
+		"s3queue doctor --json | jq .checks",
+	},
 	details: "Writes and deletes a few scratch objects under doctor/ (about ten requests). Exit 4 if the\n" +
 		"provider does not honour a conditional PUT s3queue relies on: it cannot claim tasks safely\n" +
 		"there. The command that creates a queue (submit, worker, monitor) runs the same check and\n" +
@@ -31,7 +35,7 @@ var doctorCommand = &command{
 			if err != nil {
 				return err
 			}
-			d := doctorReport{Store: url, Report: rep, Skew: rep.Skew.String()}
+			d := doctorReport{Store: url, Report: rep, Checks: checksOf(rep), Skew: rep.Skew.String()}
 			if err := rep.Supported(); err != nil {
 				d.Problem = err.Error()
 			} else {
@@ -64,14 +68,39 @@ var doctorCommand = &command{
 	},
 }
 
+// doctorReport is what doctor found; its JSON is doctor --json's.
 type doctorReport struct {
 	Store      string                 `json:"store"`
 	Supported  bool                   `json:"supported"`
 	Problem    string                 `json:"problem,omitempty"`
-	Report     s3store.ProviderReport `json:"checks"`
+	Report     s3store.ProviderReport `json:"-"`
+	Checks     doctorChecks           `json:"checks"`
 	Skew       string                 `json:"skew"`
 	Queue      *s3queue.Manifest      `json:"queue,omitempty"`
 	QueueError string                 `json:"queue_error,omitempty"`
+}
+
+// doctorChecks is the provider report in doctor --json, with the
+// snake_case keys of every --json output (s3store.ProviderReport has no
+// JSON form of its own).
+type doctorChecks struct {
+	CreateIfAbsent    bool      `json:"create_if_absent"`
+	StaleIfMatch      bool      `json:"stale_if_match"`
+	IfMatchMissingKey bool      `json:"if_match_missing_key"`
+	IfMatchMissing    string    `json:"if_match_missing"`
+	ConditionalDelete string    `json:"conditional_delete"`
+	ServerTime        time.Time `json:"server_time"`
+	SkewSeconds       float64   `json:"skew_seconds"`
+	Requests          int       `json:"requests"`
+}
+
+func checksOf(r s3store.ProviderReport) doctorChecks {
+	return doctorChecks{
+		CreateIfAbsent: r.CreateIfAbsent, StaleIfMatch: r.StaleIfMatch,
+		IfMatchMissingKey: r.IfMatchMissingKey, IfMatchMissing: r.IfMatchMissing,
+		ConditionalDelete: r.ConditionalDelete, ServerTime: r.ServerTime,
+		SkewSeconds: r.Skew.Seconds(), Requests: r.Requests,
+	}
 }
 
 func printDoctor(w io.Writer, d doctorReport) {

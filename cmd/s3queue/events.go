@@ -23,8 +23,19 @@ func eventsFlag(fs *flag.FlagSet) *string {
 // when path is ""), and the function that flushes and closes it, which
 // may be called more than once and returns the file's close error.
 func (a *app) openEvents(path string) (*s3queue.Bus, func() error, error) {
+	return a.openBus(path, false)
+}
+
+// openBus is openEvents, but with always it returns a bus even when path
+// is "" (for the subscribers of --http).
+func (a *app) openBus(path string, always bool) (*s3queue.Bus, func() error, error) {
 	if path == "" {
-		return nil, func() error { return nil }, nil
+		if !always {
+			return nil, func() error { return nil }, nil
+		}
+		bus := s3queue.NewBus(s3queue.WithBusLogger(a.log))
+		var once sync.Once
+		return bus, func() error { once.Do(bus.Close); return nil }, nil
 	}
 	var w io.Writer = a.stdout
 	var f *os.File

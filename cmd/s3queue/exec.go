@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+
 	"github.com/s3queue/s3queue/internal/config"
 	"github.com/s3queue/s3queue/task"
 	"github.com/s3queue/s3queue/worker"
@@ -57,6 +59,16 @@ func (h execHandler) handle(ctx context.Context, t *task.Task) (json.RawMessage,
 		config.EnvAttempt+"="+strconv.Itoa(t.Attempt),
 		config.EnvTaskType+"="+t.Type,
 	)
+	// The attempt's trace context, in OpenTelemetry's environment
+	// carrier: a command that traces continues the task's trace
+	// (docs/tracing.md).
+	carrier := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(ctx, carrier)
+	for _, k := range []string{"traceparent", "tracestate"} {
+		if v := carrier[k]; v != "" {
+			cmd.Env = append(cmd.Env, strings.ToUpper(k)+"="+v)
+		}
+	}
 	// A process group of its own, so that stopping the command stops
 	// everything it started.
 	setProcessGroup(cmd)

@@ -21,6 +21,9 @@ var version = ""
 var versionCommand = &command{
 	name: "version", nargs: 0, noStore: true,
 	summary: "print the version",
+	examples: []string{
+		"s3queue version",
+	},
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		return func(context.Context, []string) error {
 			v := version
@@ -39,6 +42,10 @@ var versionCommand = &command{
 var helpCommand = &command{
 	name: "help", args: "[COMMAND]", nargs: -1, noStore: true,
 	summary: "show help for all commands or one",
+	examples: []string{
+		"s3queue help",
+		"s3queue help submit",
+	},
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		return func(_ context.Context, args []string) error {
 			switch len(args) {
@@ -48,7 +55,7 @@ var helpCommand = &command{
 			case 1:
 				c := lookup(args[0])
 				if c == nil {
-					return usageError("help: unknown command %q", args[0])
+					return fmt.Errorf("help: %w", unknownCommand(args[0]))
 				}
 				a.commandHelp(a.stdout, c)
 				return nil
@@ -87,10 +94,12 @@ func (a *app) usage(w io.Writer) {
 	}
 	tw.Flush()
 	fmt.Fprintf(w, `
-Every command except help, version, cost and tail takes --store URL, and those
-but demo take --config FILE (default ./queue.toml if it exists); get, history, wait,
-submit --wait, tail, cancel, requeue, purge, list, stats and doctor take --json.
-Flags may follow the command name and its arguments. Store URLs:
+Every command except help, version, cost, completion and tail takes --store URL
+and --log-level LEVEL (which may also come before the command's name), and those
+but demo take --config FILE (default ./queue.toml if it exists); get, history,
+wait, submit --wait, tail, cancel, requeue, purge, list, stats, doctor and cost
+take --json. Flags beat the environment, which beats queue.toml. Flags may follow
+the command name and its arguments. Store URLs:
   s3://BUCKET/PREFIX?endpoint=http://127.0.0.1:9000&region=us-east-1&path_style=true
   file:///absolute/directory
   mem://NAME (in this process only: demo --store and tests; other commands refuse it)
@@ -99,7 +108,8 @@ Flags may follow the command name and its arguments. Store URLs:
 	fmt.Fprint(w, envHelp)
 	fmt.Fprintln(w)
 	fmt.Fprint(w, exitCodesHelp)
-	fmt.Fprintf(w, "\nRun 's3queue help COMMAND' for a command's flags; see docs/cli.md.\n")
+	fmt.Fprintf(w, "\nRun 's3queue help COMMAND' for a command's flags and examples, and\n")
+	fmt.Fprintf(w, "'s3queue completion bash|zsh|fish' for tab completion; see docs/cli.md.\n")
 }
 
 func (a *app) commandHelp(w io.Writer, c *command) {
@@ -121,6 +131,12 @@ func (a *app) commandHelp(w io.Writer, c *command) {
 		fmt.Fprintf(w, "\nFlags:\n")
 		fs.SetOutput(w)
 		fs.PrintDefaults()
+	}
+	if len(c.examples) > 0 {
+		fmt.Fprintf(w, "\nExamples:\n")
+		for _, e := range c.examples {
+			fmt.Fprintf(w, "  %s\n", e)
+		}
 	}
 	fmt.Fprintf(w, "\n%s", exitCodesHelp)
 }

@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -88,6 +89,9 @@ type app struct {
 	storeFlag  string
 	configFlag string
 	jsonOut    bool
+	// overrides are the configuration keys set by flags (--log-level,
+	// worker --concurrency): they win over the environment and the file.
+	overrides []config.Override
 
 	cfg config.Config
 	log *slog.Logger
@@ -101,8 +105,11 @@ type command struct {
 	nargs   int    // exact number of positional arguments
 	summary string
 	details string
-	json    bool // read command: takes --json
-	noStore bool // takes neither --store nor --config
+	// examples are 1–3 command lines shown by --help, each starting with
+	// "s3queue" (a test holds every command to it and parses each one).
+	examples []string
+	json     bool // read command: takes --json
+	noStore  bool // takes neither --store, --config nor --log-level
 	// ownStore: takes --store with this usage text, but no --config, and
 	// ignores S3QUEUE_STORE and queue.toml (the demo never touches a real
 	// queue by accident).
@@ -116,8 +123,34 @@ func init() {
 	commands = []*command{
 		workerCommand, monitorCommand, submitCommand, getCommand, historyCommand,
 		waitCommand, tailCommand, cancelCommand, requeueCommand, purgeCommand, listCommand, statsCommand, doctorCommand, reshardCommand,
-		demoCommand, costCommand, versionCommand, helpCommand,
+		demoCommand, costCommand, completionCommand, versionCommand, helpCommand,
 	}
+}
+
+// unknownCommand is the usage error of a command name that names none,
+// suggesting the closest one (s3queue sumbit: did you mean "submit"?).
+func unknownCommand(name string) error {
+	names := make([]string, len(commands))
+	for i, c := range commands {
+		names[i] = c.name
+	}
+	if s := config.Suggest(name, names); s != "" {
+		return usageError("unknown command %q (did you mean %q? run 's3queue help' for the list)", name, s)
+	}
+	return usageError("unknown command %q (run 's3queue help' for the list)", name)
+}
+
+// suggestFlag returns the flag of fs closest to the unknown flag err
+// reports, if one is close.
+func suggestFlag(fs *flag.FlagSet, err error) string {
+	const undefined = "flag provided but not defined: -"
+	name, ok := strings.CutPrefix(err.Error(), undefined)
+	if !ok {
+		return ""
+	}
+	var names []string
+	fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+	return config.Suggest(strings.TrimLeft(name, "-"), names)
 }
 
 func lookup(name string) *command {
@@ -133,7 +166,12 @@ func (a *app) dispatch(ctx context.Context, args []string) error {
 	if len(args) == 0 {
 		return usageError("no command given (run 's3queue help' for the list of commands)")
 	}
+	args = hoistGlobalFlags(args)
 	name := args[0]
+	if flagName, _, _ := strings.Cut(strings.TrimLeft(name, "-"), "="); strings.HasPrefix(name, "-") && slices.Contains(globalFlags, flagName) {
+		// Only global flags: nothing to apply them to.
+		return usageError("no command given (run 's3queue help' for the list of commands)")
+	}
 	switch name {
 	case "-h", "-help", "--help":
 		name = "help"
@@ -142,7 +180,7 @@ func (a *app) dispatch(ctx context.Context, args []string) error {
 	}
 	c := lookup(name)
 	if c == nil {
-		return usageError("unknown command %q (run 's3queue help' for the list)", name)
+		return unknownCommand(name)
 	}
 	a.cmd = c
 	fs := a.flagSet(c)
@@ -153,6 +191,9 @@ func (a *app) dispatch(ctx context.Context, args []string) error {
 		return nil
 	}
 	if err != nil {
+		if s := suggestFlag(fs, err); s != "" {
+			return usageError("%s: %v (did you mean --%s?)", c.name, err, s)
+		}
 		return usageError("%s: %v (run 's3queue help %s')", c.name, err, c.name)
 	}
 	if c.nargs >= 0 && len(pos) != c.nargs {
@@ -166,7 +207,12 @@ func (a *app) dispatch(ctx context.Context, args []string) error {
 			return err
 		}
 	} else {
-		a.cfg = config.Default()
+		// No file and no environment, but the flags still count.
+		cfg, err := config.Load("", nil, a.overrides...)
+		if err != nil {
+			return usageError("%v", err)
+		}
+		a.cfg = cfg
 		a.log = a.cfg.NewLogger(a.stderr)
 	}
 	return runCmd(ctx, pos)
@@ -186,7 +232,46 @@ func (a *app) flagSet(c *command) *flag.FlagSet {
 	if c.json {
 		fs.BoolVar(&a.jsonOut, "json", false, "print JSON instead of text")
 	}
+	if !c.noStore {
+		a.keyFlag(fs, "log-level", "log.level", "log `level`: debug, info, warn or error (wins over [log] level and S3QUEUE_LOG_LEVEL)")
+	}
 	return fs
+}
+
+// keyFlag defines a flag that sets configuration key: the value is checked
+// and applied as the key's environment variable would be, after the file
+// and the environment, so the flag wins over both.
+func (a *app) keyFlag(fs *flag.FlagSet, name, key, usage string) {
+	fs.Func(name, usage, func(v string) error {
+		a.overrides = append(a.overrides, config.Override{Flag: "--" + name, Key: key, Value: v})
+		return nil
+	})
+}
+
+// globalFlags are the flags every command that reads the configuration
+// takes, which may also come before the command's name
+// ("s3queue --log-level debug worker").
+var globalFlags = []string{"log-level"}
+
+// hoistGlobalFlags moves global flags given before the command's name to
+// after it, where the command's flag set parses them.
+func hoistGlobalFlags(args []string) []string {
+	var global []string
+	for len(args) > 0 {
+		name, _, hasValue := strings.Cut(strings.TrimLeft(args[0], "-"), "=")
+		if !strings.HasPrefix(args[0], "-") || !slices.Contains(globalFlags, name) {
+			break
+		}
+		n := 1
+		if !hasValue && len(args) > 1 {
+			n = 2
+		}
+		global, args = append(global, args[:n]...), args[n:]
+	}
+	if len(global) == 0 || len(args) == 0 {
+		return append(global, args...)
+	}
+	return append(append([]string{args[0]}, global...), args[1:]...)
 }
 
 // parseInterspersed parses flags that may come before, between or after
@@ -218,7 +303,7 @@ func (a *app) loadConfig() error {
 			path = "queue.toml"
 		}
 	}
-	cfg, err := config.Load(path, a.environ())
+	cfg, err := config.Load(path, a.environ(), a.overrides...)
 	if err != nil {
 		return usageError("%v", err)
 	}

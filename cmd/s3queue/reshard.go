@@ -12,6 +12,9 @@ import (
 var reshardCommand = &command{
 	name: "reshard", nargs: 0,
 	summary: "grow the queue's shard count while producers, workers and monitors run",
+	examples: []string{
+		"s3queue reshard --shards 64",
+	},
 	details: "--shards N (required) is the new count, from the current one up to 1000; shrinking is refused.\n" +
 		"Tasks stay where they are: a task placed before the reshard is found by one more GET per\n" +
 		"earlier count. Running workers, producers and monitors learn the new count from the fleet\n" +

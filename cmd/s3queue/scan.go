@@ -26,17 +26,18 @@ func (a *app) skipped(key string, err error) {
 var listCommand = &command{
 	name: "list", nargs: 0, json: true,
 	summary: "list tasks, filtered by status, type and age, oldest or newest first",
+	examples: []string{
+		"s3queue list --status pending,blocked --limit 20",
+		"s3queue list --status dead --type resize --older-than 1h --sort newest",
+		"s3queue list --status dead --limit 100 --after 01M8AHG5VV8F97G35HQPT2NKJV --json",
+	},
 	details: "Lists tasks/ (one LIST per 1000 objects), keeps the tasks whose id (creation time) and object\n" +
 		"size (which tells pending, blocked-or-running, or finished) pass the filters, sorts them by\n" +
 		"creation time, and reads in full (one GET each) only those it prints; --type needs the GET of\n" +
 		"each task the other filters keep, and --status dead (or succeeded, canceled, blocked, running)\n" +
 		"reads the tasks its size class holds to tell them apart. --limit N prints at most N tasks; the\n" +
 		"next page is --after the last id printed (text output says so on stderr). --json prints the\n" +
-		"tasks as stored. Corrupt objects are reported on stderr and skipped.\n\n" +
-		"Examples:\n" +
-		"  s3queue list --status pending,blocked --limit 20\n" +
-		"  s3queue list --status dead --type resize --older-than 1h --sort newest\n" +
-		"  s3queue list --status dead --limit 100 --after 01J9Z8X6V6ZK3N7Q2W5T1BC4DE --json",
+		"tasks as stored. Corrupt objects are reported on stderr and skipped.",
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		parse := filterFlags(fs, "only tasks with these `statuses` (comma-separated): pending, blocked, running, succeeded, dead, canceled (default all)",
 			"only tasks created at least this `duration` ago (by the id's time; S3 time)", true)
@@ -140,11 +141,33 @@ type queueStats struct {
 	Total      int                         `json:"total"`
 	ByStatus   map[task.Status]int         `json:"by_status"`
 	ByShard    map[int]map[task.Status]int `json:"by_shard"`
-	// ByType counts the tasks by type, then status (every status has an
-	// entry, zero or not).
-	ByType        map[string]map[task.Status]int `json:"by_type"`
-	Skipped       int                            `json:"skipped"`
-	OldestPending *oldestPending                 `json:"oldest_pending,omitempty"`
+	// ByType counts the tasks of each type by status (every status has
+	// an entry, zero or not), in the order of the types' names.
+	ByType        []typeCount    `json:"by_type"`
+	Skipped       int            `json:"skipped"`
+	OldestPending *oldestPending `json:"oldest_pending,omitempty"`
+}
+
+// typeCount is one type's line of stats.
+type typeCount struct {
+	Type     string              `json:"type"`
+	Total    int                 `json:"total"`
+	ByStatus map[task.Status]int `json:"by_status"`
+}
+
+// typeCounts turns counts by type, then status, into stats' lines.
+func typeCounts(byType map[string]map[task.Status]int) []typeCount {
+	out := []typeCount{}
+	for typ, byStatus := range byType {
+		tc := typeCount{Type: typ, ByStatus: map[task.Status]int{}}
+		for _, st := range statuses {
+			tc.ByStatus[st] = byStatus[st]
+			tc.Total += byStatus[st]
+		}
+		out = append(out, tc)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Type < out[j].Type })
+	return out
 }
 
 type oldestPending struct {
@@ -160,16 +183,17 @@ var statuses = []task.Status{task.Pending, task.Blocked, task.Running, task.Succ
 var statsCommand = &command{
 	name: "stats", nargs: 0, json: true,
 	summary: "count tasks by status, by type and by shard; age of the oldest pending task",
+	examples: []string{
+		"s3queue stats",
+		"s3queue stats --json | jq .by_type",
+	},
 	details: "Operator tool: reads every task (one LIST per 1000 tasks plus one GET per task: the type is\n" +
 		"only in the task), then the server's time (one request). Ages are measured in S3 time. Corrupt\n" +
 		"objects are reported on stderr and skipped. --json: {server_time, shards, total, by_status,\n" +
-		"by_type, by_shard, skipped, oldest_pending}.\n\n" +
-		"Examples:\n" +
-		"  s3queue stats\n" +
-		"  s3queue stats --json | jq '.by_type.resize.dead'",
+		"by_type, by_shard, skipped, oldest_pending}.",
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		return func(ctx context.Context, _ []string) error {
-			qs := queueStats{ByStatus: map[task.Status]int{}, ByShard: map[int]map[task.Status]int{}, ByType: map[string]map[task.Status]int{}}
+			qs := queueStats{ByStatus: map[task.Status]int{}, ByShard: map[int]map[task.Status]int{}, ByType: []typeCount{}}
 			for _, s := range statuses {
 				qs.ByStatus[s] = 0
 			}
@@ -184,12 +208,7 @@ var statsCommand = &command{
 					return cause(err)
 				}
 				qs = queueStats{ServerTime: s.ServerTime, Shards: s.Shards, Total: s.Total,
-					ByStatus: s.ByStatus, ByShard: s.ByShard, ByType: s.ByType, Skipped: s.Skipped}
-				for _, byStatus := range qs.ByType {
-					for _, st := range statuses {
-						byStatus[st] += 0
-					}
-				}
+					ByStatus: s.ByStatus, ByShard: s.ByShard, ByType: typeCounts(s.ByType), Skipped: s.Skipped}
 				if o := s.OldestPending; o != nil {
 					qs.OldestPending = &oldestPending{ID: o.ID, AvailableAt: o.AvailableAt,
 						AgeSeconds: s.ServerTime.Sub(o.AvailableAt).Round(time.Millisecond).Seconds()}
@@ -259,31 +278,23 @@ func printStats(w io.Writer, qs queueStats) {
 }
 
 // printByType prints stats' table of counts by type and status.
-func printByType(w io.Writer, byType map[string]map[task.Status]int) {
+func printByType(w io.Writer, byType []typeCount) {
 	if len(byType) == 0 {
 		return
 	}
 	fmt.Fprintln(w, "by type:")
-	types := make([]string, 0, len(byType))
-	for t := range byType {
-		types = append(types, t)
-	}
-	sort.Strings(types)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprint(tw, "  TYPE\t")
 	for _, s := range statuses {
 		fmt.Fprintf(tw, "%s\t", strings.ToUpper(string(s)))
 	}
 	fmt.Fprintln(tw, "TOTAL\t")
-	for _, typ := range types {
-		fmt.Fprintf(tw, "  %s\t", typ)
-		total := 0
+	for _, tc := range byType {
+		fmt.Fprintf(tw, "  %s\t", tc.Type)
 		for _, s := range statuses {
-			n := byType[typ][s]
-			total += n
-			fmt.Fprintf(tw, "%d\t", n)
+			fmt.Fprintf(tw, "%d\t", tc.ByStatus[s])
 		}
-		fmt.Fprintf(tw, "%d\t\n", total)
+		fmt.Fprintf(tw, "%d\t\n", tc.Total)
 	}
 	tw.Flush()
 }

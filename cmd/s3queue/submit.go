@@ -14,6 +14,9 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/s3queue/s3queue"
 	"github.com/s3queue/s3queue/internal/settings"
 	"github.com/s3queue/s3queue/producer"
@@ -28,6 +31,11 @@ const maxRawInput = 4 * task.MaxInputBytes
 var submitCommand = &command{
 	name: "submit", nargs: 0, json: true,
 	summary: "submit a task and print its id (or one task per JSON line with --batch)",
+	examples: []string{
+		`s3queue submit --type resize --input '{"url": "https://example.com/a.png"}'`,
+		"s3queue submit --batch tasks.jsonl",
+		"s3queue submit --type resize --input-file job.json --wait --wait-timeout 5m",
+	},
 	details: "The input must be JSON (at most 256 KiB once compacted); it is checked before the store is\n" +
 		"opened, so bad input writes nothing (exit 2). Defaults come from [submit] in queue.toml.\n" +
 		"--batch FILE|- submits one task per JSON line, {\"type\": ..., \"input\": ..., \"delay\": ...,\n" +
@@ -43,11 +51,7 @@ var submitCommand = &command{
 		"--wait waits for the task to finish, as 's3queue wait' does: it prints the id at once, then\n" +
 		"the outcome line (--json: the outcome as a one-element array instead of both), and exits 0\n" +
 		"(succeeded), 6 (dead), 7 (canceled) or 8 (--wait-timeout passed first). --timeout is the\n" +
-		"lease of one attempt, not the wait's.\n\n" +
-		"Examples:\n" +
-		"  s3queue submit --type resize --input '{\"w\": 640}'\n" +
-		"  s3queue submit --type resize --input-file job.json --wait --wait-timeout 5m\n" +
-		"  s3queue submit --batch jobs.jsonl --type resize",
+		"lease of one attempt, not the wait's.",
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		var (
 			typ, input, inputFile, at, idemKey, shardKey, batch string
@@ -58,6 +62,7 @@ var submitCommand = &command{
 			onDepFailure                                        string
 			wait                                                bool
 			waitTimeout                                         time.Duration
+			traceparent                                         string
 		)
 		fs.StringVar(&typ, "type", "", "task `type` (required): selects the handler")
 		fs.StringVar(&input, "input", "", "task input as JSON `text`")
@@ -72,6 +77,7 @@ var submitCommand = &command{
 		fs.StringVar(&onDepFailure, "on-dep-failure", task.DepCancel, "what a dependency that ends dead or canceled does: `cancel|fail` the task (fail: it ends dead)")
 		fs.StringVar(&slot, "slot", "", "slot `key`: at most one task of the key runs at a time, fleet-wide")
 		fs.StringVar(&admission, "admission", string(deps.AdmitQueue), "how the task takes its place in a busy slot: `queue|replace|drop-if-running`")
+		fs.StringVar(&traceparent, "traceparent", "", "W3C trace context `header` (00-TRACEID-SPANID-FLAGS): the workers' spans continue that trace (docs/tracing.md)")
 		fs.StringVar(&batch, "batch", "", "submit one task per JSON line of `file` (- for stdin); the other flags are the lines' defaults")
 		fs.BoolVar(&wait, "wait", false, "wait until the task finishes; print its outcome and exit 0 (succeeded), 6 (dead), 7 (canceled) or 8 (timeout)")
 		fs.DurationVar(&waitTimeout, "wait-timeout", 0, "with --wait: give up after this `duration` (exit 8); 0 waits as long as it takes")
@@ -110,6 +116,15 @@ var submitCommand = &command{
 						settings.ShortDuration(timeout), settings.ShortDuration(task.MinTimeout), settings.ShortDuration(task.MaxTimeout), settings.ShortDuration(opts.Timeout))
 				}
 				opts.Timeout = timeout
+			}
+			if set["traceparent"] {
+				// The command traces nothing itself: the task carries the
+				// caller's trace context as it came (tracing.Inject).
+				sc := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier{"traceparent": traceparent}))
+				if !sc.IsValid() {
+					return usageError("submit: --traceparent %q is not a W3C traceparent like 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", traceparent)
+				}
+				ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
 			}
 			opts.IdempotencyKey = idemKey
 			opts.ShardKey = shardKey

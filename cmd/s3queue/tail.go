@@ -44,25 +44,26 @@ var tailKinds = []events.Kind{
 
 var tailCommand = &command{
 	name: "tail", nargs: 0, json: true, noStore: true,
-	summary: "follow the events of workers and monitors live",
-	details: "Connects to the /events endpoint of each --from (a worker or monitor started with --http ADDR;\n" +
-		"a URL without a path gets /events), merges their events as they come, and prints one line per\n" +
+	summary: "follow the events of running workers live (their --http /events streams)",
+	examples: []string{
+		"s3queue tail --from http://worker-1:9090 --from http://worker-2:9090 --from monitor:9091",
+		"s3queue tail --from 127.0.0.1:9090 --kind failed,dead --type resize",
+		`s3queue tail --from 127.0.0.1:9090 --json | jq -c 'select(.kind == "dead")'`,
+	},
+	details: "Connects to the /events endpoint of each --from (a worker started with --http ADDR, or any\n" +
+		"process serving that stream; a URL without a path gets /events), merges their events as they come, and prints one line per\n" +
 		"event (--json: each event's JSON line as received, the format of --events). An endpoint that\n" +
 		"drops is reconnected with backoff (250ms doubling to 5s), with a note on stderr; events sent\n" +
 		"while it was away are not replayed. It makes no request to the store. It runs until Ctrl-C\n" +
-		"(exit 0); exit 1 if no endpoint could be reached at the start.\n\n" +
-		"Examples:\n" +
-		"  s3queue tail --from http://worker-1:9090 --from http://worker-2:9090 --from monitor:9091\n" +
-		"  s3queue tail --from 127.0.0.1:9090 --kind failed,dead --type resize\n" +
-		"  s3queue tail --from 127.0.0.1:9090 --json | jq -c 'select(.kind == \"dead\")'",
+		"(exit 0); exit 1 if no endpoint could be reached at the start.",
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		var from urlList
-		fs.Var(&from, "from", "`URL` of a worker's or monitor's events endpoint (repeatable, or comma-separated)")
+		fs.Var(&from, "from", "`URL` of a worker's events endpoint, its --http address (repeatable, or comma-separated)")
 		typ := fs.String("type", "", "only events of tasks of these `types` (comma-separated)")
 		kind := fs.String("kind", "", "only events of these `kinds` (comma-separated), e.g. succeeded,failed,dead")
 		return func(ctx context.Context, _ []string) error {
 			if len(from) == 0 {
-				return usageError("tail: want at least one --from URL (a worker's or monitor's --http address)")
+				return usageError("tail: want at least one --from URL (a worker's --http address)")
 			}
 			var f tailFilter
 			if *typ != "" {
@@ -271,7 +272,7 @@ func connect(ctx context.Context, client *http.Client, u string) (io.ReadCloser,
 	}
 	if resp.StatusCode != http.StatusOK {
 		resp.Body.Close()
-		return nil, fmt.Errorf("%s: %s (is it a worker or monitor started with --http?)", u, resp.Status)
+		return nil, fmt.Errorf("%s: %s (is it a worker started with --http?)", u, resp.Status)
 	}
 	return resp.Body, nil
 }

@@ -137,7 +137,7 @@ func TestTailErrors(t *testing.T) {
 	defer notEvents.Close()
 	r := cli(t, "", "tail", "--from", goneURL, "--from", notEvents.URL)
 	wantExit(t, r, exitRuntime, "tail: no events endpoint reachable: ")
-	for _, want := range []string{goneURL + "/events: ", "connection refused", notEvents.URL + "/events: 404 Not Found (is it a worker or monitor started with --http?)"} {
+	for _, want := range []string{goneURL + "/events: ", "connection refused", notEvents.URL + "/events: 404 Not Found (is it a worker started with --http?)"} {
 		if !strings.Contains(r.stderr, want) {
 			t.Errorf("stderr lacks %q: %s", want, r.stderr)
 		}

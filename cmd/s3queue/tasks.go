@@ -18,15 +18,17 @@ import (
 var getCommand = &command{
 	name: "get", args: "ID", nargs: 1, json: true,
 	summary: "show a task: status, attempts, dependencies, input, result, last error",
+	examples: []string{
+		"s3queue get 01M8AHG5TJ57JN0X6S7S5PM513",
+		"s3queue get 01M8AHG5TJ57JN0X6S7S5PM513 --json | jq .result",
+		"s3queue get 01M8AHG5TJ57JN0X6S7S5PM513 --watch",
+	},
 	details: "One GET. A task submitted with --after lists its dependencies, what became of each, and\n" +
 		"those it still waits for. --json prints the task object as stored in the bucket.\n" +
 		"--watch prints the task, then one line per change (status, attempt, error) until it finishes\n" +
 		"or Ctrl-C (--json: the task as one JSON line, again at each change); it polls with one GET\n" +
 		"per poll, every 250ms growing to --poll-max (5s), and exits as 's3queue wait' does: 0\n" +
-		"succeeded, 6 dead, 7 canceled, 1 interrupted.\n\n" +
-		"Examples:\n" +
-		"  s3queue get 01J9Z8X6V6ZK3N7Q2W5T1BC4DE\n" +
-		"  s3queue get 01J9Z8X6V6ZK3N7Q2W5T1BC4DE --watch",
+		"succeeded, 6 dead, 7 canceled, 1 interrupted.",
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		watch := fs.Bool("watch", false, "print each change of the task until it finishes (one GET per poll)")
 		poll := pollMaxFlag(fs)
@@ -61,6 +63,10 @@ var getCommand = &command{
 var historyCommand = &command{
 	name: "history", args: "ID", nargs: 1, json: true,
 	summary: "show a task's state transitions, oldest first",
+	examples: []string{
+		"s3queue history 01M8AHG5TJ57JN0X6S7S5PM513",
+		"s3queue history 01M8AHG5TJ57JN0X6S7S5PM513 --json | jq -r '.[].reason'",
+	},
 	details: "One GET: the history lives on the task object (at most 32 entries: the first transition and the last 31).\n" +
 		"A task submitted with --after starts blocked; its dependencies' outcome moves it on\n" +
 		"(blocked→pending \"dependencies succeeded\", or blocked→canceled \"dependency ID ended dead\").",
@@ -87,6 +93,10 @@ var historyCommand = &command{
 var cancelCommand = &command{
 	name: "cancel", args: "[ID]", nargs: -1, json: true,
 	summary: "cancel a task, or the tasks the filters select",
+	examples: []string{
+		"s3queue cancel 01M8AHG5TJ57JN0X6S7S5PM513",
+		"s3queue cancel --status pending --type resize --older-than 24h --dry-run",
+	},
 	details: "A pending or blocked task is canceled at once (prints \"canceled\"); the tasks that wait for it\n" +
 		"are canceled in turn (or dead, if submitted with --on-dep-failure fail). A running task is\n" +
 		"asked to stop (prints \"cancel requested\"): its handler is stopped at the worker's next lease\n" +
@@ -97,10 +107,7 @@ var cancelCommand = &command{
 		"Cancel's GET and PUT (plus one GET each when --type or a --status the size cannot tell, such as\n" +
 		"running alone, needs the task read first). It prints the counts (--json: {action, dry_run,\n" +
 		"matched, done, cancel_requested, skipped, failed, ids}); --dry-run prints the tasks instead and\n" +
-		"changes nothing. A task that finished meanwhile is skipped; exit 1 if any request failed.\n\n" +
-		"Examples:\n" +
-		"  s3queue cancel 01J9Z8X6V6ZK3N7Q2W5T1BC4DE\n" +
-		"  s3queue cancel --status pending --type resize --older-than 24h --dry-run",
+		"changes nothing. A task that finished meanwhile is skipped; exit 1 if any request failed.",
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		bf := defineBulkFlags(fs, "with no ID: cancel the tasks with these `statuses` (comma-separated: pending, blocked, running; default all three)",
 			"with no ID: only tasks created at least this `duration` ago (by the id's time; S3 time)", true)
@@ -142,17 +149,18 @@ var cancelCommand = &command{
 var requeueCommand = &command{
 	name: "requeue", args: "[ID]", nargs: -1, json: true,
 	summary: "give a dead or canceled task a fresh start, or the tasks the filters select",
+	examples: []string{
+		"s3queue requeue 01M8AHG5VV8F97G35HQPT2NKJV",
+		"s3queue requeue --status dead --type resize --older-than 1h --dry-run",
+		"s3queue requeue --status dead --type resize --json",
+	},
 	details: "The task goes back to pending with a fresh budget of attempts (its last error is kept).\n" +
 		"Without an ID, requeues every task the filters select (--status dead, canceled or both, the\n" +
 		"default; --type; --older-than and --newer-than by creation time): one LIST per 1000 objects, one\n" +
 		"GET per finished task the key keeps (dead and canceled tasks have the same size class as\n" +
 		"succeeded ones), then Requeue's GET and PUT per task. It prints the counts (--json: {action,\n" +
 		"dry_run, matched, done, cancel_requested, skipped, failed, ids}); --dry-run prints the tasks\n" +
-		"instead and changes nothing. A task requeued meanwhile is skipped; exit 1 if any request failed.\n\n" +
-		"Examples:\n" +
-		"  s3queue requeue 01J9Z8X6V6ZK3N7Q2W5T1BC4DE\n" +
-		"  s3queue requeue --status dead --type resize --older-than 1h --dry-run\n" +
-		"  s3queue requeue --status dead --type resize",
+		"instead and changes nothing. A task requeued meanwhile is skipped; exit 1 if any request failed.",
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		bf := defineBulkFlags(fs, "with no ID: requeue the tasks with these `statuses` (dead, canceled or dead,canceled, the default)",
 			"with no ID: only tasks created at least this `duration` ago (by the id's time; S3 time)", true)

@@ -66,8 +66,8 @@ type outcome struct {
 	Attempt     int             `json:"attempt"`
 	MaxAttempts int             `json:"max_attempts"`
 	UpdatedAt   time.Time       `json:"updated_at"`
-	Result      json.RawMessage `json:"result,omitempty"`
-	LastError   string          `json:"last_error,omitempty"`
+	Result      json.RawMessage `json:"result"`
+	LastError   string          `json:"last_error"`
 }
 
 func outcomeOf(t *task.Task) outcome {
@@ -78,15 +78,16 @@ func outcomeOf(t *task.Task) outcome {
 var waitCommand = &command{
 	name: "wait", args: "ID...", nargs: -1, json: true,
 	summary: "wait until tasks finish, print how each ended, and exit with a code that says it",
+	examples: []string{
+		"s3queue wait 01M8AHG5TJ57JN0X6S7S5PM513 --timeout 10m",
+		"s3queue wait 01M8AHG5TJ57JN0X6S7S5PM513 01M8AHG5VV8F97G35HQPT2NKJV --json | jq -r '.[].status'",
+	},
 	details: "Polls each unfinished task with one GET per poll; the interval starts at 250ms and grows by\n" +
 		"half each poll up to --poll-max (5s). A blocked, pending or running task is waited on.\n" +
 		"Prints one line per task (--json: an array of {id, type, status, finished, attempt,\n" +
 		"max_attempts, updated_at, result, last_error}). Exit 0 when every task succeeded, 6 when one\n" +
 		"ended dead, 7 when one was canceled (and none dead), 8 when --timeout passed first (the\n" +
-		"unfinished tasks are printed as they stand), 3 when a task does not exist.\n\n" +
-		"Examples:\n" +
-		"  s3queue wait 01J9Z8X6V6ZK3N7Q2W5T1BC4DE --timeout 10m\n" +
-		"  s3queue wait $(s3queue list --status running --type resize --json | jq -r '.[].id')",
+		"unfinished tasks are printed as they stand), 3 when a task does not exist.",
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		timeout := fs.Duration("timeout", 0, "give up after this `duration` (exit 8); 0 waits as long as it takes")
 		poll := pollMaxFlag(fs)

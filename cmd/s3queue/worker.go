@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/s3queue/s3queue/internal/metrics"
 	"github.com/s3queue/s3queue/monitor"
 	"github.com/s3queue/s3queue/s3store"
 	"github.com/s3queue/s3queue/task"
@@ -19,6 +20,11 @@ import (
 var workerCommand = &command{
 	name: "worker", nargs: 0,
 	summary: "run tasks as external commands until SIGTERM/SIGINT",
+	examples: []string{
+		`s3queue worker --exec resize="./resize.sh" --concurrency 8`,
+		"s3queue worker --config queue.toml --pool slow=2:report,export --events -",
+		`s3queue --log-level debug worker --exec mail.send="python3 send.py"`,
+	},
 	details: "Handlers come from [handlers] in queue.toml and from --exec (which wins for the same type).\n" +
 		"Each task runs as /bin/sh -c COMMAND in its own process group: the input on stdin, stdout\n" +
 		"becomes the result (JSON, or a JSON string otherwise), and on failure the last 2 KiB of\n" +
@@ -31,9 +37,12 @@ var workerCommand = &command{
 		"kills the running commands' process groups. A worker that creates the queue checks the\n" +
 		"provider first (exit 4 if it is unsupported); later ones trust the queue's manifest.\n" +
 		"--events FILE appends the worker's events (claimed, succeeded, failed, shard_acquired, ...)\n" +
-		"to FILE as JSON lines (- for stdout); see docs/events.md.",
+		"to FILE as JSON lines (- for stdout); see docs/events.md. --http ADDR serves /metrics\n" +
+		"(Prometheus), /healthz and /events (the same JSON lines, live) on ADDR; see docs/operations.md.",
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		eventsTo := eventsFlag(fs)
+		a.keyFlag(fs, "concurrency", "worker.concurrency", "run at most `N` tasks at once (wins over [worker] concurrency and S3QUEUE_WORKER_CONCURRENCY)")
+		httpAddr := httpFlag(fs)
 		execs := map[string]string{}
 		fs.Func("exec", "run `TYPE=COMMAND` for tasks of TYPE (repeatable)", func(v string) error {
 			typ, cmd, ok := strings.Cut(v, "=")
@@ -78,15 +87,37 @@ var workerCommand = &command{
 			if err := worker.CheckPools(wcfg); err != nil {
 				return usageError("worker: %v", err)
 			}
-			bus, closeEvents, err := a.openEvents(*eventsTo)
+			var reg *metrics.Registry
+			if *httpAddr != "" {
+				// Every request of the worker is counted and priced
+				// for /metrics: the counter wraps the store it uses.
+				counter := s3store.NewCounter(st)
+				st = counter
+				reg = metrics.New()
+				reg.CountStore(counter)
+			}
+			bus, closeEvents, err := a.openBus(*eventsTo, reg != nil)
 			if err != nil {
 				return err
 			}
 			defer closeEvents()
 			wcfg.Events = bus
+			stopHTTP := func() {}
+			if reg != nil {
+				reg.Subscribe(bus)
+				_, stop, err := serveHTTP(ctx, a.log, *httpAddr, processMux(reg, bus))
+				if err != nil {
+					return fmt.Errorf("worker: %w", err)
+				}
+				stopHTTP = stop
+				defer stop()
+			}
 			w, err := worker.New(ctx, st, wcfg)
 			if err != nil {
 				return unsupported(url, err)
+			}
+			if reg != nil {
+				reg.WatchWorker(w)
 			}
 			types := make([]string, 0, len(handlers))
 			for typ, cmd := range handlers {
@@ -104,6 +135,7 @@ var workerCommand = &command{
 			if cerr := closeEvents(); err == nil {
 				err = cerr
 			}
+			stopHTTP() // after the bus: the /events streams have ended
 			s := w.Stats()
 			a.log.Info("worker stopped", "worker_id", w.ID(), "claimed", s.Claimed, "succeeded", s.Succeeded,
 				"failed", s.Failed, "dead", s.Dead, "snoozed", s.Snoozed, "canceled", s.Canceled,
@@ -177,6 +209,10 @@ func describePools(states []worker.QueueState) string {
 var monitorCommand = &command{
 	name: "monitor", nargs: 0,
 	summary: "re-dispatch expired leases, repair lost tasks, apply retention, until SIGTERM/SIGINT",
+	examples: []string{
+		"s3queue monitor --store s3://my-bucket/queue",
+		"s3queue monitor --config queue.toml --events /var/log/s3queue-monitor.jsonl",
+	},
 	details: "Sweeps every shard each [monitor] interval. Several monitors may run at once. A monitor that\n" +
 		"creates the queue checks the provider first (exit 4 if it is unsupported); later ones trust\n" +
 		"the queue's manifest. --events FILE appends what it does to tasks (redispatched, dead,\n" +

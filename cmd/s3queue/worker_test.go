@@ -61,6 +61,9 @@ fail = "echo 'disk on fire' >&2; exit 3"
 	echo := submit(t, store, cfg, "echo", "--input", `{"hello": "world"}`)
 	text := submit(t, store, cfg, "text", "--input", `"ignored"`)
 	env := submit(t, store, cfg, "env")
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	traced := submit(t, store, cfg, "trace", "--traceparent", tp)
+	untraced := submit(t, store, cfg, "trace")
 	fail := submit(t, store, cfg, "fail", "--max-attempts", "2")
 	later := submit(t, store, cfg, "later")
 	noInput := submit(t, store, cfg, "echo") // no input: empty stdout, no result
@@ -68,6 +71,7 @@ fail = "echo 'disk on fire' >&2; exit 3"
 	stderr, stop := background(t, "worker", "--store", store, "--config", cfg,
 		"--exec", "text=echo hello world",
 		"--exec", `env=printf '{"id":"%s","attempt":"%s","type":"%s"}' "$S3QUEUE_TASK_ID" "$S3QUEUE_ATTEMPT" "$S3QUEUE_TASK_TYPE"`,
+		"--exec", `trace=printf '"%s"' "$TRACEPARENT"`,
 		"--exec", "later=if [ -e "+marker+" ]; then echo done; else touch "+marker+"; exit 75; fi",
 	)
 
@@ -94,6 +98,14 @@ fail = "echo 'disk on fire' >&2; exit 3"
 		want := fmt.Sprintf(`{"id":"%s","attempt":"1","type":"env"}`, env)
 		if got.Status != task.Succeeded || string(got.Result) != want {
 			t.Errorf("env: %s result %s, want %s", got.Status, got.Result, want)
+		}
+	})
+	t.Run("the task's trace context reaches the command", func(t *testing.T) {
+		if got := waitTerminal(t, store, traced); got.Status != task.Succeeded || string(got.Result) != `"`+tp+`"` {
+			t.Errorf("traced: %s result %s, want TRACEPARENT %s", got.Status, got.Result, tp)
+		}
+		if got := waitTerminal(t, store, untraced); got.Status != task.Succeeded || string(got.Result) != `""` {
+			t.Errorf("untraced: %s result %s, want no TRACEPARENT", got.Status, got.Result)
 		}
 	})
 	t.Run("other exit codes fail the attempt and retry", func(t *testing.T) {

@@ -142,7 +142,12 @@ func Keys() []string {
 // in the file is, unless it is one the queue uses otherwise (the variables
 // the worker command gives the commands it runs, and those of the test
 // suites).
-func Load(path string, environ []string) (Config, error) {
+//
+// Overrides, the keys set by command-line flags, are applied last: a flag
+// beats the environment, which beats the file, which beats the defaults.
+// An override counts as set explicitly (the profile leaves it alone), and
+// an invalid value is an error naming the flag.
+func Load(path string, environ []string, overrides ...Override) (Config, error) {
 	vars := make(map[string]string)
 	var names []string
 	for _, kv := range environ {
@@ -152,11 +157,23 @@ func Load(path string, environ []string) (Config, error) {
 			names = append(names, name)
 		}
 	}
-	return load(path, func(name string) string { return vars[name] }, names)
+	return load(path, func(name string) string { return vars[name] }, names, overrides...)
+}
+
+// Override is a key set on the command line, such as `s3queue worker
+// --concurrency 8` setting worker.concurrency.
+type Override struct {
+	// Flag is the flag as the user wrote it ("--concurrency"), for errors.
+	Flag string
+	// Key is the key it sets ("worker.concurrency").
+	Key string
+	// Value is the flag's text, parsed as the key's environment variable
+	// would be.
+	Value string
 }
 
 // load is Load; names are the S3QUEUE_* variables set.
-func load(path string, env func(string) string, names []string) (Config, error) {
+func load(path string, env func(string) string, names []string, overrides ...Override) (Config, error) {
 	c := Default()
 	tables := c.tables()
 	src := make(map[string]string) // key -> where its value came from
@@ -174,6 +191,9 @@ func load(path string, env func(string) string, names []string) (Config, error) 
 		if err := applyEnv(keys(tables), env, names, src); err != nil {
 			return Config{}, err
 		}
+	}
+	if err := applyOverrides(keys(tables), overrides, src); err != nil {
+		return Config{}, err
 	}
 	if c.Profile == "economy" {
 		// The profile sets its values for the keys not set explicitly.
@@ -195,7 +215,7 @@ func (c *Config) crossCheck(tables []settings.Table, src map[string]string) erro
 	// origin prefixes a message about key with where its value came from.
 	origin := func(key string) string {
 		switch s := src[key]; {
-		case strings.HasPrefix(s, EnvPrefix):
+		case strings.HasPrefix(s, EnvPrefix), strings.HasPrefix(s, "--"):
 			return s + ": "
 		case s != "":
 			return s + ": " + key + ": "

@@ -566,3 +566,67 @@ func TestEconomyProfile(t *testing.T) {
 		t.Errorf("economy profile:\n got %+v\nwant %+v", eco, want)
 	}
 }
+
+// Flags beat the environment, which beats the file, which beats the
+// defaults (docs/cli.md, "Where settings come from").
+func TestOverridesBeatEnvFileAndDefaults(t *testing.T) {
+	path := write(t, "[worker]\nconcurrency = 2\npoll_max = \"9s\"\n[log]\nlevel = \"debug\"\n")
+	env := envMap(map[string]string{"S3QUEUE_WORKER_CONCURRENCY": "3", "S3QUEUE_LOG_LEVEL": "warn"})
+	for _, tc := range []struct {
+		name        string
+		path        string
+		env         []string
+		overrides   []Override
+		concurrency int
+		level       slog.Level
+	}{
+		{"defaults", "", nil, nil, 4, slog.LevelInfo},
+		{"file", path, nil, nil, 2, slog.LevelDebug},
+		{"env over file", path, env, nil, 3, slog.LevelWarn},
+		{"flag over env", path, env, []Override{{"--concurrency", "worker.concurrency", "5"}, {"--log-level", "log.level", "error"}}, 5, slog.LevelError},
+		{"flag over default", "", nil, []Override{{"--concurrency", "worker.concurrency", "6"}}, 6, slog.LevelInfo},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Load(tc.path, tc.env, tc.overrides...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := c.Worker().Concurrency; got != tc.concurrency {
+				t.Errorf("concurrency %d, want %d", got, tc.concurrency)
+			}
+			if got := c.LogSection.Level; got != tc.level {
+				t.Errorf("log level %v, want %v", got, tc.level)
+			}
+			if tc.path != "" && c.Worker().PollMax != 9*time.Second {
+				t.Errorf("a key no flag sets lost its file value: poll_max %v", c.Worker().PollMax)
+			}
+		})
+	}
+}
+
+func TestInvalidOverridesNameTheFlag(t *testing.T) {
+	for _, tc := range []struct {
+		o    Override
+		want string
+	}{
+		{Override{"--concurrency", "worker.concurrency", "0"}, "--concurrency: "},
+		{Override{"--concurrency", "worker.concurrency", "many"}, "--concurrency: "},
+		{Override{"--log-level", "log.level", "loud"}, `--log-level: invalid level "loud" (want debug, info, warn or error)`},
+	} {
+		_, err := Load("", nil, tc.o)
+		if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+			t.Errorf("%s %s: error %v, want it to start with %q", tc.o.Flag, tc.o.Value, err, tc.want)
+		}
+	}
+}
+
+// An override is explicit: the economy profile does not replace it.
+func TestOverridesWinOverTheProfile(t *testing.T) {
+	c, err := Load(write(t, "profile = \"economy\"\n"), nil, Override{"--poll-max", "worker.poll_max", "7s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Worker().PollMax != 7*time.Second {
+		t.Errorf("poll_max %v, want 7s from the flag", c.Worker().PollMax)
+	}
+}

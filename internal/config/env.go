@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -57,6 +58,24 @@ func applyEnv(keys []settings.Bound, env func(string) string, names []string, sr
 			return fmt.Errorf("%s: %w", name, err)
 		}
 		src[k.Name] = name
+	}
+	return nil
+}
+
+// applyOverrides applies the command-line overrides, recording in src the
+// keys they set under the flag's name, so that a cross-key error blames
+// the flag.
+func applyOverrides(keys []settings.Bound, overrides []Override, src map[string]string) error {
+	for _, o := range overrides {
+		i := slices.IndexFunc(keys, func(k settings.Bound) bool { return k.Name == o.Key })
+		if i < 0 {
+			// A programming error in the command, not the user's.
+			return fmt.Errorf("%s: no configuration key %s", o.Flag, o.Key)
+		}
+		if err := keys[i].SetText(o.Value); err != nil {
+			return fmt.Errorf("%s: %w", o.Flag, err)
+		}
+		src[o.Key] = o.Flag
 	}
 	return nil
 }

@@ -229,14 +229,16 @@ func quoteKey(s string) string {
 // closest of names as a suggestion when one is close.
 func unknown(what, name string, names []string) string {
 	msg := "unknown " + what + " " + name
-	if s := suggest(name, names); s != "" {
+	if s := Suggest(name, names); s != "" {
 		msg += fmt.Sprintf(" (did you mean %s?)", s)
 	}
 	return msg
 }
 
-// suggest returns the name among names closest to name, if one is close.
-func suggest(name string, names []string) string {
+// Suggest returns the name among names closest to name by edit distance,
+// if one is within two edits, or "": the "did you mean" of unknown keys,
+// variables, commands and flags.
+func Suggest(name string, names []string) string {
 	best, bestD := "", 3
 	for _, n := range names {
 		if d := editDistance(name, n); d < bestD {

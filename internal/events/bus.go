@@ -189,6 +189,18 @@ func (s *Subscription) Delivered() int64 {
 	return s.delivered.Load()
 }
 
+// Done returns a channel closed when the subscription has ended: after
+// Close, or after its bus closed and it handled what it had buffered. A
+// nil subscription's is closed.
+func (s *Subscription) Done() <-chan struct{} {
+	if s == nil {
+		return closedChan
+	}
+	return s.done
+}
+
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
 // Close unsubscribes: it returns once the function has handled the events
 // already buffered; events published after Close begins are not delivered.
 // It must not be called from the subscription's own function. Closing

@@ -317,12 +317,13 @@ func TestJSONLines(t *testing.T) {
 	var buf bytes.Buffer
 	write := JSONLines(&buf)
 	write(Event{Time: at, Source: SourceWorker, Origin: "w1", Kind: Failed, TaskID: "t1", Type: "resize",
-		Attempt: 2, Shard: 0, Pool: "io", Phase: PhaseInFlight, Key: "tasks/000/t1.json", Err: errors.New("disk on fire")})
+		Attempt: 2, Shard: 0, Pool: "io", Phase: PhaseInFlight, Key: "tasks/000/t1.json", Err: errors.New("disk on fire"),
+		Duration: 1500*time.Millisecond + 250*time.Microsecond})
 	write(Event{Kind: FleetAsleep, Shard: -1})
 	write(Event{Kind: ShardAcquired, Shard: 7})
 	lines := strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
 	want := []string{
-		`{"time":"2026-01-02T03:04:05.006Z","source":"worker","origin":"w1","kind":"failed","task_id":"t1","type":"resize","attempt":2,"shard":0,"pool":"io","phase":"in-flight","key":"tasks/000/t1.json","err":"disk on fire"}`,
+		`{"time":"2026-01-02T03:04:05.006Z","source":"worker","origin":"w1","kind":"failed","task_id":"t1","type":"resize","attempt":2,"shard":0,"pool":"io","phase":"in-flight","key":"tasks/000/t1.json","err":"disk on fire","duration_ms":1500.25}`,
 		`{"kind":"fleet_asleep"}`,
 		`{"kind":"shard_acquired","shard":7}`,
 	}
@@ -340,7 +341,8 @@ func TestJSONLines(t *testing.T) {
 			t.Fatal(err)
 		}
 		if !e.Time.Equal(at) || e.Kind != Failed || e.Shard != 0 || e.Attempt != 2 || e.Err == nil || e.Err.Error() != "disk on fire" ||
-			e.Origin != "w1" || e.Pool != "io" || e.Phase != PhaseInFlight || e.Key != "tasks/000/t1.json" {
+			e.Origin != "w1" || e.Pool != "io" || e.Phase != PhaseInFlight || e.Key != "tasks/000/t1.json" ||
+			e.Duration != 1500*time.Millisecond+250*time.Microsecond {
 			t.Errorf("decoded %+v", e)
 		}
 		if err := json.Unmarshal([]byte(lines[1]), &e); err != nil || e.Shard != -1 || e.Err != nil {

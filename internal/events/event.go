@@ -12,6 +12,7 @@ package events
 import (
 	"encoding/json"
 	"errors"
+	"math"
 	"time"
 )
 
@@ -192,6 +193,11 @@ type Event struct {
 	// Err is the error that came with it: a failed attempt's, a corrupt
 	// object's.
 	Err error
+	// Duration is how long the attempt's handler ran, on the event a
+	// worker publishes at the attempt's outcome (succeeded, failed, dead,
+	// snoozed, canceled, released, outcome_rejected) when its handler ran;
+	// 0 otherwise (a task handed back before it started).
+	Duration time.Duration
 }
 
 // wire is Event's JSON form: snake_case, empty fields left out, the error
@@ -209,11 +215,14 @@ type wire struct {
 	Phase   string     `json:"phase,omitempty"`
 	Key     string     `json:"key,omitempty"`
 	Err     string     `json:"err,omitempty"`
+	// DurationMs is Duration in milliseconds, to the microsecond.
+	DurationMs float64 `json:"duration_ms,omitempty"`
 }
 
 // MarshalJSON encodes e as one JSON object with snake_case keys, leaving
-// out empty fields (shard 0 is kept; shard -1 is left out) and giving the
-// error as its message.
+// out empty fields (shard 0 is kept; shard -1 is left out), giving the
+// error as its message and the duration as duration_ms (milliseconds, to
+// the microsecond).
 func (e Event) MarshalJSON() ([]byte, error) {
 	w := wire{Source: e.Source, Origin: e.Origin, Kind: e.Kind, TaskID: e.TaskID, Type: e.Type,
 		Attempt: e.Attempt, Pool: e.Pool, Phase: e.Phase, Key: e.Key}
@@ -227,6 +236,9 @@ func (e Event) MarshalJSON() ([]byte, error) {
 	}
 	if e.Err != nil {
 		w.Err = e.Err.Error()
+	}
+	if e.Duration > 0 {
+		w.DurationMs = float64(e.Duration.Microseconds()) / 1000
 	}
 	return json.Marshal(w)
 }
@@ -248,6 +260,9 @@ func (e *Event) UnmarshalJSON(b []byte) error {
 	}
 	if w.Err != "" {
 		e.Err = errors.New(w.Err)
+	}
+	if w.DurationMs > 0 {
+		e.Duration = time.Duration(math.Round(w.DurationMs*1000)) * time.Microsecond
 	}
 	return nil
 }

@@ -12,7 +12,7 @@ import (
 // (Kind.IsOutcome) at info, everything else at debug. The message is the
 // kind in words ("task succeeded", "shard acquired"); the attributes are
 // the event's non-empty fields under snake_case keys (source, origin,
-// task_id, type, attempt, shard, pool, phase, key, err), and the record carries
+// task_id, type, attempt, shard, pool, phase, key, err, duration), and the record carries
 // the event's time.
 //
 //	bus.Subscribe("log", 0, events.Log(logger))
@@ -60,6 +60,9 @@ func Log(logger *slog.Logger) func(Event) {
 		if e.Err != nil {
 			r.AddAttrs(slog.String("err", e.Err.Error()))
 		}
+		if e.Duration > 0 {
+			r.AddAttrs(slog.Duration("duration", e.Duration))
+		}
 		_ = h.Handle(background, r) // a handler's write error has nowhere better to go
 	}
 }
@@ -88,16 +91,13 @@ func JSONLines(w io.Writer) func(Event) {
 	var mu sync.Mutex // a subscriber runs on one goroutine, but the function may be shared
 	failing := false
 	return func(e Event) {
-		b, err := json.Marshal(e)
-		if err != nil {
-			// Only an Event that no JSON can hold; never for the kinds here.
-			slog.Default().Warn("events: encode event", "kind", string(e.Kind), "err", err)
+		b, ok := line(e)
+		if !ok {
 			return
 		}
-		b = append(b, '\n')
 		mu.Lock()
 		defer mu.Unlock()
-		_, err = w.Write(b)
+		_, err := w.Write(b)
 		switch {
 		case err != nil && !failing:
 			failing = true
@@ -106,4 +106,15 @@ func JSONLines(w io.Writer) func(Event) {
 			failing = false
 		}
 	}
+}
+
+// line is e as one line of JSON, newline included; false (and a warning)
+// for an event no JSON can hold, which none of the kinds here is.
+func line(e Event) ([]byte, bool) {
+	b, err := json.Marshal(e)
+	if err != nil {
+		slog.Default().Warn("events: encode event", "kind", string(e.Kind), "err", err)
+		return nil, false
+	}
+	return append(b, '\n'), true
 }

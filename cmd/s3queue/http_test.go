@@ -1,0 +1,182 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/s3queue/s3queue/internal/events"
+	"github.com/s3queue/s3queue/task"
+)
+
+// listeningAt waits for the "http listening" line in a command's log and
+// returns the address it names.
+func listeningAt(t *testing.T, stderr *syncBuffer) string {
+	t.Helper()
+	re := regexp.MustCompile(`msg="http listening".* addr=(\S+)`)
+	var addr string
+	waitFor(t, "the http listening line", func() bool {
+		m := re.FindStringSubmatch(stderr.String())
+		if m != nil {
+			addr = m[1]
+		}
+		return m != nil
+	})
+	return addr
+}
+
+func httpGet(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+// sample returns the value of the series line (name and labels, as the
+// text format writes them) in a scrape, or -1.
+func sample(scrape, series string) float64 {
+	for _, l := range strings.Split(scrape, "\n") {
+		if v, ok := strings.CutPrefix(l, series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err == nil {
+				return f
+			}
+		}
+	}
+	return -1
+}
+
+func TestWorkerServesMetricsAndEvents(t *testing.T) {
+	store, _ := newStore(t)
+	cfg := writeConfig(t, fastWorker+"[handlers]\necho = \"cat\"\n")
+	stderr, stop := background(t, "worker", "--store", store, "--config", cfg, "--http", "127.0.0.1:0")
+	base := "http://" + listeningAt(t, stderr)
+
+	if code, body := httpGet(t, base+"/healthz"); code != http.StatusOK || body != "ok\n" {
+		t.Errorf("/healthz: %d %q", code, body)
+	}
+	// Subscribed once the headers are in: the task's events follow.
+	resp, err := http.Get(base + "/events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); resp.StatusCode != http.StatusOK || ct != "application/x-ndjson" {
+		t.Fatalf("/events: %d, content type %q", resp.StatusCode, ct)
+	}
+	id := submit(t, store, cfg, "echo", "--input", `{"n":1}`)
+	// Lines arrive as the worker publishes: its fleet events, then the
+	// task's, each line one event in the form of --events.
+	lines := make(chan string)
+	go func() {
+		defer close(lines)
+		r := bufio.NewReader(resp.Body)
+		for {
+			l, err := r.ReadString('\n')
+			if err != nil {
+				return
+			}
+			lines <- l
+		}
+	}()
+	timeout := time.After(20 * time.Second)
+	for claimed := false; !claimed; {
+		select {
+		case line, ok := <-lines:
+			if !ok {
+				t.Fatal("/events ended before the task's claim")
+			}
+			var e events.Event
+			if err := json.Unmarshal([]byte(line), &e); err != nil || !strings.HasSuffix(line, "}\n") {
+				t.Fatalf("/events line %q: %v", line, err)
+			}
+			if e.Source != events.SourceWorker || e.Kind == "" || e.Time.IsZero() {
+				t.Errorf("/events line %s: want a worker's event", line)
+			}
+			claimed = e.Kind == events.Claimed && e.TaskID == id && e.Type == "echo"
+		case <-timeout:
+			t.Fatalf("no claimed event for task %s on /events within 20s", id)
+		}
+	}
+	if got := waitTerminal(t, store, id); got.Status != task.Succeeded {
+		t.Fatalf("task %s", got.Status)
+	}
+
+	// The outcome reaches the counters through the bus: wait for it.
+	var scrape string
+	waitFor(t, "the success in /metrics", func() bool {
+		_, scrape = httpGet(t, base+"/metrics")
+		return sample(scrape, `s3queue_tasks_total{outcome="succeeded",type="echo"}`) == 1
+	})
+	for series, min := range map[string]float64{
+		`s3queue_tasks_total{outcome="claimed",type="echo"}`:                      1,
+		`s3queue_handler_duration_seconds_count{outcome="succeeded",type="echo"}`: 1,
+		// The claim and the commit at least, and the listings.
+		`s3queue_s3_requests_total{op="PUT",outcome="ok"}`:    2,
+		`s3queue_s3_requests_total{op="LIST",outcome="ok"}`:   1,
+		`s3queue_s3_request_duration_seconds_count{op="PUT"}`: 2,
+		`s3queue_s3_spend_dollars_total`:                      2 * 0.005 / 1000,
+		`s3queue_dispatch_in_flight{pool="default"}`:          0,
+		`s3queue_dispatch_wait_seconds_count{pool="default"}`: 1,
+		`s3queue_lease_renewals_total{result="ok"}`:           0,
+		`s3queue_fleet_member`:                                0,
+	} {
+		if got := sample(scrape, series); got < min {
+			t.Errorf("%s = %v, want at least %v", series, got, min)
+		}
+	}
+	if sample(scrape, `s3queue_s3_spend_dollars_per_hour`) <= 0 {
+		t.Errorf("spend per hour is not positive after requests:\n%s", scrape)
+	}
+
+	if code := stop(); code != 0 {
+		t.Errorf("worker exit %d; stderr:\n%s", code, stderr)
+	}
+	// The stream ended with the worker.
+	for ended := false; !ended; {
+		select {
+		case _, ok := <-lines:
+			ended = !ok
+		case <-time.After(20 * time.Second):
+			t.Fatal("/events still open 20s after the worker stopped")
+		}
+	}
+	if _, err := http.Get(base + "/healthz"); err == nil {
+		t.Errorf("/healthz still answers after the worker stopped")
+	}
+}
+
+func TestWorkerHTTPListenFailure(t *testing.T) {
+	store, _ := newStore(t)
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	for _, tc := range []struct{ addr, want string }{
+		{busy.Addr().String(), "address already in use"},
+		{"no-port", "missing port"},
+	} {
+		t.Run(tc.addr, func(t *testing.T) {
+			r := cli(t, "", "worker", "--store", store, "--exec", "x=true", "--http", tc.addr)
+			wantExit(t, r, exitRuntime, "worker: --http "+tc.addr+": ")
+			if !strings.Contains(r.stderr, tc.want) || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
+				t.Errorf("stderr %q: want one line saying %q", r.stderr, tc.want)
+			}
+		})
+	}
+}

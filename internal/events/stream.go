@@ -1,0 +1,99 @@
+package events
+
+import (
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// StreamBuffer is the buffer of each client of Stream: a burst this long
+// waits for a slow client instead of being lost to it.
+const StreamBuffer = 1024
+
+// streamWriteTimeout bounds one write to a client: a client that reads
+// nothing for this long is dropped, so that it never holds a subscriber
+// (and its buffer) for ever.
+const streamWriteTimeout = 30 * time.Second
+
+// Stream returns a handler (GET /events) that sends each client the
+// events of bus published after it connected, as JSON lines
+// (application/x-ndjson) in exactly the form JSONLines writes, one event a
+// line, each line flushed as it is written. It ends when the client goes
+// away, when the request's context ends (the server stops), or when the
+// bus closes.
+//
+// Each client is a subscriber of its own with a buffer of StreamBuffer:
+// a client that reads too slowly loses events, never the publishers'
+// time. dropped, if not nil, is told how many it lost, as it goes (at
+// the next line written after a loss) and when it ends.
+func Stream(bus *Bus, dropped func(n int64)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet {
+			w.Header().Set("Allow", http.MethodGet)
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		rc := http.NewResponseController(w)
+		var (
+			sub      atomic.Pointer[Subscription]
+			ready    = make(chan struct{}) // closed once the headers are out
+			ended    atomic.Bool           // the handler is returning: write nothing more
+			reported int64                 // drops told to dropped; the subscriber's alone
+			once     sync.Once
+			failed   = make(chan struct{})
+		)
+		report := func() {
+			if s := sub.Load(); s != nil && dropped != nil {
+				if n := s.Dropped(); n > reported {
+					dropped(n - reported)
+					reported = n
+				}
+			}
+		}
+		send := func(e Event) {
+			<-ready
+			if ended.Load() {
+				return
+			}
+			b, ok := line(e)
+			if !ok {
+				return
+			}
+			_ = rc.SetWriteDeadline(time.Now().Add(streamWriteTimeout)) // not every writer has one
+			_, err := w.Write(b)
+			if err == nil {
+				err = rc.Flush()
+			}
+			if err != nil {
+				ended.Store(true)
+				once.Do(func() { close(failed) })
+				return
+			}
+			report()
+		}
+		// Subscribed before the headers go out: a client that has them
+		// gets every event published after.
+		s := bus.Subscribe("stream "+r.RemoteAddr, StreamBuffer, send)
+		sub.Store(s)
+		h := w.Header()
+		h.Set("Content-Type", "application/x-ndjson")
+		h.Set("Cache-Control", "no-store")
+		h.Set("X-Content-Type-Options", "nosniff")
+		w.WriteHeader(http.StatusOK)
+		if err := rc.Flush(); err != nil {
+			ended.Store(true) // the writer cannot stream
+		}
+		close(ready)
+		if !ended.Load() {
+			select {
+			case <-r.Context().Done():
+			case <-failed:
+			case <-s.Done():
+			}
+		}
+		ended.Store(true)
+		s.Close()
+		report() // after Close: the subscriber is done with reported
+	})
+}
