@@ -147,3 +147,34 @@ func TestTailErrors(t *testing.T) {
 	wantExit(t, cli(t, "", "tail", "--from", "127.0.0.1:1", "--kind", "finished"), exitUsage, `--kind "finished": not an event kind`)
 	wantExit(t, cli(t, "", "tail", "--from", "127.0.0.1:1", "--store", "file:///tmp"), exitUsage, "not defined: -store")
 }
+
+// tail follows a real worker's --http /events stream.
+func TestTailFollowsAWorker(t *testing.T) {
+	store, _ := newStore(t)
+	cfg := writeConfig(t, fastWorker+"[handlers]\necho = \"cat\"\n")
+	stderr, _ := background(t, "worker", "--store", store, "--config", cfg, "--http", "127.0.0.1:0")
+	addr := listeningAt(t, stderr)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var out, errb syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"tail", "--from", addr, "--kind", "succeeded", "--type", "echo"}, strings.NewReader(""), &out, &errb)
+	}()
+	// The stream carries only what happens once tail is connected: submit
+	// until a task's success shows.
+	var ids []string
+	waitFor(t, "tail to print a task's success", func() bool {
+		ids = append(ids, strings.TrimSpace(must(t, "submit", "--store", store, "--type", "echo", "--input", `"hi"`)))
+		for _, id := range ids {
+			if regexp.MustCompile(`worker/\S+\s+succeeded\s+` + id + `\s+echo\s+attempt=1`).MatchString(out.String()) {
+				return true
+			}
+		}
+		return false
+	})
+	cancel()
+	if code := <-done; code != 0 || strings.Contains(out.String(), "claimed") {
+		t.Errorf("tail: exit %d\n%s%s", code, out.String(), errb.String())
+	}
+}
