@@ -133,7 +133,7 @@ func checkWaitFlags(cmd, timeoutFlag string, timeout, poll time.Duration) error 
 func (a *app) waitAndReport(ctx context.Context, cmd string, q *s3queue.Queue, ids []string, timeout, poll time.Duration) error {
 	got, err := waitTasks(ctx, q, ids, timeout, poll)
 	if err != nil && !errors.Is(err, errWaitTimeout) {
-		return err
+		return fmt.Errorf("%s: %w", cmd, err)
 	}
 	outs := make([]outcome, len(got))
 	for i, t := range got {

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"regexp"
 	"strings"
 	"testing"
 
+	"github.com/s3queue/s3queue/s3store"
 	"github.com/s3queue/s3queue/task"
 )
 
@@ -71,7 +73,16 @@ func TestWaitUsageErrors(t *testing.T) {
 	wantExit(t, cli(t, "", "wait", "not-an-id", "--store", store), exitUsage, `"not-an-id" is not a task id`)
 	wantExit(t, cli(t, "", "wait", id, "--store", store, "--timeout", "-1s"), exitUsage, "must not be negative")
 	wantExit(t, cli(t, "", "wait", id, "--store", store, "--poll-max", "0s"), exitUsage, "--poll-max 0s must be positive")
-	wantExit(t, cli(t, "", "wait", mustID(t), "--store", store), exitNotFound, "not found")
+	wantExit(t, cli(t, "", "wait", mustID(t), "--store", store), exitNotFound, "wait: task ")
+	// Ctrl-C at the first read of the task.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out, errb syncBuffer
+	st := &onTaskGet{Store: openStore(t, store), fn: cancel}
+	a := &app{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, environ: func() []string { return nil },
+		open: func(context.Context, string) (s3store.Store, error) { return st, nil }}
+	code := a.report(a.dispatch(ctx, []string{"wait", id, "--store", "s3://x"}))
+	wantExit(t, cliResult{code, out.String(), errb.String()}, exitRuntime, "wait: interrupted")
 	wantExit(t, cli(t, "", "submit", "--store", store, "--type", "x", "--wait-timeout", "1s"), exitUsage, "--wait-timeout needs --wait")
 	wantExit(t, cli(t, "", "submit", "--store", store, "--type", "x", "--json"), exitUsage, "--json needs --wait")
 	wantExit(t, cli(t, "", "submit", "--store", store, "--batch", "-", "--wait"), exitUsage, "--wait waits for a single task")
@@ -107,4 +118,17 @@ flaky = "if [ \"$S3QUEUE_ATTEMPT\" = 1 ]; then echo 'first try fails' >&2; exit 
 	c := strings.TrimSpace(must(t, "submit", "--store", store, "--type", "x"))
 	must(t, "cancel", c, "--store", store)
 	wantExit(t, cli(t, "", "get", c, "--watch", "--store", store), exitCanceled, "canceled")
+}
+
+// onTaskGet is a store that calls fn at each GET of a task object.
+type onTaskGet struct {
+	s3store.Store
+	fn func()
+}
+
+func (s *onTaskGet) Get(ctx context.Context, key string) (s3store.Object, error) {
+	if strings.HasPrefix(key, "tasks/") {
+		s.fn()
+	}
+	return s.Store.Get(ctx, key)
 }
