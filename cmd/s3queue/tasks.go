@@ -158,9 +158,9 @@ var requeueCommand = &command{
 		"Without an ID, requeues every task the filters select (--status dead, canceled or both, the\n" +
 		"default; --type; --older-than and --newer-than by creation time): one LIST per 1000 objects, one\n" +
 		"GET per finished task the key keeps (dead and canceled tasks have the same size class as\n" +
-		"succeeded ones), then per task Requeue's GET, PUT and announcement PUT. It prints the counts (--json: {action,\n" +
-		"dry_run, matched, done, cancel_requested, skipped, failed, ids}); --dry-run prints the tasks\n" +
-		"instead and changes nothing. A task requeued meanwhile is skipped; exit 1 if any request failed.",
+		"succeeded ones), then per task Requeue's GET, PUT and announcement PUT. It prints the counts\n" +
+		"(--json: {action, dry_run, matched, done, cancel_requested, skipped, failed, ids}); --dry-run\n" +
+		"prints the tasks instead and changes nothing. A task requeued meanwhile is skipped; exit 1 if any request failed.",
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		bf := defineBulkFlags(fs, "with no ID: requeue the tasks with these `statuses` (dead, canceled or dead,canceled, the default)",
 			"with no ID: only tasks created at least this `duration` ago (by the id's time; S3 time)", true)
