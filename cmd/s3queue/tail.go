@@ -46,16 +46,16 @@ var tailCommand = &command{
 	name: "tail", nargs: 0, json: true, noStore: true,
 	summary: "follow the events of running workers live (their --http /events streams)",
 	examples: []string{
-		"s3queue tail --from http://worker-1:9090 --from http://worker-2:9090 --from monitor:9091",
-		"s3queue tail --from 127.0.0.1:9090 --kind failed,dead --type resize",
-		`s3queue tail --from 127.0.0.1:9090 --json | jq -c 'select(.kind == "dead")'`,
+		"s3queue tail --from http://worker-1:9464 --from http://worker-2:9464",
+		"s3queue tail --from 127.0.0.1:9464 --kind failed,dead --type resize",
+		`s3queue tail --from 127.0.0.1:9464 --json | jq -c 'select(.kind == "dead")'`,
 	},
 	details: "Connects to the /events endpoint of each --from (a worker started with --http ADDR, or any\n" +
-		"process serving that stream; a URL without a path gets /events), merges their events as they come, and prints one line per\n" +
-		"event (--json: each event's JSON line as received, the format of --events). An endpoint that\n" +
-		"drops is reconnected with backoff (250ms doubling to 5s), with a note on stderr; events sent\n" +
-		"while it was away are not replayed. It makes no request to the store. It runs until Ctrl-C\n" +
-		"(exit 0); exit 1 if no endpoint could be reached at the start.",
+		"process serving that stream; a URL without a path gets /events), merges their events as they\n" +
+		"come, and prints one line per event (--json: each event's JSON line as received, the format\n" +
+		"of --events). An endpoint that drops is reconnected with backoff (250ms doubling to 5s), with\n" +
+		"a note on stderr; events sent while it was away are not replayed. It makes no request to the\n" +
+		"store. It runs until Ctrl-C (exit 0); exit 1 if no endpoint could be reached at the start.",
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		var from urlList
 		fs.Var(&from, "from", "`URL` of a worker's events endpoint, its --http address (repeatable, or comma-separated)")

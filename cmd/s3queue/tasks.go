@@ -160,7 +160,8 @@ var requeueCommand = &command{
 		"GET per finished task the key keeps (dead and canceled tasks have the same size class as\n" +
 		"succeeded ones), then per task Requeue's GET, PUT and announcement PUT. It prints the counts\n" +
 		"(--json: {action, dry_run, matched, done, cancel_requested, skipped, failed, ids}); --dry-run\n" +
-		"prints the tasks instead and changes nothing. A task requeued meanwhile is skipped; exit 1 if any request failed.",
+		"prints the tasks instead and changes nothing. A task requeued meanwhile is skipped; exit 1 if\n" +
+		"any request failed.",
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		bf := defineBulkFlags(fs, "with no ID: requeue the tasks with these `statuses` (dead, canceled or dead,canceled, the default)",
 			"with no ID: only tasks created at least this `duration` ago (by the id's time; S3 time)", true)
