@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -149,6 +150,9 @@ func (a *app) waitAndReport(ctx context.Context, cmd string, q *s3queue.Queue, i
 	return verdict(cmd, outs, timeout, err != nil)
 }
 
+// waitParallel bounds the GETs one poll of a wait has in flight.
+const waitParallel = 16
+
 // errWaitTimeout: the wait's timeout passed before every task finished.
 var errWaitTimeout = errors.New("timeout")
 
@@ -166,18 +170,32 @@ func waitTasks(ctx context.Context, q *s3queue.Queue, ids []string, timeout, pol
 	got := make([]*task.Task, len(ids))
 	p := newPoller(poll)
 	for {
+		reads, errs := make([]*task.Task, len(ids)), make([]error, len(ids))
+		sem := make(chan struct{}, waitParallel)
+		var wg sync.WaitGroup
+		for i, id := range ids {
+			if got[i] != nil && got[i].Status.Terminal() {
+				continue
+			}
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				reads[i], errs[i] = q.Get(ctx, id)
+			})
+		}
+		wg.Wait()
 		open := 0
 		for i, id := range ids {
 			if got[i] != nil && got[i].Status.Terminal() {
 				continue
 			}
-			t, err := q.Get(ctx, id)
-			if err != nil {
+			if err := errs[i]; err != nil {
 				if ctx.Err() != nil {
 					return got, fmt.Errorf("interrupted: %w", ctx.Err())
 				}
 				return got, taskError(id, err)
 			}
+			t := reads[i]
 			if got[i] != nil && (t.Status != got[i].Status || t.Attempt != got[i].Attempt) {
 				p.reset()
 			}
