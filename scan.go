@@ -74,6 +74,9 @@ type Stats struct {
 	// ByShard counts them by shard, then status; shards without tasks
 	// have no entry.
 	ByShard map[int]map[Status]int
+	// ByType counts them by type, then status; every type read has an
+	// entry, with an entry for each of its statuses seen.
+	ByType map[string]map[Status]int
 	// Skipped counts the objects under tasks/ that are not readable tasks.
 	Skipped int
 	// OldestPending is the pending task that became available first
@@ -98,7 +101,7 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 }
 
 func (q *Queue) stats(ctx context.Context) (Stats, error) {
-	s := Stats{Shards: q.producer.Manifest().Shards, ByStatus: map[Status]int{}, ByShard: map[int]map[Status]int{}}
+	s := Stats{Shards: q.producer.Manifest().Shards, ByStatus: map[Status]int{}, ByShard: map[int]map[Status]int{}, ByType: map[string]map[Status]int{}}
 	for _, st := range []Status{Pending, Blocked, Running, Succeeded, Dead, Canceled} {
 		s.ByStatus[st] = 0
 	}
@@ -109,6 +112,10 @@ func (q *Queue) stats(ctx context.Context) (Stats, error) {
 			s.ByShard[t.Shard] = map[Status]int{}
 		}
 		s.ByShard[t.Shard][t.Status]++
+		if s.ByType[t.Type] == nil {
+			s.ByType[t.Type] = map[Status]int{}
+		}
+		s.ByType[t.Type][t.Status]++
 		if t.Status == Pending && (s.OldestPending == nil || t.AvailableAt.Before(s.OldestPending.AvailableAt)) {
 			s.OldestPending = t
 		}

@@ -23,6 +23,7 @@ import (
 	"github.com/s3queue/s3queue/internal/deps"
 	"github.com/s3queue/s3queue/internal/direct"
 	"github.com/s3queue/s3queue/internal/events"
+	"github.com/s3queue/s3queue/internal/retention"
 	"github.com/s3queue/s3queue/internal/rnd"
 	"github.com/s3queue/s3queue/internal/taskio"
 	"github.com/s3queue/s3queue/lease"
@@ -976,98 +977,39 @@ func (m *Monitor) announce(ctx context.Context, t *task.Task) (time.Time, error)
 	return iv.Latest, nil
 }
 
-// expireRetention deletes a finished task and its idempotency record. The
-// task is re-read first, and the decision is made on what it says: the
-// listing that sent us here may predate a requeue and a fresh completion,
-// so the task read must itself have finished Retention ago by S3 time.
-//
-// Only a final object is ever deleted unconditionally. Where the provider
-// honours a conditional DELETE (the manifest says so), DELETE If-Match on
-// the ETag read is atomic: a requeue that landed since makes it fail.
-// Elsewhere (MinIO ignores the condition) the task is first tombstoned by
-// CAS (task.Retire): a requeue that landed makes that write fail, and once
-// it is written nothing writes the task again (Requeue and Cancel refuse a
-// retired task), so the unconditional DELETE that follows cannot delete a
-// live task. A task found already retired (another monitor, or a crash
-// between the two requests) is final: it is deleted.
+// expireRetention deletes a finished task and its idempotency record
+// through internal/retention, which `s3queue purge` shares: the task is
+// re-read first, and the decision is made on what it says (the listing
+// that sent us here may predate a requeue and a fresh completion), and a
+// task requeued meanwhile is never deleted (see package retention).
 func (m *Monitor) expireRetention(ctx context.Context, key string, iv clock.Interval, st *TickStats) error {
-	v, err := taskio.Load(ctx, m.st, key)
+	d := retention.Deleter{Store: m.st, Clock: m.clock, Local: m.local, DeleteHonoured: m.manifest.DeleteHonoured(), CAS: m.cas, Log: m.log}
+	out, err := d.Expire(ctx, key, m.cfg.Retention, iv)
 	st.Loaded++
-	if errors.Is(err, task.ErrCorrupt) || errors.Is(err, task.ErrUnsupportedFormat) {
+	if err != nil {
+		return err
+	}
+	switch out.Result {
+	case retention.Corrupt:
 		// An odd-sized object that is not a task read as finished until now.
 		st.Corrupt++
-		m.log.Error("corrupt task object; skipped", "key", key, "err", err)
-		m.publishCorrupt(key, err)
-		m.known[key] = known{etag: v.ETag, corrupt: true, loaded: true}
-		return nil
-	}
-	if errors.Is(err, s3store.ErrNotFound) {
+		m.log.Error("corrupt task object; skipped", "key", key, "err", out.Err)
+		m.publishCorrupt(key, out.Err)
+		m.known[key] = known{etag: out.Read.ETag, corrupt: true, loaded: true}
+	case retention.Gone, retention.Changed:
+		// Gone, or changed since it was read (requeued, or retired by
+		// another monitor): the sweeps see what it is now.
 		delete(m.known, key)
-		return nil
+	case retention.Kept:
+		m.known[key] = remember(out.Read)
+	case retention.Waiting:
+		// Its record is on its way out through another monitor: a later
+		// sweep deletes the task.
+	case retention.Deleted:
+		delete(m.known, key)
+		st.Deleted++
+		m.publish(events.Deleted, out.Read.Task, nil)
 	}
-	if err != nil {
-		return err
-	}
-	t := v.Task
-	hold := m.cfg.Retention
-	if t.IdempotencyKey != "" {
-		hold = max(hold, task.MinKeyedRetention)
-	}
-	if !t.Status.Terminal() || !t.Retired && !iv.After(t.UpdatedAt.Add(hold)) {
-		m.known[key] = remember(v)
-		return nil
-	}
-	lost := func(err error) bool { return s3store.LostRace(err) || errors.Is(err, s3store.ErrNotFound) }
-	// A keyed task is tombstoned first on every provider: its record goes
-	// before it (see below), and a requeue landing between the two would
-	// otherwise leave a live task whose key is free for a second one.
-	if !t.Retired && (!m.manifest.DeleteHonoured() || t.IdempotencyKey != "") {
-		now, err := m.clock.Now(ctx)
-		if err != nil {
-			return err
-		}
-		if err := t.Retire(now.Mid()); err != nil {
-			return err
-		}
-		if _, err := taskio.Update(ctx, m.st, m.local, t, v.ETag); lost(err) {
-			// Changed since it was read (requeued, or retired by another
-			// monitor): the sweeps see what it is now.
-			delete(m.known, key)
-			return nil
-		} else if err != nil {
-			return err
-		}
-	}
-	// The record goes before its task: while a record names a task, no
-	// submit recreates that task as if its producer had crashed (see
-	// producer.Submit), so a record without its task never outlives
-	// retention, and a submit after it starts afresh.
-	// (A keyed task is retired by now: nothing can requeue it.)
-	if t.IdempotencyKey != "" {
-		gone, err := m.expireRecord(ctx, t)
-		if err != nil || !gone {
-			// A record another monitor retired a moment ago: its DELETE may
-			// be on the way; the task waits for a later sweep.
-			return err
-		}
-	}
-	if t.Retired {
-		err = m.st.Delete(ctx, key, s3store.DeleteOptions{})
-	} else {
-		err = m.st.Delete(ctx, key, s3store.DeleteOptions{IfMatch: v.ETag})
-		if lost(err) {
-			// Requeued since it was read (the DELETE is atomic here): the
-			// task lives on.
-			delete(m.known, key)
-			return nil
-		}
-	}
-	if err != nil {
-		return err
-	}
-	delete(m.known, key)
-	st.Deleted++
-	m.publish(events.Deleted, t, nil)
 	return nil
 }
 
@@ -1094,62 +1036,4 @@ func (m *Monitor) publishCorrupt(key string, err error) {
 		e.TaskID, e.Shard = id, shard
 	}
 	m.cfg.Events.Publish(e)
-}
-
-// expireRecord deletes the idempotency record of t, which retention is
-// deleting, if the record names t, and reports whether no record of t is
-// left. Like the task, the record is deleted unconditionally only once it
-// is final: where conditional DELETE is honoured, DELETE If-Match;
-// elsewhere it is first marked retired by CAS (a retired record is never
-// written again but to retire it again). There, a record that another
-// monitor retired less than task.RetiredRecordGrace ago is left to that
-// monitor's DELETE (false, nil): a second DELETE could reach the server
-// after the first and a submit's new record. A lost race (the record
-// changed or went meanwhile) reads it again.
-func (m *Monitor) expireRecord(ctx context.Context, t *task.Task) (bool, error) {
-	key := task.IdempotencyRecordKey(t.IdempotencyKey)
-	gone := true
-	err := m.cas.Retry(ctx, func(int) (bool, error) {
-		gone = true
-		obj, err := m.st.Get(ctx, key)
-		if errors.Is(err, s3store.ErrNotFound) {
-			return false, nil
-		}
-		if err != nil {
-			return false, err
-		}
-		rec, perr := task.ParseIdempotencyRecord(obj.Body)
-		switch {
-		case perr != nil:
-			// Nobody writes a corrupt record again (a submit refuses it),
-			// so it is final too.
-			m.log.Error("corrupt idempotency record; deleted with its task", "key", key, "task_id", t.ID, "err", perr)
-			err = m.st.Delete(ctx, key, s3store.DeleteOptions{})
-		case rec.ID != t.ID:
-			return false, nil // the key was claimed again after an earlier retention of t
-		case m.manifest.DeleteHonoured():
-			err = m.st.Delete(ctx, key, s3store.DeleteOptions{IfMatch: obj.ETag})
-		default:
-			if rec.Retired {
-				now, err := m.clock.Now(ctx)
-				if err != nil {
-					return false, err
-				}
-				if now.Earliest.Sub(obj.LastModified) < task.RetiredRecordGrace {
-					gone = false
-					return false, nil
-				}
-			}
-			rec.Retired = true
-			rec.Retires++
-			if _, err = m.st.Put(ctx, key, rec.Encode(), s3store.PutOptions{IfMatch: obj.ETag}); err == nil {
-				err = m.st.Delete(ctx, key, s3store.DeleteOptions{})
-			}
-		}
-		return s3store.LostRace(err) || errors.Is(err, s3store.ErrNotFound), err
-	})
-	if err != nil {
-		return false, fmt.Errorf("expire idempotency record of task %s: %w", t.ID, err)
-	}
-	return gone, nil
 }

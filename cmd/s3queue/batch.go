@@ -306,37 +306,15 @@ func (b *batch) verdict(ctx context.Context, readErr, closeErr error) error {
 // batchProgress draws a progress line on stderr while a batch runs, only
 // when stderr is a terminal; it returns the function that ends it.
 func (a *app) batchProgress(s *s3queue.Submitter, b *batch) (stop func()) {
-	if !isTerminal(a.stderr) {
-		return func() {}
-	}
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	draw := func() {
+	p := a.startProgress(func() string {
 		st := s.State()
 		b.mu.Lock()
 		lines, bad := b.lines, b.bad
 		b.mu.Unlock()
-		fmt.Fprintf(a.stderr, "\rsubmit: %d lines read, %d submitted, %d failed, %d in flight, %d pending \x1b[K",
+		return fmt.Sprintf("submit: %d lines read, %d submitted, %d failed, %d in flight, %d pending",
 			lines, st.Submitted, st.Failed+st.Dropped+st.Refused+int64(bad), st.InFlight, st.Pending)
-	}
-	wg.Go(func() {
-		t := time.NewTicker(100 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				draw()
-				fmt.Fprintln(a.stderr)
-				return
-			case <-t.C:
-				draw()
-			}
-		}
 	})
-	return func() {
-		close(done)
-		wg.Wait()
-	}
+	return p.stop
 }
 
 // lineReader reads numbered lines of at most max bytes, holding no more:

@@ -72,6 +72,9 @@ const exitCodesHelp = `Exit codes:
   3  task not found
   4  provider unsupported (the store does not honour conditional PUT)
   5  store unusable (bucket or directory gone, access denied): retrying cannot help
+  6  wait, submit --wait, get --watch: a task ended dead
+  7  wait, submit --wait, get --watch: a task ended canceled (and none dead)
+  8  wait, submit --wait: the timeout passed before every task finished
   130, 143  a second SIGINT or SIGTERM: exited without finishing the shutdown
 `
 
@@ -91,12 +94,12 @@ func (a *app) usage(w io.Writer) {
 	}
 	tw.Flush()
 	fmt.Fprintf(w, `
-Every command except help, version, cost and completion takes --store URL and
---log-level LEVEL (which may also come before the command's name), and all but
-demo take --config FILE (default ./queue.toml if it exists); get, history,
-list, stats, doctor and cost take --json. Flags beat the environment, which
-beats queue.toml. Flags may follow the command name and its arguments. Store
-URLs:
+Every command except help, version, cost, completion and tail takes --store URL
+and --log-level LEVEL (which may also come before the command's name), and those
+but demo take --config FILE (default ./queue.toml if it exists); get, history,
+wait, submit --wait, tail, cancel, requeue, purge, list, stats, doctor and cost
+take --json. Flags beat the environment, which beats queue.toml. Flags may follow
+the command name and its arguments. Store URLs:
   s3://BUCKET/PREFIX?endpoint=http://127.0.0.1:9000&region=us-east-1&path_style=true
   file:///absolute/directory
   mem://NAME (in this process only: demo --store and tests; other commands refuse it)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"flag"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	s3events "github.com/s3queue/s3queue/internal/events"
 	"github.com/s3queue/s3queue/task"
 )
 
@@ -75,12 +77,22 @@ func TestJSONKeys(t *testing.T) {
 	must(t, "cancel", canceled, "--store", store)
 	later := submit(t, store, cfg, "hold", "--delay", "1h")
 	ids := []string{ok, bad, after, slot, canceled, later}
+	events := newEventServer(t, []s3events.Event{{Time: time.Now(), Source: s3events.SourceWorker, Origin: "w1", Kind: s3events.Failed,
+		TaskID: bad, Type: "bad", Attempt: 1, Shard: 3, Pool: "p", Phase: s3events.PhaseInFlight, Key: "tasks/003/x.json", Err: errors.New("boom")}})
 
 	cases := map[string][][]string{
 		"list":   {{"list", "--store", store, "--limit", "0", "--json"}},
 		"stats":  {{"stats", "--store", store, "--json"}},
 		"doctor": {{"doctor", "--store", store, "--json"}},
 		"cost":   {{"cost", "--json"}},
+		"wait":   {{"wait", ok, bad, "--store", store, "--json"}},
+		"tail":   {{"tail", "--from", events.URL, "--json"}},
+		// submit --json goes with --wait; the task ends canceled by its
+		// dependency on the dead one.
+		"submit":  {{"submit", "--store", store, "--type", "hold", "--after", bad, "--wait", "--json"}},
+		"requeue": {{"requeue", "--status", "dead", "--dry-run", "--json", "--store", store}},
+		"cancel":  {{"cancel", "--type", "hold", "--status", "pending", "--dry-run", "--json", "--store", store}},
+		"purge":   {{"purge", "--older-than", "1h", "--json", "--store", store}},
 	}
 	for _, id := range ids {
 		cases["get"] = append(cases["get"], []string{"get", id, "--store", store, "--json"})
@@ -96,7 +108,15 @@ func TestJSONKeys(t *testing.T) {
 			keys := map[string]bool{}
 			for _, args := range runs {
 				var v any
-				out := must(t, args...)
+				var out string
+				switch args[0] {
+				case "tail": // runs until Ctrl-C: stop it after its one line
+					out = runTail(t, 1, args[1:]...).stdout
+				case "wait", "submit": // the exit code says how the tasks ended
+					out = cli(t, "", args...).stdout
+				default:
+					out = must(t, args...)
+				}
 				if err := json.Unmarshal([]byte(out), &v); err != nil {
 					t.Fatalf("%v: not JSON: %v\n%s", args, err, out)
 				}
@@ -127,7 +147,7 @@ func TestJSONKeys(t *testing.T) {
 // The output types' keys are snake_case even where the small queue above
 // shows no value (a running task's claim, a fields left out when empty).
 func TestJSONOutputTypesAreSnakeCase(t *testing.T) {
-	for _, v := range []any{task.Task{}, queueStats{}, doctorReport{}, costJSON{}} {
+	for _, v := range []any{task.Task{}, queueStats{}, doctorReport{}, costJSON{}, outcome{}, bulkReport{}} {
 		checkTypeKeys(t, reflect.TypeOf(v), reflect.TypeOf(v).Name(), map[reflect.Type]bool{})
 	}
 }

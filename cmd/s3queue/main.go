@@ -35,6 +35,10 @@ const (
 	exitNotFound    = 3 // no task with that id
 	exitUnsupported = 4 // the provider does not honour conditional PUT
 	exitUnusable    = 5 // the store will not heal: bucket or directory gone, access denied
+	// How the tasks waited for ended (wait, submit --wait, get --watch):
+	exitDead     = 6 // a task ended dead
+	exitCanceled = 7 // a task ended canceled (and none dead)
+	exitTimeout  = 8 // the timeout passed before every task finished
 )
 
 func main() {
@@ -118,7 +122,7 @@ var commands []*command
 func init() {
 	commands = []*command{
 		workerCommand, monitorCommand, submitCommand, getCommand, historyCommand,
-		cancelCommand, requeueCommand, listCommand, statsCommand, doctorCommand, reshardCommand,
+		waitCommand, tailCommand, cancelCommand, requeueCommand, purgeCommand, listCommand, statsCommand, doctorCommand, reshardCommand,
 		demoCommand, costCommand, completionCommand, versionCommand, helpCommand,
 	}
 }

@@ -6,12 +6,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/s3queue/s3queue"
+	"github.com/s3queue/s3queue/internal/taskio"
 	"github.com/s3queue/s3queue/task"
 )
 
@@ -23,53 +25,97 @@ func (a *app) skipped(key string, err error) {
 
 var listCommand = &command{
 	name: "list", nargs: 0, json: true,
-	summary: "list tasks, optionally of one status",
+	summary: "list tasks, filtered by status, type and age, oldest or newest first",
 	examples: []string{
-		"s3queue list --status dead",
-		"s3queue list --limit 0 --json | jq -r '.[].id'",
+		"s3queue list --status pending,blocked --limit 20",
+		"s3queue list --status dead --type resize --older-than 1h --sort newest",
+		"s3queue list --status dead --limit 100 --after 01M8AHG5VV8F97G35HQPT2NKJV --json",
 	},
-	details: "Operator tool: lists tasks/ and reads every task (one LIST per 1000 tasks plus one GET per\n" +
-		"task read) until --limit tasks matched. Tasks come in key order: by shard, then oldest first.\n" +
-		"Corrupt objects are reported on stderr and skipped.",
+	details: "Lists tasks/ (one LIST per 1000 objects), keeps the tasks whose id (creation time) and object\n" +
+		"size (which tells pending, blocked-or-running, or finished) pass the filters, sorts them by\n" +
+		"creation time, and reads in full (one GET each) only those it prints; --type needs the GET of\n" +
+		"each task the other filters keep, and --status dead (or succeeded, canceled, blocked, running)\n" +
+		"reads the tasks its size class holds to tell them apart. --limit N prints at most N tasks; the\n" +
+		"next page is --after the last id printed (text output says so on stderr). --json prints the\n" +
+		"tasks as stored. Corrupt objects are reported on stderr and skipped.",
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
-		var status string
+		parse := filterFlags(fs, "only tasks with these `statuses` (comma-separated): pending, blocked, running, succeeded, dead, canceled (default all)",
+			"only tasks created at least this `duration` ago (by the id's time; S3 time)", true)
 		var limit int
-		fs.StringVar(&status, "status", "", "only tasks with this `status`: pending, blocked, running, succeeded, dead or canceled (default all)")
-		fs.IntVar(&limit, "limit", 100, "stop after `N` tasks; 0 lists all")
+		var sortBy, after string
+		fs.IntVar(&limit, "limit", 100, "print at most `N` tasks; 0 prints all")
+		fs.StringVar(&sortBy, "sort", "oldest", "`order` by creation time: oldest or newest first")
+		fs.StringVar(&after, "after", "", "continue after the task with this `ID` (the last one of the previous page)")
 		return func(ctx context.Context, _ []string) error {
-			var want task.Status
-			if status != "" {
-				s, err := task.ParseStatus(status)
-				if err != nil {
-					return usageError("list: --status %q: want pending, blocked, running, succeeded, dead or canceled", status)
-				}
-				want = s
+			f, err := parse("list", nil, statuses)
+			if err != nil {
+				return err
 			}
 			if limit < 0 {
 				return usageError("list: --limit %d must not be negative", limit)
 			}
-			var found []*task.Task
-			q, err := a.existingQueue(ctx)
-			switch {
-			case errors.Is(err, s3queue.ErrNoQueue):
-			case err != nil:
-				return err
+			switch sortBy {
+			case "oldest":
+			case "newest":
+				f.newest = true
 			default:
-				found, err = q.List(ctx, s3queue.ListOptions{Status: want, Limit: limit})
-				if err != nil {
-					return cause(err)
-				}
+				return usageError("list: --sort %q: want oldest or newest", sortBy)
+			}
+			if after != "" && !task.ValidID(after) {
+				return usageError("list: --after %q is not a task id", after)
+			}
+			f.after = after
+			found, more, err := a.list(ctx, f, limit)
+			if err != nil {
+				return err
 			}
 			if a.jsonOut {
-				if found == nil {
-					found = []*task.Task{}
-				}
 				return writeJSON(a.stdout, found)
 			}
 			printList(a.stdout, found)
+			if more {
+				fmt.Fprintf(a.stderr, "more tasks may match: continue with --after %s\n", found[len(found)-1].ID)
+			}
 			return nil
 		}
 	},
+}
+
+// list returns the tasks f selects, at most limit (0: all), and whether
+// more candidates were left unread.
+func (a *app) list(ctx context.Context, f filter, limit int) (found []*task.Task, more bool, err error) {
+	found = []*task.Task{}
+	st, _, err := a.existingStoreQueue(ctx)
+	switch {
+	case errors.Is(err, s3queue.ErrNoQueue):
+		return found, false, nil
+	case err != nil:
+		return nil, false, err
+	}
+	s := &selector{st: st, f: f, onSkip: a.skipped}
+	if f.olderThan > 0 || f.newerThan > 0 {
+		if s.now, err = st.Now(ctx); err != nil {
+			return nil, false, fmt.Errorf("read server time: %w", err)
+		}
+	}
+	cs, err := s.candidates(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	last := ""
+	err = s.each(ctx, cs, limit, func(_ candidate, v taskio.Versioned) bool {
+		found = append(found, v.Task)
+		last = v.Task.ID
+		return limit == 0 || len(found) < limit
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	if limit > 0 && len(found) == limit {
+		i := slices.IndexFunc(cs, func(c candidate) bool { return c.id == last })
+		more = i >= 0 && i < len(cs)-1
+	}
+	return found, more, nil
 }
 
 func printList(w io.Writer, ts []*task.Task) {
@@ -90,13 +136,38 @@ func printList(w io.Writer, ts []*task.Task) {
 
 // queueStats is the output of stats.
 type queueStats struct {
-	ServerTime    time.Time                   `json:"server_time"`
-	Shards        int                         `json:"shards"`
-	Total         int                         `json:"total"`
-	ByStatus      map[task.Status]int         `json:"by_status"`
-	ByShard       map[int]map[task.Status]int `json:"by_shard"`
-	Skipped       int                         `json:"skipped"`
-	OldestPending *oldestPending              `json:"oldest_pending,omitempty"`
+	ServerTime time.Time                   `json:"server_time"`
+	Shards     int                         `json:"shards"`
+	Total      int                         `json:"total"`
+	ByStatus   map[task.Status]int         `json:"by_status"`
+	ByShard    map[int]map[task.Status]int `json:"by_shard"`
+	// ByType counts the tasks of each type by status (every status has
+	// an entry, zero or not), in the order of the types' names.
+	ByType        []typeCount    `json:"by_type"`
+	Skipped       int            `json:"skipped"`
+	OldestPending *oldestPending `json:"oldest_pending,omitempty"`
+}
+
+// typeCount is one type's line of stats.
+type typeCount struct {
+	Type     string              `json:"type"`
+	Total    int                 `json:"total"`
+	ByStatus map[task.Status]int `json:"by_status"`
+}
+
+// typeCounts turns counts by type, then status, into stats' lines.
+func typeCounts(byType map[string]map[task.Status]int) []typeCount {
+	out := []typeCount{}
+	for typ, byStatus := range byType {
+		tc := typeCount{Type: typ, ByStatus: map[task.Status]int{}}
+		for _, st := range statuses {
+			tc.ByStatus[st] = byStatus[st]
+			tc.Total += byStatus[st]
+		}
+		out = append(out, tc)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Type < out[j].Type })
+	return out
 }
 
 type oldestPending struct {
@@ -111,16 +182,18 @@ var statuses = []task.Status{task.Pending, task.Blocked, task.Running, task.Succ
 
 var statsCommand = &command{
 	name: "stats", nargs: 0, json: true,
-	summary: "count tasks by status and by shard; age of the oldest pending task",
+	summary: "count tasks by status, by type and by shard; age of the oldest pending task",
 	examples: []string{
 		"s3queue stats",
-		"s3queue stats --json | jq .by_status",
+		"s3queue stats --json | jq .by_type",
 	},
-	details: "Operator tool: reads every task (one LIST per 1000 tasks plus one GET per task).\n" +
-		"Ages are measured in S3 time. Corrupt objects are reported on stderr and skipped.",
+	details: "Operator tool: reads every task (one LIST per 1000 tasks plus one GET per task: the type is\n" +
+		"only in the task), then the server's time (one request). Ages are measured in S3 time. Corrupt\n" +
+		"objects are reported on stderr and skipped. --json: {server_time, shards, total, by_status,\n" +
+		"by_type, by_shard, skipped, oldest_pending}.",
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		return func(ctx context.Context, _ []string) error {
-			qs := queueStats{ByStatus: map[task.Status]int{}, ByShard: map[int]map[task.Status]int{}}
+			qs := queueStats{ByStatus: map[task.Status]int{}, ByShard: map[int]map[task.Status]int{}, ByType: []typeCount{}}
 			for _, s := range statuses {
 				qs.ByStatus[s] = 0
 			}
@@ -135,7 +208,7 @@ var statsCommand = &command{
 					return cause(err)
 				}
 				qs = queueStats{ServerTime: s.ServerTime, Shards: s.Shards, Total: s.Total,
-					ByStatus: s.ByStatus, ByShard: s.ByShard, Skipped: s.Skipped}
+					ByStatus: s.ByStatus, ByShard: s.ByShard, ByType: typeCounts(s.ByType), Skipped: s.Skipped}
 				if o := s.OldestPending; o != nil {
 					qs.OldestPending = &oldestPending{ID: o.ID, AvailableAt: o.AvailableAt,
 						AgeSeconds: s.ServerTime.Sub(o.AvailableAt).Round(time.Millisecond).Seconds()}
@@ -175,6 +248,7 @@ func printStats(w io.Writer, qs queueStats) {
 	} else {
 		fmt.Fprintln(w, "oldest pending: none")
 	}
+	printByType(w, qs.ByType)
 	if len(qs.ByShard) == 0 {
 		return
 	}
@@ -199,6 +273,28 @@ func printStats(w io.Writer, qs queueStats) {
 			fmt.Fprintf(tw, "%d\t", n)
 		}
 		fmt.Fprintf(tw, "%d\t\n", total)
+	}
+	tw.Flush()
+}
+
+// printByType prints stats' table of counts by type and status.
+func printByType(w io.Writer, byType []typeCount) {
+	if len(byType) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "by type:")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprint(tw, "  TYPE\t")
+	for _, s := range statuses {
+		fmt.Fprintf(tw, "%s\t", strings.ToUpper(string(s)))
+	}
+	fmt.Fprintln(tw, "TOTAL\t")
+	for _, tc := range byType {
+		fmt.Fprintf(tw, "  %s\t", tc.Type)
+		for _, s := range statuses {
+			fmt.Fprintf(tw, "%d\t", tc.ByStatus[s])
+		}
+		fmt.Fprintf(tw, "%d\t\n", tc.Total)
 	}
 	tw.Flush()
 }

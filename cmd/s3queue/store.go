@@ -76,6 +76,17 @@ func (a *app) existingQueue(ctx context.Context) (*s3queue.Queue, error) {
 	return a.openQueue(ctx, st, url, true)
 }
 
+// existingStoreQueue is existingQueue that also returns the store, for
+// the commands that list it themselves.
+func (a *app) existingStoreQueue(ctx context.Context) (s3store.Store, *s3queue.Queue, error) {
+	st, url, err := a.openStore(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	q, err := a.openQueue(ctx, st, url, true)
+	return st, q, err
+}
+
 // taskQueue opens the existing queue for a command about task id. A missing
 // queue means every task id is unknown.
 func (a *app) taskQueue(ctx context.Context, id string) (*s3queue.Queue, error) {

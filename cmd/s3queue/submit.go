@@ -29,12 +29,12 @@ import (
 const maxRawInput = 4 * task.MaxInputBytes
 
 var submitCommand = &command{
-	name: "submit", nargs: 0,
+	name: "submit", nargs: 0, json: true,
 	summary: "submit a task and print its id (or one task per JSON line with --batch)",
 	examples: []string{
 		`s3queue submit --type resize --input '{"url": "https://example.com/a.png"}'`,
-		"s3queue submit --type report --delay 1h --idempotency-key report-2026-03-01",
 		"s3queue submit --batch tasks.jsonl",
+		"s3queue submit --type resize --input-file job.json --wait --wait-timeout 5m",
 	},
 	details: "The input must be JSON (at most 256 KiB once compacted); it is checked before the store is\n" +
 		"opened, so bad input writes nothing (exit 2). Defaults come from [submit] in queue.toml.\n" +
@@ -47,7 +47,11 @@ var submitCommand = &command{
 		"--after ID (repeatable) keeps the task blocked until task ID has succeeded; if ID ends dead\n" +
 		"or canceled, the task is canceled (or dead, with --on-dep-failure fail). An --after that names\n" +
 		"no task of this queue is refused (exit 2) and the task is not created. See docs/cli.md and\n" +
-		"docs/dependencies.md.",
+		"docs/dependencies.md.\n" +
+		"--wait waits for the task to finish, as 's3queue wait' does: it prints the id at once, then\n" +
+		"the outcome line (--json: the outcome as a one-element array instead of both), and exits 0\n" +
+		"(succeeded), 6 (dead), 7 (canceled) or 8 (--wait-timeout passed first). --timeout is the\n" +
+		"lease of one attempt, not the wait's.",
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		var (
 			typ, input, inputFile, at, idemKey, shardKey, batch string
@@ -56,6 +60,8 @@ var submitCommand = &command{
 			after                                               idList
 			slot, admission                                     string
 			onDepFailure                                        string
+			wait                                                bool
+			waitTimeout                                         time.Duration
 			traceparent                                         string
 		)
 		fs.StringVar(&typ, "type", "", "task `type` (required): selects the handler")
@@ -73,9 +79,27 @@ var submitCommand = &command{
 		fs.StringVar(&admission, "admission", string(deps.AdmitQueue), "how the task takes its place in a busy slot: `queue|replace|drop-if-running`")
 		fs.StringVar(&traceparent, "traceparent", "", "W3C trace context `header` (00-TRACEID-SPANID-FLAGS): the workers' spans continue that trace (docs/tracing.md)")
 		fs.StringVar(&batch, "batch", "", "submit one task per JSON line of `file` (- for stdin); the other flags are the lines' defaults")
+		fs.BoolVar(&wait, "wait", false, "wait until the task finishes; print its outcome and exit 0 (succeeded), 6 (dead), 7 (canceled) or 8 (timeout)")
+		fs.DurationVar(&waitTimeout, "wait-timeout", 0, "with --wait: give up after this `duration` (exit 8); 0 waits as long as it takes")
+		poll := pollMaxFlag(fs)
 		return func(ctx context.Context, _ []string) error {
 			set := map[string]bool{}
 			fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+			if !wait {
+				for _, f := range []string{"wait-timeout", "poll-max", "json"} {
+					if set[f] {
+						return usageError("submit: --%s needs --wait", f)
+					}
+				}
+			}
+			if wait {
+				if set["batch"] {
+					return usageError("submit: --wait waits for a single task; with --batch, pass the printed ids to 's3queue wait'")
+				}
+				if err := checkWaitFlags("submit", "--wait-timeout", waitTimeout, *poll); err != nil {
+					return err
+				}
+			}
 
 			opts := a.cfg.SubmitOptions()
 			// Zero means "the default" to the producer; a 0 the user typed
@@ -172,7 +196,12 @@ var submitCommand = &command{
 			if err != nil {
 				return submitError(err)
 			}
-			fmt.Fprintln(a.stdout, id)
+			if !a.jsonOut {
+				fmt.Fprintln(a.stdout, id)
+			}
+			if wait {
+				return a.waitAndReport(ctx, "submit", q, []string{id}, waitTimeout, *poll)
+			}
 			return nil
 		}
 	},

@@ -21,12 +21,25 @@ var getCommand = &command{
 	examples: []string{
 		"s3queue get 01M8AHG5TJ57JN0X6S7S5PM513",
 		"s3queue get 01M8AHG5TJ57JN0X6S7S5PM513 --json | jq .result",
+		"s3queue get 01M8AHG5TJ57JN0X6S7S5PM513 --watch",
 	},
 	details: "One GET. A task submitted with --after lists its dependencies, what became of each, and\n" +
-		"those it still waits for. --json prints the task object as stored in the bucket.",
+		"those it still waits for. --json prints the task object as stored in the bucket.\n" +
+		"--watch prints the task, then one line per change (status, attempt, error) until it finishes\n" +
+		"or Ctrl-C (--json: the task as one JSON line, again at each change); it polls with one GET\n" +
+		"per poll, every 250ms growing to --poll-max (5s), and exits as 's3queue wait' does: 0\n" +
+		"succeeded, 6 dead, 7 canceled, 1 interrupted.",
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
+		watch := fs.Bool("watch", false, "print each change of the task until it finishes (one GET per poll)")
+		poll := pollMaxFlag(fs)
 		return func(ctx context.Context, args []string) error {
 			id := args[0]
+			if !*watch && isSet(fs, "poll-max") {
+				return usageError("get: --poll-max needs --watch")
+			}
+			if *poll <= 0 {
+				return usageError("get: --poll-max %v must be positive", *poll)
+			}
 			q, err := a.taskQueue(ctx, id)
 			if err != nil {
 				return err
@@ -34,6 +47,9 @@ var getCommand = &command{
 			t, err := q.Get(ctx, id)
 			if err != nil {
 				return taskError(id, err)
+			}
+			if *watch {
+				return a.watch(ctx, q, t, *poll)
 			}
 			if a.jsonOut {
 				return writeJSON(a.stdout, t)
@@ -75,18 +91,39 @@ var historyCommand = &command{
 }
 
 var cancelCommand = &command{
-	name: "cancel", args: "ID", nargs: 1,
-	summary: "cancel a task",
+	name: "cancel", args: "[ID]", nargs: -1, json: true,
+	summary: "cancel a task, or the tasks the filters select",
 	examples: []string{
 		"s3queue cancel 01M8AHG5TJ57JN0X6S7S5PM513",
+		"s3queue cancel --status pending --type resize --older-than 24h --dry-run",
 	},
 	details: "A pending or blocked task is canceled at once (prints \"canceled\"); the tasks that wait for it\n" +
 		"are canceled in turn (or dead, if submitted with --on-dep-failure fail). A running task is\n" +
 		"asked to stop (prints \"cancel requested\"): its handler is stopped at the worker's next lease\n" +
 		"renewal, and its dependents learn the outcome the worker records.\n" +
-		"A finished task cannot be canceled (exit 1).",
+		"A finished task cannot be canceled (exit 1).\n" +
+		"Without an ID, cancels every task the filters select (--status, default pending,blocked,running;\n" +
+		"--type; --older-than and --newer-than by creation time): one LIST per 1000 objects, then per task\n" +
+		"Cancel's GET and PUT (plus one GET each when --type or a --status the size cannot tell, such as\n" +
+		"running alone, needs the task read first). It prints the counts (--json: {action, dry_run,\n" +
+		"matched, done, cancel_requested, skipped, failed, ids}); --dry-run prints the tasks instead and\n" +
+		"changes nothing. A task that finished meanwhile is skipped; exit 1 if any request failed.",
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
+		bf := defineBulkFlags(fs, "with no ID: cancel the tasks with these `statuses` (comma-separated: pending, blocked, running; default all three)",
+			"with no ID: only tasks created at least this `duration` ago (by the id's time; S3 time)", true)
 		return func(ctx context.Context, args []string) error {
+			bulk, err := bf.form("cancel", args, a.jsonOut)
+			if err != nil {
+				return err
+			}
+			if bulk {
+				live := []task.Status{task.Pending, task.Blocked, task.Running}
+				f, err := bf.parse("cancel", live, live)
+				if err != nil {
+					return err
+				}
+				return a.bulkCancel(ctx, f, *bf.dry)
+			}
 			id := args[0]
 			q, err := a.taskQueue(ctx, id)
 			if err != nil {
@@ -110,14 +147,37 @@ var cancelCommand = &command{
 }
 
 var requeueCommand = &command{
-	name: "requeue", args: "ID", nargs: 1,
-	summary: "give a dead or canceled task a fresh start",
+	name: "requeue", args: "[ID]", nargs: -1, json: true,
+	summary: "give a dead or canceled task a fresh start, or the tasks the filters select",
 	examples: []string{
 		"s3queue requeue 01M8AHG5VV8F97G35HQPT2NKJV",
+		"s3queue requeue --status dead --type resize --older-than 1h --dry-run",
+		"s3queue requeue --status dead --type resize --json",
 	},
-	details: "The task goes back to pending with a fresh budget of attempts (its last error is kept).",
+	details: "The task goes back to pending with a fresh budget of attempts (its last error is kept).\n" +
+		"Without an ID, requeues every task the filters select (--status dead, canceled or both, the\n" +
+		"default; --type; --older-than and --newer-than by creation time): one LIST per 1000 objects, one\n" +
+		"GET per finished task the key keeps (dead and canceled tasks have the same size class as\n" +
+		"succeeded ones), then per task Requeue's GET, PUT and announcement PUT. It prints the counts\n" +
+		"(--json: {action, dry_run, matched, done, cancel_requested, skipped, failed, ids}); --dry-run\n" +
+		"prints the tasks instead and changes nothing. A task requeued meanwhile is skipped; exit 1 if\n" +
+		"any request failed.",
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
+		bf := defineBulkFlags(fs, "with no ID: requeue the tasks with these `statuses` (dead, canceled or dead,canceled, the default)",
+			"with no ID: only tasks created at least this `duration` ago (by the id's time; S3 time)", true)
 		return func(ctx context.Context, args []string) error {
+			bulk, err := bf.form("requeue", args, a.jsonOut)
+			if err != nil {
+				return err
+			}
+			if bulk {
+				ended := []task.Status{task.Dead, task.Canceled}
+				f, err := bf.parse("requeue", ended, ended)
+				if err != nil {
+					return err
+				}
+				return a.bulkRequeue(ctx, f, *bf.dry)
+			}
 			id := args[0]
 			q, err := a.taskQueue(ctx, id)
 			if err != nil {

@@ -1,0 +1,337 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"regexp"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/s3queue/s3queue/s3store"
+	"github.com/s3queue/s3queue/s3store/storetest/fakes3"
+	"github.com/s3queue/s3queue/task"
+)
+
+// taskGets is a store that counts the GETs of task objects.
+type taskGets struct {
+	s3store.Store
+	n atomic.Int64
+}
+
+func (s *taskGets) Get(ctx context.Context, key string) (s3store.Object, error) {
+	if strings.HasPrefix(key, "tasks/") {
+		s.n.Add(1)
+	}
+	return s.Store.Get(ctx, key)
+}
+
+// runOn runs a command line on st and returns its result and the GETs of
+// task objects it made.
+func runOn(t *testing.T, st *taskGets, args ...string) (cliResult, int64) {
+	t.Helper()
+	var out, errb syncBuffer
+	a := &app{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, environ: func() []string { return nil },
+		open: func(context.Context, string) (s3store.Store, error) { return st, nil }}
+	before := st.n.Load()
+	code := a.report(a.dispatch(context.Background(), append(args, "--store", "s3://counted")))
+	return cliResult{code, out.String(), errb.String()}, st.n.Load() - before
+}
+
+func listIDs(t *testing.T, stdout string) []string {
+	t.Helper()
+	var ts []task.Task
+	if err := json.Unmarshal([]byte(stdout), &ts); err != nil {
+		t.Fatalf("list --json printed %q: %v", stdout, err)
+	}
+	ids := []string{}
+	for _, tk := range ts {
+		ids = append(ids, tk.ID)
+	}
+	return ids
+}
+
+// list filters by the key and the size before any GET, and reads only the
+// tasks it prints when the size decides the filter.
+func TestListFiltersWithoutReadingFilteredOutTasks(t *testing.T) {
+	store, _ := newStore(t)
+	var ids []string // in submission order, so oldest first
+	for i := range 10 {
+		typ := "a"
+		if i >= 5 {
+			typ = "b"
+		}
+		ids = append(ids, strings.TrimSpace(must(t, "submit", "--store", store, "--type", typ)))
+		// Ids of one millisecond sort at random; keep them apart.
+		waitFor(t, "the next millisecond", func() bool {
+			id, _ := task.NewID(time.Now(), strings.NewReader(strings.Repeat("z", 64)))
+			return id[:10] > ids[len(ids)-1][:10]
+		})
+	}
+	for _, id := range ids[5:8] {
+		must(t, "cancel", id, "--store", store)
+	}
+	st := &taskGets{Store: openStore(t, store)}
+
+	r, gets := runOn(t, st, "list", "--status", "canceled", "--json")
+	if got := listIDs(t, r.stdout); !slices.Equal(got, ids[5:8]) || gets != 3 {
+		t.Errorf("list --status canceled: %v with %d GETs, want %v with 3", got, gets, ids[5:8])
+	}
+	r, gets = runOn(t, st, "list", "--status", "pending", "--limit", "2", "--json")
+	if got := listIDs(t, r.stdout); !slices.Equal(got, ids[:2]) || gets != 2 {
+		t.Errorf("list --status pending --limit 2: %v with %d GETs, want %v with 2", got, gets, ids[:2])
+	}
+	r, gets = runOn(t, st, "list", "--status", "pending,canceled", "--sort", "newest", "--limit", "3", "--json")
+	if got := listIDs(t, r.stdout); !slices.Equal(got, []string{ids[9], ids[8], ids[7]}) || gets != 3 {
+		t.Errorf("list --sort newest --limit 3: %v with %d GETs", got, gets)
+	}
+	// --type needs the task: every pending one is read, two printed.
+	r, gets = runOn(t, st, "list", "--status", "pending", "--type", "b", "--json")
+	if got := listIDs(t, r.stdout); !slices.Equal(got, ids[8:]) || gets != 7 {
+		t.Errorf("list --status pending --type b: %v with %d GETs, want %v with 7", got, gets, ids[8:])
+	}
+	r, gets = runOn(t, st, "list", "--older-than", "1h", "--json")
+	if got := listIDs(t, r.stdout); len(got) != 0 || gets != 0 {
+		t.Errorf("list --older-than 1h: %v with %d GETs, want none", got, gets)
+	}
+	r, _ = runOn(t, st, "list", "--newer-than", "1h", "--limit", "0", "--json")
+	if got := listIDs(t, r.stdout); !slices.Equal(got, ids) {
+		t.Errorf("list --newer-than 1h: %v, want all", got)
+	}
+	// Pages: --limit, then --after the last id printed.
+	r, _ = runOn(t, st, "list", "--limit", "4")
+	if !strings.Contains(r.stderr, "continue with --after "+ids[3]) || !strings.Contains(r.stdout, ids[3]) || strings.Contains(r.stdout, ids[4]) {
+		t.Errorf("list --limit 4: stdout\n%s\nstderr %s", r.stdout, r.stderr)
+	}
+	r, _ = runOn(t, st, "list", "--limit", "4", "--after", ids[3], "--json")
+	if got := listIDs(t, r.stdout); !slices.Equal(got, ids[4:8]) {
+		t.Errorf("second page: %v, want %v", got, ids[4:8])
+	}
+	r, _ = runOn(t, st, "list", "--limit", "4", "--after", ids[7])
+	if strings.Contains(r.stderr, "continue") {
+		t.Errorf("the last page says more may follow: %s", r.stderr)
+	}
+
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--status", "pending,done"}, `--status "pending,done"`},
+		{[]string{"--sort", "sideways"}, `--sort "sideways": want oldest or newest`},
+		{[]string{"--after", "nope"}, `--after "nope" is not a task id`},
+		{[]string{"--older-than", "1h", "--newer-than", "1m"}, "select nothing"},
+		{[]string{"--older-than", "-1h"}, "must not be negative"},
+		{[]string{"--type", "bad type!"}, `--type "bad type!"`},
+	} {
+		r, _ := runOn(t, st, append([]string{"list"}, c.args...)...)
+		wantExit(t, r, exitUsage, c.want)
+	}
+}
+
+func TestStatsCountsByType(t *testing.T) {
+	store, _ := newStore(t)
+	for _, typ := range []string{"a", "a", "b"} {
+		must(t, "submit", "--store", store, "--type", typ)
+	}
+	c := strings.TrimSpace(must(t, "submit", "--store", store, "--type", "b"))
+	must(t, "cancel", c, "--store", store)
+	var qs queueStats
+	if err := json.Unmarshal([]byte(must(t, "stats", "--store", store, "--json")), &qs); err != nil {
+		t.Fatal(err)
+	}
+	if len(qs.ByType) != 2 || qs.ByType[0].Type != "a" || qs.ByType[0].Total != 2 || qs.ByType[0].ByStatus[task.Pending] != 2 || len(qs.ByType[0].ByStatus) != 6 ||
+		qs.ByType[1].Type != "b" || qs.ByType[1].ByStatus[task.Pending] != 1 || qs.ByType[1].ByStatus[task.Canceled] != 1 || qs.ByType[1].Total != 2 {
+		t.Errorf("by_type = %+v", qs.ByType)
+	}
+	text := must(t, "stats", "--store", store)
+	if !regexp.MustCompile(`by type:\n\s+TYPE\s+PENDING.*\n\s+a\s+2\s+0\s+0\s+0\s+0\s+0\s+2\s*\n\s+b\s+1\s+0\s+0\s+0\s+0\s+1\s+2`).MatchString(text) {
+		t.Errorf("stats lacks the table by type:\n%s", text)
+	}
+}
+
+func bulkReportOf(t *testing.T, r cliResult) bulkReport {
+	t.Helper()
+	var rep bulkReport
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatalf("exit %d, not a report: %q (%v); stderr %s", r.code, r.stdout, err, r.stderr)
+	}
+	return rep
+}
+
+// A bulk requeue brings back every dead task of a type; a dry run changes
+// nothing.
+func TestBulkRequeueOfDeadTasks(t *testing.T) {
+	store, _ := newStore(t)
+	cfg := writeConfig(t, fastWorker+`
+[handlers]
+fail = "exit 3"
+other = "exit 3"
+ok = "true"
+`)
+	var fail []string
+	for range 3 {
+		fail = append(fail, submit(t, store, cfg, "fail", "--max-attempts", "1"))
+	}
+	other := submit(t, store, cfg, "other", "--max-attempts", "1")
+	ok := submit(t, store, cfg, "ok")
+	_, stop := background(t, "worker", "--store", store, "--config", cfg)
+	if r := cli(t, "", append([]string{"wait", ok, other, "--store", store, "--poll-max", "50ms"}, fail...)...); r.code != exitDead {
+		t.Fatalf("wait: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	stop()
+
+	r := cli(t, "", "requeue", "--status", "dead", "--type", "fail", "--dry-run", "--store", store)
+	if r.code != 0 || !strings.Contains(r.stdout, "dry run: would requeue 3 tasks") || !strings.Contains(r.stdout, fail[0]) || strings.Contains(r.stdout, other) {
+		t.Errorf("requeue --dry-run: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if got := getTask(t, store, fail[0]); got.Status != task.Dead {
+		t.Errorf("a dry run changed the task: %s", got.Status)
+	}
+	r = cli(t, "", "requeue", "--status", "dead", "--type", "fail", "--json", "--store", store)
+	if r.stderr != "" {
+		t.Errorf("a bulk requeue wrote on stderr that is not a terminal: %q", r.stderr)
+	}
+	rep := bulkReportOf(t, r)
+	slices.Sort(rep.IDs)
+	if rep.Action != "requeue" || rep.Matched != 3 || rep.Done != 3 || rep.Failed != 0 || !slices.Equal(rep.IDs, fail) {
+		t.Errorf("requeue --status dead --type fail: %+v", rep)
+	}
+	for _, id := range fail {
+		if got := getTask(t, store, id); got.Status != task.Pending || got.Attempt != 0 {
+			t.Errorf("task %s after the bulk requeue: %s, attempt %d", id, got.Status, got.Attempt)
+		}
+	}
+	for id, want := range map[string]task.Status{other: task.Dead, ok: task.Succeeded} {
+		if got := getTask(t, store, id); got.Status != want {
+			t.Errorf("task %s outside the filter: %s, want %s", id, got.Status, want)
+		}
+	}
+	text := must(t, "requeue", "--status", "dead", "--store", store)
+	if !regexp.MustCompile(`^matched:\s+1\nrequeued:\s+1\n`).MatchString(text) {
+		t.Errorf("requeue --status dead:\n%s", text)
+	}
+	wantExit(t, cli(t, "", "requeue", "--status", "pending", "--store", store), exitUsage, `--status "pending": want dead or canceled`)
+	wantExit(t, cli(t, "", "requeue", "--store", store), exitUsage, "want a task ID, or filters")
+	wantExit(t, cli(t, "", "requeue", ok, "--status", "dead", "--store", store), exitUsage, "a task ID or filters, not both")
+	wantExit(t, cli(t, "", "requeue", ok, "--dry-run", "--store", store), exitUsage, "go with the filter form")
+}
+
+func TestBulkCancel(t *testing.T) {
+	store, _ := newStore(t)
+	var a, b []string
+	for range 3 {
+		a = append(a, strings.TrimSpace(must(t, "submit", "--store", store, "--type", "a")))
+		b = append(b, strings.TrimSpace(must(t, "submit", "--store", store, "--type", "b")))
+	}
+	dependent := strings.TrimSpace(must(t, "submit", "--store", store, "--type", "b", "--after", a[0]))
+	rep := bulkReportOf(t, cli(t, "", "cancel", "--type", "a", "--dry-run", "--json", "--store", store))
+	if !rep.DryRun || rep.Matched != 3 || rep.Done != 0 {
+		t.Errorf("cancel --dry-run: %+v", rep)
+	}
+	rep = bulkReportOf(t, cli(t, "", "cancel", "--type", "a", "--json", "--store", store))
+	if rep.Matched != 3 || rep.Done != 3 || rep.Skipped != 0 {
+		t.Errorf("cancel --type a: %+v", rep)
+	}
+	for _, id := range a {
+		if got := getTask(t, store, id); got.Status != task.Canceled {
+			t.Errorf("task %s: %s", id, got.Status)
+		}
+	}
+	for _, id := range b {
+		if got := getTask(t, store, id); got.Status != task.Pending {
+			t.Errorf("task %s of the other type: %s", id, got.Status)
+		}
+	}
+	waitFor(t, "the dependent to be canceled with its parent", func() bool { return getTask(t, store, dependent).Status == task.Canceled })
+	// The size tells live tasks apart: no filter needs a GET before
+	// Cancel's own.
+	rep = bulkReportOf(t, cli(t, "", "cancel", "--status", "pending,blocked,running", "--json", "--store", store))
+	if rep.Matched != 3 || rep.Done != 3 {
+		t.Errorf("cancel --status pending,blocked,running: %+v", rep)
+	}
+	wantExit(t, cli(t, "", "cancel", "--status", "succeeded", "--store", store), exitUsage, "want pending, blocked or running")
+}
+
+// purge deletes finished tasks as retention would, and leaves live tasks
+// (and keyed ones finished less than 10 minutes ago) alone.
+func TestPurgeLeavesLiveTasksAlone(t *testing.T) {
+	store, _ := newStore(t)
+	live := strings.TrimSpace(must(t, "submit", "--store", store, "--type", "x"))
+	blocked := strings.TrimSpace(must(t, "submit", "--store", store, "--type", "x", "--after", live))
+	var done []string
+	for range 3 {
+		id := strings.TrimSpace(must(t, "submit", "--store", store, "--type", "x"))
+		must(t, "cancel", id, "--store", store)
+		done = append(done, id)
+	}
+	keyed := strings.TrimSpace(must(t, "submit", "--store", store, "--type", "x", "--idempotency-key", "k1"))
+	must(t, "cancel", keyed, "--store", store)
+
+	// A task counts as finished once the S3 time (whole seconds on S3 and
+	// in a file store) is certainly past its end.
+	var r cliResult
+	waitFor(t, "the canceled tasks to be certainly in the past", func() bool {
+		r = cli(t, "", "purge", "--dry-run", "--store", store)
+		return strings.Contains(r.stdout, "would purge 3 tasks")
+	})
+	if r.code != 0 || strings.Contains(r.stdout, keyed) || strings.Contains(r.stdout, live) || !strings.Contains(r.stdout, done[0]) {
+		t.Errorf("purge --dry-run: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	rep := bulkReportOf(t, cli(t, "", "purge", "--older-than", "1h", "--json", "--store", store))
+	if rep.Matched != 0 {
+		t.Errorf("purge --older-than 1h of tasks finished just now: %+v", rep)
+	}
+	rep = bulkReportOf(t, cli(t, "", "purge", "--json", "--store", store))
+	if rep.Done != 3 || rep.Skipped != 1 || rep.Failed != 0 {
+		t.Errorf("purge: %+v", rep)
+	}
+	for _, id := range done {
+		wantExit(t, cli(t, "", "get", id, "--store", store), exitNotFound, "not found")
+	}
+	for id, want := range map[string]task.Status{live: task.Pending, blocked: task.Blocked, keyed: task.Canceled} {
+		if got := getTask(t, store, id); got.Status != want {
+			t.Errorf("task %s after purge: %s, want %s", id, got.Status, want)
+		}
+	}
+	if !slices.Contains(storeKeys(t, store), task.IdempotencyRecordKey("k1")) {
+		t.Errorf("the keyed task's record went without its task")
+	}
+	wantExit(t, cli(t, "", "purge", "--status", "pending", "--store", store), exitUsage, "want succeeded, dead or canceled")
+	wantExit(t, cli(t, "", "purge", "--newer-than", "1h", "--store", store), exitUsage, "newer-than")
+	wantExit(t, cli(t, "", "purge", "some-id", "--store", store), exitUsage, "unexpected argument")
+}
+
+func TestProgressBar(t *testing.T) {
+	for _, c := range []struct {
+		done, total int
+		want        string
+	}{{0, 10, "[..........]"}, {5, 10, "[#####.....]"}, {10, 10, "[##########]"}, {12, 10, "[##########]"}, {0, 0, "[          ]"}} {
+		if got := bar(c.done, c.total, 10); got != c.want {
+			t.Errorf("bar(%d, %d) = %q, want %q", c.done, c.total, got, c.want)
+		}
+	}
+}
+
+// Where the provider ignores a conditional DELETE (gofakes3, like MinIO),
+// purge tombstones a task by CAS before deleting it, as retention does.
+func TestPurgeWhereConditionalDeleteIsIgnored(t *testing.T) {
+	srv := fakes3.Start(t)
+	fakes3.SetCredentials(t)
+	store := srv.StoreURL(t, "q")
+	live := strings.TrimSpace(must(t, "submit", "--store", store, "--type", "x"))
+	gone := strings.TrimSpace(must(t, "submit", "--store", store, "--type", "x"))
+	must(t, "cancel", gone, "--store", store)
+	waitFor(t, "the canceled task to be certainly in the past", func() bool {
+		return strings.Contains(must(t, "purge", "--dry-run", "--store", store), "would purge 1 tasks")
+	})
+	rep := bulkReportOf(t, cli(t, "", "purge", "--json", "--store", store))
+	if rep.Done != 1 || !slices.Equal(rep.IDs, []string{gone}) {
+		t.Errorf("purge: %+v", rep)
+	}
+	wantExit(t, cli(t, "", "get", gone, "--store", store), exitNotFound, "not found")
+	if got := getTask(t, store, live); got.Status != task.Pending {
+		t.Errorf("the live task after purge: %s", got.Status)
+	}
+}

@@ -1,0 +1,212 @@
+// Package retention deletes finished tasks, and the idempotency records
+// that name them, without ever deleting a task that lives again: the
+// monitor's retention and `s3queue purge` share it.
+//
+// Only a final object is ever deleted unconditionally. Where the provider
+// honours a conditional DELETE (the manifest says so), DELETE If-Match on
+// the ETag read is atomic: a requeue that landed since makes it fail.
+// Elsewhere (MinIO ignores the condition) the task is first tombstoned by
+// CAS (task.Retire): a requeue that landed makes that write fail, and once
+// it is written nothing writes the task again (Requeue and Cancel refuse a
+// retired task), so the unconditional DELETE that follows cannot delete a
+// live task. A task found already retired (another deleter, or a crash
+// between the two requests) is final: it is deleted.
+package retention
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/s3queue/s3queue/clock"
+	"github.com/s3queue/s3queue/internal/taskio"
+	"github.com/s3queue/s3queue/s3store"
+	"github.com/s3queue/s3queue/task"
+)
+
+// Deleter deletes finished tasks of one queue.
+type Deleter struct {
+	Store s3store.Store
+	// Clock is the queue's S3 clock: a task's age and a retired record's
+	// are judged by it.
+	Clock *clock.Authoritative
+	// Local stamps the writes (taskio.Update's read-back of a lost response).
+	Local clock.Local
+	// DeleteHonoured: the provider honours DELETE If-Match
+	// (shards.Manifest.DeleteHonoured).
+	DeleteHonoured bool
+	// CAS paces the retries of an idempotency record's CAS.
+	CAS s3store.CAS
+	Log *slog.Logger
+}
+
+// Result says what Expire did.
+type Result int
+
+const (
+	// Deleted: the task (and its record) is gone.
+	Deleted Result = iota
+	// Gone: there was no task at the key (deleted meanwhile).
+	Gone
+	// Corrupt: the object is not a readable task (Err says why); nothing
+	// was deleted.
+	Corrupt
+	// Kept: the task read is not finished, or not for long enough; it
+	// was left alone (Outcome.Read is what was read).
+	Kept
+	// Changed: the task changed since it was read (requeued, or retired by
+	// another deleter): nothing was deleted.
+	Changed
+	// Waiting: the task is retired, but its idempotency record was retired
+	// a moment ago by another deleter, whose DELETE may be on the way: the
+	// task waits for a later try.
+	Waiting
+)
+
+// Outcome is what Expire did, with the task it read.
+type Outcome struct {
+	Result Result
+	// Read is the task as read (zero for Gone and Corrupt).
+	Read taskio.Versioned
+	// Err is why a Corrupt object is not a task.
+	Err error
+}
+
+// Expire deletes the finished task at key and its idempotency record if the
+// task, as read now, finished at least hold ago by S3 time (iv is the S3
+// time now); a task with an idempotency key must also have finished
+// task.MinKeyedRetention ago. The decision is made on what the task read
+// says, not on a listing: the listing may predate a requeue and a fresh
+// completion. It costs one GET, then for a task it deletes one DELETE, plus
+// one PUT where the task must be tombstoned first, plus a GET, PUT and
+// DELETE of its record if it has one.
+func (d *Deleter) Expire(ctx context.Context, key string, hold time.Duration, iv clock.Interval) (Outcome, error) {
+	v, err := taskio.Load(ctx, d.Store, key)
+	if errors.Is(err, task.ErrCorrupt) || errors.Is(err, task.ErrUnsupportedFormat) {
+		return Outcome{Result: Corrupt, Read: v, Err: err}, nil
+	}
+	if errors.Is(err, s3store.ErrNotFound) {
+		return Outcome{Result: Gone}, nil
+	}
+	if err != nil {
+		return Outcome{}, err
+	}
+	t := v.Task
+	if t.IdempotencyKey != "" {
+		hold = max(hold, task.MinKeyedRetention)
+	}
+	if !t.Status.Terminal() || !t.Retired && !iv.After(t.UpdatedAt.Add(hold)) {
+		return Outcome{Result: Kept, Read: v}, nil
+	}
+	changed := Outcome{Result: Changed, Read: v}
+	lost := func(err error) bool { return s3store.LostRace(err) || errors.Is(err, s3store.ErrNotFound) }
+	// A keyed task is tombstoned first on every provider: its record goes
+	// before it (see below), and a requeue landing between the two would
+	// otherwise leave a live task whose key is free for a second one.
+	if !t.Retired && (!d.DeleteHonoured || t.IdempotencyKey != "") {
+		now, err := d.Clock.Now(ctx)
+		if err != nil {
+			return Outcome{}, err
+		}
+		if err := t.Retire(now.Mid()); err != nil {
+			return Outcome{}, err
+		}
+		if _, err := taskio.Update(ctx, d.Store, d.Local, t, v.ETag); lost(err) {
+			// Changed since it was read (requeued, or retired by another
+			// deleter): it is what it is now.
+			return changed, nil
+		} else if err != nil {
+			return Outcome{}, err
+		}
+	}
+	// The record goes before its task: while a record names a task, no
+	// submit recreates that task as if its producer had crashed (see
+	// producer.Submit), so a record without its task never outlives
+	// retention, and a submit after it starts afresh.
+	// (A keyed task is retired by now: nothing can requeue it.)
+	if t.IdempotencyKey != "" {
+		gone, err := d.expireRecord(ctx, t)
+		if err != nil {
+			return Outcome{}, err
+		}
+		if !gone {
+			// A record another deleter retired a moment ago: its DELETE may
+			// be on the way; the task waits for a later try.
+			return Outcome{Result: Waiting, Read: v}, nil
+		}
+	}
+	if t.Retired {
+		err = d.Store.Delete(ctx, key, s3store.DeleteOptions{})
+	} else {
+		err = d.Store.Delete(ctx, key, s3store.DeleteOptions{IfMatch: v.ETag})
+		if lost(err) {
+			// Requeued since it was read (the DELETE is atomic here): the
+			// task lives on.
+			return changed, nil
+		}
+	}
+	if err != nil {
+		return Outcome{}, err
+	}
+	return Outcome{Result: Deleted, Read: v}, nil
+}
+
+// expireRecord deletes the idempotency record of t, which is being
+// deleted, if the record names t, and reports whether no record of t is
+// left. Like the task, the record is deleted unconditionally only once it
+// is final: where conditional DELETE is honoured, DELETE If-Match;
+// elsewhere it is first marked retired by CAS (a retired record is never
+// written again but to retire it again). There, a record that another
+// deleter retired less than task.RetiredRecordGrace ago is left to that
+// deleter's DELETE (false, nil): a second DELETE could reach the server
+// after the first and a submit's new record. A lost race (the record
+// changed or went meanwhile) reads it again.
+func (d *Deleter) expireRecord(ctx context.Context, t *task.Task) (bool, error) {
+	key := task.IdempotencyRecordKey(t.IdempotencyKey)
+	gone := true
+	err := d.CAS.Retry(ctx, func(int) (bool, error) {
+		gone = true
+		obj, err := d.Store.Get(ctx, key)
+		if errors.Is(err, s3store.ErrNotFound) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		rec, perr := task.ParseIdempotencyRecord(obj.Body)
+		switch {
+		case perr != nil:
+			// Nobody writes a corrupt record again (a submit refuses it),
+			// so it is final too.
+			d.Log.Error("corrupt idempotency record; deleted with its task", "key", key, "task_id", t.ID, "err", perr)
+			err = d.Store.Delete(ctx, key, s3store.DeleteOptions{})
+		case rec.ID != t.ID:
+			return false, nil // the key was claimed again after an earlier deletion of t
+		case d.DeleteHonoured:
+			err = d.Store.Delete(ctx, key, s3store.DeleteOptions{IfMatch: obj.ETag})
+		default:
+			if rec.Retired {
+				now, err := d.Clock.Now(ctx)
+				if err != nil {
+					return false, err
+				}
+				if now.Earliest.Sub(obj.LastModified) < task.RetiredRecordGrace {
+					gone = false
+					return false, nil
+				}
+			}
+			rec.Retired = true
+			rec.Retires++
+			if _, err = d.Store.Put(ctx, key, rec.Encode(), s3store.PutOptions{IfMatch: obj.ETag}); err == nil {
+				err = d.Store.Delete(ctx, key, s3store.DeleteOptions{})
+			}
+		}
+		return s3store.LostRace(err) || errors.Is(err, s3store.ErrNotFound), err
+	})
+	if err != nil {
+		return false, fmt.Errorf("expire idempotency record of task %s: %w", t.ID, err)
+	}
+	return gone, nil
+}
