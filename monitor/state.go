@@ -30,7 +30,7 @@ type State struct {
 	// Ticks counts the monitor's ticks so far.
 	Ticks int `json:"ticks"`
 	// Shards, by shard number; Totals adds them up by status.
-	Shards []ShardState         `json:"shards"`
+	Shards []ShardState        `json:"shards"`
 	Totals map[task.Status]int `json:"totals"`
 	// Members are the live members of the fleet, in their order (the
 	// first is the anchor); Lapsed lists entries still in the fleet object
