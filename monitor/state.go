@@ -34,9 +34,8 @@ type State struct {
 	Totals map[task.Status]int `json:"totals"`
 	// Members are the live members of the fleet, in their order (the
 	// first is the anchor); Lapsed lists entries still in the fleet object
-	// whose lease has certainly expired. Standbys that only read the fleet
-	// object leave nothing in the bucket; Applicants are those that asked
-	// to join (shards.Application), as far as the fleet object says.
+	// whose lease has certainly expired. Standbys only read the fleet
+	// object and leave nothing in it: State cannot list them.
 	Members []MemberState `json:"members"`
 	Lapsed  []MemberState `json:"lapsed"`
 	// Want is how many members the busy members asked for; Asleep says
