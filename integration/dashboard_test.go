@@ -22,12 +22,12 @@ import (
 )
 
 // chromium returns the path of the headless browser the dashboard test
-// drives: $S3QUEUE_CHROMIUM, else chromium on the PATH. Without one the
-// test skips, unless S3QUEUE_REQUIRE_BROWSER is set (scripts/test.sh sets
+// drives: $S3QUEUE_TEST_CHROMIUM, else chromium on the PATH. Without one the
+// test skips, unless S3QUEUE_TEST_REQUIRE_BROWSER is set (scripts/test.sh sets
 // it, so CI cannot skip it silently): then it fails.
 func chromium(t *testing.T) string {
 	t.Helper()
-	path := os.Getenv("S3QUEUE_CHROMIUM")
+	path := os.Getenv("S3QUEUE_TEST_CHROMIUM")
 	if path == "" {
 		for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
 			if p, err := exec.LookPath(name); err == nil {
@@ -41,10 +41,10 @@ func chromium(t *testing.T) string {
 			return path
 		}
 	}
-	if os.Getenv("S3QUEUE_REQUIRE_BROWSER") != "" {
-		t.Fatalf("no chromium (S3QUEUE_CHROMIUM=%q, none on the PATH) and S3QUEUE_REQUIRE_BROWSER is set: install it (apt-get install -y chromium; scripts/test.sh does)", path)
+	if os.Getenv("S3QUEUE_TEST_REQUIRE_BROWSER") != "" {
+		t.Fatalf("no chromium (S3QUEUE_TEST_CHROMIUM=%q, none on the PATH) and S3QUEUE_TEST_REQUIRE_BROWSER is set: install it (apt-get install -y chromium; scripts/test.sh does)", path)
 	}
-	t.Skip("no chromium found (set S3QUEUE_CHROMIUM or install Debian's chromium); the dashboard's browser test needs it")
+	t.Skip("no chromium found (set S3QUEUE_TEST_CHROMIUM or install Debian's chromium); the dashboard's browser test needs it")
 	return ""
 }
 
@@ -72,7 +72,7 @@ func (l *lockedLog) String() string {
 // shows the shards and the fleet, a submitted task found by id reaches
 // succeeded on the page, a dead task shows in the dead-letter list, its
 // requeue is refused without the token and done with it. The token shows
-// nowhere. With S3QUEUE_SCREENSHOTS=DIR (relative to the repository) it
+// nowhere. With S3QUEUE_TEST_SCREENSHOTS=DIR (relative to the repository) it
 // saves the screenshots of docs/dashboard.md there.
 func TestDashboardInChromiumMinIO(t *testing.T) {
 	browser := chromium(t)
@@ -169,7 +169,7 @@ func TestDashboardInChromiumMinIO(t *testing.T) {
 		}
 		return s
 	}
-	shots := os.Getenv("S3QUEUE_SCREENSHOTS")
+	shots := os.Getenv("S3QUEUE_TEST_SCREENSHOTS")
 	if shots != "" && !filepath.IsAbs(shots) {
 		shots = filepath.Join("..", shots)
 	}

@@ -23,8 +23,8 @@ if ! command -v chromium >/dev/null 2>&1; then
 		exit 1
 	fi
 fi
-S3QUEUE_CHROMIUM=$(command -v chromium)
-export S3QUEUE_CHROMIUM S3QUEUE_REQUIRE_BROWSER=1
+S3QUEUE_TEST_CHROMIUM=$(command -v chromium)
+export S3QUEUE_TEST_CHROMIUM S3QUEUE_TEST_REQUIRE_BROWSER=1
 
 step "servers"
 server_env=$(scripts/servers.sh)

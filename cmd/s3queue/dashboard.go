@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/s3queue/s3queue/internal/config"
 	"github.com/s3queue/s3queue/internal/dashboard"
 )
 
@@ -22,7 +23,7 @@ type dashboardFlags struct {
 // tokenEnv names the environment variable that may hold the dashboard's
 // action token (the alternative to --token-file). There is no --token flag:
 // a flag's value shows in ps and in shell histories.
-const tokenEnv = "S3QUEUE_DASHBOARD_TOKEN"
+const tokenEnv = config.EnvDashboardToken
 
 // deadListSize is how many of the most recent dead tasks a monitor serving
 // the dashboard keeps (one GET each, once).
