@@ -178,7 +178,7 @@ func TestDashboardInChromiumMinIO(t *testing.T) {
 		if shots == "" {
 			return
 		}
-		png, err := chromedp.Run(bctx, chromedp.FullScreenshot(90))
+		png, err := chromedp.Run(bctx, chromedp.FullScreenshot(100) /* 100: PNG; less is JPEG */)
 		if err != nil {
 			t.Fatalf("screenshot: %v", err)
 		}
