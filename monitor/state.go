@@ -555,7 +555,13 @@ func (m *Monitor) publishState(ctx context.Context, st *TickStats) {
 				r.LastHour[op] += n
 			}
 		}
-		r.WindowSecs = min(time.Hour, now.Sub(m.obs.startedAt)+time.Minute).Seconds()
+		// The minutes hold every request since the first tick, or the
+		// last 59 whole minutes and the current one's part.
+		window := now.Sub(m.obs.startedAt)
+		if window >= 59*time.Minute {
+			window = 59*time.Minute + now.Sub(time.Unix(minuteOf(now)*60, 0))
+		}
+		r.WindowSecs = max(window, time.Second).Seconds()
 		s.Requests = r
 	}
 	for shard := range m.manifest.Shards {
