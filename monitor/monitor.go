@@ -310,6 +310,7 @@ func (m *Monitor) lead(ctx context.Context) (bool, error) {
 			// learnt of them). Sweeps start over from each shard's first
 			// key, one walk of the retained history per change of leader.
 			m.sweeps = make(map[int]*sweep)
+			m.obs.sweepsReset()
 		}
 	}
 	if errors.Is(err, s3store.ErrUnusable) {

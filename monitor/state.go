@@ -307,6 +307,15 @@ func (m *Monitor) countEnded(ob *shardObs, o s3store.ObjectInfo, s task.Status, 
 // the second, and the listing began before the clock reading after it.
 const listSlack = 2 * time.Second
 
+// sweepsReset forgets the tasks counted as ended: the sweeps start over
+// (a change of leader), and their first ones count every task that ended
+// in the last hour again, by its LastModified.
+func (o *observer) sweepsReset() {
+	for _, mn := range o.minutes {
+		mn.Succeeded, mn.Dead, mn.Canceled = 0, 0, 0
+	}
+}
+
 // minute returns the bucket of Unix minute k, making it.
 func (o *observer) minute(k int64) *Minute {
 	if o.minutes == nil {
