@@ -158,6 +158,13 @@ type WorkerHooks = worker.Hooks
 // Several may run at once.
 type Monitor = monitor.Monitor
 
+// MonitorState is what a monitor knows of the queue (Monitor.State): counts
+// by status and shard, oldest pending age, the fleet, tasks ended per minute
+// over the last hour, the newest dead tasks (with MonitorConfig.DeadList)
+// and its own request counts. Taking it costs no request; the dashboard of
+// `s3queue monitor --http` serves it (docs/dashboard.md).
+type MonitorState = monitor.State
+
 // Causes of a handler's context cancellation, read with context.Cause.
 var (
 	// ErrCanceled: the task was canceled while it ran.

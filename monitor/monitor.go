@@ -103,6 +103,12 @@ type Config struct {
 	// leader lease's renewals, ages the cached fleet view, and times Clock
 	// when the monitor makes its own (default clock.System()).
 	Local clock.Local
+	// DeadList is how many of the most recent dead tasks the monitor keeps
+	// for State's dead-letter list (the dashboard's): it reads each dead
+	// task once, by one GET when a sweep first lists it (and again only if
+	// its object changes while it stays dead), at most 20 per tick. 0 (the
+	// default) keeps none and reads none.
+	DeadList int
 	// Rand is the source of every random draw: jitter (of retries, and of
 	// the CAS pauses after a lost race) and shard choice; nil means
 	// crypto/rand.Reader. Reads are serialised, so it need not be safe for
@@ -170,6 +176,11 @@ type Monitor struct {
 	fleet  *shards.FleetCache
 	learnt int // the fleet's shard count the manifest was last re-read for
 	total  TickStats
+	obs    observer // what State reports, gathered by the ticks
+
+	snapMu    sync.Mutex // guards the two below; never held across a request
+	snap      State      // made at the end of the last tick
+	snapLocal time.Time  // local time snap.At was read
 }
 
 // sweep is the monitor's walk of one shard. Keys sort by time, and the
@@ -195,6 +206,8 @@ type sweep struct {
 	fullMid    bool
 	fullCursor string
 	fullDue    time.Time // S3 time the next full walk starts
+
+	obs shardObs // what the sweeps and walks learnt for State
 }
 
 // known caches what a task object said at one ETag, so an unchanged object
@@ -298,6 +311,7 @@ func (m *Monitor) lead(ctx context.Context) (bool, error) {
 			// learnt of them). Sweeps start over from each shard's first
 			// key, one walk of the retained history per change of leader.
 			m.sweeps = make(map[int]*sweep)
+			m.obs.sweepsReset()
 		}
 	}
 	if errors.Is(err, s3store.ErrUnusable) {
@@ -338,6 +352,7 @@ func (m *Monitor) tick(ctx context.Context) (TickStats, error) {
 	defer m.mu.Unlock()
 	st, err := m.sweepDue(ctx)
 	st.Ticks = 1
+	m.publishState(ctx, &st)
 	m.total.add(st)
 	return st, err
 }
@@ -355,6 +370,7 @@ func (m *Monitor) sweepDue(ctx context.Context) (TickStats, error) {
 	if err != nil {
 		return st, err
 	}
+	m.obs.now, m.obs.nowLocal = iv, m.local.Now()
 	now := iv.Earliest
 	// A tenth of an interval of slack: ticks come every Interval, and a
 	// sweep due "now" must not wait for the next one.
@@ -549,6 +565,7 @@ func (m *Monitor) sweepPage(ctx context.Context, shard int, sw *sweep) (TickStat
 	if !sw.mid {
 		sw.mid, sw.cursor, sw.started = true, sw.floor, time.Time{}
 		sw.sawLive, sw.settling, sw.settled, sw.lower = false, true, sw.floor, nil
+		sw.obs.sweepStarted(sw.floor)
 	}
 	page, iv, err := m.listPage(ctx, shard, sw.cursor)
 	if err != nil {
@@ -557,6 +574,7 @@ func (m *Monitor) sweepPage(ctx context.Context, shard int, sw *sweep) (TickStat
 	if sw.started.IsZero() {
 		sw.started = iv.Earliest
 	}
+	m.pageListed(sw, page, iv)
 	// The floor stays floorLag behind S3 time: a task submitted now has an
 	// id of now, and must not land below it.
 	ceiling := shards.KeyBefore(shard, iv.Earliest.Add(-floorLag))
@@ -570,9 +588,11 @@ func (m *Monitor) sweepPage(ctx context.Context, shard int, sw *sweep) (TickStat
 		if sw.settling {
 			sw.settled = o.Key
 		}
+		deleted := st.Deleted
 		if err := m.inspectLogged(ctx, o, iv, &st); err != nil {
 			return st, err
 		}
+		m.observe(shard, sw, o, iv, false, st.Deleted > deleted)
 		if ctx.Err() != nil {
 			return st, ctx.Err()
 		}
@@ -587,6 +607,7 @@ func (m *Monitor) sweepPage(ctx context.Context, shard int, sw *sweep) (TickStat
 		sw.floor = *sw.lower
 	}
 	st.SweepsCompleted++
+	m.sweepEnded(shard, sw, sw.started)
 	every := m.cfg.Interval
 	if !sw.sawLive {
 		every = min(max(4*sw.every, m.cfg.Interval), m.cfg.SweepMax)
@@ -601,6 +622,7 @@ func (m *Monitor) fullPage(ctx context.Context, shard int, sw *sweep) (TickStats
 	var st TickStats
 	if !sw.fullMid {
 		sw.fullMid, sw.fullCursor = true, ""
+		sw.obs.walkStarted()
 	}
 	page, iv, err := m.listPage(ctx, shard, sw.fullCursor)
 	if err != nil {
@@ -626,9 +648,11 @@ func (m *Monitor) fullPage(ctx context.Context, shard int, sw *sweep) (TickStats
 			}
 		}
 		prev = o.Key
+		deleted := st.Deleted
 		if err := m.inspectLogged(ctx, o, iv, &st); err != nil {
 			return st, err
 		}
+		m.observe(shard, sw, o, iv, true, st.Deleted > deleted)
 		if ctx.Err() != nil {
 			return st, ctx.Err()
 		}
@@ -637,6 +661,7 @@ func (m *Monitor) fullPage(ctx context.Context, shard int, sw *sweep) (TickStats
 	if done {
 		sw.fullMid, sw.fullCursor = false, ""
 		sw.fullDue = iv.Earliest.Add(m.cfg.FullSweep)
+		m.walkEnded(shard, sw, iv.Earliest)
 	}
 	return st, nil
 }

@@ -10,6 +10,22 @@ cd "$(dirname "$0")/.."
 
 step() { printf '== %s (%ds)\n' "$*" "$SECONDS" >&2; }
 
+step "chromium"
+# The dashboard's browser test (integration/dashboard_test.go) drives
+# Debian's chromium headless. Install it when missing (idempotent), and
+# require the test to run: it fails rather than skips without a browser.
+mkdir -p .cache
+if ! command -v chromium >/dev/null 2>&1; then
+	printf 'chromium: installing Debian'"'"'s chromium for the dashboard test\n' >&2
+	if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } >.cache/chromium-install.log 2>&1; then
+		printf 'chromium: apt-get install chromium failed (log: .cache/chromium-install.log):\n' >&2
+		tail -n 20 .cache/chromium-install.log >&2
+		exit 1
+	fi
+fi
+S3QUEUE_TEST_CHROMIUM=$(command -v chromium)
+export S3QUEUE_TEST_CHROMIUM S3QUEUE_TEST_REQUIRE_BROWSER=1
+
 step "servers"
 server_env=$(scripts/servers.sh)
 eval "$server_env"

@@ -1,29 +1,83 @@
 package task
 
 // The size of a stored task object encodes its status, so that a LIST,
-// which carries sizes, tells scans and sweeps which tasks are finished or
-// pending without a GET per task. Writers pad the JSON with trailing
-// newlines (SizePadding) to keep it true. It is a hint for cost only: every
-// decision re-reads the object.
+// which carries sizes, tells scans, sweeps, the dashboard and `list
+// --status` what each task is without a GET per task. Writers pad the JSON
+// with trailing newlines (SizePadding) to keep it true. It is a hint for
+// cost only: every decision re-reads the object.
+//
+// The residues, modulo 8:
+//
+//	pending    0, 4   (a multiple of 4)
+//	succeeded  1, 5   (1 modulo 4)
+//	running    2
+//	dead       3
+//	blocked    6
+//	canceled   7
+//
+// The most common statuses (pending, succeeded) take two residues each, so
+// they need at most 3 bytes of padding; the others at most 7. Odd sizes are
+// finished tasks and multiples of 4 pending ones, as before the residues
+// were split: objects written before then (whose finished ones are merely
+// odd and whose running and blocked ones are 2 modulo 4) still read right
+// as finished, pending or neither, but their exact status by size may be
+// wrong (an old succeeded task of 3 modulo 8 reads as dead).
 
 // FinishedBySize reports what a task object's size says: odd sizes are
 // finished tasks (succeeded, dead, canceled), even sizes are not.
 func FinishedBySize(size int64) bool { return size%2 == 1 }
 
 // PendingBySize reports whether a task object's size says pending: a
-// multiple of 4 bytes; a running task's size is 2 more than one.
+// multiple of 4 bytes.
 func PendingBySize(size int64) bool { return size%4 == 0 }
 
-// SizePadding is how many bytes of padding (trailing newlines) a task
-// object of n bytes with status s needs to keep FinishedBySize and
-// PendingBySize true.
-func SizePadding(n int, s Status) int {
-	switch {
-	case s.Terminal():
-		return 1 - n%2
-	case s == Pending:
-		return (4 - n%4) % 4
-	default:
-		return (6 - n%4) % 4
+// StatusBySize returns the status a task object's size says (see the
+// residues above); ok is false for a size no task object has (0 or less).
+func StatusBySize(size int64) (s Status, ok bool) {
+	if size <= 0 {
+		return "", false
 	}
+	switch size % 8 {
+	case 0, 4:
+		return Pending, true
+	case 1, 5:
+		return Succeeded, true
+	case 2:
+		return Running, true
+	case 3:
+		return Dead, true
+	case 6:
+		return Blocked, true
+	default: // 7
+		return Canceled, true
+	}
+}
+
+// sizeResidue is the residue modulo 8 a task object of status s is padded
+// to, and the modulus that residue is taken in (4 for the statuses with two
+// residues, whichever is nearer).
+func sizeResidue(s Status) (residue, modulus int) {
+	switch s {
+	case Pending:
+		return 0, 4
+	case Succeeded:
+		return 1, 4
+	case Running:
+		return 2, 8
+	case Dead:
+		return 3, 8
+	case Blocked:
+		return 6, 8
+	case Canceled:
+		return 7, 8
+	}
+	return 2, 8 // not a status: the residue of running, which nothing settles by
+}
+
+// SizePadding is how many bytes of padding (trailing newlines) a task
+// object of n bytes with status s needs for its size to say s (StatusBySize,
+// FinishedBySize and PendingBySize).
+func SizePadding(n int, s Status) int {
+	r, mod := sizeResidue(s)
+	return ((r-n)%mod + mod) % mod
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"slices"
 	"sort"
 	"strconv"
@@ -216,16 +217,36 @@ var monitorCommand = &command{
 	details: "Sweeps every shard each [monitor] interval. Several monitors may run at once. A monitor that\n" +
 		"creates the queue checks the provider first (exit 4 if it is unsupported); later ones trust\n" +
 		"the queue's manifest. --events FILE appends what it does to tasks (redispatched, dead,\n" +
-		"repaired, deleted, corrupt) to FILE as JSON lines (- for stdout); see docs/events.md.",
+		"repaired, deleted, corrupt) to FILE as JSON lines (- for stdout); see docs/events.md.\n" +
+		"--http ADDR serves the dashboard (docs/dashboard.md): read-only unless an action token is\n" +
+		"given by --token-file FILE or " + tokenEnv + ".",
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		eventsTo := eventsFlag(fs)
+		dash := defineDashboardFlags(fs)
 		return func(ctx context.Context, _ []string) error {
+			token, err := a.dashboardToken(dash)
+			if err != nil {
+				return err
+			}
+			var ln net.Listener
+			if *dash.addr != "" {
+				if ln, err = listenDashboard(*dash.addr); err != nil {
+					return err
+				}
+				defer ln.Close()
+			}
 			st, url, err := a.openStore(ctx)
 			if err != nil {
 				return err
 			}
 			mcfg := a.cfg.Monitor()
 			mcfg.Logger = a.log
+			if *dash.addr != "" {
+				// The dashboard shows the monitor's own requests and
+				// their cost, and the newest dead tasks.
+				st = s3store.NewCounter(st)
+				mcfg.DeadList = deadListSize
+			}
 			bus, closeEvents, err := a.openEvents(*eventsTo)
 			if err != nil {
 				return err
@@ -235,6 +256,20 @@ var monitorCommand = &command{
 			m, err := monitor.New(ctx, st, mcfg)
 			if err != nil {
 				return unsupported(url, err)
+			}
+			if *dash.addr != "" {
+				q, err := a.openQueue(ctx, st, url, true)
+				if err != nil {
+					return err
+				}
+				sctx, stop := context.WithCancel(ctx)
+				defer stop()
+				wait, err := a.serveDashboard(sctx, ln, token, m, q)
+				if err != nil {
+					return err
+				}
+				defer wait()
+				defer stop()
 			}
 			a.log.Info("monitor started", "store", url, "interval", mcfg.Interval)
 			err = m.Run(ctx)

@@ -24,13 +24,18 @@ const (
 	EnvTaskType = EnvPrefix + "TASK_TYPE"
 )
 
+// EnvDashboardToken holds the action token of the monitor's dashboard
+// (s3queue monitor --http; docs/dashboard.md). A secret, so not a key of
+// queue.toml, and never printed.
+const EnvDashboardToken = EnvPrefix + "DASHBOARD_TOKEN"
+
 // reservedEnv are the S3QUEUE_* variables that name no key and are no
 // mistake, in one place: those the worker command sets for handlers, and
 // those of the test suites, the simulator, the benchmarks and the test
 // servers (integration/harness). A name ending in "_" reserves every
 // variable it starts.
 var reservedEnv = []string{
-	EnvTaskID, EnvAttempt, EnvTaskType,
+	EnvTaskID, EnvAttempt, EnvTaskType, EnvDashboardToken,
 	EnvPrefix + "TEST_", EnvPrefix + "SIM_", EnvPrefix + "BENCH_",
 	EnvPrefix + "MINIO_IMAGE", EnvPrefix + "VERSITYGW_IMAGE",
 }

@@ -15,9 +15,10 @@ import (
 	"github.com/s3queue/s3queue/task"
 )
 
-// Every write keeps the size hint true, whatever the JSON's length: a
-// pending task is a multiple of 4 bytes, a running one 2 more, a finished
-// one odd. Scans and the monitor decide what to read by it.
+// Every write keeps the size hint true, whatever the JSON's length: the
+// size says the status exactly (task.StatusBySize), a pending task is a
+// multiple of 4 bytes, a finished one odd. Scans, the monitor and its
+// dashboard decide what to read, and what to count, by it.
 func TestWritesKeepTheSizeHint(t *testing.T) {
 	ctx := context.Background()
 	st := mem.New()
@@ -29,6 +30,9 @@ func TestWritesKeepTheSizeHint(t *testing.T) {
 			t.Fatal(err)
 		}
 		pending, finished := task.PendingBySize(o.Size), task.FinishedBySize(o.Size)
+		if s, ok := task.StatusBySize(o.Size); !ok || s != v.Task.Status {
+			t.Fatalf("%s: %s task of %d bytes reads as %q by size", what, v.Task.Status, o.Size, s)
+		}
 		if pending != (v.Task.Status == task.Pending) || finished != v.Task.Status.Terminal() {
 			t.Fatalf("%s: %s task of %d bytes reads as pending %v, finished %v", what, v.Task.Status, o.Size, pending, finished)
 		}
@@ -36,8 +40,9 @@ func TestWritesKeepTheSizeHint(t *testing.T) {
 			t.Fatalf("%s: the padded object does not load back: %v", what, err)
 		}
 	}
-	for n := range 8 { // inputs of every length modulo 4, twice over
-		id, err := task.NewID(now, strings.NewReader(strings.Repeat(string(rune('a'+n)), 16)))
+	newTask := func(n int, tag string) taskio.Versioned {
+		t.Helper()
+		id, err := task.NewID(now, strings.NewReader(strings.Repeat(tag+string(rune('a'+n)), 16)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -51,20 +56,40 @@ func TestWritesKeepTheSizeHint(t *testing.T) {
 			t.Fatal(err)
 		}
 		check(v, "submitted")
-		if err := v.Task.ClaimBy("w", "c1", now); err != nil {
+		return v
+	}
+	update := func(v taskio.Versioned, what string) taskio.Versioned {
+		t.Helper()
+		v, err := taskio.Update(ctx, st, clock.System(), v.Task, v.ETag)
+		if err != nil {
 			t.Fatal(err)
 		}
-		if v, err = taskio.Update(ctx, st, clock.System(), v.Task, v.ETag); err != nil {
+		check(v, what)
+		return v
+	}
+	for n := range 16 { // inputs of every length modulo 8, twice over
+		for _, end := range []task.Status{task.Succeeded, task.Dead} {
+			v := newTask(n, string(end[:1]))
+			if err := v.Task.ClaimBy("w", "c1", now); err != nil {
+				t.Fatal(err)
+			}
+			v = update(v, "claimed")
+			var err error
+			if end == task.Succeeded {
+				err = v.Task.Succeed("c1", nil, now)
+			} else {
+				err = v.Task.Fail("c1", "boom", true, now, func() float64 { return 0.5 })
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			update(v, string(end))
+		}
+		v := newTask(n, "c")
+		if _, err := v.Task.Cancel(now); err != nil {
 			t.Fatal(err)
 		}
-		check(v, "claimed")
-		if err := v.Task.Succeed("c1", input, now); err != nil {
-			t.Fatal(err)
-		}
-		if v, err = taskio.Update(ctx, st, clock.System(), v.Task, v.ETag); err != nil {
-			t.Fatal(err)
-		}
-		check(v, "succeeded")
+		update(v, "canceled")
 	}
 }
 

@@ -1,0 +1,312 @@
+// Package dashboard serves the monitor's web dashboard: one page (HTML, CSS
+// and vanilla JavaScript embedded in the binary, charts drawn as inline SVG,
+// nothing fetched from elsewhere) and a small JSON API over the monitor's
+// State and the producer's task operations.
+//
+// A page view costs the bucket nothing: GET /api/state returns what the
+// monitor's sweeps already learnt (monitor.State, taken from memory). A task
+// detail costs one GET of the task object. Actions (requeue, cancel,
+// requeue the dead of a type) are refused unless the dashboard was given a
+// token at start-up and the request carries it (Authorization: Bearer); the
+// token never appears in a response, a log line or the page.
+//
+// It must not scan the bucket, nor hold any state of its own beyond its
+// configuration.
+package dashboard
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"embed"
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/s3queue/s3queue/internal/cost"
+	"github.com/s3queue/s3queue/internal/taskio"
+	"github.com/s3queue/s3queue/monitor"
+	"github.com/s3queue/s3queue/producer"
+	"github.com/s3queue/s3queue/s3store"
+	"github.com/s3queue/s3queue/task"
+)
+
+//go:embed static
+var static embed.FS
+
+// StateSource is what the dashboard shows: the monitor (monitor.Monitor).
+type StateSource interface {
+	// State returns a snapshot without a request.
+	State() monitor.State
+}
+
+// Tasks are the task operations the dashboard calls: the producer
+// (producer.Producer).
+type Tasks interface {
+	// Get reads one task (one GET).
+	Get(ctx context.Context, id string) (*task.Task, error)
+	// Requeue takes a dead or canceled task back to pending.
+	Requeue(ctx context.Context, id string) error
+	// Cancel cancels a task (or asks its running handler to stop).
+	Cancel(ctx context.Context, id string) (requested bool, err error)
+}
+
+// Config configures a dashboard.
+type Config struct {
+	State StateSource
+	Tasks Tasks
+	// Token, if set, enables the actions for requests that carry it
+	// (Authorization: Bearer TOKEN). Empty: the dashboard is read-only.
+	Token string
+	// Prices turn the monitor's request counts into spend (default
+	// cost.S3Standard).
+	Prices cost.Prices
+	// Logger logs each action (never its token); default slog.Default().
+	Logger *slog.Logger
+	// Timeout bounds the requests of one API call (default 30s).
+	Timeout time.Duration
+}
+
+// Dashboard is the http.Handler of the page and its API.
+type Dashboard struct {
+	cfg   Config
+	token [sha256.Size]byte // the token's hash, compared in constant time
+	mux   *http.ServeMux
+	log   *slog.Logger
+}
+
+// New returns the dashboard. It needs State and Tasks.
+func New(cfg Config) (*Dashboard, error) {
+	if cfg.State == nil || cfg.Tasks == nil {
+		return nil, errors.New("dashboard: State and Tasks are required")
+	}
+	if cfg.Prices == (cost.Prices{}) {
+		cfg.Prices = cost.S3Standard
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 30 * time.Second
+	}
+	d := &Dashboard{cfg: cfg, mux: http.NewServeMux(), log: cfg.Logger.WithGroup("dashboard")}
+	if cfg.Token != "" {
+		d.token = sha256.Sum256([]byte(cfg.Token))
+	}
+	sub, err := fs.Sub(static, "static")
+	if err != nil {
+		return nil, err
+	}
+	files := http.FileServerFS(sub)
+	d.mux.Handle("GET /", files)
+	d.mux.HandleFunc("GET /api/state", d.state)
+	d.mux.HandleFunc("GET /api/tasks/{id}", d.getTask)
+	d.mux.HandleFunc("POST /api/tasks/{id}/requeue", d.action(d.requeue))
+	d.mux.HandleFunc("POST /api/tasks/{id}/cancel", d.action(d.cancel))
+	d.mux.HandleFunc("POST /api/dead/requeue", d.action(d.requeueDead))
+	return d, nil
+}
+
+// ServeHTTP serves the page and the API.
+func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'")
+	w.Header().Set("Referrer-Policy", "no-referrer")
+	d.mux.ServeHTTP(w, r)
+}
+
+// StateResponse is GET /api/state: the monitor's State, what it spends,
+// and whether actions are enabled.
+type StateResponse struct {
+	monitor.State
+	Spend   Spend `json:"spend"`
+	Actions bool  `json:"actions"` // a token was configured
+}
+
+// Spend is the monitor's S3 spend, from its own request counts and the
+// price model of internal/cost.
+type Spend struct {
+	// Available is false when the monitor's store does not count its
+	// requests.
+	Available bool `json:"available"`
+	// PerHour is dollars per hour at the rate of the last WindowSecs.
+	PerHour    float64 `json:"per_hour"`
+	PerMonth   float64 `json:"per_month"`
+	WindowSecs float64 `json:"window_secs"`
+	// PerMinute: the dollars of each of State.Minutes.
+	PerMinute []float64 `json:"per_minute,omitempty"`
+}
+
+func (d *Dashboard) state(w http.ResponseWriter, r *http.Request) {
+	s := d.cfg.State.State()
+	resp := StateResponse{State: s, Actions: d.cfg.Token != ""}
+	if s.Requests != nil && s.Requests.WindowSecs > 0 {
+		last := requestsOf(s.Requests.LastHour)
+		resp.Spend = Spend{Available: true, WindowSecs: s.Requests.WindowSecs,
+			PerHour: last.Dollars(d.cfg.Prices) * 3600 / s.Requests.WindowSecs}
+		resp.Spend.PerMonth = resp.Spend.PerHour * cost.HoursPerMonth
+		for _, mn := range s.Minutes {
+			resp.Spend.PerMinute = append(resp.Spend.PerMinute, requestsOf(mn.Requests).Dollars(d.cfg.Prices))
+		}
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+func requestsOf(m map[string]int64) cost.Requests {
+	var c s3store.Counts
+	for _, op := range s3store.Ops() {
+		c[op][s3store.OutcomeOK] = m[op.String()]
+	}
+	return cost.FromCounts(c)
+}
+
+// TaskResponse is GET /api/tasks/{id}: the task object as stored (its
+// history, dependencies and slot included).
+type TaskResponse struct {
+	Task *task.Task `json:"task"`
+}
+
+func (d *Dashboard) getTask(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), d.cfg.Timeout)
+	defer cancel()
+	t, err := d.cfg.Tasks.Get(ctx, r.PathValue("id"))
+	if err != nil {
+		writeError(w, statusOf(err), err)
+		return
+	}
+	writeJSON(w, http.StatusOK, TaskResponse{Task: t})
+}
+
+// action wraps an action's handler with the token check: without a
+// configured token every action is refused (403), and a request without
+// the token, or with another, is refused (401). Both answers say why, and
+// neither repeats what was sent.
+func (d *Dashboard) action(h func(ctx context.Context, r *http.Request) (any, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if d.cfg.Token == "" {
+			writeError(w, http.StatusForbidden, errors.New("actions are disabled: the monitor was started without a dashboard token (--token-file or S3QUEUE_DASHBOARD_TOKEN)"))
+			return
+		}
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		sum := sha256.Sum256([]byte(got))
+		if !ok || subtle.ConstantTimeCompare(sum[:], d.token[:]) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="s3queue"`)
+			writeError(w, http.StatusUnauthorized, errors.New("this action needs the dashboard token (Authorization: Bearer <token>); none was given, or it is wrong"))
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), d.cfg.Timeout)
+		defer cancel()
+		out, err := h(ctx, r)
+		if err != nil {
+			d.log.Info("action refused", "path", r.URL.Path, "err", err)
+			writeError(w, statusOf(err), err)
+			return
+		}
+		d.log.Info("action", "path", r.URL.Path)
+		writeJSON(w, http.StatusOK, out)
+	}
+}
+
+// ActionResponse is what an action returns.
+type ActionResponse struct {
+	ID string `json:"id,omitempty"`
+	// Requested: a cancel of a running task was requested (its handler is
+	// told at its next renewal) rather than done at once.
+	Requested bool `json:"requested,omitempty"`
+	// Requeued and Failed: the dead tasks of a type requeued, and those
+	// that could not be (with why).
+	Requeued []string        `json:"requeued,omitempty"`
+	Failed   []FailedRequeue `json:"failed,omitempty"`
+	Status   string          `json:"status"`
+}
+
+// FailedRequeue is one task a bulk requeue could not requeue.
+type FailedRequeue struct {
+	ID    string `json:"id"`
+	Error string `json:"error"`
+}
+
+func (d *Dashboard) requeue(ctx context.Context, r *http.Request) (any, error) {
+	id := r.PathValue("id")
+	if err := d.cfg.Tasks.Requeue(ctx, id); err != nil {
+		return nil, err
+	}
+	return ActionResponse{ID: id, Status: "requeued"}, nil
+}
+
+func (d *Dashboard) cancel(ctx context.Context, r *http.Request) (any, error) {
+	id := r.PathValue("id")
+	requested, err := d.cfg.Tasks.Cancel(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	status := "canceled"
+	if requested {
+		status = "cancel requested"
+	}
+	return ActionResponse{ID: id, Requested: requested, Status: status}, nil
+}
+
+// requeueDead requeues every task of the dead-letter list of type
+// ?type=T: one GET and one PUT (and an announcement) per task.
+func (d *Dashboard) requeueDead(ctx context.Context, r *http.Request) (any, error) {
+	typ := r.URL.Query().Get("type")
+	if typ == "" {
+		return nil, errBadRequest{errors.New("requeue the dead: give the task type (?type=T)")}
+	}
+	out := ActionResponse{Status: "requeued", Requeued: []string{}}
+	for _, dt := range d.cfg.State.State().Dead {
+		if dt.Type != typ {
+			continue
+		}
+		if err := d.cfg.Tasks.Requeue(ctx, dt.ID); err != nil {
+			out.Failed = append(out.Failed, FailedRequeue{ID: dt.ID, Error: err.Error()})
+			continue
+		}
+		out.Requeued = append(out.Requeued, dt.ID)
+	}
+	return out, nil
+}
+
+type errBadRequest struct{ error }
+
+func (e errBadRequest) Unwrap() error { return e.error }
+
+// statusOf maps an error of the task operations to an HTTP status.
+func statusOf(err error) int {
+	var bad errBadRequest
+	switch {
+	case errors.As(err, &bad), errors.Is(err, taskio.ErrBadID):
+		return http.StatusBadRequest
+	case errors.Is(err, producer.ErrNotFound), errors.Is(err, s3store.ErrNotFound):
+		return http.StatusNotFound
+	case errors.Is(err, task.ErrTerminal), errors.Is(err, task.ErrNotRequeueable), errors.Is(err, task.ErrRetired),
+		s3store.LostRace(err):
+		return http.StatusConflict
+	case errors.Is(err, context.DeadlineExceeded):
+		return http.StatusGatewayTimeout
+	}
+	return http.StatusBadGateway
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", " ")
+	_ = enc.Encode(v)
+}
+
+// ErrorResponse is every API error: one line saying what went wrong.
+type ErrorResponse struct {
+	Error string `json:"error"`
+}
+
+func writeError(w http.ResponseWriter, code int, err error) {
+	writeJSON(w, code, ErrorResponse{Error: err.Error()})
+}
