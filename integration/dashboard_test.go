@@ -130,8 +130,8 @@ func TestDashboardInChromiumMinIO(t *testing.T) {
 	for page == "" {
 		select {
 		case line := <-monLines:
-			if m := regexp.MustCompile(`msg="dashboard listening" url=(\S+)`).FindStringSubmatch(line); m != nil {
-				page = m[1]
+			if m := regexp.MustCompile(`msg="http listening" addr=(\S+)`).FindStringSubmatch(line); m != nil {
+				page = "http://" + m[1] + "/"
 			}
 		case <-ctx.Done():
 			t.Fatal("the monitor never logged its dashboard's address")
@@ -257,9 +257,33 @@ func TestDashboardInChromiumMinIO(t *testing.T) {
 	}
 	state, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	for what, s := range map[string]string{"page": html, "state": string(state), "monitor log": monLog.String()} {
+	// The same server exports the queue-level gauges, read from the
+	// monitor's state at each scrape.
+	var scraped string
+	succeeded := regexp.MustCompile(`(?m)^s3queue_queue_depth\{shard="\d+",status="succeeded"\} [1-9]`)
+	for deadline := time.Now().Add(time.Minute); ; {
+		resp, err := http.Get(page + "metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		scraped = string(b)
+		if succeeded.MatchString(scraped) && strings.Contains(scraped, "s3queue_s3_requests_total{") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the monitor's /metrics never counted the succeeded task:\n%.4000s", scraped)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	secret := os.Getenv("AWS_SECRET_ACCESS_KEY")
+	for what, s := range map[string]string{"page": html, "state": string(state), "monitor log": monLog.String(), "metrics": scraped} {
 		if strings.Contains(s, token) {
 			t.Fatalf("the token shows in the %s", what)
+		}
+		if secret != "" && strings.Contains(s, secret) {
+			t.Fatalf("the store's secret key shows in the %s", what)
 		}
 	}
 	if !strings.Contains(monLog.String(), "actions=true") {

@@ -10,16 +10,21 @@ cd "$(dirname "$0")/.."
 
 step() { printf '== %s (%ds)\n' "$*" "$SECONDS" >&2; }
 
-step "chromium"
-# The dashboard's browser test (integration/dashboard_test.go) drives
-# Debian's chromium headless. Install it when missing (idempotent), and
-# require the test to run: it fails rather than skips without a browser.
+step "packages"
+# Debian packages the tests need, installed when missing (idempotent):
+# chromium for the dashboard's browser test (integration/dashboard_test.go,
+# which then fails rather than skips without a browser), zsh and fish for
+# the completion scripts' tests (cmd/s3queue/completion_test.go).
 mkdir -p .cache
-if ! command -v chromium >/dev/null 2>&1; then
-	printf 'chromium: installing Debian'"'"'s chromium for the dashboard test\n' >&2
-	if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } >.cache/chromium-install.log 2>&1; then
-		printf 'chromium: apt-get install chromium failed (log: .cache/chromium-install.log):\n' >&2
-		tail -n 20 .cache/chromium-install.log >&2
+missing=()
+for pkg in chromium zsh fish; do
+	command -v "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+	printf 'packages: installing Debian'"'"'s %s\n' "${missing[*]}" >&2
+	if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"; } >.cache/packages-install.log 2>&1; then
+		printf 'packages: apt-get install %s failed (log: .cache/packages-install.log):\n' "${missing[*]}" >&2
+		tail -n 20 .cache/packages-install.log >&2
 		exit 1
 	fi
 fi

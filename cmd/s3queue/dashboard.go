@@ -1,11 +1,8 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"flag"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -13,6 +10,10 @@ import (
 
 	"github.com/s3queue/s3queue/internal/config"
 	"github.com/s3queue/s3queue/internal/dashboard"
+	"github.com/s3queue/s3queue/internal/events"
+	"github.com/s3queue/s3queue/internal/metrics"
+	"github.com/s3queue/s3queue/monitor"
+	"github.com/s3queue/s3queue/task"
 )
 
 // dashboardFlags are the monitor's dashboard flags.
@@ -31,7 +32,7 @@ const deadListSize = 500
 
 func defineDashboardFlags(fs *flag.FlagSet) dashboardFlags {
 	return dashboardFlags{
-		addr: fs.String("http", "", "serve the dashboard on `ADDR` (host:port, e.g. 127.0.0.1:8080; docs/dashboard.md)"),
+		addr: fs.String("http", "", "serve the dashboard, /metrics, /healthz and /events on `ADDR` (host:port, e.g. 127.0.0.1:8080; docs/dashboard.md)"),
 		tokenFile: fs.String("token-file", "", "read the dashboard's action token from `FILE` (or set "+tokenEnv+
 			"); without a token the dashboard is read-only"),
 	}
@@ -69,40 +70,32 @@ func (a *app) dashboardToken(f dashboardFlags) (string, error) {
 	return token, nil
 }
 
-// listenDashboard listens on --http's address, before anything else is
-// opened: an address that is malformed or in use is a usage error at once.
-func listenDashboard(addr string) (net.Listener, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, usageError("monitor: --http %s: %v", addr, err)
-	}
-	return ln, nil
-}
-
-// serveDashboard serves the dashboard over state and tasks on ln until
-// ctx ends; the returned wait function blocks until the server has shut
-// down.
-func (a *app) serveDashboard(ctx context.Context, ln net.Listener, token string, state dashboard.StateSource, tasks dashboard.Tasks) (wait func(), err error) {
-	d, err := dashboard.New(dashboard.Config{State: state, Tasks: tasks, Token: token, Logger: a.log})
+// monitorMux is the monitor's HTTP interface: processMux's /metrics
+// (with the queue-level gauges read from the monitor's state at each
+// scrape, no request), /healthz and /events, and the dashboard on every
+// other path.
+func (a *app) monitorMux(reg *metrics.Registry, bus *events.Bus, m *monitor.Monitor, tasks dashboard.Tasks, token string) (http.Handler, error) {
+	d, err := dashboard.New(dashboard.Config{State: m, Tasks: tasks, Token: token, Logger: a.log})
 	if err != nil {
 		return nil, fmt.Errorf("monitor: %w", err)
 	}
-	srv := &http.Server{Handler: d, ReadHeaderTimeout: 10 * time.Second}
-	a.log.Info("dashboard listening", "url", "http://"+ln.Addr().String()+"/", "actions", token != "")
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			a.log.Error("dashboard stopped", "err", err)
-		}
-	}()
-	go func() {
-		<-ctx.Done()
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(sctx); err != nil {
-			srv.Close()
-		}
-	}()
-	return func() { <-done }, nil
+	mux := processMux(reg, bus, func() { reg.SetQueue(queueSnapshot(m.State())) })
+	mux.Handle("/", d)
+	a.log.Info("dashboard", "actions", token != "")
+	return mux, nil
+}
+
+// queueSnapshot turns the monitor's state into the queue-level gauges.
+func queueSnapshot(s monitor.State) metrics.QueueSnapshot {
+	var q metrics.QueueSnapshot
+	for _, sh := range s.Shards {
+		c := sh.Counts
+		q.Shards = append(q.Shards, metrics.ShardSnapshot{
+			Shard: sh.Shard, Pending: c[task.Pending], Running: c[task.Running], Blocked: c[task.Blocked],
+			Succeeded: c[task.Succeeded], Dead: c[task.Dead], Canceled: c[task.Canceled],
+			OldestPending: time.Duration(sh.OldestPendingSecs * float64(time.Second)),
+		})
+		q.Dead += c[task.Dead]
+	}
+	return q
 }

@@ -24,22 +24,27 @@ func httpFlag(fs *flag.FlagSet) *string {
 	return fs.String("http", "", "serve /metrics, /healthz and /events on `ADDR` (host:port; port 0 picks a free one)")
 }
 
-// serveHTTP listens on addr and serves h there until stop is called. A
-// listen failure (a bad address, a port in use) is the error, before
-// anything is served. It logs the address it listens on at info
-// ("http listening", addr=HOST:PORT), the one to read when addr asked for
-// port 0.
+// listenHTTP listens on --http's address before the store is opened: a
+// malformed address, or a port in use, is a usage error (exit 2) at once,
+// before the process joins anything.
+func listenHTTP(cmd, addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, usageError("%s: --http %s: %v", cmd, addr, err)
+	}
+	return ln, nil
+}
+
+// serveHTTP serves h on ln until stop is called. It logs the address it
+// listens on at info ("http listening", addr=HOST:PORT), the one to read
+// when --http asked for port 0.
 //
 // The server outlives ctx, whose values alone it uses: a worker that was
 // told to stop is still scraped while it drains. stop ends the requests'
 // contexts (the /events streams end), waits up to httpShutdownGrace for
 // the others, and returns once the server is down; calling it again does
 // nothing.
-func serveHTTP(ctx context.Context, log *slog.Logger, addr string, h http.Handler) (net.Addr, func(), error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, nil, fmt.Errorf("--http %s: %w", addr, err)
-	}
+func serveHTTP(ctx context.Context, log *slog.Logger, ln net.Listener, h http.Handler) (stop func()) {
 	base, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	srv := &http.Server{
 		Handler:           h,
@@ -56,7 +61,7 @@ func serveHTTP(ctx context.Context, log *slog.Logger, addr string, h http.Handle
 	}()
 	log.Info("http listening", "addr", ln.Addr().String())
 	var once sync.Once
-	stop := func() {
+	return func() {
 		once.Do(func() {
 			cancel()
 			sctx, scancel := context.WithTimeout(context.Background(), httpShutdownGrace)
@@ -67,16 +72,24 @@ func serveHTTP(ctx context.Context, log *slog.Logger, addr string, h http.Handle
 			<-done
 		})
 	}
-	return ln.Addr(), stop, nil
 }
 
 // processMux is the HTTP interface of a long-running process: its
 // metrics (GET /metrics, Prometheus text format), a liveness check (GET
 // /healthz: 200 "ok" while the process runs), and its events as they
 // happen (GET /events, JSON lines; see docs/events.md).
-func processMux(reg *metrics.Registry, bus *events.Bus) *http.ServeMux {
+//
+// refresh, if set, runs before each scrape: the monitor sets its
+// queue-level gauges from its state then.
+func processMux(reg *metrics.Registry, bus *events.Bus, refresh func()) *http.ServeMux {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", reg.Handler())
+	scrape := reg.Handler()
+	mux.Handle("GET /metrics", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if refresh != nil {
+			refresh()
+		}
+		scrape.ServeHTTP(w, r)
+	}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		fmt.Fprintln(w, "ok")

@@ -173,7 +173,7 @@ func TestWorkerHTTPListenFailure(t *testing.T) {
 	} {
 		t.Run(tc.addr, func(t *testing.T) {
 			r := cli(t, "", "worker", "--store", store, "--exec", "x=true", "--http", tc.addr)
-			wantExit(t, r, exitRuntime, "worker: --http "+tc.addr+": ")
+			wantExit(t, r, exitUsage, "worker: --http "+tc.addr+": ")
 			if !strings.Contains(r.stderr, tc.want) || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
 				t.Errorf("stderr %q: want one line saying %q", r.stderr, tc.want)
 			}

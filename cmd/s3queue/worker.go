@@ -78,6 +78,14 @@ var workerCommand = &command{
 			if len(handlers) == 0 {
 				return usageError("worker: no handlers: pass --exec TYPE=COMMAND or add a [handlers] table to queue.toml")
 			}
+			var ln net.Listener
+			if *httpAddr != "" {
+				var err error
+				if ln, err = listenHTTP("worker", *httpAddr); err != nil {
+					return err
+				}
+				defer ln.Close()
+			}
 			st, url, err := a.openStore(ctx)
 			if err != nil {
 				return err
@@ -106,12 +114,8 @@ var workerCommand = &command{
 			stopHTTP := func() {}
 			if reg != nil {
 				reg.Subscribe(bus)
-				_, stop, err := serveHTTP(ctx, a.log, *httpAddr, processMux(reg, bus))
-				if err != nil {
-					return fmt.Errorf("worker: %w", err)
-				}
-				stopHTTP = stop
-				defer stop()
+				stopHTTP = serveHTTP(ctx, a.log, ln, processMux(reg, bus, nil))
+				defer stopHTTP()
 			}
 			w, err := worker.New(ctx, st, wcfg)
 			if err != nil {
@@ -230,7 +234,7 @@ var monitorCommand = &command{
 			}
 			var ln net.Listener
 			if *dash.addr != "" {
-				if ln, err = listenDashboard(*dash.addr); err != nil {
+				if ln, err = listenHTTP("monitor", *dash.addr); err != nil {
 					return err
 				}
 				defer ln.Close()
@@ -241,13 +245,17 @@ var monitorCommand = &command{
 			}
 			mcfg := a.cfg.Monitor()
 			mcfg.Logger = a.log
-			if *dash.addr != "" {
-				// The dashboard shows the monitor's own requests and
-				// their cost, and the newest dead tasks.
-				st = s3store.NewCounter(st)
+			var reg *metrics.Registry
+			if ln != nil {
+				// The dashboard and /metrics show the monitor's own
+				// requests and their cost, and the newest dead tasks.
+				counter := s3store.NewCounter(st)
+				st = counter
+				reg = metrics.New()
+				reg.CountStore(counter)
 				mcfg.DeadList = deadListSize
 			}
-			bus, closeEvents, err := a.openEvents(*eventsTo)
+			bus, closeEvents, err := a.openBus(*eventsTo, reg != nil)
 			if err != nil {
 				return err
 			}
@@ -257,18 +265,17 @@ var monitorCommand = &command{
 			if err != nil {
 				return unsupported(url, err)
 			}
-			if *dash.addr != "" {
+			if reg != nil {
 				q, err := a.openQueue(ctx, st, url, true)
 				if err != nil {
 					return err
 				}
-				sctx, stop := context.WithCancel(ctx)
-				defer stop()
-				wait, err := a.serveDashboard(sctx, ln, token, m, q)
+				reg.Subscribe(bus)
+				h, err := a.monitorMux(reg, bus, m, q, token)
 				if err != nil {
 					return err
 				}
-				defer wait()
+				stop := serveHTTP(ctx, a.log, ln, h)
 				defer stop()
 			}
 			a.log.Info("monitor started", "store", url, "interval", mcfg.Interval)
