@@ -89,7 +89,7 @@ func (a *app) bulk(ctx context.Context, st s3store.Store, op bulkOp) error {
 	type target struct{ key, id string }
 	var targets []target
 	var shown []*task.Task
-	if !op.dry && op.f.types == nil && decidable(op.f.statuses) {
+	if !op.dry && op.f.types == nil {
 		// The sizes told the statuses: the operation's own read of each
 		// task is the only one (it re-checks the status anyway).
 		for _, c := range cs {

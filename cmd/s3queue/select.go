@@ -19,7 +19,7 @@ import (
 // filter selects tasks for list and the bulk commands. It is applied in
 // three steps, cheapest first, so that a task it leaves out costs no GET:
 // the key (its id gives the creation time), the size of the listed object
-// (which tells the status, see task.FinishedBySize), and only then the task
+// (which tells the status, see task.StatusBySize), and only then the task
 // read in full (its exact status, and its type).
 type filter struct {
 	statuses  []task.Status // nil: all
@@ -86,53 +86,17 @@ func statusList(ss []task.Status) string {
 	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 }
 
-// sizeAllows reports whether an object of size may hold a task of one of
-// statuses, by the size hint: odd sizes are finished tasks, multiples of
-// four pending ones, the other even sizes blocked or running ones.
+// sizeAllows reports whether an object of size holds a task of one of
+// statuses, by the size hint (task.StatusBySize). A task read in full is
+// checked again (matches), so an object the hint misjudges (one written
+// before the hint told every status) is never acted on wrongly, at worst
+// left out of the selection.
 func sizeAllows(size int64, statuses []task.Status) bool {
 	if statuses == nil {
 		return true
 	}
-	for _, s := range statuses {
-		switch {
-		case s.Terminal():
-			if task.FinishedBySize(size) {
-				return true
-			}
-		case s == task.Pending:
-			if !task.FinishedBySize(size) && task.PendingBySize(size) {
-				return true
-			}
-		default:
-			if !task.FinishedBySize(size) && !task.PendingBySize(size) {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// decidable reports whether the size of a task object alone tells whether
-// its status is among statuses: they are a union of the classes the size
-// tells apart (finished; pending; blocked or running).
-func decidable(statuses []task.Status) bool {
-	if statuses == nil {
-		return true
-	}
-	has := func(ss ...task.Status) (all, any bool) {
-		all = true
-		for _, s := range ss {
-			c := slices.Contains(statuses, s)
-			all, any = all && c, any || c
-		}
-		return all, any
-	}
-	for _, class := range [][]task.Status{{task.Succeeded, task.Dead, task.Canceled}, {task.Pending}, {task.Blocked, task.Running}} {
-		if all, any := has(class...); any && !all {
-			return false
-		}
-	}
-	return true
+	s, ok := task.StatusBySize(size)
+	return !ok || slices.Contains(statuses, s)
 }
 
 // candidate is a listed object that the key and size filters kept.
