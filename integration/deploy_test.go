@@ -19,7 +19,7 @@ import (
 
 // envImage names the s3queue image of the code under test, built by
 // scripts/image.sh (scripts/servers.sh runs it when Docker answers).
-const envImage = "S3QUEUE_IMAGE"
+const envImage = "S3QUEUE_TEST_IMAGE"
 
 // deployImage returns the s3queue image, or skips the test where no
 // Docker engine answers (the harness then runs the servers as processes,

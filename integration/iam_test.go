@@ -3,6 +3,8 @@ package integration
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -114,10 +116,10 @@ func mustCLI(t *testing.T, ctx context.Context, bin string, env []string, args .
 func TestIAMPoliciesOfEachRole(t *testing.T) {
 	srv := harness.MinIO(t)
 	bin := buildCLI(t)
-	bucket := srv.NewBucket(t)
-	store := srv.StoreURL(bucket, storePrefix)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
+	bucket := shortBucket(t, ctx, srv)
+	store := srv.StoreURL(bucket, storePrefix)
 
 	creds := map[string]roleCreds{}
 	for _, role := range iamRoles {
@@ -137,7 +139,7 @@ func TestIAMPoliciesOfEachRole(t *testing.T) {
 
 	// The worker creates the queue (the provider check under doctor/ and
 	// the manifest) and runs what the producer submits.
-	worker := startCLI(t, bin, as("worker"), "worker", "--exec", "echo=cat", "--exec", "fail=exit 3")
+	worker := startAs(t, bin, "worker", as("worker"), "worker", "--exec", "echo=cat", "--exec", "fail=exit 3")
 	waitUntil(t, ctx, "the worker creates the queue", time.Minute, func() bool {
 		_, err := srv.Minio().StatObject(ctx, bucket, storePrefix+"/queue.json", minio.StatObjectOptions{})
 		return err == nil
@@ -180,11 +182,11 @@ func TestIAMPoliciesOfEachRole(t *testing.T) {
 	mustCLI(t, ctx, bin, as("operator"), "reshard", "--shards", "20")
 	outputs = append(outputs, mustCLI(t, ctx, bin, as("viewer"), "stats", "--json"))
 
-	// The monitor sweeps and applies retention: the finished tasks and the
-	// idempotency record go.
-	monitor := startCLI(t, bin, as("monitor", "S3QUEUE_MONITOR_INTERVAL=200ms", "S3QUEUE_MONITOR_RETENTION=1s",
-		"S3QUEUE_MONITOR_STALE_AFTER=1s", "S3QUEUE_MONITOR_LEADER=true"), "monitor")
-	for _, id := range []string{plain, keyed, child, slotted} {
+	// The monitor, elected leader, sweeps and applies retention.
+	monitor := startAs(t, bin, "monitor", as("monitor", "S3QUEUE_MONITOR_INTERVAL=200ms", "S3QUEUE_MONITOR_RETENTION=1s",
+		"S3QUEUE_MONITOR_STALE_AFTER=1s", "S3QUEUE_MONITOR_FULL_SWEEP=1s", "S3QUEUE_MONITOR_LEADER=true"), "monitor")
+	// (A keyed task is kept at least task.MinKeyedRetention, 10 minutes.)
+	for _, id := range []string{plain, child, slotted} {
 		waitUntil(t, ctx, "retention deletes "+id, time.Minute, func() bool { return status(id) == "exit 3" })
 	}
 	monitor.stop(t)
@@ -201,6 +203,7 @@ func TestIAMPoliciesOfEachRole(t *testing.T) {
 	// first poll: the producer may not list tasks.
 	impostor := execCLI(t, ctx, bin, as("producer"), "worker", "--exec", "echo=cat")
 	outputs = append(outputs, impostor.stdout, impostor.stderr)
+	t.Logf("worker with the producer's policy: exit %d: %s", impostor.code, impostor.stderr)
 	if impostor.code == 0 || !strings.Contains(impostor.stderr, "access denied") {
 		t.Errorf("worker with the producer's policy: exit %d, want a refusal\n%s", impostor.code, impostor.stderr)
 	}
@@ -228,9 +231,10 @@ func TestIAMPoliciesOfEachRole(t *testing.T) {
 	if _, err := srv.Minio().StatObject(ctx, bucket, key, minio.StatObjectOptions{}); err != nil {
 		t.Errorf("task object %s after the producer's refused delete: %v", key, err)
 	}
+	pending := submit("--type", "echo", "--delay", "1h")
 	for role, args := range map[string][]string{
 		"producer": {"reshard", "--shards", "40"},
-		"viewer":   {"cancel", later},
+		"viewer":   {"cancel", pending},
 	} {
 		r := execCLI(t, ctx, bin, as(role), args...)
 		outputs = append(outputs, r.stdout, r.stderr)
@@ -238,6 +242,52 @@ func TestIAMPoliciesOfEachRole(t *testing.T) {
 			t.Errorf("%s: s3queue %s: exit %d, want a refusal\n%s", role, strings.Join(args, " "), r.code, r.stderr)
 		}
 	}
+}
+
+// startAs is startCLI for a command run as role: it names the process by
+// its role, not by its environment, which holds the role's secret.
+func startAs(t *testing.T, bin, role string, env []string, args ...string) *cliProcess {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	p := &cliProcess{name: args[0] + " as " + role, cmd: cmd, stderr: &lockedBuffer{}, done: make(chan error, 1)}
+	cmd.Stderr = p.stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		if t.Failed() {
+			t.Logf("%s stderr:\n%s", p.name, p.stderr.String())
+		}
+	})
+	return p
+}
+
+// shortBucket creates a bucket with a short name, removed when the test
+// ends. A session policy, as AWS's, is limited to 2,048 characters, and the
+// worker's names the bucket in twenty-odd ARNs: with NewBucket's long
+// names it would not fit. (Attached to an IAM user or role, where the limit
+// is 6,144 or more, the policies fit with any bucket name.)
+func shortBucket(t *testing.T, ctx context.Context, srv *harness.Server) string {
+	t.Helper()
+	var b [4]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		t.Fatal(err)
+	}
+	name := "iam-" + hex.EncodeToString(b[:])
+	if err := srv.Minio().MakeBucket(ctx, name, minio.MakeBucketOptions{Region: srv.Region}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := srv.Minio().RemoveBucketWithOptions(ctx, name, minio.RemoveBucketOptions{ForceDelete: true}); err != nil {
+			t.Logf("remove bucket %s: %v", name, err)
+		}
+	})
+	return name
 }
 
 // listKeys lists every key under prefix with the root credentials.

@@ -2,7 +2,7 @@
 # image.sh builds the s3queue container image from the current source,
 # without a registry, and prints on stdout the environment that names it:
 #
-#   export S3QUEUE_IMAGE=s3queue-test/s3queue:<hash>
+#   export S3QUEUE_TEST_IMAGE=s3queue-test/s3queue:<hash>
 #
 # scripts/servers.sh calls it when a Docker engine answers, so every
 # `make test` runs the integration tests against an image of the code under
@@ -90,4 +90,4 @@ if [[ -n "${S3QUEUE_IMAGE_TAG:-}" ]]; then
 	docker tag "$tag" "$S3QUEUE_IMAGE_TAG"
 fi
 log "s3queue image: $tag"
-printf 'export S3QUEUE_IMAGE=%q\n' "$tag"
+printf 'export S3QUEUE_TEST_IMAGE=%q\n' "$tag"

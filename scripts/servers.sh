@@ -11,7 +11,7 @@
 # Docker engine each binary is also wrapped in a local FROM-scratch image
 # (nothing is pulled); without one the harness runs the binaries as local
 # processes on 127.0.0.1. With Docker it also builds the s3queue image of
-# the current source (scripts/image.sh) and exports S3QUEUE_IMAGE.
+# the current source (scripts/image.sh) and exports S3QUEUE_TEST_IMAGE.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
