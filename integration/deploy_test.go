@@ -13,6 +13,7 @@ import (
 	"github.com/s3queue/s3queue"
 	"github.com/s3queue/s3queue/integration/harness"
 	"github.com/testcontainers/testcontainers-go"
+	tcexec "github.com/testcontainers/testcontainers-go/exec"
 	"github.com/testcontainers/testcontainers-go/network"
 	"github.com/testcontainers/testcontainers-go/wait"
 )
@@ -108,7 +109,7 @@ func TestImageRunsAWorkerAndAMonitor(t *testing.T) {
 	if tk, err := q.Get(ctx, held); err != nil || tk.Status != s3queue.Running {
 		t.Fatalf("after SIGTERM, held task: %+v, %v; want still running on the draining worker", tk, err)
 	}
-	if code, out, err := worker.Exec(ctx, []string{"/bin/sh", "-c", "echo go > /tmp/release"}); err != nil || code != 0 {
+	if code, out, err := worker.Exec(ctx, []string{"/bin/sh", "-c", "echo go > /tmp/release"}, tcexec.Multiplexed()); err != nil || code != 0 {
 		b, _ := io.ReadAll(out)
 		t.Fatalf("release the held task: exit %d, %v: %s", code, err, b)
 	}
