@@ -198,3 +198,20 @@ func TestComposeFileValidates(t *testing.T) {
 		t.Errorf("%s config: %v\n%s", strings.Join(cmd, " "), err, out)
 	}
 }
+
+// docs/security.md shows each role's policy as it is in iam/.
+func TestSecurityDocShowsThePolicies(t *testing.T) {
+	doc := read(t, "../docs/security.md")
+	for _, role := range []string{"producer", "worker", "monitor", "operator", "viewer"} {
+		_, rest, ok := strings.Cut(doc, "\n### "+role+"\n")
+		if !ok {
+			t.Errorf("docs/security.md has no section ### %s", role)
+			continue
+		}
+		_, rest, _ = strings.Cut(rest, "```json\n")
+		block, _, _ := strings.Cut(rest, "```")
+		if block != read(t, "iam/"+role+".json") {
+			t.Errorf("docs/security.md shows another %s policy than iam/%s.json", role, role)
+		}
+	}
+}
