@@ -215,14 +215,16 @@ func TestIAMPoliciesOfEachRole(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A task submitted now, that no monitor retires meanwhile.
+	pending := submit("--type", "echo", "--delay", "1h")
 	var key string
 	for _, o := range listKeys(t, ctx, srv, bucket, storePrefix+"/tasks/") {
-		if strings.HasSuffix(o, "/"+later+".json") {
+		if strings.HasSuffix(o, "/"+pending+".json") {
 			key = o
 		}
 	}
 	if key == "" {
-		t.Fatalf("no task object of %s", later)
+		t.Fatalf("no task object of %s", pending)
 	}
 	err = producer.RemoveObject(ctx, bucket, key, minio.RemoveObjectOptions{})
 	if minio.ToErrorResponse(err).Code != "AccessDenied" {
@@ -231,7 +233,6 @@ func TestIAMPoliciesOfEachRole(t *testing.T) {
 	if _, err := srv.Minio().StatObject(ctx, bucket, key, minio.StatObjectOptions{}); err != nil {
 		t.Errorf("task object %s after the producer's refused delete: %v", key, err)
 	}
-	pending := submit("--type", "echo", "--delay", "1h")
 	for role, args := range map[string][]string{
 		"producer": {"reshard", "--shards", "40"},
 		"viewer":   {"cancel", pending},
