@@ -10,7 +10,8 @@
 # records what was built, so a warm run skips the build. With a reachable
 # Docker engine each binary is also wrapped in a local FROM-scratch image
 # (nothing is pulled); without one the harness runs the binaries as local
-# processes on 127.0.0.1.
+# processes on 127.0.0.1. With Docker it also builds the s3queue image of
+# the current source (scripts/image.sh) and exports S3QUEUE_TEST_IMAGE.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -110,6 +111,10 @@ if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then
 	log "Docker engine found: servers run as containers ($MINIO_IMAGE, $VERSITYGW_IMAGE)"
 	printf 'export S3QUEUE_MINIO_IMAGE=%q\n' "$MINIO_IMAGE"
 	printf 'export S3QUEUE_VERSITYGW_IMAGE=%q\n' "$VERSITYGW_IMAGE"
+	# The s3queue image of the code under test (integration/deploy_test.go
+	# runs it as a worker and a monitor): rebuilt from source every run,
+	# seconds when the Go build cache is warm.
+	scripts/image.sh
 	# Ryuk (the reaper container) would have to be pulled; the harness
 	# terminates its containers itself.
 	printf 'export TESTCONTAINERS_RYUK_DISABLED=true\n'

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -54,7 +55,7 @@ func (h execHandler) handle(ctx context.Context, t *task.Task) (json.RawMessage,
 	stdout := &cappedBuffer{max: task.MaxResultBytes}
 	stderr := &tailBuffer{max: stderrTail}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
-	cmd.Env = append(os.Environ(),
+	cmd.Env = append(handlerEnv(os.Environ()),
 		config.EnvTaskID+"="+t.ID,
 		config.EnvAttempt+"="+strconv.Itoa(t.Attempt),
 		config.EnvTaskType+"="+t.Type,
@@ -277,4 +278,26 @@ func (b *tailBuffer) String() string {
 		return "..." + s
 	}
 	return s
+}
+
+// workerSecrets are the variables of the worker's environment a handler
+// does not inherit: the worker's own S3 credentials. A handler is the
+// task's code, often fed input from outside; with these it could rewrite
+// any task of the queue, and a handler that prints its environment on
+// failure would put them in the task's error, which `get` prints and the
+// bucket keeps. A handler that needs AWS access gets credentials of its
+// own (a profile, a role, a file of its own); AWS_PROFILE, AWS_REGION and
+// the rest of the environment pass through.
+var workerSecrets = []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"}
+
+// handlerEnv is environ without workerSecrets.
+func handlerEnv(environ []string) []string {
+	out := make([]string, 0, len(environ))
+	for _, kv := range environ {
+		k, _, _ := strings.Cut(kv, "=")
+		if !slices.Contains(workerSecrets, k) {
+			out = append(out, kv)
+		}
+	}
+	return out
 }

@@ -133,7 +133,20 @@ var workerCommand = &command{
 			sort.Strings(types)
 			a.log.Info("worker started", "store", url, "worker_id", w.ID(), "types", strings.Join(types, ","),
 				"concurrency", wcfg.Concurrency, "pools", describePools(w.QueueStates()), "dispatch", wcfg.DispatchMode)
+			// The line an operator (or a container runtime's log) sees
+			// between SIGTERM and "worker stopped": how much is still
+			// running and how long the worker will wait for it, which
+			// is what a stop timeout must cover (deploy/k8s, deploy/systemd).
+			stopDrain := context.AfterFunc(ctx, func() {
+				running := 0
+				for _, q := range w.QueueStates() {
+					running += q.InFlight
+				}
+				a.log.Info("worker draining: no new claims; waiting for running tasks", "worker_id", w.ID(),
+					"running", running, "shutdown_grace", wcfg.ShutdownGrace)
+			})
 			err = w.Run(ctx)
+			stopDrain()
 			if errors.Is(err, s3store.ErrUnusable) {
 				err = unusable(url, err)
 			}

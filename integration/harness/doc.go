@@ -25,6 +25,12 @@
 // servers of a run share them), so an s3:// store URL from Server.StoreURL
 // opens without further configuration.
 //
+// A test that runs containers of its own next to a server (the s3queue
+// image as a worker, say) creates a Docker network with NewNetwork and
+// starts a server of its own on it with Network.StartOn: the containers
+// reach it by name (Server.InNetwork, Server.NetworkStoreURL), the test
+// process through its published port as usual.
+//
 // The package must not import s3queue's own packages: it provides servers,
 // nothing about queues.
 package harness

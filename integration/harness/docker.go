@@ -79,7 +79,7 @@ func useDocker(ctx context.Context, sp spec) (bool, error) {
 	return true, nil
 }
 
-func startContainer(ctx context.Context, sp spec, accessKey, secretKey string) (*Server, error) {
+func startContainer(ctx context.Context, sp spec, accessKey, secretKey string, extra ...testcontainers.ContainerCustomizer) (*Server, error) {
 	image := os.Getenv(sp.imageEnv)
 	if image == "" {
 		image = sp.defaultImage
@@ -89,7 +89,7 @@ func startContainer(ctx context.Context, sp spec, accessKey, secretKey string) (
 
 	port := network.MustParsePort(sp.containerPort)
 	startLog := &tailLogger{}
-	ctr, err := testcontainers.Run(ctx, image,
+	opts := []testcontainers.ContainerCustomizer{
 		testcontainers.WithLogger(startLog),
 		testcontainers.WithExposedPorts(sp.containerPort),
 		testcontainers.WithEnv(sp.env(accessKey, secretKey)),
@@ -112,7 +112,8 @@ func startContainer(ctx context.Context, sp spec, accessKey, secretKey string) (
 				WithForcedIPv4LocalHost().
 				WithStatusCodeMatcher(sp.statusOK).
 				WithPollInterval(100*time.Millisecond)),
-	)
+	}
+	ctr, err := testcontainers.Run(ctx, image, append(opts, extra...)...)
 	terminate := func(ctx context.Context) error {
 		if ctr == nil {
 			return nil

@@ -62,6 +62,10 @@ type Server struct {
 	// How is how the server was started: "external", "docker IMAGE" or
 	// "process PATH".
 	How string
+	// InNetwork is the endpoint containers on the server's Docker network
+	// reach it at (http://ALIAS:PORT), for a server of Network.StartOn;
+	// empty otherwise.
+	InNetwork string
 
 	client *minio.Client
 	stop   func(context.Context) error
