@@ -307,7 +307,7 @@ func (w *Worker) inboxSlotFreed() {
 func (w *Worker) claimFrom(ctx context.Context, s *direct.Scan, held *[]shards.Candidate, heldAt *time.Time, capped *bool) (claimed, listed int, err error) {
 	w.blocked = make(map[*pool]int)
 	defer w.publishWaiting()
-	if w.free() == 0 {
+	if w.free() == 0 || w.pausedAll() {
 		return 0, 0, nil
 	}
 	iv, err := w.clock.Now(ctx)
@@ -347,7 +347,7 @@ func (w *Worker) claimFrom(ctx context.Context, s *direct.Scan, held *[]shards.C
 // says which), so this is for work that arrived before the slots filled.
 func (w *Worker) handOnInbox(ctx context.Context, now time.Time) {
 	d := w.direct
-	if now.Before(d.look) {
+	if now.Before(d.look) || w.pausedAll() {
 		return
 	}
 	d.look = now.Add(w.cfg.PollMax)
