@@ -140,7 +140,11 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Worker, error) {
 		blocked:    make(map[*pool]int),
 		freed:      make(chan struct{}, 1),
 	}
+	// The pause object is read before the first poll (and then every
+	// PauseCheckInterval): a worker started while its types are paused
+	// claims none of them.
 	w.pauses = &pause.Watch{St: g, Local: cfg.Local, Interval: cfg.PauseCheckInterval, Log: w.log}
+	w.pauses.Refresh(ctx)
 	w.newPools()
 	w.pointerShard.Store(-1)
 	w.view.Store(&memberView{})
