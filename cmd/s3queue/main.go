@@ -111,7 +111,8 @@ var commands []*command
 func init() {
 	commands = []*command{
 		workerCommand, monitorCommand, submitCommand, getCommand, historyCommand,
-		cancelCommand, requeueCommand, listCommand, statsCommand, doctorCommand, reshardCommand,
+		cancelCommand, requeueCommand, listCommand, statsCommand, pauseCommand, resumeCommand, pausedCommand,
+		doctorCommand, reshardCommand,
 		demoCommand, costCommand, versionCommand, helpCommand,
 	}
 }
