@@ -347,7 +347,11 @@ func (w *Worker) claimFrom(ctx context.Context, s *direct.Scan, held *[]shards.C
 // says which), so this is for work that arrived before the slots filled.
 func (w *Worker) handOnInbox(ctx context.Context, now time.Time) {
 	d := w.direct
-	if now.Before(d.look) || w.pausedAll() {
+	if w.pausedAll() {
+		d.waiting = nil // nothing is handed on; stepInbox must not wait for a look
+		return
+	}
+	if now.Before(d.look) {
 		return
 	}
 	d.look = now.Add(w.cfg.PollMax)
