@@ -126,3 +126,39 @@ func contains(ids []string, id string) bool {
 	}
 	return false
 }
+
+// A direct-dispatch worker whose every slot is busy when the whole queue
+// is paused still waits between steps: it hands nothing on while paused,
+// and must not wait for a hand-on look that never comes (the simulator's
+// seed 220125 hung in a busy loop: every wait was 0).
+func TestAFullDirectWorkerPausedDoesNotSpin(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := mem.New()
+		f := newFleet(t, st, 1)
+		cfg := f.directWorker("a")
+		cfg.Concurrency, cfg.PauseCheckInterval = 1, 100*time.Millisecond
+		w, err := worker.New(f.ctx, st, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		release := make(chan struct{})
+		w.Handle("job", func(context.Context, *task.Task) (json.RawMessage, error) { <-release; return nil, nil })
+		w.StepInbox(f.ctx) // the lease names the type
+		waitLive(t, st, 1)
+		f.submit(f.directProducer(st))
+		if n, err := w.Poll(f.ctx); n != 1 || err != nil {
+			t.Fatalf("poll claimed %d (%v), want the task: every slot busy", n, err)
+		}
+		w.StepInbox(f.ctx) // full: a look for work to hand on
+		if _, err := pause.Change(f.ctx, st, time.Now(), "test", "", pause.Pausing()); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(cfg.PollMax + cfg.PauseCheckInterval)
+		w.Poll(f.ctx) // reads the pause
+		if d := w.StepInbox(f.ctx); d <= 0 {
+			t.Errorf("a full worker of a paused queue steps again in %v, want a wait", d)
+		}
+		close(release)
+		w.Wait()
+	})
+}
