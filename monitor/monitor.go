@@ -24,6 +24,7 @@ import (
 	"github.com/s3queue/s3queue/internal/direct"
 	"github.com/s3queue/s3queue/internal/events"
 	"github.com/s3queue/s3queue/internal/retention"
+	"github.com/s3queue/s3queue/internal/pause"
 	"github.com/s3queue/s3queue/internal/rnd"
 	"github.com/s3queue/s3queue/internal/taskio"
 	"github.com/s3queue/s3queue/lease"
@@ -181,6 +182,12 @@ type Monitor struct {
 	snapMu    sync.Mutex // guards the two below; never held across a request
 	snap      State      // made at the end of the last tick
 	snapLocal time.Time  // local time snap.At was read
+
+	// pauses is the queue's pause object, read at most every
+	// pause.DefaultInterval and only when a repair is due: the repair
+	// skips paused types (pausedType).
+	pauseMu sync.Mutex
+	pauses  *pause.Watch
 }
 
 // sweep is the monitor's walk of one shard. Keys sort by time, and the
@@ -222,6 +229,7 @@ type known struct {
 	available time.Time
 	announced time.Time // pending: S3 time a ready pointer was last written at this ETag
 	corrupt   bool
+	typ       string // the task's type (to skip a paused one unread)
 	// slot: blocked for its slot; slotChecked: at this ETag, its slot was
 	// found to know it (deps.CheckWaiting).
 	slot, slotChecked bool
@@ -249,6 +257,7 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Monitor, error) {
 	mon := &Monitor{st: st, cfg: cfg, clock: c, local: local, manifest: m, log: cfg.Logger.WithGroup("monitor"), rand: src,
 		sweeps: make(map[int]*sweep), known: make(map[string]known), fleet: shards.NewFleetCache(st, cfg.LeaseMargin, local, src),
 		lease: lease.New(st, c, LeaseKey, cfg.ID, lease.Config{TTL: 6 * cfg.Interval, Margin: cfg.LeaseMargin})}
+	mon.pauses = &pause.Watch{St: st, Local: local, Interval: pause.DefaultInterval, Log: mon.log}
 	mon.cas = s3store.CAS{Jitter: src.Float64, Sleep: func(ctx context.Context, d time.Duration) error {
 		if !clock.Sleep(local, d, ctx.Done()) {
 			return ctx.Err()
@@ -748,13 +757,19 @@ func (m *Monitor) inspect(ctx context.Context, o s3store.ObjectInfo, iv clock.In
 		(k.announced.IsZero() || iv.After(k.announced.Add(m.cfg.RepairAfter))):
 		// Due for a while and still pending: perhaps its producer crashed
 		// before announcing it, or every scan passed it by. Announce it, and
-		// again each RepairAfter while it stays pending.
+		// again each RepairAfter while it stays pending. A paused type's
+		// tasks are pending on purpose: they are not announced (nor read
+		// again, once their type is known) until their type is resumed,
+		// and then this repair finds what no worker announced itself.
+		if k.typ != "" && m.pausedType(ctx, k.typ) {
+			return nil
+		}
 		v, err := taskio.Load(ctx, m.st, o.Key)
 		st.Loaded++
 		if err != nil {
 			return err
 		}
-		if v.ETag != k.etag || v.Task.Status != task.Pending {
+		if v.ETag != k.etag || v.Task.Status != task.Pending || m.pausedType(ctx, v.Task.Type) {
 			m.known[o.Key] = remember(v)
 			return nil
 		}
@@ -890,7 +905,7 @@ func (m *Monitor) cover(shard int, key string, iv clock.Interval) {
 
 func remember(v taskio.Versioned) known {
 	t := v.Task
-	k := known{etag: v.ETag, loaded: true, status: t.Status, updated: t.UpdatedAt, available: t.AvailableAt,
+	k := known{etag: v.ETag, loaded: true, status: t.Status, updated: t.UpdatedAt, available: t.AvailableAt, typ: t.Type,
 		slot: t.Status == task.Blocked && t.Slot != "" && len(t.Deps) == 0}
 	if t.Claim != nil {
 		k.expires = t.Claim.ExpiresAt
@@ -1000,6 +1015,15 @@ func (m *Monitor) announce(ctx context.Context, t *task.Task) (time.Time, error)
 		m.log.Warn("ring the doorbell", "task_id", t.ID, "err", err)
 	}
 	return iv.Latest, nil
+}
+
+// pausedType reports whether the queue's pause object, read at most every
+// pause.DefaultInterval, pauses typ.
+func (m *Monitor) pausedType(ctx context.Context, typ string) bool {
+	m.pauseMu.Lock()
+	defer m.pauseMu.Unlock()
+	m.pauses.Refresh(ctx)
+	return m.pauses.State().Paused(typ)
 }
 
 // expireRetention deletes a finished task and its idempotency record

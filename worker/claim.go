@@ -225,6 +225,13 @@ func (w *Worker) tryClaim(ctx context.Context, s settler, a *attempt, iv clock.I
 	if !dueNow(t, iv) || w.stopping.Load() {
 		return false
 	}
+	if w.pausedType(t.Type) {
+		// Not claimed: settled and held for its resume (pause.go).
+		if w.hold(ctx, c, t, iv) {
+			a.settledAt = v.ETag
+		}
+		return false
+	}
 	p := w.poolFor(t.Type)
 	adm, evicted := p.admit(t.ID)
 	if adm == refused {

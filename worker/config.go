@@ -101,6 +101,11 @@ type Config struct {
 	// a queue that has another.
 	MaxShards    int
 	ReshardAfter time.Duration
+	// PauseCheckInterval is how often the worker reads the queue's pause
+	// object (one GET): it stops claiming paused types, or everything while
+	// the whole queue is paused, within this long of a pause, and claims
+	// them again within this long of a resume (docs/pause.md).
+	PauseCheckInterval time.Duration
 	// RootMembers is how many members renew their entries in the fleet
 	// object itself; members that join beyond them renew a lease object of
 	// their own, so that writes to the fleet object, and their 412s, do not

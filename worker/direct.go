@@ -260,7 +260,7 @@ func (w *Worker) pollInbox(ctx context.Context, now time.Time) {
 		if ctx.Err() == nil {
 			w.log.Warn("list the inbox", "err", err)
 		}
-		d.interval = w.grow(d.interval)
+		d.interval = w.grow(max(d.interval, w.cfg.PollMin))
 	case claimed > 0 || listed > 0 && w.free() == 0:
 		// Work, claimed or left for lack of a free slot. Entries listed
 		// and not claimed with slots free are tasks not due yet (their
@@ -274,7 +274,11 @@ func (w *Worker) pollInbox(ctx context.Context, now time.Time) {
 			w.wakeInbox(ctx)
 		}
 	default:
-		d.interval = w.grow(d.interval)
+		// From at least poll_min: after a poll that claimed with more held
+		// (interval 0), the held candidates may all be unclaimable (taken
+		// by others, or of a paused type), and growing 0 would list again
+		// at once, for ever.
+		d.interval = w.grow(max(d.interval, w.cfg.PollMin))
 	}
 	d.next = now.Add(d.interval)
 	if w.free() == 0 {
@@ -307,7 +311,7 @@ func (w *Worker) inboxSlotFreed() {
 func (w *Worker) claimFrom(ctx context.Context, s *direct.Scan, held *[]shards.Candidate, heldAt *time.Time, capped *bool) (claimed, listed int, err error) {
 	w.blocked = make(map[*pool]int)
 	defer w.publishWaiting()
-	if w.free() == 0 {
+	if w.free() == 0 || w.pausedAll() {
 		return 0, 0, nil
 	}
 	iv, err := w.clock.Now(ctx)
@@ -347,6 +351,10 @@ func (w *Worker) claimFrom(ctx context.Context, s *direct.Scan, held *[]shards.C
 // says which), so this is for work that arrived before the slots filled.
 func (w *Worker) handOnInbox(ctx context.Context, now time.Time) {
 	d := w.direct
+	if w.pausedAll() {
+		d.waiting = nil // nothing is handed on; stepInbox must not wait for a look
+		return
+	}
 	if now.Before(d.look) {
 		return
 	}

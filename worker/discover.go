@@ -62,8 +62,8 @@ func (w *Worker) pollShards(ctx context.Context, list []int, peek bool) (p pass)
 	defer w.publishCursors()
 	w.blocked = make(map[*pool]int)
 	defer w.publishWaiting()
-	if w.stopping.Load() || len(list) == 0 {
-		return p
+	if w.stopping.Load() || len(list) == 0 || w.pausedAll() {
+		return p // paused: the cursors stay, and find everything at the resume
 	}
 	if w.free() == 0 && !peek {
 		p.full = true

@@ -29,7 +29,7 @@ import (
 // work to the members that are not busy.
 func (w *Worker) handOffOwn(ctx context.Context, now time.Time) {
 	m := &w.fleet
-	if !m.handed.IsZero() && now.Sub(m.handed) < w.cfg.PollMax {
+	if !m.handed.IsZero() && now.Sub(m.handed) < w.cfg.PollMax || w.pausedAll() {
 		return
 	}
 	iv, err := w.clock.Now(ctx)
@@ -109,7 +109,8 @@ func (w *Worker) handOff(ctx context.Context, shard int, iv clock.Interval, targ
 		for j := range batch {
 			// One that is not pending and due is left to pollShard, which
 			// decides.
-			if errs[j] == nil && vs[j].Task.Status == task.Pending && dueNow(vs[j].Task, iv) {
+			// A paused one is held there (pause.go), not handed off.
+			if errs[j] == nil && vs[j].Task.Status == task.Pending && dueNow(vs[j].Task, iv) && !w.pausedType(vs[j].Task.Type) {
 				send = append(send, j)
 			}
 		}

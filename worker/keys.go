@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/s3queue/s3queue/internal/pause"
 	"github.com/s3queue/s3queue/internal/settings"
 	"github.com/s3queue/s3queue/shards"
 )
@@ -104,6 +105,9 @@ var ConfigKeys = &settings.Section[Config]{
 		settings.Seconds("overflow_scavenge_interval_secs", func(c *Config) *time.Duration { return &c.OverflowScavengeInterval }, 2*time.Minute,
 			"Direct dispatch only: how often the worker moves dead workers' inboxes to the overflow and claims from it, in seconds (a LIST of workers/ and one of overflow/ each time).").
 			Must(settings.Within(time.Second, 24*time.Hour)),
+		settings.Duration("pause_check_interval", func(c *Config) *time.Duration { return &c.PauseCheckInterval }, pause.DefaultInterval,
+			"How often the worker reads the queue's pause object (control/pause.json, one GET each time): a pause or resume takes effect fleet-wide within this long (100ms..1h; see docs/pause.md).").
+			Must(settings.Within(100*time.Millisecond, time.Hour)),
 		settings.Int("root_members", func(c *Config) *int { return &c.RootMembers }, shards.DefaultRootMembers,
 			"How many fleet members renew their entries in fleet.json itself; members that join beyond them renew a lease object of their own under fleet/leases/, so that writes to fleet.json, and their conflicts, stay flat as the fleet grows (1..1000).").
 			Must(settings.IntRange(1, 1000)),

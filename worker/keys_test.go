@@ -19,7 +19,7 @@ func TestZeroFieldsTakeTheDefaults(t *testing.T) {
 		ScanLag: 5 * time.Second, ScanLookback: time.Hour, LeaseMargin: 2 * time.Second, ShutdownGrace: 30 * time.Second,
 		MemberTTL: 30 * time.Second, StandbyPoll: 25 * time.Second, IdleLeave: time.Minute, SleepAfter: 30 * time.Second,
 		BellPoll: 2 * time.Second, SleepScan: time.Minute, AwakeGrace: 5 * time.Second, DrainMax: 10 * time.Minute,
-		MaxShards: 256, ReshardAfter: time.Minute, RootMembers: 16,
+		MaxShards: 256, ReshardAfter: time.Minute, RootMembers: 16, PauseCheckInterval: 10 * time.Second,
 		LeaseDuration: time.Minute, LeaseRenewalInterval: 20 * time.Second, OverflowScavengeInterval: 2 * time.Minute,
 	}
 	if !reflect.DeepEqual(c, want) {

@@ -31,6 +31,7 @@ import (
 	"github.com/s3queue/s3queue/clock"
 	"github.com/s3queue/s3queue/internal/deps"
 	"github.com/s3queue/s3queue/internal/events"
+	"github.com/s3queue/s3queue/internal/pause"
 	"github.com/s3queue/s3queue/internal/rnd"
 	"github.com/s3queue/s3queue/internal/tracing"
 	"github.com/s3queue/s3queue/s3store"
@@ -74,9 +75,11 @@ type Worker struct {
 	scans      map[int]*shards.Scan
 	prefetched map[int]prefetch
 	rotate     int
-	unhandled  map[string]string // task key -> type: pending tasks seen that no known member could run
-	blocked    map[*pool]int     // tasks the current poll left for lack of room, by pool
-	direct     *inbox            // direct dispatch's state (direct.go); nil in the shared mode
+	unhandled  map[string]string   // task key -> type: pending tasks seen that no known member could run
+	blocked    map[*pool]int       // tasks the current poll left for lack of room, by pool
+	direct     *inbox              // direct dispatch's state (direct.go); nil in the shared mode
+	pauses     *pause.Watch        // the queue's pause object, read every PauseCheckInterval (pause.go)
+	held       map[string]heldTask // task key -> paused task seen, for its resume
 
 	// Published by the scheduler for other goroutines.
 	view         atomic.Pointer[memberView]
@@ -138,10 +141,16 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Worker, error) {
 		scans:      make(map[int]*shards.Scan),
 		prefetched: make(map[int]prefetch),
 		unhandled:  make(map[string]string),
+		held:       make(map[string]heldTask),
 		blocked:    make(map[*pool]int),
 		freed:      make(chan struct{}, 1),
 		trace:      tracing.New(cfg.TracerProvider, cfg.Propagator),
 	}
+	// The pause object is read before the first poll (and then every
+	// PauseCheckInterval): a worker started while its types are paused
+	// claims none of them.
+	w.pauses = &pause.Watch{St: g, Local: cfg.Local, Interval: cfg.PauseCheckInterval, Log: w.log}
+	w.pauses.Refresh(ctx)
 	w.newPools()
 	w.pointerShard.Store(-1)
 	w.view.Store(&memberView{})
@@ -297,10 +306,12 @@ func (w *Worker) Run(ctx context.Context) error {
 // direct dispatch the worker's lease, its inbox and the overflow — and
 // returns how long to wait before the next step.
 func (w *Worker) step(ctx context.Context) time.Duration {
+	w.checkPause(ctx)
+	d := w.pauses.Until()
 	if w.direct == nil {
-		return w.stepShards(ctx)
+		return min(d, w.stepShards(ctx))
 	}
-	d := w.stepInbox(ctx)
+	d = min(d, w.stepInbox(ctx))
 	if w.stopping.Load() {
 		return d
 	}
@@ -371,6 +382,7 @@ func (w *Worker) pollOwn(ctx context.Context, now time.Time) {
 // handlers for what it claims. It returns how many tasks it claimed. Run
 // paces its passes itself (step); tests drive poll directly instead of Run.
 func (w *Worker) poll(ctx context.Context) (int, error) {
+	w.checkPause(ctx)
 	if w.static() {
 		p := w.pollShards(ctx, w.cfg.OwnShards, false)
 		return p.claimed, p.err

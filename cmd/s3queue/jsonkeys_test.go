@@ -77,6 +77,16 @@ func TestJSONKeys(t *testing.T) {
 	must(t, "cancel", canceled, "--store", store)
 	later := submit(t, store, cfg, "hold", "--delay", "1h")
 	ids := []string{ok, bad, after, slot, canceled, later}
+	// The pause commands each have a store of their own: the cases run in
+	// any order, and each must print the same keys whatever ran before.
+	pauseStore, _ := newStore(t)
+	pausedStore, _ := newStore(t)
+	resumeStore, _ := newStore(t)
+	for _, st := range []string{pauseStore, pausedStore, resumeStore} {
+		submit(t, st, cfg, "mail")
+	}
+	must(t, "pause", "mail", "--reason", "test", "--store", pausedStore)
+	must(t, "pause", "mail", "--reason", "test", "--store", resumeStore)
 	events := newEventServer(t, []s3events.Event{{Time: time.Now(), Source: s3events.SourceWorker, Origin: "w1", Kind: s3events.Failed,
 		TaskID: bad, Type: "bad", Attempt: 1, Shard: 3, Pool: "p", Phase: s3events.PhaseInFlight, Key: "tasks/003/x.json", Err: errors.New("boom")}})
 
@@ -93,6 +103,9 @@ func TestJSONKeys(t *testing.T) {
 		"requeue": {{"requeue", "--status", "dead", "--dry-run", "--json", "--store", store}},
 		"cancel":  {{"cancel", "--type", "hold", "--status", "pending", "--dry-run", "--json", "--store", store}},
 		"purge":   {{"purge", "--older-than", "1h", "--json", "--store", store}},
+		"pause":   {{"pause", "mail", "--reason", "test", "--json", "--store", pauseStore}},
+		"paused":  {{"paused", "--json", "--store", pausedStore}},
+		"resume":  {{"resume", "--json", "--store", resumeStore}},
 	}
 	for _, id := range ids {
 		cases["get"] = append(cases["get"], []string{"get", id, "--store", store, "--json"})

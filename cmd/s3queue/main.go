@@ -122,7 +122,8 @@ var commands []*command
 func init() {
 	commands = []*command{
 		workerCommand, monitorCommand, submitCommand, getCommand, historyCommand,
-		waitCommand, tailCommand, cancelCommand, requeueCommand, purgeCommand, listCommand, statsCommand, doctorCommand, reshardCommand,
+		waitCommand, tailCommand, cancelCommand, requeueCommand, purgeCommand, listCommand, statsCommand,
+		pauseCommand, resumeCommand, pausedCommand, doctorCommand, reshardCommand,
 		demoCommand, costCommand, completionCommand, versionCommand, helpCommand,
 	}
 }

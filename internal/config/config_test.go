@@ -50,7 +50,7 @@ func TestDefaultsMatchTheServices(t *testing.T) {
 		ScanLag: 5 * time.Second, ScanLookback: time.Hour, LeaseMargin: 2 * time.Second, ShutdownGrace: 30 * time.Second,
 		MemberTTL: 30 * time.Second, StandbyPoll: 25 * time.Second, IdleLeave: time.Minute, SleepAfter: 30 * time.Second,
 		BellPoll: 2 * time.Second, SleepScan: time.Minute, AwakeGrace: 5 * time.Second, DrainMax: 10 * time.Minute,
-		MaxShards: 256, ReshardAfter: time.Minute, RootMembers: 16,
+		MaxShards: 256, ReshardAfter: time.Minute, RootMembers: 16, PauseCheckInterval: 10 * time.Second,
 		DispatchMode: shards.DispatchShared, DiscoveryTTL: 30 * time.Second,
 		LeaseDuration: time.Minute, LeaseRenewalInterval: 20 * time.Second, OverflowScavengeInterval: 2 * time.Minute,
 	}
@@ -137,6 +137,7 @@ var keyCases = []keyCase{
 	{"worker.drain_max", `"30m"`, "30m", func(c Config) bool { return c.Worker().DrainMax == 30*time.Minute }},
 	{"worker.max_shards", "1", "1", func(c Config) bool { return c.Worker().MaxShards == 1 }},
 	{"worker.reshard_after", `"5m"`, "5m", func(c Config) bool { return c.Worker().ReshardAfter == 5*time.Minute }},
+	{"worker.pause_check_interval", `"2s"`, "2s", func(c Config) bool { return c.Worker().PauseCheckInterval == 2*time.Second }},
 	{"worker.root_members", "3", "3", func(c Config) bool { return c.Worker().RootMembers == 3 }},
 	{"monitor.interval", `"750ms"`, "750ms", func(c Config) bool { return c.Monitor().Interval == 750*time.Millisecond }},
 	{"monitor.page_size", `100`, "100", func(c Config) bool { return c.Monitor().PageSize == 100 }},

@@ -64,6 +64,8 @@ const (
 	InvLeaseStops      = "a worker without its lease claims nothing" // no claim lands long after its worker's own lease expired
 	InvInboxRecovered  = "a dead worker's inbox is moved"            // at the end, an inbox whose lease expired holds no old entry
 	InvOverflowDrained = "the overflow is drained"                   // at the end, the overflow holds no old entry
+	// Pause (see checkPause).
+	InvPaused = "no claim of a paused type" // no claim lands more than pauseSlack after its type was paused, and every pause is lifted
 
 	retentionMargin = 5 * time.Second // clock uncertainty the monitor may use
 	cursorLag       = time.Minute     // how far a member's scan may trail its shard's keys
@@ -484,6 +486,9 @@ func (w *world) check() Result {
 	}
 	if w.plan.Direct {
 		w.checkDirect(log, &res, add)
+	}
+	if w.plan.Pause != nil {
+		w.checkPause(log, add)
 	}
 	res.Violations = vs
 	return res

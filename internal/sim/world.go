@@ -111,6 +111,9 @@ type Plan struct {
 	// their id; a worker that loses its lease is restarted under its id,
 	// as a supervisor would.
 	Direct bool
+	// Pause (a quarter of the seeds): an operator pauses the task type,
+	// or the whole queue, for a few minutes of the chaos phase.
+	Pause *PausePlan
 }
 
 // The direct-dispatch settings of the workers, producers and monitors:
@@ -180,6 +183,9 @@ func (p Plan) String() string {
 	}
 	if p.Direct {
 		s += ", direct dispatch"
+	}
+	if p.Pause != nil {
+		s += ", " + p.Pause.String()
 	}
 	if p.Surge.Join > 0 {
 		s += fmt.Sprintf(", surge of %d workers at %v, %d leave at %v", p.Surge.Join, p.Surge.At.Round(time.Second), p.Surge.Leave, p.Surge.LeaveAt.Round(time.Second))
@@ -308,6 +314,7 @@ func Run(seed uint64, opts Options) Result {
 		},
 	}
 	planLayout(&plan, opts)
+	planPause(&plan, opts)
 	w := &world{opts: opts, plan: plan, rng: rng,
 		srv:   NewServer(plan.Provider, rand.New(rand.NewPCG(seed, 0x5e4e)), plan.MaxPage),
 		procs: make(map[string]*proc), dedicated: make(map[string]bool), nextID: make(map[string]int), acked: make(map[string]ack), spawned: make(map[string]int),
@@ -347,6 +354,13 @@ func Run(seed uint64, opts Options) Result {
 		go func() {
 			defer producers.Done()
 			w.reshard()
+		}()
+	}
+	if plan.Pause != nil {
+		producers.Add(1)
+		go func() {
+			defer producers.Done()
+			w.pause()
 		}()
 	}
 	if plan.Surge.Join > 0 {

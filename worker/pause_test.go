@@ -1,0 +1,164 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/s3queue/s3queue/internal/pause"
+	"github.com/s3queue/s3queue/producer"
+	"github.com/s3queue/s3queue/s3store/mem"
+	"github.com/s3queue/s3queue/shards"
+	"github.com/s3queue/s3queue/task"
+	"github.com/s3queue/s3queue/worker"
+)
+
+// A paused type is not claimed by any worker of the fleet once their pause
+// check has run; the other types run on; the paused tasks stay pending with
+// no attempt used, and run once the type is resumed. Under direct dispatch
+// too, where the paused tasks arrive in the workers' inboxes. And a
+// whole-queue pause stops every claim until the resume.
+func TestPauseStopsClaimsFleetWideUntilResume(t *testing.T) {
+	for _, mode := range []string{shards.DispatchShared, shards.DispatchDirect} {
+		t.Run(mode+"/type", func(t *testing.T) { testPause(t, mode, "mail") })
+		t.Run(mode+"/queue", func(t *testing.T) { testPause(t, mode) })
+	}
+}
+
+func testPause(t *testing.T, mode string, types ...string) {
+	synctest.Test(t, func(t *testing.T) {
+		st := mem.New()
+		f := newFleet(t, st, 2)
+		const interval = 500 * time.Millisecond
+		var mu sync.Mutex
+		ran := map[string]time.Time{}
+		h := func(_ context.Context, tk *task.Task) (json.RawMessage, error) {
+			mu.Lock()
+			ran[tk.ID] = time.Now()
+			mu.Unlock()
+			return nil, nil
+		}
+		for _, id := range []string{"a", "b"} {
+			cfg := f.fast(id)
+			if mode == shards.DispatchDirect {
+				cfg = f.directWorker(id)
+			}
+			cfg.PauseCheckInterval = interval
+			w, err := worker.New(f.ctx, st, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w.Handle("job", h)
+			w.Handle("mail", h)
+			ctx, cancel := context.WithCancel(f.ctx)
+			done := make(chan struct{})
+			go func() { w.Run(ctx); close(done) }()
+			t.Cleanup(func() { cancel(); <-done })
+		}
+		var p *producer.Producer
+		if mode == shards.DispatchDirect {
+			waitLive(t, st, 2)
+			p = f.directProducer(st)
+		} else {
+			p = f.producer(st)
+		}
+		if _, err := pause.Change(f.ctx, st, time.Now(), "test", "", pause.Pausing(types...)); err != nil {
+			t.Fatal(err)
+		}
+		pausedAt := time.Now()
+		time.Sleep(interval) // virtual time: every worker has read the pause object since
+		submit := func(typ string) (ids []string) {
+			for range 6 {
+				id, err := p.Submit(f.ctx, typ, nil, producer.Options{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				ids = append(ids, id)
+			}
+			return ids
+		}
+		mail, jobs := submit("mail"), submit("job")
+		if len(types) > 0 {
+			for _, id := range jobs {
+				waitStatus(t, p, id, task.Succeeded)
+			}
+		}
+		time.Sleep(5 * time.Second) // many polls, in virtual time
+		paused := mail
+		if len(types) == 0 {
+			paused = append(paused, jobs...)
+		}
+		for _, id := range paused {
+			tk, err := p.Get(f.ctx, id)
+			if err != nil || tk.Status != task.Pending || tk.Attempt != 0 {
+				t.Fatalf("paused task %s: %+v (%v), want pending with no attempt used", id, tk, err)
+			}
+		}
+		mu.Lock()
+		for id, at := range ran {
+			if at.After(pausedAt.Add(interval)) && contains(paused, id) {
+				t.Errorf("paused task %s ran at %v, after the pause and its check interval", id, at)
+			}
+		}
+		mu.Unlock()
+		if _, err := pause.Change(f.ctx, st, time.Now(), "test", "", pause.Resuming()); err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range paused {
+			waitStatus(t, p, id, task.Succeeded)
+		}
+		for _, id := range paused {
+			if tk, _ := p.Get(f.ctx, id); tk.Attempt != 1 {
+				t.Errorf("resumed task %s ran at attempt %d, want 1", id, tk.Attempt)
+			}
+		}
+	})
+}
+
+func contains(ids []string, id string) bool {
+	for _, x := range ids {
+		if x == id {
+			return true
+		}
+	}
+	return false
+}
+
+// A direct-dispatch worker whose every slot is busy when the whole queue
+// is paused still waits between steps: it hands nothing on while paused,
+// and must not wait for a hand-on look that never comes (the simulator's
+// seed 220125 hung in a busy loop: every wait was 0).
+func TestAFullDirectWorkerPausedDoesNotSpin(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := mem.New()
+		f := newFleet(t, st, 1)
+		cfg := f.directWorker("a")
+		cfg.Concurrency, cfg.PauseCheckInterval = 1, 100*time.Millisecond
+		w, err := worker.New(f.ctx, st, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		release := make(chan struct{})
+		w.Handle("job", func(context.Context, *task.Task) (json.RawMessage, error) { <-release; return nil, nil })
+		w.StepInbox(f.ctx) // the lease names the type
+		waitLive(t, st, 1)
+		f.submit(f.directProducer(st))
+		if n, err := w.Poll(f.ctx); n != 1 || err != nil {
+			t.Fatalf("poll claimed %d (%v), want the task: every slot busy", n, err)
+		}
+		w.StepInbox(f.ctx) // full: a look for work to hand on
+		if _, err := pause.Change(f.ctx, st, time.Now(), "test", "", pause.Pausing()); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(cfg.PollMax + cfg.PauseCheckInterval)
+		w.Poll(f.ctx) // reads the pause
+		if d := w.StepInbox(f.ctx); d <= 0 {
+			t.Errorf("a full worker of a paused queue steps again in %v, want a wait", d)
+		}
+		close(release)
+		w.Wait()
+	})
+}
