@@ -46,22 +46,35 @@ type heldTask struct {
 	Avail   time.Time
 }
 
-// pausedType reports whether tasks of typ must not be claimed now.
-func (w *Worker) pausedType(typ string) bool { return w.pauses.State().Paused(typ) }
+// pausedType reports whether tasks of typ must not be claimed now. Safe
+// from any goroutine: it reads the state the scheduler published.
+func (w *Worker) pausedType(typ string) bool { return w.pauseState.Load().Paused(typ) }
 
 // pausedAll reports whether the whole queue is paused.
-func (w *Worker) pausedAll() bool { return w.pauses.State().All }
+func (w *Worker) pausedAll() bool { return w.pauseState.Load().All }
 
 // checkPause reads the pause object when its interval has passed, and
-// announces the held tasks of the types resumed since.
+// announces the held tasks of the types resumed since. An announcement
+// that failed (the clock, a PUT) is tried again at each later read of the
+// object, until every held task of a resumed type is announced: the held
+// tasks do not wait for the monitor's repair (or, with no monitor, for
+// ever) because one request failed.
 func (w *Worker) checkPause(ctx context.Context) {
-	if !w.pauses.Refresh(ctx) {
+	w.takeCrashedHeld()
+	reads := w.pauses.Reads()
+	if w.pauses.Refresh(ctx) {
+		s := w.pauses.State()
+		w.pauseState.Store(&s)
+		w.log.Info("the queue's pause changed", "paused_all", s.All, "paused_types", s.Types)
+		if !s.All {
+			w.resumeHeld(ctx)
+		}
 		return
 	}
-	s := w.pauses.State()
-	w.log.Info("the queue's pause changed", "paused_all", s.All, "paused_types", s.Types)
-	if !s.All {
-		w.resumeHeld(ctx)
+	if w.resumePending && w.pauses.Reads() != reads && !w.pausedAll() {
+		// Once per read of the pause object, not at every step: a store
+		// that keeps failing costs one PUT per held task per interval.
+		w.resumePending = !w.announceHeld(ctx)
 	}
 }
 
@@ -75,14 +88,47 @@ func (w *Worker) hold(ctx context.Context, c shards.Candidate, t *task.Task, iv 
 			return false
 		}
 	}
-	if len(w.held) < maxHeld {
-		w.held[t.Key()] = heldTask{Type: t.Type, Shard: t.Shard, Version: t.Version, Avail: t.AvailableAt}
-	}
+	w.keep(t.Key(), heldTask{Type: t.Type, Shard: t.Shard, Version: t.Version, Avail: t.AvailableAt})
 	return true
 }
 
-// resumeHeld announces the held tasks whose type is no longer paused, and
-// wakes the fleet (or the inbox) if it sleeps. One PUT per task announced.
+// keep remembers a paused task for its resume, if there is room.
+func (w *Worker) keep(key string, h heldTask) {
+	if len(w.held) < maxHeld {
+		w.held[key] = h
+	}
+}
+
+// holdCrashed hands the scheduler a task released to pending after its
+// handler crashed under CrashRequeue while its type was paused (run.go's
+// requeueCrashed runs on the task's own goroutine, and the held list
+// belongs to the scheduler). The next checkPause takes it.
+func (w *Worker) holdCrashed(t *task.Task) {
+	w.crashed.mu.Lock()
+	defer w.crashed.mu.Unlock()
+	if w.crashed.tasks == nil {
+		w.crashed.tasks = make(map[string]heldTask)
+	}
+	w.crashed.tasks[t.Key()] = heldTask{Type: t.Type, Shard: t.Shard, Version: t.Version, Avail: t.AvailableAt}
+}
+
+// takeCrashedHeld moves the tasks holdCrashed was handed into the held
+// list. Its type may have been resumed meanwhile: the next read of the
+// pause object announces it then.
+func (w *Worker) takeCrashedHeld() {
+	w.crashed.mu.Lock()
+	tasks := w.crashed.tasks
+	w.crashed.tasks = nil
+	w.crashed.mu.Unlock()
+	for key, h := range tasks {
+		w.keep(key, h)
+		w.resumePending = true
+	}
+}
+
+// resumeHeld wakes the worker's discovery (and the fleet, or the inbox, if
+// it sleeps) after a resume, and announces the held tasks whose type is no
+// longer paused.
 func (w *Worker) resumeHeld(ctx context.Context) {
 	now := w.now()
 	if w.direct != nil {
@@ -92,20 +138,33 @@ func (w *Worker) resumeHeld(ctx context.Context) {
 		w.direct.next = now
 	}
 	w.pace.next = now
-	if len(w.held) == 0 {
-		return
+	w.resumePending = !w.announceHeld(ctx)
+}
+
+// announceHeld announces the held tasks whose type is no longer paused
+// (one PUT each), and wakes the fleet if it sleeps. It reports false when
+// some could not be announced: they stay held, and the next read of the
+// pause object tries again (checkPause).
+func (w *Worker) announceHeld(ctx context.Context) (all bool) {
+	// Sorted, so a seeded run announces in the same order.
+	var due []string
+	for _, key := range slices.Sorted(maps.Keys(w.held)) {
+		if !w.pausedType(w.held[key].Type) {
+			due = append(due, key)
+		}
+	}
+	if len(due) == 0 {
+		return true
 	}
 	iv, err := w.clock.Now(ctx)
 	if err != nil {
-		return // the next check tries again
+		w.log.Warn("announce resumed tasks; will try again", "tasks", len(due), "err", err)
+		return false
 	}
+	all = true
 	announced := 0
-	// Sorted, so a seeded run announces in the same order.
-	for _, key := range slices.Sorted(maps.Keys(w.held)) {
+	for _, key := range due {
 		h := w.held[key]
-		if w.pausedType(h.Type) {
-			continue
-		}
 		_, id, err := task.ParseKey(key)
 		if err != nil {
 			delete(w.held, key)
@@ -114,7 +173,8 @@ func (w *Worker) resumeHeld(ctx context.Context) {
 		t := &task.Task{ID: id, Shard: h.Shard, Type: h.Type, Version: h.Version, AvailableAt: h.Avail}
 		if !w.forward(ctx, t, iv) {
 			if err := shards.Announce(ctx, w.st, t, iv.Latest, int(w.pointerShard.Load())); err != nil {
-				w.log.Warn("announce a resumed task; the monitor's repair will", "task_id", id, "err", err)
+				w.log.Warn("announce a resumed task; will try again", "task_id", id, "err", err)
+				all = false
 				continue
 			}
 		}
@@ -124,7 +184,8 @@ func (w *Worker) resumeHeld(ctx context.Context) {
 	if announced > 0 {
 		w.log.Info("announced resumed tasks", "tasks", announced)
 		if m := &w.fleet; m.asleep || m.fleet.Asleep {
-			w.wake(ctx, now)
+			w.wake(ctx, w.now())
 		}
 	}
+	return all
 }

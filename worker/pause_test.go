@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/s3queue/s3queue/internal/pause"
 	"github.com/s3queue/s3queue/producer"
+	"github.com/s3queue/s3queue/s3store"
 	"github.com/s3queue/s3queue/s3store/mem"
 	"github.com/s3queue/s3queue/shards"
 	"github.com/s3queue/s3queue/task"
@@ -160,5 +162,114 @@ func TestAFullDirectWorkerPausedDoesNotSpin(t *testing.T) {
 		}
 		close(release)
 		w.Wait()
+	})
+}
+
+// A handler that crashes under crash_policy requeue after its type was
+// paused is not claimed again: its failed attempt is recorded, the task is
+// pending again (no claim, no attempt burned during the pause), and it runs
+// once the type is resumed.
+func TestCrashRequeueOfAPausedTypeWaitsForTheResume(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		const interval = 100 * time.Millisecond
+		s := newQueueSetup(t, worker.Config{MaxInFlight: 1, CrashPolicy: worker.CrashRequeue, PauseCheckInterval: interval}, "mail")
+		var mu sync.Mutex
+		var attempts []int
+		gate := make(chan struct{})
+		s.w.Handle("mail", func(_ context.Context, tk *task.Task) (json.RawMessage, error) {
+			mu.Lock()
+			attempts = append(attempts, tk.Attempt)
+			mu.Unlock()
+			if tk.Attempt == 1 {
+				<-gate
+				panic("boom")
+			}
+			return nil, nil
+		})
+		if n := s.poll(t); n != 1 {
+			t.Fatalf("claimed %d, want the task", n)
+		}
+		if _, err := pause.Change(ctx, s.st, time.Now(), "test", "", pause.Pausing("mail")); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(interval)
+		s.poll(t) // reads the pause
+		close(gate)
+		synctest.Wait() // the handler crashed, and its write landed
+		for range 5 {
+			time.Sleep(interval)
+			s.poll(t)
+		}
+		mu.Lock()
+		ran := slices.Clone(attempts)
+		mu.Unlock()
+		if !slices.Equal(ran, []int{1}) {
+			t.Errorf("during the pause the handler ran at attempts %v, want [1]: a crashed task of a paused type is not claimed again", ran)
+		}
+		if tk := s.status(t, 0); tk.Status != task.Pending || tk.Attempt != 1 || tk.Claim != nil {
+			t.Errorf("the crashed task is %s at attempt %d (claim %+v), want pending at 1, unclaimed", tk.Status, tk.Attempt, tk.Claim)
+		}
+		if st := s.w.Stats(); st.Requeued != 0 || st.Failed != 1 {
+			t.Errorf("stats %+v: want 1 failure, no requeue", st)
+		}
+		if _, err := pause.Change(ctx, s.st, time.Now(), "test", "", pause.Resuming()); err != nil {
+			t.Fatal(err)
+		}
+		for range 5 {
+			time.Sleep(interval)
+			s.poll(t) // the resume announces the held task; a poll claims it
+			if s.status(t, 0).Status == task.Succeeded {
+				break
+			}
+		}
+		if tk := s.status(t, 0); tk.Status != task.Succeeded || tk.Attempt != 2 {
+			t.Errorf("after the resume the task is %s at attempt %d, want succeeded at 2", tk.Status, tk.Attempt)
+		}
+		s.w.Wait()
+	})
+}
+
+// A resume whose announcement of a held task fails (a PUT of its ready
+// pointer) is tried again at the next read of the pause object, though
+// the pause did not change since: the task runs without waiting for the
+// monitor's repair (there is no monitor here).
+func TestAFailedResumeAnnouncementIsTriedAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		const interval = 100 * time.Millisecond
+		s := newQueueSetup(t, worker.Config{MaxInFlight: 1, PauseCheckInterval: interval}, "job")
+		close(s.release) // the handler returns at once
+		if _, err := pause.Change(ctx, s.st, time.Now(), "test", "", pause.Pausing("job")); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(interval)
+		if n := s.poll(t); n != 0 {
+			t.Fatalf("claimed %d of a paused type", n)
+		}
+		failed := make(chan string, 1)
+		s.f.Inject(s3store.Fault{Op: s3store.OpPut, KeySuffix: ".ready", Err: s3store.ErrInjected503, Times: 1,
+			Hook: func(key string) { failed <- key }})
+		if _, err := pause.Change(ctx, s.st, time.Now(), "test", "", pause.Resuming()); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(interval)
+		s.poll(t) // reads the resume; the announcement fails
+		select {
+		case <-failed:
+		default:
+			t.Fatal("the resume made no announcement")
+		}
+		for range 5 {
+			time.Sleep(interval)
+			s.poll(t)
+			if s.status(t, 0).Status == task.Succeeded {
+				break
+			}
+		}
+		if tk := s.status(t, 0); tk.Status != task.Succeeded || tk.Attempt != 1 {
+			t.Errorf("the held task is %s at attempt %d, want succeeded at 1: the failed announcement is tried again", tk.Status, tk.Attempt)
+		}
+		s.w.Wait()
 	})
 }

@@ -191,8 +191,11 @@ func (r *run) execute() {
 		case o := <-done:
 			o = returned(o)
 			if (crashed || IsCrashed(o.err)) && w.cfg.CrashPolicy == CrashRequeue && context.Cause(hctx) == nil {
-				requeued = r.requeueCrashed(o)
-				if requeued {
+				switch r.requeueCrashed(o) {
+				case crashRequeued:
+					requeued = true // the inflight count passed to the next run
+					return
+				case crashReleased:
 					return
 				}
 			}
@@ -541,22 +544,43 @@ func failedKind(t *task.Task, snoozed bool) string {
 	return "failed"
 }
 
+// crashOutcome is what requeueCrashed did with a crashed handler's task.
+type crashOutcome int
+
+const (
+	// crashCommit: nothing; commit records the outcome.
+	crashCommit crashOutcome = iota
+	// crashRequeued: claimed again, and a run of its next attempt waits at
+	// the front of its pool (the run's inflight count passed to it).
+	crashRequeued
+	// crashReleased: its type was paused; pending again, held for its
+	// resume.
+	crashReleased
+)
+
 // requeueCrashed handles a handler that panicked under CrashRequeue: in one
 // conditional PUT the failed attempt is recorded and the task claimed again
 // by this worker under a new claim (its attempt counted, no retry delay),
 // and it goes back to the front of its pool's pending tasks, bypassing
 // admission. A task whose attempts are used up, or that was canceled,
-// takes its ordinary outcome instead (it reports false, and commit records
-// it).
-func (r *run) requeueCrashed(o outcome) bool {
+// takes its ordinary outcome instead (crashCommit, and commit records it).
+//
+// A task whose type is paused (docs/pause.md) is not claimed again: the
+// same write records the failed attempt and leaves it pending, due at
+// once, and the worker holds it for the resume as it holds a paused task
+// its scan found (crashReleased). Otherwise a crashing task of a paused
+// type would keep running, and burn its attempts, through the pause.
+func (r *run) requeueCrashed(o outcome) crashOutcome {
 	w := r.w
 	if w.stopped.Err() != nil || w.stopping.Load() {
-		return false
+		return crashCommit
 	}
 	ctx, cancel := context.WithTimeout(w.stopped, time.Minute)
 	defer cancel()
 	claimID := nextClaimID(r.claimID, r.v.Task.Attempt+1)
 	t0 := r.v.Task
+	paused := w.pausedType(t0.Type)
+	var announced time.Time // local time of the write-ahead pointer, if any
 	// The write commits the crashed attempt (and claims the next).
 	ctx, span := w.trace.Tracer.Start(r.spanParent(ctx), tracing.SpanCommit, trace.WithSpanKind(trace.SpanKindConsumer))
 	err := r.update(ctx, func(t *task.Task, now time.Time) error {
@@ -567,13 +591,31 @@ func (r *run) requeueCrashed(o outcome) bool {
 			return errNotRequeued
 		}
 		t.AvailableAt = now
-		return t.ClaimBy(w.cfg.ID, claimID, now)
+		if !paused {
+			return t.ClaimBy(w.cfg.ID, claimID, now)
+		}
+		if !shards.MayLieBelowFloor(t.ID, now) ||
+			!announced.IsZero() && clock.Since(w.local, announced) < shards.PointerGrace/2 {
+			return nil
+		}
+		// Pending again with an id that may lie below the monitor's
+		// floor: the pointer goes first, as in commit. (A pointer to a
+		// paused task stays in place; the worker whose scan reads it
+		// holds the task too.)
+		if err := shards.Announce(ctx, w.st, t, now, r.announceShard()); err != nil {
+			return err
+		}
+		announced = w.now()
+		return nil
 	})
 	if span.IsRecording() {
 		outcome := "requeued"
-		if err != nil {
+		switch {
+		case err != nil:
 			// commit records the outcome, in a span of its own.
 			outcome = "not_requeued"
+		case paused:
+			outcome = "held"
 		}
 		span.SetAttributes(append(taskAttrs(t0, w.cfg.ID), tracing.Operation.String("commit"), tracing.OperationType.String("settle"),
 			tracing.Outcome.String(outcome), tracing.Status.String(string(r.v.Task.Status)))...)
@@ -583,11 +625,17 @@ func (r *run) requeueCrashed(o outcome) bool {
 		if !errors.Is(err, errNotRequeued) && !errors.Is(err, ErrLeaseLost) {
 			w.log.Warn("requeue a crashed handler's task", "task_id", t0.ID, "err", err)
 		}
-		return false
+		return crashCommit
 	}
 	w.stats.failed.Add(1)
-	w.stats.requeued.Add(1)
 	w.emit(Event{Kind: "failed", TaskID: t0.ID, Shard: t0.Shard, Type: t0.Type, Attempt: t0.Attempt, Err: o.err, Duration: r.ran})
+	if paused {
+		// The attempt failed and the task will run again, after the resume.
+		w.emit(Event{Kind: "retried", TaskID: t0.ID, Shard: t0.Shard, Type: t0.Type, Attempt: t0.Attempt, Err: o.err})
+		w.holdCrashed(r.v.Task)
+		return crashReleased
+	}
+	w.stats.requeued.Add(1)
 	w.emit(Event{Kind: "requeued", TaskID: t0.ID, Shard: t0.Shard, Type: t0.Type, Attempt: r.v.Task.Attempt, Phase: string(PhasePending)})
 	next := w.newRun(r.v, claimID, r.handler, w.now())
 	next.pool, next.parent = r.pool, r.parent
@@ -598,7 +646,7 @@ func (r *run) requeueCrashed(o outcome) bool {
 		// to the bucket as the pending tasks did.
 		next.giveBack(ctx, PhasePending, "worker shut down before it started")
 	}
-	return true
+	return crashRequeued
 }
 
 // errNotRequeued: the crashed task's failure ended it (dead, canceled).

@@ -80,14 +80,25 @@ type Worker struct {
 	direct     *inbox              // direct dispatch's state (direct.go); nil in the shared mode
 	pauses     *pause.Watch        // the queue's pause object, read every PauseCheckInterval (pause.go)
 	held       map[string]heldTask // task key -> paused task seen, for its resume
+	// resumePending: some held tasks of a resumed type are still to be
+	// announced (an announcement failed, or a crashed task came in).
+	resumePending bool
 
 	// Published by the scheduler for other goroutines.
+	pauseState   atomic.Pointer[pause.State] // the pause state last read (pause.go)
 	view         atomic.Pointer[memberView]
 	cursors      atomic.Pointer[map[int]time.Time] // the scans' cursors after the last poll
 	pointerShard atomic.Int64                      // where retries are announced (-1: the task's own shard)
 
 	mu       sync.Mutex
 	handlers map[string]Handler
+	// crashed: the tasks of a paused type whose handler crashed under
+	// CrashRequeue, released to pending by their runs, for the scheduler
+	// to hold (pause.go).
+	crashed struct {
+		mu    sync.Mutex
+		tasks map[string]heldTask
+	}
 
 	pools    []*pool          // the default pool first
 	poolOf   map[string]*pool // type -> its pool, for the types not in the default pool
@@ -151,6 +162,8 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Worker, error) {
 	// claims none of them.
 	w.pauses = &pause.Watch{St: g, Local: cfg.Local, Interval: cfg.PauseCheckInterval, Log: w.log}
 	w.pauses.Refresh(ctx)
+	s := w.pauses.State()
+	w.pauseState.Store(&s)
 	w.newPools()
 	w.pointerShard.Store(-1)
 	w.view.Store(&memberView{})
