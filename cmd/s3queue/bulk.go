@@ -34,7 +34,8 @@ type bulkReport struct {
 	// CancelRequested counts the running tasks asked to stop (cancel).
 	CancelRequested int `json:"cancel_requested"`
 	// Skipped counts the tasks left alone because they changed since they
-	// were selected (requeued, finished, deleted meanwhile) or, for purge,
+	// were selected (requeued, claimed, finished, deleted meanwhile: no
+	// longer in a --status asked for, as the action read them) or, for purge,
 	// are not yet old enough (a task with an idempotency key is kept 10
 	// minutes after it finished).
 	Skipped int `json:"skipped"`
