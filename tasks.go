@@ -66,6 +66,9 @@ var (
 	ErrSlotBusy = producer.ErrSlotBusy
 	// ErrRetired: the task expired by retention and is being deleted.
 	ErrRetired = task.ErrRetired
+	// ErrStatusChanged: CancelIf or RequeueIf of a task in none of the
+	// statuses asked for (it changed since the caller looked).
+	ErrStatusChanged = producer.ErrStatusChanged
 )
 
 // Submit creates a task of type typ with input (any JSON-encodable value;
@@ -145,12 +148,37 @@ func (q *Queue) Cancel(ctx context.Context, id string) (requested bool, err erro
 	return requested, nil
 }
 
+// CancelIf is Cancel of a task that is in one of the statuses only (any if
+// none) as the cancel reads it: the status is checked on the version the
+// cancel's write replaces, so a task that moved on since the caller looked
+// (a pending task claimed meanwhile) is left alone: ErrStatusChanged. It
+// costs what Cancel costs.
+func (q *Queue) CancelIf(ctx context.Context, id string, only ...Status) (requested bool, err error) {
+	requested, err = q.producer.CancelIf(ctx, id, only...)
+	if err != nil {
+		return false, fmt.Errorf("s3queue: cancel: %w", err)
+	}
+	return requested, nil
+}
+
 // Requeue takes a dead or canceled task back to pending with a fresh budget
 // of attempts (its last error is kept), and announces it to the workers.
 // Any other status is ErrNotRequeueable; a task that retention has begun to
 // delete is ErrRetired.
 func (q *Queue) Requeue(ctx context.Context, id string) error {
 	if err := q.producer.Requeue(ctx, id); err != nil {
+		return fmt.Errorf("s3queue: requeue: %w", err)
+	}
+	return nil
+}
+
+// RequeueIf is Requeue of a task that is in one of the statuses only (any
+// if none) as the requeue reads it: the status is checked on the version
+// the requeue's write replaces, so a task that moved on since the caller
+// looked (a canceled task requeued and now dead) is left alone:
+// ErrStatusChanged. It costs what Requeue costs.
+func (q *Queue) RequeueIf(ctx context.Context, id string, only ...Status) error {
+	if err := q.producer.RequeueIf(ctx, id, only...); err != nil {
 		return fmt.Errorf("s3queue: requeue: %w", err)
 	}
 	return nil

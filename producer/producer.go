@@ -14,6 +14,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -926,8 +927,38 @@ func (p *Producer) learnOnMiss(ctx context.Context) bool {
 // is asked to stop, and its handler's context is canceled no later than the
 // worker's next lease renewal. It reports whether the task was running.
 func (p *Producer) Cancel(ctx context.Context, id string) (requested bool, err error) {
+	return p.CancelIf(ctx, id)
+}
+
+// ErrStatusChanged reports a CancelIf or RequeueIf that found the task in
+// none of the statuses its caller allowed (it changed since the caller
+// looked): nothing was written.
+var ErrStatusChanged = errors.New("task is not in the status asked for")
+
+// allowed checks, for CancelIf and RequeueIf, that t is in one of only (any
+// status if none).
+func allowed(t *task.Task, only []task.Status) error {
+	if len(only) == 0 || slices.Contains(only, t.Status) {
+		return nil
+	}
+	names := make([]string, len(only))
+	for i, s := range only {
+		names[i] = string(s)
+	}
+	return fmt.Errorf("%w: it is %s, not %s", ErrStatusChanged, t.Status, strings.Join(names, " or "))
+}
+
+// CancelIf is Cancel of a task that is in one of the statuses only (any if
+// none) when the cancel reads it: the status is checked on the version its
+// CAS replaces, so a task that moved on since the caller looked (a pending
+// task claimed meanwhile) is left alone, with an error wrapping
+// ErrStatusChanged. Requests as Cancel: a GET and a PUT.
+func (p *Producer) CancelIf(ctx context.Context, id string, only ...task.Status) (requested bool, err error) {
 	var t *task.Task
 	err = p.modify(ctx, id, func(cur *task.Task, now clock.Interval) error {
+		if err := allowed(cur, only); err != nil {
+			return err
+		}
 		requested, err = cur.Cancel(now.Mid())
 		t = cur
 		if err == nil && deps.NeedsPassOn(cur) {
@@ -968,10 +999,22 @@ func (p *Producer) Cancel(ctx context.Context, id string) (requested bool, err e
 // slot) only the monitor's full walk would find (see
 // shards.MayLieBelowFloor).
 func (p *Producer) Requeue(ctx context.Context, id string) error {
+	return p.RequeueIf(ctx, id)
+}
+
+// RequeueIf is Requeue of a task that is in one of the statuses only (any
+// if none) when the requeue reads it: the status is checked on the version
+// its CAS replaces, before anything else is written, so a task that moved
+// on since the caller looked (a canceled task requeued, then dead) is left
+// alone, with an error wrapping ErrStatusChanged. Requests as Requeue.
+func (p *Producer) RequeueIf(ctx context.Context, id string, only ...task.Status) error {
 	var t *task.Task
 	var announced time.Time // local time of the write-ahead pointer, if any
 	var turn int64          // the slot turn an earlier attempt of this requeue got
 	err := p.modify(ctx, id, func(cur *task.Task, now clock.Interval) error {
+		if err := allowed(cur, only); err != nil {
+			return err
+		}
 		// A task of a slot takes its place in the slot again first,
 		// decided on the version this write replaces: behind the holder
 		// if the slot is busy. (A place given back by a requeue that then

@@ -541,3 +541,41 @@ func TestARequeueBelowTheFloorIntoABusySlotIsAnnouncedBeforeItIsWritten(t *testi
 		t.Fatalf("%d pointers to the requeued task, want 1", pointers)
 	}
 }
+
+// CancelIf and RequeueIf decide on the status of the task their own GET
+// reads: a task in none of the statuses asked for is left alone, with
+// ErrStatusChanged and no write, for the cost of that one GET.
+func TestCancelIfAndRequeueIfCheckTheStatusTheyRead(t *testing.T) {
+	ctx := context.Background()
+	p, st := setup(t)
+	id, err := p.Submit(ctx, "t", nil, producer.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := st.Counts()
+	if _, err := p.CancelIf(ctx, id, task.Running, task.Blocked); !errors.Is(err, producer.ErrStatusChanged) || !strings.Contains(err.Error(), "it is pending, not running or blocked") {
+		t.Errorf("CancelIf running,blocked of a pending task: %v, want ErrStatusChanged", err)
+	}
+	if got, _ := p.Get(ctx, id); got.Status != task.Pending {
+		t.Errorf("after a refused CancelIf: %s", got.Status)
+	}
+	after := st.Counts()
+	if puts, gets := after.Of(s3store.OpPut)-before.Of(s3store.OpPut), after.Of(s3store.OpGet)-before.Of(s3store.OpGet); puts != 0 || gets != 2 {
+		t.Errorf("a refused CancelIf (and a Get): %d PUTs, %d GETs, want 0 and 2", puts, gets)
+	}
+	if requested, err := p.CancelIf(ctx, id, task.Pending); err != nil || requested {
+		t.Fatalf("CancelIf pending of a pending task: requested %v, %v", requested, err)
+	}
+	if err := p.RequeueIf(ctx, id, task.Dead); !errors.Is(err, producer.ErrStatusChanged) {
+		t.Errorf("RequeueIf dead of a canceled task: %v, want ErrStatusChanged", err)
+	}
+	if got, _ := p.Get(ctx, id); got.Status != task.Canceled {
+		t.Errorf("after a refused RequeueIf: %s", got.Status)
+	}
+	if err := p.RequeueIf(ctx, id, task.Dead, task.Canceled); err != nil {
+		t.Fatalf("RequeueIf dead,canceled of a canceled task: %v", err)
+	}
+	if got, _ := p.Get(ctx, id); got.Status != task.Pending {
+		t.Errorf("after RequeueIf: %s", got.Status)
+	}
+}

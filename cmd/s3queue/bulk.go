@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"slices"
 	"sync"
 	"text/tabwriter"
 	"time"
@@ -33,7 +34,8 @@ type bulkReport struct {
 	// CancelRequested counts the running tasks asked to stop (cancel).
 	CancelRequested int `json:"cancel_requested"`
 	// Skipped counts the tasks left alone because they changed since they
-	// were selected (requeued, finished, deleted meanwhile) or, for purge,
+	// were selected (requeued, claimed, finished, deleted meanwhile: no
+	// longer in a --status asked for, as the action read them) or, for purge,
 	// are not yet old enough (a task with an idempotency key is kept 10
 	// minutes after it finished).
 	Skipped int `json:"skipped"`
@@ -58,7 +60,11 @@ type bulkOp struct {
 	needNow bool
 	// act does the operation to the selected task at key; it returns
 	// whether the task was acted on (done), whether a running task was
-	// asked to stop (cancel), or skipped for changing, or an error.
+	// asked to stop (cancel), or skipped for changing, or an error. It
+	// checks f.statuses itself on the task it reads, inside the same CAS
+	// or conditional DELETE that acts on it: the selection may have been
+	// made on a listed size alone, which predates any change since (and
+	// may misread an old object, see sizeAllows).
 	act func(ctx context.Context, key, id string) (bulkResult, error)
 }
 
@@ -91,7 +97,7 @@ func (a *app) bulk(ctx context.Context, st s3store.Store, op bulkOp) error {
 	var shown []*task.Task
 	if !op.dry && op.f.types == nil {
 		// The sizes told the statuses: the operation's own read of each
-		// task is the only one (it re-checks the status anyway).
+		// task is the only one, and the status is decided on it (act).
 		for _, c := range cs {
 			targets = append(targets, target{c.key, c.id})
 		}
@@ -267,9 +273,10 @@ func (a *app) bulkRequeue(ctx context.Context, f filter, dry bool) error {
 	}
 	return a.bulk(ctx, st, bulkOp{name: "requeue", past: "requeued", f: f, dry: dry,
 		act: func(ctx context.Context, _, id string) (bulkResult, error) {
-			err := q.Requeue(ctx, id)
+			err := q.RequeueIf(ctx, id, f.statuses...)
 			switch {
-			case errors.Is(err, s3queue.ErrNotRequeueable), errors.Is(err, s3queue.ErrNotFound), errors.Is(err, s3queue.ErrRetired):
+			case errors.Is(err, s3queue.ErrStatusChanged), errors.Is(err, s3queue.ErrNotRequeueable),
+				errors.Is(err, s3queue.ErrNotFound), errors.Is(err, s3queue.ErrRetired):
 				return bulkSkipped, nil
 			case err != nil:
 				return 0, err
@@ -286,9 +293,9 @@ func (a *app) bulkCancel(ctx context.Context, f filter, dry bool) error {
 	}
 	return a.bulk(ctx, st, bulkOp{name: "cancel", past: "canceled", f: f, dry: dry,
 		act: func(ctx context.Context, _, id string) (bulkResult, error) {
-			requested, err := q.Cancel(ctx, id)
+			requested, err := q.CancelIf(ctx, id, f.statuses...)
 			switch {
-			case errors.Is(err, s3queue.ErrTerminal), errors.Is(err, s3queue.ErrNotFound):
+			case errors.Is(err, s3queue.ErrStatusChanged), errors.Is(err, s3queue.ErrTerminal), errors.Is(err, s3queue.ErrNotFound):
 				return bulkSkipped, nil
 			case err != nil:
 				return 0, err
@@ -313,7 +320,10 @@ func (a *app) purge(ctx context.Context, f filter, hold time.Duration, dry bool)
 		return a.noQueueReport(err, "purge", dry)
 	}
 	c := clock.New(st, clock.Config{})
-	d := &retention.Deleter{Store: st, Clock: c, Local: clock.System(), DeleteHonoured: q.Manifest().DeleteHonoured(), Log: a.log}
+	d := &retention.Deleter{Store: st, Clock: c, Local: clock.System(), DeleteHonoured: q.Manifest().DeleteHonoured(), Log: a.log,
+		// Decided on the task Expire reads, whose ETag its deletion is
+		// conditional on, not on the listed size.
+		Only: func(t *task.Task) bool { return f.statuses == nil || slices.Contains(f.statuses, t.Status) }}
 	var iv clock.Interval
 	op := bulkOp{name: "purge", past: "deleted", f: f, dry: dry, needNow: hold > 0,
 		act: func(ctx context.Context, key, id string) (bulkResult, error) {
@@ -363,15 +373,17 @@ var purgeCommand = &command{
 	},
 	details: "Deletes the finished tasks the filters select (--status, default succeeded,dead,canceled;\n" +
 		"--type) that finished at least --older-than ago (S3 time), with their idempotency records, as\n" +
-		"the monitor's retention does: the task is re-read and the decision made on what it says, and a\n" +
-		"task requeued meanwhile is never deleted (DELETE If-Match where the provider honours it, a\n" +
-		"tombstone written by CAS first elsewhere). A task with an idempotency key is kept at least 10\n" +
-		"minutes after it finished. Live tasks (pending, blocked, running) are never touched.\n" +
-		"Cost: one LIST per 1000 objects; then per finished task the size and write time keep, one GET\n" +
-		"and one DELETE (plus a PUT where conditional DELETE is not honoured, and a GET, PUT and DELETE\n" +
-		"of its idempotency record if it has one); --type or a --status of some finished statuses only\n" +
-		"adds one GET per finished task. It prints the counts (--json: {action, dry_run, matched, done,\n" +
-		"cancel_requested, skipped, failed, ids}); --dry-run prints the tasks instead and deletes nothing.",
+		"the monitor's retention does: each task is re-read and the decision (status, age) made on what\n" +
+		"it says, not on the listing, and a task changed meanwhile is never deleted (DELETE If-Match\n" +
+		"where the provider honours it, a tombstone written by CAS first elsewhere). A task with an\n" +
+		"idempotency key is kept at least 10 minutes after it finished. Live tasks (pending, blocked,\n" +
+		"running) are never touched.\n" +
+		"Cost: one LIST per 1000 objects; then per task the size (which tells the status) and write time\n" +
+		"keep, one GET and one DELETE (plus a PUT where conditional DELETE is not honoured, and a GET,\n" +
+		"PUT and DELETE of its idempotency record if it has one); --type adds one GET per such task. It\n" +
+		"prints the counts (--json: {action, dry_run, matched, done, cancel_requested, skipped, failed,\n" +
+		"ids}; skipped: changed meanwhile or not old enough); --dry-run prints the tasks instead and\n" +
+		"deletes nothing.",
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		bf := defineBulkFlags(fs, "delete the finished tasks with these `statuses` (comma-separated: succeeded, dead, canceled; default all three)",
 			"only tasks that finished at least this `duration` ago (S3 time; default 0: all finished tasks)", false)

@@ -6,10 +6,13 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/s3queue/s3queue/clock"
+	"github.com/s3queue/s3queue/internal/taskio"
 	"github.com/s3queue/s3queue/s3store"
 	"github.com/s3queue/s3queue/s3store/storetest/fakes3"
 	"github.com/s3queue/s3queue/task"
@@ -333,5 +336,166 @@ func TestPurgeWhereConditionalDeleteIsIgnored(t *testing.T) {
 	wantExit(t, cli(t, "", "get", gone, "--store", store), exitNotFound, "not found")
 	if got := getTask(t, store, live); got.Status != task.Pending {
 		t.Errorf("the live task after purge: %s", got.Status)
+	}
+}
+
+// changing is a store on which a task changes between a bulk command's
+// LIST and its action: after runs once when the first LIST of tasks/ has
+// returned, and sizes replaces the listed size of some keys (as for an
+// object written before the size told every status, whose size misreads
+// it).
+type changing struct {
+	s3store.Store
+	sizes map[string]int64
+	after func()
+	once  sync.Once
+}
+
+func (s *changing) List(ctx context.Context, prefix string, opts s3store.ListOptions) (s3store.ListPage, error) {
+	page, err := s.Store.List(ctx, prefix, opts)
+	if err != nil || !strings.HasPrefix(prefix, "tasks/") {
+		return page, err
+	}
+	page.Objects = slices.Clone(page.Objects)
+	for i, o := range page.Objects {
+		if n, ok := s.sizes[o.Key]; ok {
+			page.Objects[i].Size = n
+		}
+	}
+	if s.after != nil {
+		s.once.Do(s.after)
+	}
+	return page, nil
+}
+
+// taskObject returns the key and listed size of task id in st.
+func taskObject(t *testing.T, st s3store.Store, id string) (string, int64) {
+	t.Helper()
+	page, err := st.List(context.Background(), "tasks/", s3store.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range page.Objects {
+		if _, got, err := task.ParseKey(o.Key); err == nil && got == id {
+			return o.Key, o.Size
+		}
+	}
+	t.Fatalf("task %s not listed", id)
+	return "", 0
+}
+
+// rewrite changes task id in st by the transitions change makes, as a
+// worker or another operator would.
+func rewrite(t *testing.T, st s3store.Store, id string, change func(*task.Task) error) {
+	t.Helper()
+	ctx := context.Background()
+	key, _ := taskObject(t, st, id)
+	v, err := taskio.Load(ctx, st, key)
+	if err == nil {
+		err = change(v.Task)
+	}
+	if err == nil {
+		_, err = taskio.Update(ctx, st, clock.System(), v.Task, v.ETag)
+	}
+	if err != nil {
+		t.Errorf("rewrite task %s: %v", id, err)
+	}
+}
+
+// claim starts an attempt of tk, as a worker would once it is due (its
+// available time may be up to a second ahead of the local clock: the S3
+// time of a file store is in whole seconds).
+func claim(tk *task.Task) error { return tk.ClaimBy("w1", "c1", dueTime(tk)) }
+
+func dueTime(tk *task.Task) time.Time {
+	if now := time.Now(); now.After(tk.AvailableAt) {
+		return now
+	}
+	return tk.AvailableAt
+}
+
+// die makes tk dead: claimed, then failed for good.
+func die(tk *task.Task) error {
+	if err := claim(tk); err != nil {
+		return err
+	}
+	return tk.Fail("c1", "boom", true, dueTime(tk), nil)
+}
+
+// A pending task that a worker claims between cancel's LIST and its
+// cancel is running: cancel --status pending leaves it alone (its handler
+// is not told to stop), and costs no GET but the cancel's own.
+func TestBulkCancelChecksTheStatusOnTheTaskItCancels(t *testing.T) {
+	store, _ := newStore(t)
+	id := strings.TrimSpace(must(t, "submit", "--store", store, "--type", "x"))
+	base := openStore(t, store)
+	st := &taskGets{Store: &changing{Store: base, after: func() { rewrite(t, base, id, claim) }}}
+
+	r, gets := runOn(t, st, "cancel", "--status", "pending", "--json")
+	rep := bulkReportOf(t, r)
+	if rep.Matched != 1 || rep.Done != 0 || rep.CancelRequested != 0 || rep.Skipped != 1 || rep.Failed != 0 || gets != 1 {
+		t.Errorf("cancel --status pending of a task claimed meanwhile: %+v with %d GETs, want skipped with 1", rep, gets)
+	}
+	if got := getTask(t, store, id); got.Status != task.Running || got.CancelRequested {
+		t.Errorf("the claimed task after cancel --status pending: %s, cancel requested %v", got.Status, got.CancelRequested)
+	}
+}
+
+// A canceled task requeued and dead again between requeue's LIST and its
+// requeue is left alone by requeue --status canceled.
+func TestBulkRequeueChecksTheStatusOnTheTaskItRequeues(t *testing.T) {
+	store, _ := newStore(t)
+	id := strings.TrimSpace(must(t, "submit", "--store", store, "--type", "x"))
+	must(t, "cancel", id, "--store", store)
+	base := openStore(t, store)
+	st := &taskGets{Store: &changing{Store: base, after: func() {
+		rewrite(t, base, id, func(tk *task.Task) error {
+			if err := tk.Requeue(dueTime(tk)); err != nil {
+				return err
+			}
+			return die(tk)
+		})
+	}}}
+
+	r, gets := runOn(t, st, "requeue", "--status", "canceled", "--json")
+	rep := bulkReportOf(t, r)
+	if rep.Matched != 1 || rep.Done != 0 || rep.Skipped != 1 || rep.Failed != 0 || gets != 1 {
+		t.Errorf("requeue --status canceled of a task dead by now: %+v with %d GETs, want skipped with 1", rep, gets)
+	}
+	if got := getTask(t, store, id); got.Status != task.Dead {
+		t.Errorf("the dead task after requeue --status canceled: %s", got.Status)
+	}
+}
+
+// A dead task whose listed size says succeeded (an object written before
+// the size told every status) is not deleted by purge --status succeeded:
+// the decision is made on the task read.
+func TestPurgeChecksTheStatusOnTheTaskItDeletes(t *testing.T) {
+	store, _ := newStore(t)
+	id := strings.TrimSpace(must(t, "submit", "--store", store, "--type", "x"))
+	base := openStore(t, store)
+	rewrite(t, base, id, die)
+	key, size := taskObject(t, base, id)
+	if s, _ := task.StatusBySize(size); s != task.Dead {
+		t.Fatalf("a dead task's size %d says %s", size, s)
+	}
+	// Old enough to purge, by S3 time (whole seconds in a file store).
+	waitFor(t, "the dead task to be certainly in the past", func() bool {
+		return strings.Contains(must(t, "purge", "--status", "dead", "--dry-run", "--store", store), "would purge 1 tasks")
+	})
+	st := &taskGets{Store: &changing{Store: base, sizes: map[string]int64{key: size - 2}}} // 1 modulo 8: succeeded
+
+	r, gets := runOn(t, st, "purge", "--status", "succeeded", "--json")
+	rep := bulkReportOf(t, r)
+	if rep.Matched != 1 || rep.Done != 0 || rep.Skipped != 1 || rep.Failed != 0 || gets != 1 {
+		t.Errorf("purge --status succeeded of a dead task listed as succeeded: %+v with %d GETs, want skipped with 1", rep, gets)
+	}
+	if got := getTask(t, store, id); got.Status != task.Dead {
+		t.Errorf("the dead task after purge --status succeeded: %s", got.Status)
+	}
+	// It is still purged when asked for.
+	rep = bulkReportOf(t, cli(t, "", "purge", "--status", "dead", "--json", "--store", store))
+	if rep.Done != 1 || !slices.Equal(rep.IDs, []string{id}) {
+		t.Errorf("purge --status dead: %+v", rep)
 	}
 }

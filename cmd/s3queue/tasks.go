@@ -103,11 +103,12 @@ var cancelCommand = &command{
 		"renewal, and its dependents learn the outcome the worker records.\n" +
 		"A finished task cannot be canceled (exit 1).\n" +
 		"Without an ID, cancels every task the filters select (--status, default pending,blocked,running;\n" +
-		"--type; --older-than and --newer-than by creation time): one LIST per 1000 objects, then per task\n" +
-		"Cancel's GET and PUT (plus one GET each when --type or a --status the size cannot tell, such as\n" +
-		"running alone, needs the task read first). It prints the counts (--json: {action, dry_run,\n" +
-		"matched, done, cancel_requested, skipped, failed, ids}); --dry-run prints the tasks instead and\n" +
-		"changes nothing. A task that finished meanwhile is skipped; exit 1 if any request failed.",
+		"--type; --older-than and --newer-than by creation time): one LIST per 1000 objects (the size\n" +
+		"tells the status), then per task Cancel's GET and PUT (plus one GET each with --type). The\n" +
+		"status is checked again on the task Cancel reads, in the same CAS: a task no longer in a\n" +
+		"--status given (a pending task claimed meanwhile, one that finished) is skipped. It prints the\n" +
+		"counts (--json: {action, dry_run, matched, done, cancel_requested, skipped, failed, ids});\n" +
+		"--dry-run prints the tasks instead and changes nothing. Exit 1 if any request failed.",
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		bf := defineBulkFlags(fs, "with no ID: cancel the tasks with these `statuses` (comma-separated: pending, blocked, running; default all three)",
 			"with no ID: only tasks created at least this `duration` ago (by the id's time; S3 time)", true)
@@ -156,12 +157,13 @@ var requeueCommand = &command{
 	},
 	details: "The task goes back to pending with a fresh budget of attempts (its last error is kept).\n" +
 		"Without an ID, requeues every task the filters select (--status dead, canceled or both, the\n" +
-		"default; --type; --older-than and --newer-than by creation time): one LIST per 1000 objects, one\n" +
-		"GET per finished task the key keeps (dead and canceled tasks have the same size class as\n" +
-		"succeeded ones), then per task Requeue's GET, PUT and announcement PUT. It prints the counts\n" +
-		"(--json: {action, dry_run, matched, done, cancel_requested, skipped, failed, ids}); --dry-run\n" +
-		"prints the tasks instead and changes nothing. A task requeued meanwhile is skipped; exit 1 if\n" +
-		"any request failed.",
+		"default; --type; --older-than and --newer-than by creation time): one LIST per 1000 objects (the\n" +
+		"size tells the status), then per task Requeue's GET, PUT and announcement PUT (plus one GET\n" +
+		"each with --type). The status is checked again on the task Requeue reads, in the same CAS: a\n" +
+		"task no longer in a --status given (requeued meanwhile, or canceled, requeued and now dead) is\n" +
+		"skipped. It prints the counts (--json: {action, dry_run, matched, done, cancel_requested,\n" +
+		"skipped, failed, ids}); --dry-run prints the tasks instead and changes nothing. Exit 1 if any\n" +
+		"request failed.",
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		bf := defineBulkFlags(fs, "with no ID: requeue the tasks with these `statuses` (dead, canceled or dead,canceled, the default)",
 			"with no ID: only tasks created at least this `duration` ago (by the id's time; S3 time)", true)

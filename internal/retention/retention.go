@@ -40,6 +40,11 @@ type Deleter struct {
 	// CAS paces the retries of an idempotency record's CAS.
 	CAS s3store.CAS
 	Log *slog.Logger
+	// Only, if set, narrows what Expire deletes to the finished tasks it
+	// accepts (purge: the statuses asked for). It is asked about the task
+	// as Expire reads it, whose version the deletion is conditional on, not
+	// about a listing that may predate a change; a task it refuses is Kept.
+	Only func(*task.Task) bool
 }
 
 // Result says what Expire did.
@@ -53,8 +58,9 @@ const (
 	// Corrupt: the object is not a readable task (Err says why); nothing
 	// was deleted.
 	Corrupt
-	// Kept: the task read is not finished, or not for long enough; it
-	// was left alone (Outcome.Read is what was read).
+	// Kept: the task read is not finished, or not for long enough, or
+	// Deleter.Only refused it; it was left alone (Outcome.Read is what was
+	// read).
 	Kept
 	// Changed: the task changed since it was read (requeued, or retired by
 	// another deleter): nothing was deleted.
@@ -76,10 +82,12 @@ type Outcome struct {
 
 // Expire deletes the finished task at key and its idempotency record if the
 // task, as read now, finished at least hold ago by S3 time (iv is the S3
-// time now); a task with an idempotency key must also have finished
-// task.MinKeyedRetention ago. The decision is made on what the task read
-// says, not on a listing: the listing may predate a requeue and a fresh
-// completion. It costs one GET, then for a task it deletes one DELETE, plus
+// time now) and Deleter.Only, if set, accepts it; a task with an
+// idempotency key must also have finished task.MinKeyedRetention ago. The
+// decision is made on what the task read says, not on a listing: the
+// listing may predate a requeue and a fresh completion, and its size may
+// misread the status of an object written before the size told every
+// status (task.StatusBySize). It costs one GET, then for a task it deletes one DELETE, plus
 // one PUT where the task must be tombstoned first, plus a GET, PUT and
 // DELETE of its record if it has one.
 func (d *Deleter) Expire(ctx context.Context, key string, hold time.Duration, iv clock.Interval) (Outcome, error) {
@@ -97,7 +105,7 @@ func (d *Deleter) Expire(ctx context.Context, key string, hold time.Duration, iv
 	if t.IdempotencyKey != "" {
 		hold = max(hold, task.MinKeyedRetention)
 	}
-	if !t.Status.Terminal() || !t.Retired && !iv.After(t.UpdatedAt.Add(hold)) {
+	if !t.Status.Terminal() || d.Only != nil && !d.Only(t) || !t.Retired && !iv.After(t.UpdatedAt.Add(hold)) {
 		return Outcome{Result: Kept, Read: v}, nil
 	}
 	changed := Outcome{Result: Changed, Read: v}

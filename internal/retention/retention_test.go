@@ -165,3 +165,28 @@ func TestExpireNeverDeletesATaskRequeuedMeanwhile(t *testing.T) {
 		}
 	}
 }
+
+// Deleter.Only is asked about the task Expire reads: a finished task it
+// refuses is Kept, untouched (not tombstoned either), one it accepts goes.
+func TestExpireDeletesOnlyWhatOnlyAccepts(t *testing.T) {
+	for _, honoured := range []bool{true, false} {
+		st := mem.New()
+		d := deleter(st, honoured)
+		d.Only = func(tk *task.Task) bool { return tk.Status == task.Succeeded }
+		ctx := context.Background()
+		canceled := newTask(t, st, time.Now().Add(-2*time.Hour), "", true)
+		now := clock.Interval{Earliest: time.Now(), Latest: time.Now()}
+		out, err := d.Expire(ctx, canceled.Key(), time.Hour, now)
+		if err != nil || out.Result != Kept {
+			t.Errorf("honoured %v: Expire of a canceled task Only refuses: %v %v, want Kept", honoured, out.Result, err)
+		}
+		v, err := taskio.Load(ctx, st, canceled.Key())
+		if err != nil || v.Task.Status != task.Canceled || v.Task.Retired {
+			t.Errorf("honoured %v: the refused task after Expire: %+v %v", honoured, v.Task, err)
+		}
+		d.Only = func(tk *task.Task) bool { return tk.Status == task.Canceled }
+		if out, err := d.Expire(ctx, canceled.Key(), time.Hour, now); err != nil || out.Result != Deleted {
+			t.Errorf("honoured %v: Expire of a canceled task Only accepts: %v %v, want Deleted", honoured, out.Result, err)
+		}
+	}
+}
