@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/s3queue/s3queue/clock"
+	"github.com/s3queue/s3queue/internal/pause"
 	"github.com/s3queue/s3queue/shards"
 	"github.com/s3queue/s3queue/task"
 )
@@ -61,9 +62,9 @@ func (w *Worker) pausedAll() bool { return w.pauseState.Load().All }
 // ever) because one request failed.
 func (w *Worker) checkPause(ctx context.Context) {
 	w.takeCrashedHeld()
-	reads := w.pauses.Reads()
-	if w.pauses.Refresh(ctx) {
-		s := w.pauses.State()
+	reads, known := w.pauses.Reads(), w.pauses.Known()
+	if w.pauses.Refresh(ctx) || !known && w.pauses.Known() {
+		s := w.pauseView()
 		w.pauseState.Store(&s)
 		w.log.Info("the queue's pause changed", "paused_all", s.All, "paused_types", s.Types)
 		if !s.All {
@@ -76,6 +77,17 @@ func (w *Worker) checkPause(ctx context.Context) {
 		// that keeps failing costs one PUT per held task per interval.
 		w.resumePending = !w.announceHeld(ctx)
 	}
+}
+
+// pauseView is the pause state the worker acts on: the last one read, or,
+// until a read of the pause object has answered, the whole queue paused (a
+// worker whose first read failed claims nothing until one answers; it
+// tries again every pause.UnknownRetry).
+func (w *Worker) pauseView() pause.State {
+	if !w.pauses.Known() {
+		return pause.State{All: true}
+	}
+	return w.pauses.State()
 }
 
 // hold keeps a due task of a paused type for its resume. It reports false

@@ -273,3 +273,62 @@ func TestAFailedResumeAnnouncementIsTriedAgain(t *testing.T) {
 		s.w.Wait()
 	})
 }
+
+// A worker whose first read of the pause object fails claims nothing until
+// a read answers (tried again every pause.UnknownRetry): it must not run a
+// paused type for a whole interval on a read that never happened (found by
+// the simulator, seed 240140: a restarted direct-dispatch worker claimed a
+// paused task from its inbox).
+func TestAWorkerWhosePauseReadFailedClaimsNothingUntilOneAnswers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		f := s3store.NewFaults(mem.New())
+		p, err := producer.New(ctx, f, producer.Config{Shards: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, typ := range []string{"mail", "job"} {
+			if _, err := p.Submit(ctx, typ, nil, producer.Options{}); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(time.Second)
+		}
+		if _, err := pause.Change(ctx, f, time.Now(), "test", "", pause.Pausing("mail")); err != nil {
+			t.Fatal(err)
+		}
+		f.Inject(s3store.Fault{Op: s3store.OpGet, KeySuffix: pause.Key, Err: s3store.ErrInjected503, Times: 1})
+		w, err := worker.New(ctx, f, worker.Config{ID: "a", Shards: 1, OwnShards: []int{0}, Logger: quiet, PauseCheckInterval: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var mu sync.Mutex
+		var ran []string
+		for _, typ := range []string{"mail", "job"} {
+			w.Handle(typ, func(_ context.Context, tk *task.Task) (json.RawMessage, error) {
+				mu.Lock()
+				ran = append(ran, tk.Type)
+				mu.Unlock()
+				return nil, nil
+			})
+		}
+		poll := func() int {
+			n, err := w.Poll(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			synctest.Wait()
+			return n
+		}
+		if n := poll(); n != 0 {
+			t.Fatalf("claimed %d tasks before any read of the pause object answered", n)
+		}
+		time.Sleep(pause.UnknownRetry)
+		if n := poll(); n != 1 {
+			t.Fatalf("claimed %d tasks once the pause was read, want 1 (job; mail is paused)", n)
+		}
+		w.Wait()
+		if !slices.Equal(ran, []string{"job"}) {
+			t.Fatalf("ran %v, want [job]", ran)
+		}
+	})
+}

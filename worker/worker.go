@@ -162,7 +162,7 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Worker, error) {
 	// claims none of them.
 	w.pauses = &pause.Watch{St: g, Local: cfg.Local, Interval: cfg.PauseCheckInterval, Log: w.log}
 	w.pauses.Refresh(ctx)
-	s := w.pauses.State()
+	s := w.pauseView()
 	w.pauseState.Store(&s)
 	w.newPools()
 	w.pointerShard.Store(-1)

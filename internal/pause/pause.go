@@ -173,6 +173,12 @@ func Change(ctx context.Context, st s3store.Store, now time.Time, by, reason str
 // once per version of it): bad bytes under the prefix neither pause a
 // running fleet nor resume a paused one, and with no good read yet nothing
 // is paused (invariant 7: bad data never blocks the queue).
+//
+// Until a read has answered (Known), the state is unknown: a reader that
+// must not claim paused work treats that as everything paused, and a read
+// that failed then is tried again after UnknownRetry rather than Interval.
+// A worker started while the store fails does not claim a paused type for
+// a whole interval on the strength of a read that never happened.
 type Watch struct {
 	St       s3store.Store
 	Local    clock.Local
@@ -180,7 +186,8 @@ type Watch struct {
 	Log      *slog.Logger
 
 	state State
-	read  bool      // a read has succeeded
+	read  bool      // a read was made
+	known bool      // a read has answered (the object, malformed, or missing)
 	next  time.Time // local time of the next read
 	bad   string    // ETag of the malformed object last logged
 	reads int64
@@ -203,16 +210,19 @@ func (w *Watch) Refresh(ctx context.Context) (changed bool) {
 			w.Log.Error("the pause object is malformed; keeping the last good pause state (nothing paused if none was read); rewrite it with s3queue pause or resume",
 				"key", Key, "err", err, "paused_types", w.state.Types, "paused_all", w.state.All)
 		}
-		w.read = true
+		w.read, w.known = true, true
 		return false
 	case err != nil:
 		if ctx.Err() == nil {
-			w.Log.Warn("read the pause object; keeping the last state read", "err", err)
+			w.Log.Warn("read the pause object; keeping the last state read", "err", err, "known", w.known)
 		}
 		w.read = true
+		if !w.known {
+			w.next = now.Add(min(w.Interval, UnknownRetry))
+		}
 		return false
 	}
-	w.read = true
+	w.read, w.known = true, true
 	changed = s.All != w.state.All || !slices.Equal(s.Types, w.state.Types)
 	w.state = s
 	return changed
@@ -220,6 +230,14 @@ func (w *Watch) Refresh(ctx context.Context) (changed bool) {
 
 // State is the last state read.
 func (w *Watch) State() State { return w.state }
+
+// Known reports whether a read has answered yet: until one has, State is
+// a guess (nothing paused) that a worker must not claim on.
+func (w *Watch) Known() bool { return w.known }
+
+// UnknownRetry is how soon a failed read is tried again while no read has
+// answered yet.
+const UnknownRetry = time.Second
 
 // Until is how long until the next read is due.
 func (w *Watch) Until() time.Duration {
