@@ -28,8 +28,10 @@ type slowTasks struct {
 	done          int
 }
 
-func (s *slowTasks) Get(context.Context, string) (*task.Task, error) { return nil, errors.New("unused") }
-func (s *slowTasks) Cancel(context.Context, string) (bool, error)    { return false, errors.New("unused") }
+func (s *slowTasks) Get(context.Context, string) (*task.Task, error) {
+	return nil, errors.New("unused")
+}
+func (s *slowTasks) Cancel(context.Context, string) (bool, error) { return false, errors.New("unused") }
 func (s *slowTasks) Requeue(ctx context.Context, id string) error {
 	s.mu.Lock()
 	s.inFlight++
