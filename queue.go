@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/s3queue/s3queue/clock"
@@ -65,11 +64,6 @@ type Config struct {
 	// wins for that service. Nil is otel.GetTracerProvider(), a no-op
 	// unless the program installs one.
 	TracerProvider trace.TracerProvider
-	// Propagator carries a submit's trace context in its task to the
-	// workers; the Propagator of Producer or Worker, if set, wins. Nil is
-	// otel.GetTextMapPropagator(), or W3C Trace Context while that
-	// propagates nothing.
-	Propagator propagation.TextMapPropagator
 	// Submit holds the defaults of Submit and SubmitBatch.
 	Submit SubmitDefaults
 	// Producer tunes submission and task management. Its LeaseMargin, when
@@ -262,9 +256,6 @@ func (q *Queue) openProducer(ctx context.Context) error {
 	}
 	if pc.TracerProvider == nil {
 		pc.TracerProvider = cfg.TracerProvider
-	}
-	if pc.Propagator == nil {
-		pc.Propagator = cfg.Propagator
 	}
 	p, err := producer.New(ctx, q.store, pc)
 	if err != nil {

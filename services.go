@@ -238,9 +238,6 @@ func (q *Queue) NewWorker(ctx context.Context) (*Worker, error) {
 	if c.TracerProvider == nil {
 		c.TracerProvider = q.cfg.TracerProvider
 	}
-	if c.Propagator == nil {
-		c.Propagator = q.cfg.Propagator
-	}
 	w, err := worker.New(ctx, q.store, c)
 	if err != nil {
 		return nil, fmt.Errorf("s3queue: new worker on %s: %w", q.where, err)

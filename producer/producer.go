@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/s3queue/s3queue/clock"
@@ -96,11 +95,6 @@ type Config struct {
 	// s3queue.submit_batch; docs/tracing.md); nil is
 	// otel.GetTracerProvider(), a no-op unless the program installs one.
 	TracerProvider trace.TracerProvider
-	// Propagator writes a submit's trace context into its task, where
-	// the workers read it; nil is otel.GetTextMapPropagator(), or W3C
-	// Trace Context while that propagates nothing. Producers and workers
-	// must agree on it.
-	Propagator propagation.TextMapPropagator
 }
 
 // Producer submits and manages tasks.
@@ -160,7 +154,7 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Producer, error) {
 	}
 	src := rnd.New(cfg.Rand)
 	p := &Producer{st: st, cfg: cfg, clock: c, manifest: m, fleet: shards.NewFleetCache(st, cfg.LeaseMargin, local, src),
-		log: cfg.Logger.WithGroup("producer"), rand: src, local: local, trace: tracing.New(cfg.TracerProvider, cfg.Propagator)}
+		log: cfg.Logger.WithGroup("producer"), rand: src, local: local, trace: tracing.New(cfg.TracerProvider, cfg.Logger.WithGroup("producer"))}
 	p.cas = s3store.CAS{Jitter: src.Float64, Sleep: p.sleep}
 	if m.Direct() {
 		p.dir = &direct.Directory{St: st, Local: local, TTL: cfg.DiscoveryTTL, Margin: cfg.LeaseMargin,

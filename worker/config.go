@@ -7,7 +7,6 @@ import (
 	"os"
 	"time"
 
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/s3queue/s3queue/clock"
@@ -168,10 +167,6 @@ type Config struct {
 	// trace a task carries from its submit; nil is
 	// otel.GetTracerProvider(), a no-op unless the program installs one.
 	TracerProvider trace.TracerProvider
-	// Propagator reads the trace context a task carries; nil is
-	// otel.GetTextMapPropagator(), or W3C Trace Context while that
-	// propagates nothing. Producers and workers must agree on it.
-	Propagator propagation.TextMapPropagator
 }
 
 // Event is something that happened in the worker: to a task (claimed,

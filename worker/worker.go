@@ -155,7 +155,7 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Worker, error) {
 		held:       make(map[string]heldTask),
 		blocked:    make(map[*pool]int),
 		freed:      make(chan struct{}, 1),
-		trace:      tracing.New(cfg.TracerProvider, cfg.Propagator),
+		trace:      tracing.New(cfg.TracerProvider, nil),
 	}
 	// The pause object is read before the first poll (and then every
 	// PauseCheckInterval): a worker started while its types are paused

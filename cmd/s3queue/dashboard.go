@@ -38,9 +38,29 @@ func defineDashboardFlags(fs *flag.FlagSet) dashboardFlags {
 	}
 }
 
+// minTokenBytes is the shortest action token the dashboard accepts: the
+// token is all that stands between the network and requeue, cancel and
+// purge, and a short one is guessed (the dashboard does not rate-limit).
+// 16 bytes of hex or base64 is 64 bits or more of a random token.
+const minTokenBytes = 16
+
 // dashboardToken reads the action token: from --token-file, else from
-// S3QUEUE_DASHBOARD_TOKEN, else none. Errors never quote the token.
+// S3QUEUE_DASHBOARD_TOKEN, else none. A token shorter than minTokenBytes
+// is refused. Errors never quote the token, nor say its length.
 func (a *app) dashboardToken(f dashboardFlags) (string, error) {
+	token, from, err := a.readDashboardToken(f)
+	if err != nil || token == "" {
+		return token, err
+	}
+	if len(token) < minTokenBytes {
+		return "", usageError("monitor: the dashboard token (%s) is too short: it must be at least %d bytes; make one with `openssl rand -hex 32`", from, minTokenBytes)
+	}
+	return token, nil
+}
+
+// readDashboardToken is dashboardToken's token as given, and where it came
+// from (for errors).
+func (a *app) readDashboardToken(f dashboardFlags) (token, from string, err error) {
 	env := ""
 	for _, kv := range a.environ() {
 		if v, ok := strings.CutPrefix(kv, tokenEnv+"="); ok {
@@ -49,25 +69,25 @@ func (a *app) dashboardToken(f dashboardFlags) (string, error) {
 	}
 	if *f.addr == "" {
 		if *f.tokenFile != "" {
-			return "", usageError("monitor: --token-file needs --http (the token is the dashboard's)")
+			return "", "", usageError("monitor: --token-file needs --http (the token is the dashboard's)")
 		}
-		return "", nil
+		return "", "", nil
 	}
 	if *f.tokenFile == "" {
-		return strings.TrimSpace(env), nil
+		return strings.TrimSpace(env), tokenEnv, nil
 	}
 	b, err := os.ReadFile(*f.tokenFile)
 	if err != nil {
-		return "", usageError("monitor: --token-file: %v", err)
+		return "", "", usageError("monitor: --token-file: %v", err)
 	}
-	token := strings.TrimSpace(string(b))
+	token = strings.TrimSpace(string(b))
 	if token == "" {
-		return "", usageError("monitor: --token-file %s is empty", *f.tokenFile)
+		return "", "", usageError("monitor: --token-file %s is empty", *f.tokenFile)
 	}
 	if strings.ContainsAny(token, "\r\n") {
-		return "", usageError("monitor: --token-file %s holds more than one line", *f.tokenFile)
+		return "", "", usageError("monitor: --token-file %s holds more than one line", *f.tokenFile)
 	}
-	return token, nil
+	return token, "--token-file " + *f.tokenFile, nil
 }
 
 // monitorMux is the monitor's HTTP interface: processMux's /metrics

@@ -37,6 +37,22 @@ func TestMonitorDashboardFlagsAreChecked(t *testing.T) {
 	if strings.Contains(r.stderr, "secret") {
 		t.Fatalf("the error quotes the token file's content: %s", r.stderr)
 	}
+	short := filepath.Join(dir, "short")
+	if err := os.WriteFile(short, []byte("secret-15-bytes\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r = cli(t, "", "monitor", "--store", store, "--http", "127.0.0.1:0", "--token-file", short)
+	wantExit(t, r, exitUsage, "monitor: the dashboard token (--token-file "+short+") is too short: it must be at least 16 bytes; make one with `openssl rand -hex 32`")
+	if strings.Contains(r.stderr, "secret") {
+		t.Fatalf("the error quotes the token: %s", r.stderr)
+	}
+	t.Setenv(tokenEnv, "secret-15-bytes")
+	r = cli(t, "", "monitor", "--store", store, "--http", "127.0.0.1:0")
+	wantExit(t, r, exitUsage, "monitor: the dashboard token ("+tokenEnv+") is too short: it must be at least 16 bytes")
+	if strings.Contains(r.stderr, "secret") {
+		t.Fatalf("the error quotes the token: %s", r.stderr)
+	}
+	t.Setenv(tokenEnv, "")
 	r = cli(t, "", "monitor", "--store", store, "--http", "127.0.0.1:0", "--token-file", filepath.Join(dir, "missing"))
 	wantExit(t, r, exitUsage, "monitor: --token-file: open")
 	r = cli(t, "", "monitor", "--store", store, "--http", used)

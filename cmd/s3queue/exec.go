@@ -281,14 +281,23 @@ func (b *tailBuffer) String() string {
 }
 
 // workerSecrets are the variables of the worker's environment a handler
-// does not inherit: the worker's own S3 credentials. A handler is the
-// task's code, often fed input from outside; with these it could rewrite
-// any task of the queue, and a handler that prints its environment on
-// failure would put them in the task's error, which `get` prints and the
-// bucket keeps. A handler that needs AWS access gets credentials of its
-// own (a profile, a role, a file of its own); AWS_PROFILE, AWS_REGION and
-// the rest of the environment pass through.
-var workerSecrets = []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"}
+// does not inherit: secrets, as values. A handler is the task's code,
+// often fed input from outside; with the worker's S3 credentials it could
+// rewrite any task of the queue, and a handler that prints its environment
+// on failure would put any secret value in the task's error, which `get`
+// prints and the bucket keeps. They are the static S3 credentials, the
+// ECS/EKS Pod Identity authorization token (AWS_CONTAINER_AUTHORIZATION_
+// TOKEN: with it, the container credentials endpoint hands out the role's
+// keys), and the monitor's dashboard action token (S3QUEUE_DASHBOARD_TOKEN,
+// in case one environment serves both).
+//
+// What names a place rather than holding a secret passes through:
+// AWS_PROFILE, AWS_REGION, AWS_CONTAINER_CREDENTIALS_FULL_URI and
+// AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE (a path: printed, it leaks
+// nothing; a handler on the same pod can read the file anyway, as it can
+// reach any role of its pod or machine; docs/security.md).
+var workerSecrets = []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN",
+	"AWS_CONTAINER_AUTHORIZATION_TOKEN", tokenEnv}
 
 // handlerEnv is environ without workerSecrets.
 func handlerEnv(environ []string) []string {

@@ -25,6 +25,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/s3queue/s3queue/internal/cost"
@@ -67,7 +68,8 @@ type Config struct {
 	Prices cost.Prices
 	// Logger logs each action (never its token); default slog.Default().
 	Logger *slog.Logger
-	// Timeout bounds the requests of one API call (default 30s).
+	// Timeout bounds the requests of one API call (default 30s); in a
+	// bulk requeue, those of each task.
 	Timeout time.Duration
 }
 
@@ -107,7 +109,7 @@ func New(cfg Config) (*Dashboard, error) {
 	d.mux.HandleFunc("GET /api/tasks/{id}", d.getTask)
 	d.mux.HandleFunc("POST /api/tasks/{id}/requeue", d.action(d.requeue))
 	d.mux.HandleFunc("POST /api/tasks/{id}/cancel", d.action(d.cancel))
-	d.mux.HandleFunc("POST /api/dead/requeue", d.action(d.requeueDead))
+	d.mux.HandleFunc("POST /api/dead/requeue", d.bulkAction(d.requeueDead))
 	return d, nil
 }
 
@@ -186,6 +188,19 @@ func (d *Dashboard) getTask(w http.ResponseWriter, r *http.Request) {
 // the token, or with another, is refused (401). Both answers say why, and
 // neither repeats what was sent.
 func (d *Dashboard) action(h func(ctx context.Context, r *http.Request) (any, error)) http.HandlerFunc {
+	return d.guard(h, true)
+}
+
+// bulkAction is action for a handler that bounds each of its requests
+// itself (Timeout per task): one Timeout for hundreds of tasks would fail
+// the later ones on a real S3.
+func (d *Dashboard) bulkAction(h func(ctx context.Context, r *http.Request) (any, error)) http.HandlerFunc {
+	return d.guard(h, false)
+}
+
+// guard is action and bulkAction: the token check, then h, under one
+// Timeout when timed.
+func (d *Dashboard) guard(h func(ctx context.Context, r *http.Request) (any, error), timed bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if d.cfg.Token == "" {
 			writeError(w, http.StatusForbidden, errors.New("actions are disabled: the monitor was started without a dashboard token (--token-file or S3QUEUE_DASHBOARD_TOKEN)"))
@@ -198,8 +213,12 @@ func (d *Dashboard) action(h func(ctx context.Context, r *http.Request) (any, er
 			writeError(w, http.StatusUnauthorized, errors.New("this action needs the dashboard token (Authorization: Bearer <token>); none was given, or it is wrong"))
 			return
 		}
-		ctx, cancel := context.WithTimeout(r.Context(), d.cfg.Timeout)
-		defer cancel()
+		ctx := r.Context()
+		if timed {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, d.cfg.Timeout)
+			defer cancel()
+		}
 		out, err := h(ctx, r)
 		if err != nil {
 			d.log.Info("action refused", "path", r.URL.Path, "err", err)
@@ -218,10 +237,16 @@ type ActionResponse struct {
 	// told at its next renewal) rather than done at once.
 	Requested bool `json:"requested,omitempty"`
 	// Requeued and Failed: the dead tasks of a type requeued, and those
-	// that could not be (with why).
-	Requeued []string        `json:"requeued,omitempty"`
-	Failed   []FailedRequeue `json:"failed,omitempty"`
-	Status   string          `json:"status"`
+	// that could not be (with why); RequeuedCount and FailedCount count
+	// them (a bulk requeue always sets both, zero included).
+	Requeued      []string        `json:"requeued,omitempty"`
+	Failed        []FailedRequeue `json:"failed,omitempty"`
+	RequeuedCount *int            `json:"requeued_count,omitempty"`
+	FailedCount   *int            `json:"failed_count,omitempty"`
+	// Status is what happened: requeued, canceled or cancel requested;
+	// for a bulk requeue requeued (all of them), partly requeued, not
+	// requeued (none could be) or nothing to requeue.
+	Status string `json:"status"`
 }
 
 // FailedRequeue is one task a bulk requeue could not requeue.
@@ -251,23 +276,62 @@ func (d *Dashboard) cancel(ctx context.Context, r *http.Request) (any, error) {
 	return ActionResponse{ID: id, Requested: requested, Status: status}, nil
 }
 
+// bulkParallel bounds the requeues a bulk requeue makes at once: enough
+// that 500 tasks take seconds on S3, few enough not to crowd the monitor's
+// own requests.
+const bulkParallel = 16
+
 // requeueDead requeues every task of the dead-letter list of type
-// ?type=T: one GET and one PUT (and an announcement) per task.
+// ?type=T: one GET and one PUT (and an announcement) per task, bulkParallel
+// at a time, each under its own Timeout. The answer says truthfully how
+// many were requeued and which failed, with why.
 func (d *Dashboard) requeueDead(ctx context.Context, r *http.Request) (any, error) {
 	typ := r.URL.Query().Get("type")
 	if typ == "" {
 		return nil, errBadRequest{errors.New("requeue the dead: give the task type (?type=T)")}
 	}
-	out := ActionResponse{Status: "requeued", Requeued: []string{}}
+	var ids []string
 	for _, dt := range d.cfg.State.State().Dead {
-		if dt.Type != typ {
+		if dt.Type == typ {
+			ids = append(ids, dt.ID)
+		}
+	}
+	errs := make([]error, len(ids))
+	sem := make(chan struct{}, bulkParallel)
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			tctx, cancel := context.WithTimeout(ctx, d.cfg.Timeout)
+			defer cancel()
+			errs[i] = d.cfg.Tasks.Requeue(tctx, id)
+		}()
+	}
+	wg.Wait()
+	out := ActionResponse{Requeued: []string{}}
+	for i, id := range ids {
+		if errs[i] != nil {
+			out.Failed = append(out.Failed, FailedRequeue{ID: id, Error: errs[i].Error()})
 			continue
 		}
-		if err := d.cfg.Tasks.Requeue(ctx, dt.ID); err != nil {
-			out.Failed = append(out.Failed, FailedRequeue{ID: dt.ID, Error: err.Error()})
-			continue
-		}
-		out.Requeued = append(out.Requeued, dt.ID)
+		out.Requeued = append(out.Requeued, id)
+	}
+	nr, nf := len(out.Requeued), len(out.Failed)
+	out.RequeuedCount, out.FailedCount = &nr, &nf
+	switch {
+	case nr+nf == 0:
+		out.Status = "nothing to requeue"
+	case nf == 0:
+		out.Status = "requeued"
+	case nr == 0:
+		out.Status = "not requeued"
+	default:
+		out.Status = "partly requeued"
+	}
+	if nf > 0 {
+		d.log.Warn("bulk requeue: some tasks could not be requeued", "type", typ, "requeued", nr, "failed", nf)
 	}
 	return out, nil
 }

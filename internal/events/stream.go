@@ -1,6 +1,7 @@
 package events
 
 import (
+	"fmt"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -16,6 +17,13 @@ const StreamBuffer = 1024
 // (and its buffer) for ever.
 const streamWriteTimeout = 30 * time.Second
 
+// MaxStreamClients bounds the clients a Stream serves at once: each holds
+// a subscriber, a buffer of StreamBuffer events and a goroutine, and every
+// publish reaches each of them, so clients without a bound (a script that
+// reconnects in a loop and never closes) would cost the process memory and
+// its publishers time. A client beyond it is answered 503 at once.
+const MaxStreamClients = 32
+
 // Stream returns a handler (GET /events) that sends each client the
 // events of bus published after it connected, as JSON lines
 // (application/x-ndjson) in exactly the form JSONLines writes, one event a
@@ -27,13 +35,24 @@ const streamWriteTimeout = 30 * time.Second
 // a client that reads too slowly loses events, never the publishers'
 // time. dropped, if not nil, is told how many it lost, as it goes (at
 // the next line written after a loss) and when it ends.
+//
+// It serves at most MaxStreamClients at once; one more is refused with
+// 503 Service Unavailable and a body that says why.
 func Stream(bus *Bus, dropped func(n int64)) http.Handler {
+	var clients atomic.Int64
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet {
 			w.Header().Set("Allow", http.MethodGet)
 			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 			return
 		}
+		if clients.Add(1) > MaxStreamClients {
+			clients.Add(-1)
+			w.Header().Set("Retry-After", "30")
+			http.Error(w, fmt.Sprintf("too many /events clients: %d are connected, the most this process serves; retry later, or close a stream you do not read", MaxStreamClients), http.StatusServiceUnavailable)
+			return
+		}
+		defer clients.Add(-1)
 		rc := http.NewResponseController(w)
 		var (
 			sub      atomic.Pointer[Subscription]

@@ -146,3 +146,62 @@ func TestStreamDropsForASlowClient(t *testing.T) {
 		t.Errorf("the handler returned and left its subscriber")
 	}
 }
+
+// A Stream serves MaxStreamClients at once: one more is refused with 503
+// and a body saying why, and a place freed is taken again.
+func TestStreamRefusesClientsBeyondItsCap(t *testing.T) {
+	bus := NewBus()
+	defer bus.Close()
+	h := Stream(bus, nil)
+	type client struct {
+		cancel context.CancelFunc
+		done   chan struct{}
+	}
+	var clients []client
+	for range MaxStreamClients {
+		ctx, cancel := context.WithCancel(context.Background())
+		c := client{cancel, make(chan struct{})}
+		go func() {
+			defer close(c.done)
+			h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequestWithContext(ctx, http.MethodGet, "/events", nil))
+		}()
+		clients = append(clients, c)
+	}
+	defer func() {
+		for _, c := range clients {
+			c.cancel()
+			<-c.done
+		}
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for len(bus.Stats()) < MaxStreamClients {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d clients subscribed", len(bus.Stats()), MaxStreamClients)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/events", nil))
+	if w.Code != http.StatusServiceUnavailable || !bytes.Contains(w.Body.Bytes(), []byte("too many /events clients: 32")) {
+		t.Fatalf("client %d: %d %q, want 503 saying why", MaxStreamClients+1, w.Code, w.Body.String())
+	}
+	if n := len(bus.Stats()); n != MaxStreamClients {
+		t.Errorf("the refused client subscribed: %d subscribers", n)
+	}
+	clients[0].cancel()
+	<-clients[0].done
+	ctx, cancel := context.WithCancel(context.Background())
+	c := client{cancel, make(chan struct{})}
+	rec := httptest.NewRecorder()
+	go func() {
+		defer close(c.done)
+		h.ServeHTTP(rec, httptest.NewRequestWithContext(ctx, http.MethodGet, "/events", nil))
+	}()
+	clients[0] = c
+	for len(bus.Stats()) < MaxStreamClients {
+		if time.Now().After(deadline) {
+			t.Fatalf("a client in the freed place was not served: %d subscribers", len(bus.Stats()))
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

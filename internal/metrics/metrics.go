@@ -44,6 +44,38 @@ type Registry struct {
 	queueDepth  *prometheus.GaugeVec
 	queueOldest *prometheus.GaugeVec
 	queueDead   *prometheus.GaugeVec // no labels: absent until SetQueue
+
+	typesMu sync.Mutex
+	types   map[string]bool // the type label values given out, at most MaxTypeLabels
+}
+
+// MaxTypeLabels bounds the distinct values of the type label of
+// s3queue_tasks_total and s3queue_handler_duration_seconds in one
+// registry: a monitor counts the events of every type it finds in the
+// bucket, and task types are whatever producers write, so without a bound
+// one careless producer (a type per customer, say) makes series without
+// end. The first MaxTypeLabels types keep their names for the life of the
+// process; events of any other type count under OtherType.
+const MaxTypeLabels = 100
+
+// OtherType is the type label of the types beyond MaxTypeLabels.
+const OtherType = "other"
+
+// typeLabel is the type label of an event of type typ.
+func (r *Registry) typeLabel(typ string) string {
+	r.typesMu.Lock()
+	defer r.typesMu.Unlock()
+	if r.types[typ] {
+		return typ
+	}
+	if len(r.types) >= MaxTypeLabels {
+		return OtherType
+	}
+	if r.types == nil {
+		r.types = make(map[string]bool)
+	}
+	r.types[typ] = true
+	return typ
 }
 
 // New returns a registry with the process's metrics, the Go runtime's and
@@ -177,9 +209,10 @@ func (r *Registry) Observe(e events.Event) {
 	if !taskKinds[e.Kind] {
 		return
 	}
-	r.tasks.WithLabelValues(e.Type, string(e.Kind)).Inc()
+	typ := r.typeLabel(e.Type)
+	r.tasks.WithLabelValues(typ, string(e.Kind)).Inc()
 	if e.Duration > 0 {
-		r.handler.WithLabelValues(e.Type, string(e.Kind)).Observe(e.Duration.Seconds())
+		r.handler.WithLabelValues(typ, string(e.Kind)).Observe(e.Duration.Seconds())
 	}
 }
 

@@ -10,12 +10,15 @@ package tracing
 
 import (
 	"context"
+	"log/slog"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/s3queue/s3queue/task"
 )
 
 // ScopeName is the instrumentation scope of s3queue's tracer.
@@ -76,59 +79,80 @@ const (
 // System is the messaging.system attribute of every span.
 var System = MessagingSystem.String("s3queue")
 
-// Tracing is a service's tracer and propagator.
+// Tracing is a service's tracer, and the carrier of a task's trace
+// context.
+//
+// The context a task carries is always W3C Trace Context (traceparent and
+// tracestate), whatever propagator the program installs: the task object
+// is stored, shown by get --json and the dashboard, and bounded
+// (task.MaxTraceBytes), so it must not pick up what a composite global
+// propagator adds, such as W3C baggage (which often holds auth tokens or
+// user ids, and of any size).
 type Tracing struct {
 	Tracer trace.Tracer
-	prop   propagation.TextMapPropagator
+	log    *slog.Logger
 }
 
-// New returns the tracing of a service configured with tp and prop: nil tp
-// is the global TracerProvider (a no-op unless the program installs one,
-// and followed when it is installed later), nil prop is the global
-// propagator, or W3C Trace Context while the global one propagates nothing
-// (its default): a task's trace field then still says where its trace
-// goes.
-func New(tp trace.TracerProvider, prop propagation.TextMapPropagator) Tracing {
+// carrier is the only propagator a task's trace context goes through.
+var carrier = propagation.TraceContext{}
+
+// New returns the tracing of a service configured with tp: nil tp is the
+// global TracerProvider (a no-op unless the program installs one, and
+// followed when it is installed later). log, if not nil, hears at debug
+// level of a trace context too large for a task (Inject).
+func New(tp trace.TracerProvider, log *slog.Logger) Tracing {
 	if tp == nil {
 		tp = otel.GetTracerProvider()
 	}
-	return Tracing{Tracer: tp.Tracer(ScopeName), prop: prop}
+	return Tracing{Tracer: tp.Tracer(ScopeName), log: log}
 }
 
-// propagator is the propagator in force now.
-func (tr Tracing) propagator() propagation.TextMapPropagator {
-	if tr.prop != nil {
-		return tr.prop
-	}
-	if g := otel.GetTextMapPropagator(); len(g.Fields()) > 0 {
-		return g
-	}
-	return propagation.TraceContext{}
-}
-
-// Inject returns the trace context of ctx's span, for a task to carry, or
-// nil when ctx has no valid span context (nothing is traced): the task then
-// has no trace field.
+// Inject returns the W3C trace context of ctx's span, for a task to carry,
+// or nil when ctx has no valid span context (nothing is traced): the task
+// then has no trace field.
+//
+// A context over task.MaxTraceBytes (a tracestate far beyond the 512
+// bytes its specification allows) loses its tracestate, keeping the
+// traceparent: a trace must never make a submit fail.
 func (tr Tracing) Inject(ctx context.Context) map[string]string {
 	if !trace.SpanContextFromContext(ctx).IsValid() {
 		return nil
 	}
 	c := propagation.MapCarrier{}
-	tr.propagator().Inject(ctx, c)
+	carrier.Inject(ctx, c)
 	if len(c) == 0 {
 		return nil
+	}
+	if n := size(c); n > task.MaxTraceBytes {
+		if tr.log != nil {
+			tr.log.Debug("trace context too large for a task: its tracestate is dropped", "bytes", n, "limit", task.MaxTraceBytes)
+		}
+		c = propagation.MapCarrier{"traceparent": c["traceparent"]}
+		if size(c) > task.MaxTraceBytes || c["traceparent"] == "" {
+			return nil
+		}
 	}
 	return c
 }
 
-// Extract returns ctx with the remote span context carried, the parent of
-// a task's spans in a worker; ctx as it is when carried is empty or not
-// readable.
+// size is what task.Spec.Trace's bound counts: keys and values.
+func size(c map[string]string) int {
+	n := 0
+	for k, v := range c {
+		n += len(k) + len(v)
+	}
+	return n
+}
+
+// Extract returns ctx with the remote span context carried (W3C Trace
+// Context), the parent of a task's spans in a worker; ctx as it is when
+// carried is empty or not readable. Entries other than traceparent and
+// tracestate (an older producer's baggage, say) are ignored.
 func (tr Tracing) Extract(ctx context.Context, carried map[string]string) context.Context {
 	if len(carried) == 0 {
 		return ctx
 	}
-	return tr.propagator().Extract(ctx, propagation.MapCarrier(carried))
+	return carrier.Extract(ctx, propagation.MapCarrier(carried))
 }
 
 // End ends span, recording err, if any, as its error.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/baggage"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -31,9 +33,19 @@ func TestInjectExtract(t *testing.T) {
 			t.Errorf("Extract(%v): %v, want none", bad, sc)
 		}
 	}
-	// An explicit propagator is used as given: one that carries no trace
-	// context writes nothing.
-	if got := New(nil, propagation.Baggage{}).Inject(trace.ContextWithSpanContext(context.Background(), remote)); got != nil {
-		t.Errorf("Inject with the baggage propagator: %v, want nil", got)
+	// Whatever the program installs globally, a task's context is W3C
+	// Trace Context alone: baggage is neither written nor read.
+	prev := otel.GetTextMapPropagator()
+	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
+	defer otel.SetTextMapPropagator(prev)
+	m, _ := baggage.NewMember("auth", "secret")
+	bag, _ := baggage.New(m)
+	ctx := baggage.ContextWithBaggage(trace.ContextWithSpanContext(context.Background(), remote), bag)
+	if got := tr.Inject(ctx); len(got) != 1 || got["traceparent"] != want {
+		t.Errorf("Inject with baggage and a composite global propagator: %v, want traceparent alone", got)
+	}
+	got := tr.Extract(context.Background(), map[string]string{"traceparent": want, "baggage": "auth=secret"})
+	if b := baggage.FromContext(got); b.Len() != 0 {
+		t.Errorf("Extract read baggage %v from a task", b)
 	}
 }

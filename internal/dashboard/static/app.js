@@ -186,9 +186,9 @@ async function act(method, path, done, id) {
   try {
     const r = await api(method, path);
     let text = done;
-    if (r.requeued) text = "requeued " + r.requeued.length + " task(s)" + (r.failed && r.failed.length ? "; " + r.failed.length + " could not be: " + r.failed.map((f) => f.id + ": " + f.error).join("; ") : "");
+    if (r.requeued_count !== undefined) text = r.status + ": requeued " + r.requeued_count + " task(s)" + (r.failed_count ? "; " + r.failed_count + " could not be: " + (r.failed || []).map((f) => f.id + ": " + f.error).join("; ") : "");
     if (r.status === "cancel requested") text = "cancel requested for " + r.id + " (its handler is told at the next renewal)";
-    message(text, false);
+    message(text, !!r.failed_count);
     if (id && shownTask === id) showTask(id);
     refresh();
   } catch (e) {
