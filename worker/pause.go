@@ -62,9 +62,9 @@ func (w *Worker) pausedAll() bool { return w.pauseState.Load().All }
 // ever) because one request failed.
 func (w *Worker) checkPause(ctx context.Context) {
 	w.takeCrashedHeld()
-	reads, known := w.pauses.Reads(), w.pauses.Known()
-	if w.pauses.Refresh(ctx) || !known && w.pauses.Known() {
-		s := w.pauseView()
+	reads, was := w.pauses.Reads(), w.pauseState.Load()
+	changed := w.pauses.Refresh(ctx)
+	if s := w.pauseView(); changed || s.All != was.All || !slices.Equal(s.Types, was.Types) {
 		w.pauseState.Store(&s)
 		w.log.Info("the queue's pause changed", "paused_all", s.All, "paused_types", s.Types)
 		if !s.All {
@@ -82,10 +82,18 @@ func (w *Worker) checkPause(ctx context.Context) {
 // pauseView is the pause state the worker acts on: the last one read, or,
 // until a read of the pause object has answered, the whole queue paused (a
 // worker whose first read failed claims nothing until one answers; it
-// tries again every pause.UnknownRetry).
+// tries again every pause.UnknownRetry). After a whole interval without an
+// answer it goes on as if nothing were paused, and says so at error level:
+// a policy that refuses the pause object must not stop the worker
+// silently.
 func (w *Worker) pauseView() pause.State {
-	if !w.pauses.Known() {
+	switch {
+	case !w.pauses.Settled():
 		return pause.State{All: true}
+	case !w.pauses.Known() && !w.pauseGaveUp:
+		w.pauseGaveUp = true
+		w.log.Error("the pause object could not be read for a whole pause_check_interval; claiming as if nothing were paused (the worker's credentials need s3:GetObject on control/pause.json, and s3:ListBucket on the queue's prefix so a missing object reads as missing)",
+			"key", pause.Key)
 	}
 	return w.pauses.State()
 }

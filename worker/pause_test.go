@@ -332,3 +332,47 @@ func TestAWorkerWhosePauseReadFailedClaimsNothingUntilOneAnswers(t *testing.T) {
 		}
 	})
 }
+
+// A worker that can never read the pause object (a policy that refuses
+// it) waits one interval for an answer, then claims as if nothing were
+// paused: it must not stop silently.
+func TestAWorkerThatCannotReadThePauseObjectGoesOnAfterAnInterval(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		f := s3store.NewFaults(mem.New())
+		p, err := producer.New(ctx, f, producer.Config{Shards: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.Submit(ctx, "job", nil, producer.Options{}); err != nil {
+			t.Fatal(err)
+		}
+		f.Inject(s3store.Fault{Op: s3store.OpGet, KeySuffix: pause.Key, Err: s3store.ErrInjected503, Times: 1 << 20})
+		const interval = 10 * time.Second
+		w, err := worker.New(ctx, f, worker.Config{ID: "a", Shards: 1, OwnShards: []int{0}, Logger: quiet, PauseCheckInterval: interval})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Handle("job", func(context.Context, *task.Task) (json.RawMessage, error) { return nil, nil })
+		poll := func() int {
+			n, err := w.Poll(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			synctest.Wait()
+			return n
+		}
+		if n := poll(); n != 0 {
+			t.Fatalf("claimed %d tasks before any read of the pause object answered", n)
+		}
+		time.Sleep(interval / 2)
+		if n := poll(); n != 0 {
+			t.Fatalf("claimed %d tasks half an interval into the unanswered reads", n)
+		}
+		time.Sleep(interval)
+		if n := poll(); n != 1 {
+			t.Fatalf("claimed %d tasks an interval after the first failed read, want 1", n)
+		}
+		w.Wait()
+	})
+}

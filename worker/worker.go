@@ -86,6 +86,7 @@ type Worker struct {
 
 	// Published by the scheduler for other goroutines.
 	pauseState   atomic.Pointer[pause.State] // the pause state last read (pause.go)
+	pauseGaveUp  bool                        // pauseView logged that no read of the pause object answered
 	view         atomic.Pointer[memberView]
 	cursors      atomic.Pointer[map[int]time.Time] // the scans' cursors after the last poll
 	pointerShard atomic.Int64                      // where retries are announced (-1: the task's own shard)

@@ -175,10 +175,13 @@ func Change(ctx context.Context, st s3store.Store, now time.Time, by, reason str
 // is paused (invariant 7: bad data never blocks the queue).
 //
 // Until a read has answered (Known), the state is unknown: a reader that
-// must not claim paused work treats that as everything paused, and a read
-// that failed then is tried again after UnknownRetry rather than Interval.
-// A worker started while the store fails does not claim a paused type for
-// a whole interval on the strength of a read that never happened.
+// must not claim paused work treats that as everything paused while
+// Settled is false, and a read that failed then is tried again after
+// UnknownRetry rather than Interval. A worker started while the store
+// fails does not claim a paused type on the strength of a read that never
+// happened. The wait is bounded: one Interval after the first failed read,
+// Settled turns true and the reader goes on as if nothing were paused (a
+// policy that refuses the pause object must not stop a fleet silently).
 type Watch struct {
 	St       s3store.Store
 	Local    clock.Local
@@ -188,6 +191,9 @@ type Watch struct {
 	state State
 	read  bool      // a read was made
 	known bool      // a read has answered (the object, malformed, or missing)
+	// giveUp: with no read answered, the local time after which the
+	// reader stops waiting for one (Settled).
+	giveUp time.Time
 	next  time.Time // local time of the next read
 	bad   string    // ETag of the malformed object last logged
 	reads int64
@@ -218,7 +224,12 @@ func (w *Watch) Refresh(ctx context.Context) (changed bool) {
 		}
 		w.read = true
 		if !w.known {
-			w.next = now.Add(min(w.Interval, UnknownRetry))
+			if w.giveUp.IsZero() {
+				w.giveUp = now.Add(w.Interval)
+			}
+			if now.Before(w.giveUp) {
+				w.next = now.Add(min(w.Interval, UnknownRetry))
+			}
 		}
 		return false
 	}
@@ -234,6 +245,12 @@ func (w *Watch) State() State { return w.state }
 // Known reports whether a read has answered yet: until one has, State is
 // a guess (nothing paused) that a worker must not claim on.
 func (w *Watch) Known() bool { return w.known }
+
+// Settled reports whether the reader may act on State: a read has
+// answered, or none has for an Interval since the first one failed.
+func (w *Watch) Settled() bool {
+	return w.known || w.read && !w.giveUp.IsZero() && !w.Local.Now().Before(w.giveUp)
+}
 
 // UnknownRetry is how soon a failed read is tried again while no read has
 // answered yet.
