@@ -189,14 +189,14 @@ type Watch struct {
 	Log      *slog.Logger
 
 	state State
-	read  bool      // a read was made
-	known bool      // a read has answered (the object, malformed, or missing)
+	read  bool // a read was made
+	known bool // a read has answered (the object, malformed, or missing)
 	// giveUp: with no read answered, the local time after which the
 	// reader stops waiting for one (Settled).
 	giveUp time.Time
-	next  time.Time // local time of the next read
-	bad   string    // ETag of the malformed object last logged
-	reads int64
+	next   time.Time // local time of the next read
+	bad    string    // ETag of the malformed object last logged
+	reads  int64
 }
 
 // Refresh reads the pause object if Interval has passed since the last
