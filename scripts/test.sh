@@ -55,5 +55,5 @@ step "go test"
 if (($# == 0)); then
 	set -- ./...
 fi
-go test -race -count=1 "$@"
+go test -race -count=1 -timeout 30m "$@"
 step "passed"
