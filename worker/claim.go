@@ -50,12 +50,12 @@ type attempt struct {
 	claiming bool
 	// missed: the task's deadline has passed; tryClaim wrote it dead
 	// instead (task.MissDeadline), and the claim's PUT writes that.
-	missed   bool
-	h        Handler
-	claimID  string
-	pool     *pool
-	adm      admission
-	evicted  *run // a pending run evicted for this one (DropOldest), to release
+	missed  bool
+	h       Handler
+	claimID string
+	pool    *pool
+	adm     admission
+	evicted *run // a pending run evicted for this one (DropOldest), to release
 	// settledAt is tryClaim's verdict for a task it does not claim (see
 	// applyClaim), or the claim's new ETag.
 	settledAt string
