@@ -445,6 +445,9 @@ func (w *world) check() Result {
 		if err1 == nil && err2 == nil && prev.Status == task.Running && next.Status != task.Running && prev.Claim != nil && e.Proc == prev.Claim.Worker {
 			settled[prev.Claim.ID] = true
 		}
+		if err1 == nil && err2 == nil && prev.Status != task.Dead && next.Status == task.Dead && strings.Contains(next.LastError, "deadline passed at ") {
+			res.DeadlineEnds++
+		}
 		if err1 == nil && err2 == nil && prev.Status == task.Running && next.Status == task.Pending && len(next.History) > 0 &&
 			strings.HasPrefix(next.History[len(next.History)-1].Reason, "released") {
 			res.Releases++

@@ -218,8 +218,11 @@ type Result struct {
 	Executions int // handler runs
 	Duplicates int // handler runs whose claim was lost (no outcome of its own) before the task ran again
 	Releases   int // claimed tasks handed back unfinished (shutdown, dropped from pending)
-	Unblocked  int // tasks whose dependencies all succeeded, moved from blocked to pending
-	Reshards   int // manifest writes that grew the shard count
+	// DeadlineEnds counts tasks ended dead by their deadline (unstarted,
+	// or a retry due after it).
+	DeadlineEnds int
+	Unblocked    int // tasks whose dependencies all succeeded, moved from blocked to pending
+	Reshards     int // manifest writes that grew the shard count
 	// Direct dispatch: inbox entries written, entries moved to the
 	// overflow, worker runs that ended with their lease lost, and takeovers
 	// of a worker's lease by a later process of its id.
