@@ -18,6 +18,9 @@ func TestSubmitDeadline(t *testing.T) {
 	if got := getTask(t, store, id); !got.Deadline.Equal(at) {
 		t.Errorf("--deadline %v gave deadline %v", at, got.Deadline)
 	}
+	if out := must(t, "get", "--store", store, id); !strings.Contains(out, at.Format("2006-01-02T15:04:05.000Z")) {
+		t.Errorf("get does not show the deadline:\n%s", out)
+	}
 	id = strings.TrimSpace(must(t, "submit", "--store", store, "--type", "x", "--deadline", "2h"))
 	got := getTask(t, store, id)
 	if d := got.Deadline.Sub(got.CreatedAt); d < 119*time.Minute || d > 121*time.Minute {
