@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -84,6 +85,7 @@ func TestAHandlerSeesItsDeadline(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		var mu sync.Mutex
 		left := map[string]time.Duration{}
 		errs := map[string]error{}
 		done := make(chan struct{}, 2)
@@ -93,9 +95,13 @@ func TestAHandlerSeesItsDeadline(t *testing.T) {
 			if !ok {
 				t.Errorf("task %s: the handler's context has no deadline", tk.ID)
 			}
+			mu.Lock()
 			left[tk.ID] = time.Until(d)
+			mu.Unlock()
 			<-ctx.Done() // runs until its context ends
+			mu.Lock()
 			errs[tk.ID] = ctx.Err()
+			mu.Unlock()
 			return nil, ctx.Err()
 		})
 		if n, err := w.Poll(ctx); n != 2 || err != nil {
