@@ -62,10 +62,9 @@ func TestATaskPastItsDeadlineIsNeverStarted(t *testing.T) {
 	})
 }
 
-// A Go handler's context carries the task's deadline, and only that: the
-// task's timeout is the lease of one attempt, renewed while the handler
-// runs. A handler that runs into the deadline ends, and the retry, due
-// after the deadline, ends the task dead.
+// A Go handler's context carries its deadline: the task's timeout, or its
+// deadline when that comes sooner; a handler that runs into it ends, and a
+// retry due after the deadline ends the task dead.
 func TestAHandlerSeesItsDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
@@ -74,15 +73,11 @@ func TestAHandlerSeesItsDeadline(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		far, err := p.Submit(ctx, "job", nil, producer.Options{Timeout: 10 * time.Second, DeadlineIn: time.Hour})
+		byTimeout, err := p.Submit(ctx, "job", nil, producer.Options{Timeout: 10 * time.Second, DeadlineIn: time.Hour})
 		if err != nil {
 			t.Fatal(err)
 		}
 		byDeadline, err := p.Submit(ctx, "job", nil, producer.Options{Timeout: time.Minute, DeadlineIn: 5 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		none, err := p.Submit(ctx, "job", nil, producer.Options{Timeout: 10 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -92,45 +87,45 @@ func TestAHandlerSeesItsDeadline(t *testing.T) {
 		}
 		var mu sync.Mutex
 		left := map[string]time.Duration{}
-		has := map[string]bool{}
-		var waitErr error
-		done := make(chan struct{}, 3)
+		errs := map[string]error{}
+		done := make(chan struct{}, 2)
 		w.Handle("job", func(ctx context.Context, tk *task.Task) (json.RawMessage, error) {
 			defer func() { done <- struct{}{} }()
 			d, ok := ctx.Deadline()
-			mu.Lock()
-			left[tk.ID], has[tk.ID] = time.Until(d), ok
-			mu.Unlock()
-			if tk.ID != byDeadline {
-				return nil, nil
+			if !ok {
+				t.Errorf("task %s: the handler's context has no deadline", tk.ID)
 			}
+			mu.Lock()
+			left[tk.ID] = time.Until(d)
+			mu.Unlock()
 			<-ctx.Done() // runs until its context ends
 			mu.Lock()
-			waitErr = ctx.Err()
+			errs[tk.ID] = ctx.Err()
 			mu.Unlock()
 			return nil, ctx.Err()
 		})
-		if n, err := w.Poll(ctx); n != 3 || err != nil {
-			t.Fatalf("poll claimed %d (%v), want 3", n, err)
+		if n, err := w.Poll(ctx); n != 2 || err != nil {
+			t.Fatalf("poll claimed %d (%v), want 2", n, err)
 		}
-		for range 3 {
-			<-done
-		}
+		<-done
+		<-done
 		w.Wait()
-		if d := left[far]; !has[far] || d <= 59*time.Minute || d > time.Hour {
-			t.Errorf("a deadline an hour away (a 10s timeout, which is the lease): the context ends in %s (set %v), want about an hour", d, has[far])
+		if d := left[byTimeout]; d != 10*time.Second {
+			t.Errorf("a 10s timeout with a far deadline: the context ends in %s, want 10s", d)
 		}
 		if d := left[byDeadline]; d <= 0 || d > 5*time.Second {
 			t.Errorf("a deadline 5s away with a 1m timeout: the context ends in %s, want at most 5s", d)
 		}
-		if has[none] {
-			t.Errorf("a task without a deadline: its handler's context has one (in %s); the timeout is the lease, renewed while it runs", left[none])
-		}
-		if waitErr != context.DeadlineExceeded {
-			t.Errorf("ctx.Err() at the deadline = %v, want context.DeadlineExceeded", waitErr)
+		for id, err := range errs {
+			if err != context.DeadlineExceeded {
+				t.Errorf("task %s: ctx.Err() = %v, want context.DeadlineExceeded", id, err)
+			}
 		}
 		if tk, _ := p.Get(ctx, byDeadline); tk.Status != task.Dead || !strings.Contains(tk.LastError, "deadline passed at") {
 			t.Errorf("the task that ran into its deadline: %s, last error %q, want dead past its deadline", tk.Status, tk.LastError)
+		}
+		if tk, _ := p.Get(ctx, byTimeout); tk.Status != task.Pending || tk.Attempt != 1 {
+			t.Errorf("the task that ran into its timeout: %s attempt %d, want pending for a retry", tk.Status, tk.Attempt)
 		}
 	})
 }

@@ -145,21 +145,19 @@ func (r *run) pastDeadline() bool {
 }
 
 // handlerDeadline is how long, by the local clock, the handler may run
-// before its context ends: until the task's deadline (taken at the
-// clock's latest reading, so that the context never outlives it); ok is
-// false for a task without one. The task's timeout is the lease of one
-// attempt, renewed while the handler runs, and does not end a Go
-// handler's context (the command handler is killed at it).
-func (r *run) handlerDeadline() (d time.Duration, ok bool) {
+// before its context ends: the task's timeout, or less if the task's
+// deadline comes sooner (taken at the clock's latest reading, so that the
+// context never outlives the deadline).
+func (r *run) handlerDeadline() time.Duration {
 	t := r.v.Task
+	d := t.Timeout.D()
 	if t.Deadline.IsZero() {
-		return 0, false
+		return d
 	}
-	d = t.Deadline.Sub(r.v.Task.AvailableAt) // a bound if the clock cannot be read
 	if iv, err := r.w.clock.Now(r.w.stopped); err == nil {
-		d = max(t.Deadline.Sub(iv.Latest), 0)
+		d = min(d, max(t.Deadline.Sub(iv.Latest), 0))
 	}
-	return d, true
+	return d
 }
 
 // deadlineContext is a handler's context: it ends at the run's deadline
@@ -217,18 +215,14 @@ func (r *run) execute() {
 		span.SetAttributes(append(taskAttrs(own, w.cfg.ID), tracing.Operation.String("run"), tracing.OperationType.String("process"))...)
 	}
 	began := w.now()
-	// The handler's context ends at the task's deadline, if it has one
-	// (the command handler is killed then too).
+	// The handler's context ends at the task's timeout or deadline,
+	// whichever comes first (the command handler is killed then too).
 	dctx, dcancel := context.WithCancelCause(hctx)
 	defer dcancel(nil)
-	var hdl context.Context = dctx
-	var timesUpC <-chan time.Time // nil: no deadline
-	if until, ok := r.handlerDeadline(); ok {
-		hdl = deadlineContext{Context: dctx, at: began.Add(until)}
-		timesUp := w.local.NewTimer(until)
-		defer timesUp.Stop()
-		timesUpC = timesUp.C()
-	}
+	until := r.handlerDeadline()
+	hdl := deadlineContext{Context: dctx, at: began.Add(until)}
+	timesUp := w.local.NewTimer(until)
+	defer timesUp.Stop()
 	// returned takes the handler's outcome and notes how long it ran.
 	returned := func(o outcome) outcome {
 		r.ran = clock.Since(w.local, began)
@@ -297,7 +291,7 @@ func (r *run) execute() {
 				deadline.Reset(r.untilLeaseLost())
 			}
 			renew.Reset(r.nextRenewal())
-		case <-timesUpC:
+		case <-timesUp.C():
 			dcancel(context.DeadlineExceeded)
 		case <-deadline.C():
 			// No renewal got through in time: by S3 time another worker may
