@@ -107,7 +107,7 @@ func TestSimulation(t *testing.T) {
 type summary struct {
 	mu                                            sync.Mutex
 	seeds, failed, tasks, executions, duplicates  int
-	reshards, releases, unblocked, deadlineEnds   int
+	reshards, releases, unblocked                 int
 	direct, routed, moved, leaseLosses, takeovers int
 	requests                                      int
 	faults                                        map[string]int
@@ -128,7 +128,6 @@ func (s *summary) add(r sim.Result) {
 	s.duplicates += r.Duplicates
 	s.reshards += r.Reshards
 	s.releases += r.Releases
-	s.deadlineEnds += r.DeadlineEnds
 	s.unblocked += r.Unblocked
 	if r.Plan.Direct {
 		s.direct++
@@ -157,9 +156,9 @@ func (s *summary) String() string {
 	for _, k := range keys {
 		f = append(f, fmt.Sprintf("%s %d", k, s.faults[k]))
 	}
-	return fmt.Sprintf("SIM seeds %d (with violations %d), tasks acknowledged %d, handler runs %d (duplicates after a lost lease %d), reshards %d, releases %d, unblocked %d, requests served %d, faults: %s; direct dispatch: %d seeds, %d inbox entries, %d moved to the overflow, %d worker leases lost, %d taken over; ended by their deadline %d",
+	return fmt.Sprintf("SIM seeds %d (with violations %d), tasks acknowledged %d, handler runs %d (duplicates after a lost lease %d), reshards %d, releases %d, unblocked %d, requests served %d, faults: %s; direct dispatch: %d seeds, %d inbox entries, %d moved to the overflow, %d worker leases lost, %d taken over",
 		s.seeds, s.failed, s.tasks, s.executions, s.duplicates, s.reshards, s.releases, s.unblocked, s.requests, strings.Join(f, ", "),
-		s.direct, s.routed, s.moved, s.leaseLosses, s.takeovers, s.deadlineEnds)
+		s.direct, s.routed, s.moved, s.leaseLosses, s.takeovers)
 }
 
 // A seed replays exactly: two runs of one seed serve the same requests in

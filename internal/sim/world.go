@@ -95,9 +95,6 @@ type Plan struct {
 	// Slots (half the seeds): producers submit tasks with one of three slot
 	// keys, under each admission.
 	Slots bool
-	// Deadlines (a third of the seeds): producers give some tasks a
-	// deadline a few seconds to a couple of minutes after the submit.
-	Deadlines bool
 	// Queue (half the seeds): the workers' dispatch queue claims ahead
 	// under a load-shedding policy, with a small depth, so that pending
 	// tasks are dropped, released at shutdown, canceled and renewed while
@@ -181,9 +178,6 @@ func (p Plan) String() string {
 	if p.Slots {
 		s += ", slots"
 	}
-	if p.Deadlines {
-		s += ", deadlines"
-	}
 	if p.Queue.Policy != "" {
 		s += fmt.Sprintf(", queue %s depth %d crash %s", p.Queue.Policy, p.Queue.Depth, p.Queue.Crash)
 	}
@@ -218,11 +212,8 @@ type Result struct {
 	Executions int // handler runs
 	Duplicates int // handler runs whose claim was lost (no outcome of its own) before the task ran again
 	Releases   int // claimed tasks handed back unfinished (shutdown, dropped from pending)
-	// DeadlineEnds counts tasks ended dead by their deadline (unstarted,
-	// or a retry due after it).
-	DeadlineEnds int
-	Unblocked    int // tasks whose dependencies all succeeded, moved from blocked to pending
-	Reshards     int // manifest writes that grew the shard count
+	Unblocked  int // tasks whose dependencies all succeeded, moved from blocked to pending
+	Reshards   int // manifest writes that grew the shard count
 	// Direct dispatch: inbox entries written, entries moved to the
 	// overflow, worker runs that ended with their lease lost, and takeovers
 	// of a worker's lease by a later process of its id.
@@ -440,7 +431,6 @@ func planLayout(plan *Plan, opts Options) {
 	plan.Direct = rand.New(rand.NewPCG(plan.Seed, 0xd12ec7)).IntN(3) == 0
 	plan.Deps = rand.New(rand.NewPCG(plan.Seed, 0xdeb5)).IntN(2) == 0
 	plan.Slots = rand.New(rand.NewPCG(plan.Seed, 0x5107)).IntN(2) == 0
-	plan.Deadlines = rand.New(rand.NewPCG(plan.Seed, 0xdead1e)).IntN(3) == 0
 	rng = rand.New(rand.NewPCG(plan.Seed, 0xd15fa7))
 	if rng.IntN(2) == 0 {
 		policies := []worker.QueuePolicy{worker.Reject, worker.DropLatest, worker.DropOldest, worker.DropOldest}
@@ -711,10 +701,7 @@ func (w *world) produce(i int) {
 	end := time.Now().Add(w.opts.Chaos)
 	// Dependencies draw from a source of their own, so that seeds without
 	// them run as before they existed.
-	var drng, srng, lrng *rand.Rand
-	if w.plan.Deadlines {
-		lrng = rand.New(rand.NewPCG(w.plan.Seed, uint64(0xdead1e00+i)))
-	}
+	var drng, srng *rand.Rand
 	if w.plan.Deps {
 		drng = rand.New(rand.NewPCG(w.plan.Seed, uint64(0xdeb500+i)))
 	}
@@ -733,7 +720,7 @@ func (w *world) produce(i int) {
 					continue
 				}
 			}
-			w.act(ctx, p, prod, rng, drng, srng, lrng, j)
+			w.act(ctx, p, prod, rng, drng, srng, j)
 		}
 	})
 	<-p.done
@@ -791,7 +778,7 @@ func (w *world) submitLong(ctx context.Context, p *proc, prod *producer.Producer
 }
 
 // act makes one producer call and records what the producer was told.
-func (w *world) act(ctx context.Context, p *proc, prod *producer.Producer, rng, drng, srng, lrng *rand.Rand, j int) {
+func (w *world) act(ctx context.Context, p *proc, prod *producer.Producer, rng, drng, srng *rand.Rand, j int) {
 	o := op{proc: p.name}
 	o.from = w.logLen()
 	defer func() {
@@ -829,11 +816,6 @@ func (w *world) act(ctx context.Context, p *proc, prod *producer.Producer, rng, 
 		if srng != nil && srng.IntN(2) == 0 && len(opts.DependsOn) == 0 && opts.IdempotencyKey == "" {
 			opts.Slot = fmt.Sprintf("k%d", srng.IntN(3))
 			opts.Admission = []string{"queue", "queue", "replace", "drop-if-running"}[srng.IntN(4)]
-		}
-		if lrng != nil && lrng.IntN(2) == 0 {
-			// Its deadline may come before it is due, while it waits,
-			// runs or retries, or never matter.
-			opts.DeadlineIn = opts.Delay + time.Duration(1+lrng.IntN(120))*time.Second
 		}
 		o.id, o.err = prod.Submit(ctx, taskType, json.RawMessage(input), opts)
 		if o.err == nil {
