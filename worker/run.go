@@ -379,12 +379,13 @@ func (r *run) update(ctx context.Context, change func(*task.Task, time.Time) err
 func (r *run) commit(o outcome, cause error) {
 	w := r.w
 	t0 := r.v.Task
-	if w.stopped.Err() != nil {
+	if !w.enterEnding() {
 		// Run has returned: the worker sends nothing more; the lease
 		// expires and the monitor re-dispatches the task.
 		w.log.Warn("handler returned after the worker stopped; its outcome is dropped", "task_id", t0.ID)
 		return
 	}
+	defer w.exitEnding()
 	// A commit still in flight when Run returns is abandoned with it:
 	// nothing of the worker outlives Run, and the lease expires. (The
 	// deadline bounds the requests on host time.)
@@ -572,9 +573,10 @@ const (
 // type would keep running, and burn its attempts, through the pause.
 func (r *run) requeueCrashed(o outcome) crashOutcome {
 	w := r.w
-	if w.stopped.Err() != nil || w.stopping.Load() {
+	if w.stopping.Load() || !w.enterEnding() {
 		return crashCommit
 	}
+	defer w.exitEnding()
 	ctx, cancel := context.WithTimeout(w.stopped, time.Minute)
 	defer cancel()
 	claimID := nextClaimID(r.claimID, r.v.Task.Attempt+1)

@@ -111,8 +111,14 @@ type Worker struct {
 	// stopped ends when Run has returned: no run renews or commits after
 	// it (a handler that ignored its shutdown keeps running, and its lease
 	// expires).
-	stopped     context.Context
-	markStopped context.CancelFunc
+	stopped    context.Context
+	stopCancel context.CancelFunc
+	// stopMu and ending fence Run's return: a commit (and the passing on
+	// of its task's end) enters before its first request, and Run, once
+	// it has canceled stopped, waits for those that entered, so that no
+	// request of theirs is sent after Run returned.
+	stopMu sync.Mutex
+	ending sync.WaitGroup
 
 	// logEvent logs the worker's events (events.Log over log).
 	logEvent func(Event)
@@ -168,7 +174,7 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Worker, error) {
 	w.newPools()
 	w.pointerShard.Store(-1)
 	w.view.Store(&memberView{})
-	w.stopped, w.markStopped = context.WithCancel(context.Background())
+	w.stopped, w.stopCancel = context.WithCancel(context.Background())
 	w.logEvent = events.Log(w.log)
 	if m.Direct() {
 		if err := w.openInbox(ctx); err != nil {
@@ -247,6 +253,43 @@ func (w *Worker) deps() deps.Env {
 func (w *Worker) passOn(t *task.Task) {
 	if err := w.deps().PassOn(w.stopped, t); err != nil {
 		w.log.Warn("pass a task's end on to its dependents; the monitor will finish it", "task_id", t.ID, "err", err)
+	}
+}
+
+// enterEnding reports whether Run has not stopped yet, and if so holds
+// Run's return until exitEnding: a commit in flight then finishes (its
+// requests canceled by stopped) before Run returns.
+func (w *Worker) enterEnding() bool {
+	w.stopMu.Lock()
+	defer w.stopMu.Unlock()
+	if w.stopped.Err() != nil {
+		return false
+	}
+	w.ending.Add(1)
+	return true
+}
+
+func (w *Worker) exitEnding() { w.ending.Done() }
+
+// markStopped ends stopped and waits for the commits that entered before:
+// their requests fail at once on the canceled context. A commit stuck
+// anyway (a store that ignores its context) is waited for at most 10s
+// of local time.
+func (w *Worker) markStopped() {
+	w.stopMu.Lock()
+	w.stopCancel()
+	w.stopMu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		w.ending.Wait()
+		close(done)
+	}()
+	t := w.local.NewTimer(10 * time.Second)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C():
+		w.log.Warn("a commit did not end within 10s of the worker stopping")
 	}
 }
 
