@@ -80,6 +80,7 @@ type Worker struct {
 	direct     *inbox              // direct dispatch's state (direct.go); nil in the shared mode
 	pauses     *pause.Watch        // the queue's pause object, read every PauseCheckInterval (pause.go)
 	held       map[string]heldTask // task key -> paused task seen, for its resume
+	limits     map[string]*limiter // type -> its rate limit (ratelimit.go); nil without limits
 	// resumePending: some held tasks of a resumed type are still to be
 	// announced (an announcement failed, or a crashed task came in).
 	resumePending bool
@@ -166,6 +167,7 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Worker, error) {
 	s := w.pauseView()
 	w.pauseState.Store(&s)
 	w.newPools()
+	w.newLimiters()
 	w.pointerShard.Store(-1)
 	w.view.Store(&memberView{})
 	w.stopped, w.markStopped = context.WithCancel(context.Background())
@@ -321,7 +323,7 @@ func (w *Worker) Run(ctx context.Context) error {
 // returns how long to wait before the next step.
 func (w *Worker) step(ctx context.Context) time.Duration {
 	w.checkPause(ctx)
-	d := w.pauses.Until()
+	d := min(w.pauses.Until(), w.claimHeld(ctx))
 	if w.direct == nil {
 		return min(d, w.stepShards(ctx))
 	}
@@ -353,8 +355,10 @@ func (w *Worker) stepShards(ctx context.Context) time.Duration {
 		// Our entry may have lapsed: poll nothing until a renewal lands.
 		return max(w.cfg.PollMin, time.Second)
 	}
-	if w.busy() {
-		m.lastWork = now // running handlers are work: a busy member is not idle
+	if w.busy() || w.holdingLimited() {
+		// Running handlers are work, and so are tasks waiting for a rate
+		// limit's window: such a member is not idle.
+		m.lastWork = now
 	}
 	// Until the renewal is due, or, if it is overdue, until its retry.
 	wait := max(w.memberTTL()/3-clock.Since(w.local, m.renewed), m.retry.until(now))
