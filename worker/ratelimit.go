@@ -251,15 +251,15 @@ func (s heldSettler) Failed(c shards.Candidate, _ time.Time) bool { return false
 // claimHeld claims the held tasks of limited types whose window may have
 // opened, oldest first, while slots are free. It returns how long until a
 // window of a type with held tasks may open (by the local clock), or
-// forever.
-func (w *Worker) claimHeld(ctx context.Context) (wait time.Duration) {
+// forever, and how many it claimed.
+func (w *Worker) claimHeld(ctx context.Context) (wait time.Duration, claimed int) {
 	wait = forever
 	if !w.holdingLimited() || w.stopping.Load() || w.pausedAll() {
-		return wait
+		return wait, 0
 	}
 	iv, err := w.clock.Now(ctx)
 	if err != nil {
-		return w.cfg.PollMin
+		return w.cfg.PollMin, 0
 	}
 	for _, typ := range slices.Sorted(maps.Keys(w.limits)) {
 		l := w.limits[typ]
@@ -292,24 +292,25 @@ func (w *Worker) claimHeld(ctx context.Context) (wait time.Duration) {
 				delete(l.held, k)
 			}
 			s := heldSettler{}
-			claimed := w.claimBatch(ctx, s, batch, iv, nil)
+			n := w.claimBatch(ctx, s, batch, iv, nil)
+			claimed += n
 			for k, h := range taken {
 				if _, again := l.held[k]; !again && !s[k] {
 					l.held[k] = h // neither settled nor held again: keep it
 				}
 			}
-			if claimed == 0 {
+			if n == 0 {
 				break
 			}
 			if iv, err = w.clock.Now(ctx); err != nil {
-				return w.cfg.PollMin
+				return w.cfg.PollMin, claimed
 			}
 		}
 		if len(l.held) > 0 && iv.Earliest.Before(l.openAt) {
 			wait = min(wait, l.openAt.Sub(iv.Earliest))
 		}
 	}
-	return wait
+	return wait, claimed
 }
 
 // heldOrder orders held task keys by task id (ids sort by due time), then

@@ -323,7 +323,11 @@ func (w *Worker) Run(ctx context.Context) error {
 // returns how long to wait before the next step.
 func (w *Worker) step(ctx context.Context) time.Duration {
 	w.checkPause(ctx)
-	d := min(w.pauses.Until(), w.claimHeld(ctx))
+	held, claimed := w.claimHeld(ctx)
+	if claimed > 0 {
+		w.fleet.lastWork = w.now()
+	}
+	d := min(w.pauses.Until(), held)
 	if w.direct == nil {
 		return min(d, w.stepShards(ctx))
 	}
@@ -401,9 +405,10 @@ func (w *Worker) pollOwn(ctx context.Context, now time.Time) {
 // paces its passes itself (step); tests drive poll directly instead of Run.
 func (w *Worker) poll(ctx context.Context) (int, error) {
 	w.checkPause(ctx)
+	_, held := w.claimHeld(ctx)
 	if w.static() {
 		p := w.pollShards(ctx, w.cfg.OwnShards, false)
-		return p.claimed, p.err
+		return held + p.claimed, p.err
 	}
 	var err error
 	if !w.fleet.member {
@@ -416,6 +421,7 @@ func (w *Worker) poll(ctx context.Context) (int, error) {
 	}
 	a := w.fleet.assign
 	p := w.pollShards(ctx, append(append([]int(nil), a.Own...), a.Drain...), false)
+	p.claimed += held
 	if d := w.direct; d != nil {
 		if !slices.Equal(d.rec.Types, w.types()) && !w.renewOwnLease(ctx) {
 			return p.claimed, d.cause
