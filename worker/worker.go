@@ -281,8 +281,20 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 	}()
 	for {
-		select {
-		case <-ctx.Done():
+		// A step that ends because ctx ended (its request failed with
+		// it) may return no wait: the timer and ctx.Done are then both
+		// ready, and select would pick one at random. The end of ctx
+		// wins, so what happens next does not depend on that pick (a
+		// seeded simulation replays).
+		if ctx.Err() == nil {
+			select {
+			case <-ctx.Done():
+			case <-timer.C():
+			case <-w.freed:
+				w.slotFreed()
+			}
+		}
+		if ctx.Err() != nil {
 			w.leave()
 			if w.direct != nil {
 				select {
@@ -300,9 +312,6 @@ func (w *Worker) Run(ctx context.Context) error {
 			}
 			w.markStopped()
 			return err
-		case <-timer.C():
-		case <-w.freed:
-			w.slotFreed()
 		}
 		// When the timer and a freed slot are both ready, select picks one
 		// at random: take the freed slot either way, so that what happens
