@@ -255,7 +255,13 @@ func (w *Worker) tryClaim(ctx context.Context, s settler, a *attempt, iv clock.I
 	if l != nil {
 		a.unclaimed = *t
 	}
-	if err := t.ClaimBy(w.cfg.ID, claimID, iv.Latest); err != nil {
+	at := iv.Latest
+	if l != nil {
+		// The time the reservation was made at, in the tokens' window:
+		// the task's history dates the start in the window it counts in.
+		at = w.rateAt.Latest
+	}
+	if err := t.ClaimBy(w.cfg.ID, claimID, at); err != nil {
 		if evicted != nil {
 			p.requeue(evicted) // back where it was
 		}

@@ -143,8 +143,12 @@ func (w *Worker) reserveFor(ctx context.Context, as []attempt, iv clock.Interval
 	}
 	now, err := w.clock.Now(ctx)
 	if err != nil {
+		for typ := range need {
+			w.limits[typ].tokens = 0 // no clock, no claim on a token
+		}
 		return
 	}
+	w.rateAt = now
 	for _, typ := range slices.Sorted(maps.Keys(need)) {
 		l := w.limits[typ]
 		l.expire(now, l.margin(w.cfg.LeaseMargin))

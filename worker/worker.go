@@ -81,6 +81,7 @@ type Worker struct {
 	pauses     *pause.Watch        // the queue's pause object, read every PauseCheckInterval (pause.go)
 	held       map[string]heldTask // task key -> paused task seen, for its resume
 	limits     map[string]*limiter // type -> its rate limit (ratelimit.go); nil without limits
+	rateAt     clock.Interval      // S3 time of the last reservation's decision (ratelimit.go)
 	// resumePending: some held tasks of a resumed type are still to be
 	// announced (an announcement failed, or a crashed task came in).
 	resumePending bool
