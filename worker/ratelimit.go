@@ -78,6 +78,7 @@ type limiter struct {
 	// after one failed.
 	retryAt time.Time
 	held    map[string]heldTask // task key -> task waiting for a token
+	taking  map[string]bool     // held tasks being claimed by claimHeld (held again without a second event)
 	warned  string              // the other limit last warned about
 	bad     bool                // a malformed counter was reported
 }
@@ -218,7 +219,7 @@ func (l *limiter) takeToken() bool {
 // entry that could not be handed back, or no room): it stays unsettled,
 // and a later listing returns it.
 func (w *Worker) holdLimited(ctx context.Context, c shards.Candidate, t *task.Task, iv clock.Interval, l *limiter) bool {
-	if _, ok := l.held[t.Key()]; !ok {
+	if _, ok := l.held[t.Key()]; !ok && !l.taking[t.Key()] {
 		if len(l.held) >= maxHeld {
 			return false
 		}
@@ -279,10 +280,18 @@ func (w *Worker) claimHeld(ctx context.Context) (wait time.Duration, claimed int
 			continue
 		}
 		for len(l.held) > 0 && w.free() > 0 && !iv.Earliest.Before(l.openAt) && !w.now().Before(l.retryAt) {
-			keys := slices.SortedFunc(maps.Keys(l.held), func(a, b string) int {
-				return heldOrder(a, b)
-			})
-			keys = keys[:min(len(keys), w.free(), maxClaimBatch)]
+			// Reserve first, so that a window with fewer starts left than
+			// held tasks costs the reads of those it can start only.
+			want := min(len(l.held), w.free(), maxClaimBatch)
+			l.expire(iv, l.margin(w.cfg.LeaseMargin))
+			if l.tokens < want {
+				w.reserve(ctx, l, want-l.tokens, iv)
+			}
+			if l.tokens == 0 {
+				break
+			}
+			keys := slices.SortedFunc(maps.Keys(l.held), heldOrder)
+			keys = keys[:min(want, l.tokens)]
 			batch := make([]shards.Candidate, 0, len(keys))
 			taken := make(map[string]heldTask, len(keys))
 			for _, k := range keys {
@@ -296,7 +305,12 @@ func (w *Worker) claimHeld(ctx context.Context) (wait time.Duration, claimed int
 				delete(l.held, k)
 			}
 			s := heldSettler{}
+			l.taking = make(map[string]bool, len(taken))
+			for k := range taken {
+				l.taking[k] = true
+			}
 			n := w.claimBatch(ctx, s, batch, iv, nil)
+			l.taking = nil
 			claimed += n
 			for k, h := range taken {
 				if _, again := l.held[k]; !again && !s[k] {
@@ -312,6 +326,9 @@ func (w *Worker) claimHeld(ctx context.Context) (wait time.Duration, claimed int
 		}
 		if len(l.held) > 0 && iv.Earliest.Before(l.openAt) {
 			wait = min(wait, l.openAt.Sub(iv.Earliest))
+		}
+		if d := clock.Until(w.local, l.retryAt); len(l.held) > 0 && d > 0 {
+			wait = min(wait, d)
 		}
 	}
 	return wait, claimed

@@ -109,8 +109,17 @@ func TestRateLimitFleetWide(t *testing.T) {
 				t.Errorf("job %s ran %v after its submit, want at once (ran: %v)", id, at.Sub(submitted), ok)
 			}
 		}
-		if len(events) == 0 {
+		held := map[string]int{}
+		for _, e := range events {
+			held[e.TaskID]++
+		}
+		if len(held) == 0 {
 			t.Error("no rate_limited event")
+		}
+		for id, n := range held {
+			if n > 1 {
+				t.Errorf("%d rate_limited events for task %s, want one per task held", n, id)
+			}
 		}
 		c, _, err := ratelimit.Read(f.ctx, st, "api")
 		if err != nil || c.Limit != limit.String() || c.Used < 1 {
