@@ -223,3 +223,21 @@ func (k *keyCounter) Put(ctx context.Context, key string, body []byte, opts s3st
 	}
 	return k.Store.Put(ctx, key, body, opts)
 }
+
+// A limit that cannot be kept is refused with one clear error.
+func TestRateLimitConfigChecked(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		limits map[string]worker.RateLimit
+		want   string
+	}{
+		{map[string]worker.RateLimit{"api": {N: 0, Interval: time.Second}}, "rate limit of api: want at least 1 start"},
+		{map[string]worker.RateLimit{"api": {N: 3, Interval: time.Millisecond}}, "rate limit of api: the interval must be at least 1s"},
+		{map[string]worker.RateLimit{"bad type!": {N: 3, Interval: time.Second}}, `rate limit of "bad type!"`},
+	} {
+		_, err := worker.New(ctx, mem.New(), worker.Config{ID: "a", Shards: 1, Logger: quiet, RateLimits: tc.limits})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: error %v, want %q", tc.limits, err, tc.want)
+		}
+	}
+}
