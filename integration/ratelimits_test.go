@@ -67,8 +67,11 @@ func TestRateLimitThroughTheBinaryWithThreeWorkers(t *testing.T) {
 		}
 	}
 	t.Logf("the 4 job tasks were claimed within %v of their submit (done %v after the last)", jobWait.Round(100*time.Millisecond), time.Since(jobsAt).Round(100*time.Millisecond))
-	if jobWait > 3*time.Second {
-		t.Errorf("a job task waited %v for its claim behind the rate-limited tasks, want no more than a poll (poll_max 1s) or two", jobWait)
+	// Queued behind the 20 api tasks under their limit, a job would wait
+	// the 6 windows (12 s) they take; a few polls (poll_max 1s), while
+	// the fleet settles its shards, is not being slowed by them.
+	if jobWait > 5*time.Second {
+		t.Errorf("a job task waited %v for its claim behind the rate-limited tasks, want a few polls at most", jobWait)
 	}
 	waitUntil(t, ctx, "the rate-limited api tasks to run", 2*time.Minute, func() bool { return done(api) })
 
