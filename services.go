@@ -23,6 +23,14 @@ type ProducerConfig = producer.Config
 // Its Shards and Clock are the queue's.
 type WorkerConfig = worker.Config
 
+// RateLimit is at most N starts of a task type per Interval of S3 time,
+// fleet-wide (WorkerConfig.RateLimits; docs/scheduling.md#rate-limits).
+type RateLimit = worker.RateLimit
+
+// ParseRateLimit reads a rate limit written "N/INTERVAL": "100/1m",
+// "5/s", "3/2s".
+func ParseRateLimit(s string) (RateLimit, error) { return worker.ParseRateLimit(s) }
+
 // MonitorConfig configures a monitor: sweep interval, retention, leader
 // election (see monitor.Config). Zero fields take the defaults. Its Shards
 // and Clock are the queue's.

@@ -46,12 +46,14 @@ type attempt struct {
 
 	// Set by tryClaim for a task it reserved a slot for and marked claimed
 	// by this worker; the claim's PUT is still to be made.
-	claiming bool
-	h        Handler
-	claimID  string
-	pool     *pool
-	adm      admission
-	evicted  *run // a pending run evicted for this one (DropOldest), to release
+	claiming  bool
+	h         Handler
+	claimID   string
+	pool      *pool
+	adm       admission
+	evicted   *run      // a pending run evicted for this one (DropOldest), to release
+	limiter   *limiter  // the rate limit whose token the claim uses, if any
+	unclaimed task.Task // the task as read, for a claim undone before its PUT (inWindow)
 	// settledAt is tryClaim's verdict for a task it does not claim (see
 	// applyClaim), or the claim's new ETag.
 	settledAt string
@@ -140,6 +142,7 @@ func (w *Worker) claimBatch(ctx context.Context, s settler, batch []shards.Candi
 		}
 	}
 	concurrently(len(as), func(i int) { w.load(ctx, &as[i], counts) })
+	w.reserveFor(ctx, as, iv)
 	var claiming []*attempt
 	for i := range as {
 		if w.tryClaim(ctx, s, &as[i], iv) {
@@ -157,6 +160,7 @@ func (w *Worker) claimBatch(ctx context.Context, s settler, batch []shards.Candi
 				w.drop(ctx, a.evicted)
 			}
 		}
+		claiming = w.inWindow(ctx, s, claiming)
 		concurrently(len(claiming), func(i int) {
 			a := claiming[i]
 			a.nv, a.claimErr = w.claim(ctx, a)
@@ -232,6 +236,15 @@ func (w *Worker) tryClaim(ctx context.Context, s settler, a *attempt, iv clock.I
 		}
 		return false
 	}
+	l := w.limits[t.Type]
+	if l != nil && l.tokens == 0 {
+		// Over its rate limit: settled and held for the next window
+		// (ratelimit.go).
+		if w.holdLimited(ctx, c, t, iv, l) {
+			a.settledAt = v.ETag
+		}
+		return false
+	}
 	p := w.poolFor(t.Type)
 	adm, evicted := p.admit(t.ID)
 	if adm == refused {
@@ -239,7 +252,16 @@ func (w *Worker) tryClaim(ctx context.Context, s settler, a *attempt, iv clock.I
 		return false
 	}
 	claimID := w.rand.Hex(12)
-	if err := t.ClaimBy(w.cfg.ID, claimID, iv.Latest); err != nil {
+	if l != nil {
+		a.unclaimed = *t
+	}
+	at := iv.Latest
+	if l != nil {
+		// The time the reservation was made at, in the tokens' window:
+		// the task's history dates the start in the window it counts in.
+		at = w.rateAt.Latest
+	}
+	if err := t.ClaimBy(w.cfg.ID, claimID, at); err != nil {
 		if evicted != nil {
 			p.requeue(evicted) // back where it was
 		}
@@ -247,6 +269,10 @@ func (w *Worker) tryClaim(ctx context.Context, s settler, a *attempt, iv clock.I
 		return false
 	}
 	a.claiming, a.h, a.claimID, a.pool, a.adm, a.evicted = true, h, claimID, p, adm, evicted
+	if l != nil {
+		l.takeToken()
+		a.limiter = l
+	}
 	return true
 }
 

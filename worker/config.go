@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"time"
 
@@ -100,6 +101,15 @@ type Config struct {
 	// a queue that has another.
 	MaxShards    int
 	ReshardAfter time.Duration
+	// RateLimits caps the starts of task types fleet-wide: at most N
+	// claims of the type per Interval of S3 time, counted in the bucket
+	// (ratelimits/{hash}.json) and shared by every worker that sets a
+	// limit for the type. Each worker enforces its own entry: every
+	// worker running the type must be given the same limit. A task over
+	// the limit is not claimed and not failed: it stays pending, held by
+	// the worker until a window opens (docs/scheduling.md#rate-limits).
+	// ParseRateLimit reads "N/INTERVAL".
+	RateLimits map[string]RateLimit
 	// PauseCheckInterval is how often the worker reads the queue's pause
 	// object (one GET): it stops claiming paused types, or everything while
 	// the whole queue is paused, within this long of a pause, and claims
@@ -246,6 +256,10 @@ func (c *Config) validate() error {
 		return fmt.Errorf("dispatch mode %q: want %q or %q", c.DispatchMode, shards.DispatchShared, shards.DispatchDirect)
 	}
 	c.Pools = append([]Pool(nil), c.Pools...)
+	if err := CheckRateLimits(c.RateLimits); err != nil {
+		return err
+	}
+	c.RateLimits = maps.Clone(c.RateLimits)
 	return checkPools(c)
 }
 

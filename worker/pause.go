@@ -141,6 +141,12 @@ func (w *Worker) takeCrashedHeld() {
 	w.crashed.tasks = nil
 	w.crashed.mu.Unlock()
 	for key, h := range tasks {
+		if l := w.limits[h.Type]; l != nil && !w.pausedType(h.Type) && len(l.held) < maxHeld {
+			// Rate limited: claimed from the held list once a token is
+			// reserved (ratelimit.go), with no announcement.
+			l.held[key] = h
+			continue
+		}
 		w.keep(key, h)
 		w.resumePending = true
 	}

@@ -581,7 +581,11 @@ func (r *run) requeueCrashed(o outcome) crashOutcome {
 	defer cancel()
 	claimID := nextClaimID(r.claimID, r.v.Task.Attempt+1)
 	t0 := r.v.Task
-	paused := w.pausedType(t0.Type)
+	// A rate-limited type is released as a paused one is: its next start
+	// must take a token, which the scheduler's discovery reserves (the
+	// held task is announced at the next read of the pause object, then
+	// claimed under the limit).
+	paused := w.pausedType(t0.Type) || w.rateLimited(t0.Type)
 	var announced time.Time // local time of the write-ahead pointer, if any
 	// The write commits the crashed attempt (and claims the next).
 	ctx, span := w.trace.Tracer.Start(r.spanParent(ctx), tracing.SpanCommit, trace.WithSpanKind(trace.SpanKindConsumer))

@@ -80,6 +80,8 @@ type Worker struct {
 	direct     *inbox              // direct dispatch's state (direct.go); nil in the shared mode
 	pauses     *pause.Watch        // the queue's pause object, read every PauseCheckInterval (pause.go)
 	held       map[string]heldTask // task key -> paused task seen, for its resume
+	limits     map[string]*limiter // type -> its rate limit (ratelimit.go); nil without limits
+	rateAt     clock.Interval      // S3 time of the last reservation's decision (ratelimit.go)
 	// resumePending: some held tasks of a resumed type are still to be
 	// announced (an announcement failed, or a crashed task came in).
 	resumePending bool
@@ -172,6 +174,7 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Worker, error) {
 	s := w.pauseView()
 	w.pauseState.Store(&s)
 	w.newPools()
+	w.newLimiters()
 	w.pointerShard.Store(-1)
 	w.view.Store(&memberView{})
 	w.stopped, w.stopCancel = context.WithCancel(context.Background())
@@ -322,8 +325,20 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 	}()
 	for {
-		select {
-		case <-ctx.Done():
+		// A step that ends because ctx ended (its request failed with
+		// it) may return no wait: the timer and ctx.Done are then both
+		// ready, and select would pick one at random. The end of ctx
+		// wins, so what happens next does not depend on that pick (a
+		// seeded simulation replays).
+		if ctx.Err() == nil {
+			select {
+			case <-ctx.Done():
+			case <-timer.C():
+			case <-w.freed:
+				w.slotFreed()
+			}
+		}
+		if ctx.Err() != nil {
 			w.leave()
 			if w.direct != nil {
 				select {
@@ -341,9 +356,6 @@ func (w *Worker) Run(ctx context.Context) error {
 			}
 			w.markStopped()
 			return err
-		case <-timer.C():
-		case <-w.freed:
-			w.slotFreed()
 		}
 		// When the timer and a freed slot are both ready, select picks one
 		// at random: take the freed slot either way, so that what happens
@@ -364,7 +376,11 @@ func (w *Worker) Run(ctx context.Context) error {
 // returns how long to wait before the next step.
 func (w *Worker) step(ctx context.Context) time.Duration {
 	w.checkPause(ctx)
-	d := w.pauses.Until()
+	held, claimed := w.claimHeld(ctx)
+	if claimed > 0 {
+		w.fleet.lastWork = w.now()
+	}
+	d := min(w.pauses.Until(), held)
 	if w.direct == nil {
 		return min(d, w.stepShards(ctx))
 	}
@@ -396,8 +412,10 @@ func (w *Worker) stepShards(ctx context.Context) time.Duration {
 		// Our entry may have lapsed: poll nothing until a renewal lands.
 		return max(w.cfg.PollMin, time.Second)
 	}
-	if w.busy() {
-		m.lastWork = now // running handlers are work: a busy member is not idle
+	if w.busy() || w.holdingLimited() {
+		// Running handlers are work, and so are tasks waiting for a rate
+		// limit's window: such a member is not idle.
+		m.lastWork = now
 	}
 	// Until the renewal is due, or, if it is overdue, until its retry.
 	wait := max(w.memberTTL()/3-clock.Since(w.local, m.renewed), m.retry.until(now))
@@ -440,9 +458,10 @@ func (w *Worker) pollOwn(ctx context.Context, now time.Time) {
 // paces its passes itself (step); tests drive poll directly instead of Run.
 func (w *Worker) poll(ctx context.Context) (int, error) {
 	w.checkPause(ctx)
+	_, held := w.claimHeld(ctx)
 	if w.static() {
 		p := w.pollShards(ctx, w.cfg.OwnShards, false)
-		return p.claimed, p.err
+		return held + p.claimed, p.err
 	}
 	var err error
 	if !w.fleet.member {
@@ -455,6 +474,7 @@ func (w *Worker) poll(ctx context.Context) (int, error) {
 	}
 	a := w.fleet.assign
 	p := w.pollShards(ctx, append(append([]int(nil), a.Own...), a.Drain...), false)
+	p.claimed += held
 	if d := w.direct; d != nil {
 		if !slices.Equal(d.rec.Types, w.types()) && !w.renewOwnLease(ctx) {
 			return p.claimed, d.cause

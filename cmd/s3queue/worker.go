@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"net"
 	"slices"
 	"sort"
@@ -24,7 +25,7 @@ var workerCommand = &command{
 	examples: []string{
 		`s3queue worker --exec resize="./resize.sh" --concurrency 8`,
 		"s3queue worker --config queue.toml --pool slow=2:report,export --events -",
-		`s3queue --log-level debug worker --exec mail.send="python3 send.py"`,
+		`s3queue --log-level debug worker --exec mail.send="python3 send.py" --rate-limit mail.send=5/s`,
 	},
 	details: "Handlers come from [handlers] in queue.toml and from --exec (which wins for the same type).\n" +
 		"Each task runs as /bin/sh -c COMMAND in its own process group: the input on stdin, stdout\n" +
@@ -39,7 +40,10 @@ var workerCommand = &command{
 		"provider first (exit 4 if it is unsupported); later ones trust the queue's manifest.\n" +
 		"--events FILE appends the worker's events (claimed, succeeded, failed, shard_acquired, ...)\n" +
 		"to FILE as JSON lines (- for stdout); see docs/events.md. --http ADDR serves /metrics\n" +
-		"(Prometheus), /healthz and /events (the same JSON lines, live) on ADDR; see docs/operations.md.",
+		"(Prometheus), /healthz and /events (the same JSON lines, live) on ADDR; see docs/operations.md.\n" +
+		"--rate-limit TYPE=N/INTERVAL starts at most N tasks of TYPE per INTERVAL fleet-wide (every\n" +
+		"worker running TYPE must set the same limit); tasks over it wait, pending; see\n" +
+		"docs/scheduling.md#rate-limits.",
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		eventsTo := eventsFlag(fs)
 		a.keyFlag(fs, "concurrency", "worker.concurrency", "run at most `N` tasks at once (wins over [worker] concurrency and S3QUEUE_WORKER_CONCURRENCY)")
@@ -65,6 +69,24 @@ var workerCommand = &command{
 				return err
 			}
 			pools = append(pools, p)
+			return nil
+		})
+		rateLimits := map[string]worker.RateLimit{}
+		fs.Func("rate-limit", "start at most `TYPE=N/INTERVAL` tasks of TYPE per INTERVAL, fleet-wide (\"weather=100/1m\",\n"+
+			"\"mail=5/s\"; repeatable; wins over [rate_limits] in queue.toml)", func(v string) error {
+			typ, limit, ok := strings.Cut(v, "=")
+			typ = strings.TrimSpace(typ)
+			if !ok {
+				return fmt.Errorf("want TYPE=N/INTERVAL, got %q", v)
+			}
+			if err := task.ValidType(typ); err != nil {
+				return err
+			}
+			l, err := worker.ParseRateLimit(limit)
+			if err != nil {
+				return err
+			}
+			rateLimits[typ] = l
 			return nil
 		})
 		return func(ctx context.Context, _ []string) error {
@@ -93,6 +115,10 @@ var workerCommand = &command{
 			wcfg := a.cfg.Worker()
 			wcfg.Logger = a.log
 			wcfg.Pools = mergePools(wcfg.Pools, pools)
+			if len(rateLimits) > 0 && wcfg.RateLimits == nil {
+				wcfg.RateLimits = map[string]worker.RateLimit{}
+			}
+			maps.Copy(wcfg.RateLimits, rateLimits)
 			if err := worker.CheckPools(wcfg); err != nil {
 				return usageError("worker: %v", err)
 			}
@@ -132,7 +158,8 @@ var workerCommand = &command{
 			}
 			sort.Strings(types)
 			a.log.Info("worker started", "store", url, "worker_id", w.ID(), "types", strings.Join(types, ","),
-				"concurrency", wcfg.Concurrency, "pools", describePools(w.QueueStates()), "dispatch", wcfg.DispatchMode)
+				"concurrency", wcfg.Concurrency, "pools", describePools(w.QueueStates()), "dispatch", wcfg.DispatchMode,
+				"rate_limits", describeRateLimits(wcfg.RateLimits))
 			// The line an operator (or a container runtime's log) sees
 			// between SIGTERM and "worker stopped": how much is still
 			// running and how long the worker will wait for it, which
@@ -162,6 +189,19 @@ var workerCommand = &command{
 			return err
 		}
 	},
+}
+
+// describeRateLimits lists limits as TYPE=N/INTERVAL, sorted ("none" if
+// there are none).
+func describeRateLimits(limits map[string]worker.RateLimit) string {
+	if len(limits) == 0 {
+		return "none"
+	}
+	var out []string
+	for _, typ := range slices.Sorted(maps.Keys(limits)) {
+		out = append(out, typ+"="+limits[typ].String())
+	}
+	return strings.Join(out, " ")
 }
 
 // parsePoolFlag parses --pool NAME=N[:TYPE,...].

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -265,6 +266,7 @@ func (c Config) Worker() worker.Config {
 	for i := range w.Pools {
 		w.Pools[i].Types = slices.Clone(w.Pools[i].Types)
 	}
+	w.RateLimits = maps.Clone(w.RateLimits)
 	return w
 }
 

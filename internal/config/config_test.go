@@ -381,6 +381,32 @@ func TestHandlers(t *testing.T) {
 	}
 }
 
+func TestRateLimits(t *testing.T) {
+	c, err := Load(write(t, "[rate_limits]\nweather = \"100/1m\"\n\"mail.send\" = \"5/s\"\n"), envMap(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]worker.RateLimit{"weather": {N: 100, Interval: time.Minute}, "mail.send": {N: 5, Interval: time.Second}}
+	if got := c.Worker().RateLimits; !reflect.DeepEqual(got, want) {
+		t.Errorf("RateLimits = %+v, want %+v", got, want)
+	}
+	for _, tc := range []struct{ text, want string }{
+		{"[rate_limits]\nweather = 100\n", `queue.toml: rate_limits.weather: want a quoted limit such as "100/1m", got integer 100`},
+		{"[rate_limits]\nweather = \"100\"\n", `queue.toml: rate_limits.weather: rate limit "100": want N/INTERVAL`},
+		{"[rate_limits]\nweather = \"0/1m\"\n", `want at least 1 start per interval`},
+		{"[rate_limits]\nweather = \"5/100ms\"\n", `the interval must be at least 1s`},
+		{"[rate_limits]\nweather = \"x/1m\"\n", `"x" is not a whole number of starts`},
+		{"[rate_limits]\nweather = \"5/soon\"\n", `interval "soon": want a duration`},
+		{"[rate_limits]\n\"bad type!\" = \"5/s\"\n", `queue.toml: rate_limits."bad type!": `},
+		{"rate_limits = 3\n", `queue.toml: rate_limits: want a table [rate_limits]`},
+	} {
+		_, err := Load(write(t, tc.text), envMap(nil))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: error %v, want %q", tc.text, err, tc.want)
+		}
+	}
+}
+
 func TestPools(t *testing.T) {
 	text := "[pools.io]\ntypes = [\"fetch\", \"upload\"]\nmax_in_flight = 32\n" +
 		"[pools.resize]\nmax_in_flight = 2\nmax_queue_depth = \"unbounded\"\nqueue_policy = \"drop-oldest\"\n"

@@ -21,6 +21,9 @@ const handlersTable = "handlers"
 // poolsTable holds a table per pool of task types ([pools.NAME]).
 const poolsTable = "pools"
 
+// rateLimitsTable maps task types to their rate limits ([rate_limits]).
+const rateLimitsTable = "rate_limits"
+
 // decodeFile applies the TOML text of the file at path, recording in src
 // the keys it set.
 func (c *Config) decodeFile(path, text string, tables []settings.Table, src map[string]string) error {
@@ -30,7 +33,7 @@ func (c *Config) decodeFile(path, text string, tables []settings.Table, src map[
 		return tomlError(path, err)
 	}
 	sections := map[string]map[string]any{"": doc}
-	for _, name := range append(tableNames(tables), handlersTable, poolsTable) {
+	for _, name := range append(tableNames(tables), handlersTable, poolsTable, rateLimitsTable) {
 		// A dotted name is a table within a table ([queue.direct_dispatch]).
 		table, where := doc, ""
 		for _, part := range strings.Split(name, ".") {
@@ -66,6 +69,9 @@ func (c *Config) decodeFile(path, text string, tables []settings.Table, src map[
 		}
 	}
 	if err := c.decodePools(path, sections[poolsTable]); err != nil {
+		return err
+	}
+	if err := c.decodeRateLimits(path, sections[rateLimitsTable]); err != nil {
 		return err
 	}
 	return c.decodeHandlers(path, sections[handlersTable])
@@ -119,6 +125,36 @@ func (c *Config) decodePools(path string, table map[string]any) error {
 	return nil
 }
 
+// decodeRateLimits reads [rate_limits]: task type = "N/INTERVAL".
+func (c *Config) decodeRateLimits(path string, table map[string]any) error {
+	if len(table) == 0 {
+		return nil
+	}
+	limits := make(map[string]worker.RateLimit, len(table))
+	types := make([]string, 0, len(table))
+	for typ := range table {
+		types = append(types, typ)
+	}
+	sort.Strings(types)
+	for _, typ := range types {
+		key := rateLimitsTable + "." + quoteKey(typ)
+		v, ok := table[typ].(string)
+		if !ok {
+			return fmt.Errorf("%s: %s: want a quoted limit such as \"100/1m\", got %s", path, key, settings.Describe(table[typ]))
+		}
+		if err := task.ValidType(typ); err != nil {
+			return fmt.Errorf("%s: %s: %v", path, key, err)
+		}
+		l, err := worker.ParseRateLimit(v)
+		if err != nil {
+			return fmt.Errorf("%s: %s: %v", path, key, err)
+		}
+		limits[typ] = l
+	}
+	c.WorkerSection.RateLimits = limits
+	return nil
+}
+
 // tableNames returns the names of the sections that are tables.
 func tableNames(tables []settings.Table) []string {
 	var out []string
@@ -169,7 +205,7 @@ func tomlError(path string, err error) error {
 // declared key, no section and nothing in [handlers].
 func unknownKeys(path string, inFile []toml.Key, declared []settings.Bound) error {
 	isKey := make(map[string]bool)
-	sections := map[string]bool{handlersTable: true, poolsTable: true}
+	sections := map[string]bool{handlersTable: true, poolsTable: true, rateLimitsTable: true}
 	var names []string
 	for _, k := range declared {
 		isKey[k.Name] = true
@@ -185,7 +221,7 @@ func unknownKeys(path string, inFile []toml.Key, declared []settings.Bound) erro
 	// known: a key, a section, or inside a key's value (a table where a
 	// value should be, which the key's type check reports) or [handlers].
 	known := func(k toml.Key) bool {
-		if sections[k.String()] || k[0] == handlersTable || k[0] == poolsTable {
+		if sections[k.String()] || k[0] == handlersTable || k[0] == poolsTable || k[0] == rateLimitsTable {
 			return true
 		}
 		for i := 1; i <= len(k); i++ {

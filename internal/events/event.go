@@ -105,6 +105,12 @@ const (
 	SlotGranted Kind = "slot_granted"
 )
 
+// RateLimited: a worker found a task of a rate-limited type due while the
+// type's window had no start left for it (docs/scheduling.md#rate-limits):
+// the task stays pending, held by the worker until a window opens.
+// Published once per task held, not at each window it waits.
+const RateLimited Kind = "rate_limited"
+
 // Fleet kinds, published by workers that share their shards in the fleet.
 const (
 	// ShardAcquired: the shard in Shard became one of the member's own.

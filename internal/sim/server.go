@@ -67,6 +67,7 @@ type Faults struct {
 type Entry struct {
 	Seq     int
 	At      time.Time // server time it was applied
+	Sent    time.Time // server time its caller sent it (At, unless the network held it)
 	Proc    string
 	Op      s3store.Op
 	Key     string
@@ -582,7 +583,7 @@ func (s *Server) record(r *request, now time.Time, fault string, old object, exi
 	if s.lean {
 		return
 	}
-	e := Entry{Seq: len(s.log), At: now, Proc: r.h.proc, Op: r.op, Key: r.key, New: body, Fault: fault, Existed: existed}
+	e := Entry{Seq: len(s.log), At: now, Sent: r.sent, Proc: r.h.proc, Op: r.op, Key: r.key, New: body, Fault: fault, Existed: existed}
 	if existed {
 		e.Old = old.body
 	}

@@ -114,6 +114,9 @@ type Plan struct {
 	// Pause (a quarter of the seeds): an operator pauses the task type,
 	// or the whole queue, for a few minutes of the chaos phase.
 	Pause *PausePlan
+	// RateLimit (a quarter of the seeds): every worker limits the task
+	// type to N starts per a few seconds, fleet-wide.
+	RateLimit *worker.RateLimit
 }
 
 // The direct-dispatch settings of the workers, producers and monitors:
@@ -186,6 +189,9 @@ func (p Plan) String() string {
 	}
 	if p.Pause != nil {
 		s += ", " + p.Pause.String()
+	}
+	if p.RateLimit != nil {
+		s += ", rate limit " + p.RateLimit.String()
 	}
 	if p.Surge.Join > 0 {
 		s += fmt.Sprintf(", surge of %d workers at %v, %d leave at %v", p.Surge.Join, p.Surge.At.Round(time.Second), p.Surge.Leave, p.Surge.LeaveAt.Round(time.Second))
@@ -315,6 +321,7 @@ func Run(seed uint64, opts Options) Result {
 	}
 	planLayout(&plan, opts)
 	planPause(&plan, opts)
+	planRateLimit(&plan)
 	w := &world{opts: opts, plan: plan, rng: rng,
 		srv:   NewServer(plan.Provider, rand.New(rand.NewPCG(seed, 0x5e4e)), plan.MaxPage),
 		procs: make(map[string]*proc), dedicated: make(map[string]bool), nextID: make(map[string]int), acked: make(map[string]ack), spawned: make(map[string]int),
@@ -574,6 +581,9 @@ func (w *world) startWorkerAs(id string) *proc {
 	cfg := worker.Config{ID: id, Concurrency: concurrency, Dedicated: dedicated, RootMembers: w.plan.RootMembers,
 		MaxInFlight: w.plan.Queue.InFlight, QueuePolicy: w.plan.Queue.Policy, MaxQueueDepth: w.plan.Queue.Depth, CrashPolicy: w.plan.Queue.Crash,
 		Logger: discard, ShutdownGrace: 10 * time.Second}
+	if l := w.plan.RateLimit; l != nil {
+		cfg.RateLimits = map[string]worker.RateLimit{taskType: *l}
+	}
 	if w.plan.Direct {
 		cfg.DispatchMode = shards.DispatchDirect
 		cfg.LeaseDuration, cfg.LeaseRenewalInterval = directLease, directRenewal
