@@ -33,10 +33,8 @@ var submitCommand = &command{
 	summary: "submit a task and print its id (or one task per JSON line with --batch)",
 	examples: []string{
 		`s3queue submit --type resize --input '{"url": "https://example.com/a.png"}'`,
-		"s3queue submit --batch tasks.jsonl",
 		"s3queue submit --type resize --input-file job.json --wait --wait-timeout 5m",
 		`s3queue submit --type report --input '{"day": "2026-01-02"}' --unique --unique-for 1h`,
-		"s3queue submit --type sync --idempotency-key sync-nightly --unique-for 20h",
 	},
 	details: "The input must be JSON (at most 256 KiB once compacted); it is checked before the store is\n" +
 		"opened, so bad input writes nothing (exit 2). Defaults come from [submit] in queue.toml.\n" +
