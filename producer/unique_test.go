@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -104,18 +105,60 @@ func TestAKeyIsFreeOnceItsWindowPassed(t *testing.T) {
 	}
 }
 
-// Submits racing on a key whose window passed create one task between
-// them, and all return it.
+// readTogether holds the first n reads of key until all n have arrived,
+// so that n submits all read the same version of a record before any of
+// them writes.
+type readTogether struct {
+	s3store.Store
+	key     string
+	mu      sync.Mutex
+	n       int
+	arrived chan struct{}
+}
+
+func (r *readTogether) Get(ctx context.Context, key string) (s3store.Object, error) {
+	if key == r.key {
+		r.mu.Lock()
+		wait := r.n > 0
+		if wait {
+			r.n--
+			if r.n == 0 {
+				close(r.arrived)
+			}
+		}
+		r.mu.Unlock()
+		if wait {
+			select {
+			case <-r.arrived:
+			case <-time.After(10 * time.Second):
+			}
+		}
+	}
+	return r.Store.Get(ctx, key)
+}
+
+// Submits racing on a key whose window passed, all having read the
+// expired record, create one task between them, and all return it: only
+// one replaces the record (its CAS), the others follow the new record.
 func TestRacingSubmitsAfterTheWindowCreateOneTask(t *testing.T) {
 	ctx := context.Background()
-	p, _, mst, srv := setupWindow(t)
+	mst, srv, clk := fakeTime(t)
+	const n = 8
+	st := &readTogether{Store: mst, key: task.IdempotencyRecordKey("race"), arrived: make(chan struct{})}
+	p, err := producer.New(ctx, st, producer.Config{Shards: 4, Clock: clk, BatchParallelism: n})
+	if err != nil {
+		t.Fatal(err)
+	}
 	opts := producer.Options{IdempotencyKey: "race", UniqueFor: time.Second}
 	x, err := p.Submit(ctx, "t", nil, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	*srv = srv.Add(3 * time.Second)
-	reqs := make([]producer.Request, 16)
+	st.mu.Lock()
+	st.n = n
+	st.mu.Unlock()
+	reqs := make([]producer.Request, n)
 	for i := range reqs {
 		reqs[i] = producer.Request{Type: "t", Options: opts}
 	}
