@@ -31,7 +31,7 @@ func (u UniquePlan) String() string {
 // planUnique draws a third of the seeds' windows, from a source of its own
 // (the other seeds' plans stay as they were).
 func planUnique(plan *Plan) {
-	rng := rand.New(rand.NewPCG(plan.Seed, 0x0a1e))
+	rng := rand.New(rand.NewPCG(plan.Seed, 0x0a1e5))
 	if rng.IntN(3) != 0 {
 		return
 	}
