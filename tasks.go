@@ -73,7 +73,9 @@ var (
 
 // Submit creates a task of type typ with input (any JSON-encodable value;
 // json.RawMessage and []byte are taken as JSON text) and returns its id.
-// It costs one PUT, two with an idempotency key. With
+// It costs one PUT, two with an idempotency key (or Unique); a key whose
+// uniqueness window (UniqueFor) has passed costs a failed PUT, a GET and
+// two PUTs (docs/scheduling.md). With
 // ErrIdempotencyConflict it also returns the id of the task that holds the
 // key.
 func (q *Queue) Submit(ctx context.Context, typ string, input any, opts SubmitOptions) (string, error) {

@@ -64,7 +64,8 @@ type Config struct {
 	RepairAfter time.Duration
 	// Retention: finished tasks (succeeded, dead, canceled) are deleted
 	// this long after their last change (a task with an idempotency key is
-	// kept at least task.MinKeyedRetention).
+	// kept at least task.MinKeyedRetention, and its uniqueness window and
+	// a minute more: Task.MinRetention).
 	Retention time.Duration
 	// KeepForever, with Retention 0, keeps finished tasks for ever instead
 	// of taking the default retention (the CLI's monitor.retention = "0"

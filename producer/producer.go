@@ -231,6 +231,21 @@ type Options struct {
 	// second Submit with the same key but another type or input fails with
 	// ErrIdempotencyConflict (and the first task's id).
 	IdempotencyKey string
+	// Unique derives the idempotency key from the task's type and input
+	// (task.UniqueKey: "unique:" and their hash), as Asynq's Unique does:
+	// a second Submit of the same type and input returns the first task.
+	// It excludes IdempotencyKey; a key of one's own may not begin with
+	// "unique:".
+	Unique bool
+	// UniqueFor, with IdempotencyKey or Unique, is how long the key stays
+	// taken by the task it creates, from the S3 time its record is
+	// written (task.MinUniqueFor..task.MaxUniqueFor, 1s..720h). Once it
+	// has passed, the next Submit with the key creates a new task (it
+	// replaces the key's record by CAS, so of racing submits one creates
+	// the task and the others return it). 0: the key stays taken until
+	// retention deletes the task. A finished task does not free its key
+	// early. See docs/scheduling.md.
+	UniqueFor time.Duration
 	// ShardKey places tasks with the same key in the same shard.
 	ShardKey string
 	// DependsOn are tasks of this queue that must succeed before this one
@@ -277,7 +292,7 @@ func (p *Producer) Submit(ctx context.Context, typ string, input any, opts Optio
 		if t != nil && id == t.ID {
 			span.SetAttributes(tracing.Shard.Int(t.Shard))
 		}
-		if opts.IdempotencyKey != "" && id != "" {
+		if (opts.IdempotencyKey != "" || opts.Unique) && id != "" {
 			// Answered with the task its key already names (not created
 			// here): its trace is the first submit's.
 			span.SetAttributes(tracing.Repeat.Bool(t == nil || id != t.ID))
@@ -298,6 +313,9 @@ func (p *Producer) submit(ctx context.Context, typ string, input any, opts Optio
 	if err := p.checkTimeout(opts.Timeout); err != nil {
 		return "", nil, err
 	}
+	if opts.IdempotencyKey, err = uniqueKey(typ, raw, opts); err != nil {
+		return "", nil, fmt.Errorf("submit: %w", err)
+	}
 	now, err := p.clock.Now(ctx)
 	if err != nil {
 		return "", nil, fmt.Errorf("submit: %w", err)
@@ -315,7 +333,7 @@ func (p *Producer) submit(ctx context.Context, typ string, input any, opts Optio
 	// shard scans trust it, so the task must say exactly the same.
 	at = at.Truncate(time.Millisecond)
 	spec := task.Spec{Type: typ, Input: raw, MaxAttempts: opts.MaxAttempts, Retry: opts.Retry, Timeout: opts.Timeout,
-		AvailableAt: at, IdempotencyKey: opts.IdempotencyKey, ShardKey: opts.ShardKey, Trace: p.trace.Inject(ctx)}
+		AvailableAt: at, IdempotencyKey: opts.IdempotencyKey, UniqueFor: opts.UniqueFor, ShardKey: opts.ShardKey, Trace: p.trace.Inject(ctx)}
 	// New work goes to the shards fleet members poll; a shard key pins its
 	// shard instead, and the task is announced if that shard is inactive.
 	var targets []int
@@ -402,6 +420,28 @@ func (p *Producer) submit(ctx context.Context, typ string, input any, opts Optio
 	}
 	p.afterCreate(ctx, t)
 	return t.ID, t, nil
+}
+
+// uniqueKey returns the idempotency key of a submit: the one opts give,
+// or with opts.Unique the one derived from the type and input.
+func uniqueKey(typ string, input json.RawMessage, opts Options) (string, error) {
+	switch {
+	case opts.Unique && opts.IdempotencyKey != "":
+		return "", fmt.Errorf("%w: unique derives the idempotency key from the type and input; it cannot be combined with an idempotency key", task.ErrInvalid)
+	case opts.Unique:
+		return task.UniqueKey(typ, input)
+	case strings.HasPrefix(opts.IdempotencyKey, task.UniqueKeyPrefix):
+		return "", fmt.Errorf("%w: idempotency key %q: keys beginning with %q are reserved for unique", task.ErrInvalid, truncate(opts.IdempotencyKey, 80), task.UniqueKeyPrefix)
+	}
+	return opts.IdempotencyKey, nil
+}
+
+// truncate returns s, cut to at most n bytes with an ellipsis.
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
 }
 
 // prepareRounds bounds how often prepare writes the edges of one submit.
@@ -527,11 +567,18 @@ func (p *Producer) checkTimeout(timeout time.Duration) error {
 }
 
 // submitOnce claims the idempotency key and then creates the task its
-// record names. Records are only ever created with If-None-Match, never
-// replaced, so the first producer to write the record decides the task id;
-// every other producer creates that same id with create-if-absent, or
-// finds it. What a producer that finds the record does:
+// record names. Records are created with If-None-Match, and replaced only
+// by CAS once their uniqueness window has passed, so the producer whose
+// write of the record lands decides the task id; every other producer
+// creates that same id with create-if-absent, or finds it. What a producer
+// that finds the record does:
 //
+//   - record whose uniqueness window has passed (task.IdempotencyRecord
+//     Expired, by S3 time): replace it by CAS (If-Match on the ETag read)
+//     with a record naming t, then create t as after a first write. A
+//     lost CAS (another submit replaced it first, or retention retired or
+//     deleted it) starts again: of racing submits one replaces it, and the
+//     others follow its new record;
 //   - retired record (retention is deleting it), or the task exists: the
 //     key is taken by that task; return its id;
 //   - record younger than task.IdempotencyRecordYoung: its producer may still be
@@ -545,13 +592,15 @@ func (p *Producer) checkTimeout(timeout time.Duration) error {
 //
 // Requests: two PUTs for a new key; for a taken one a failed PUT, a GET and
 // either a HEAD (old record) or a failed PUT and its read-back GET (young
-// record). placed is the shard count t was placed with.
+// record); for a key whose window has passed a failed PUT, a GET, the
+// record's CAS PUT and the task's PUT. placed is the shard count t was
+// placed with.
 func (p *Producer) submitOnce(ctx context.Context, t *task.Task, spec task.Spec, now time.Time, placed int) (string, error) {
 	recKey := task.IdempotencyRecordKey(spec.IdempotencyKey)
-	own := task.IdempotencyRecord{ID: t.ID, Spec: task.SpecHash(t.Type, t.Input), Shards: placed}.Encode()
+	own := task.IdempotencyRecord{ID: t.ID, Spec: task.SpecHash(t.Type, t.Input), Shards: placed, UniqueFor: task.Duration(spec.UniqueFor)}
 	var id string
 	err := p.cas.Retry(ctx, func(int) (bool, error) {
-		_, err := p.st.Put(ctx, recKey, own, s3store.PutOptions{IfNoneMatch: true})
+		_, err := p.st.Put(ctx, recKey, own.Encode(), s3store.PutOptions{IfNoneMatch: true})
 		switch {
 		case err == nil:
 			id, err = p.createOnce(ctx, t)
@@ -559,11 +608,12 @@ func (p *Producer) submitOnce(ctx context.Context, t *task.Task, spec task.Spec,
 		case !s3store.LostRace(err):
 			return false, fmt.Errorf("submit: write idempotency record: %w", err)
 		}
-		id, err = p.followRecord(ctx, recKey, t, spec, now)
+		id, err = p.followRecord(ctx, recKey, t, spec, now, own)
 		if err != nil || id != "" {
 			return false, err
 		}
-		// The record was deleted meanwhile (retention): claim the key again.
+		// The record was deleted meanwhile (retention), or replaced after
+		// its window: claim the key again, or follow the new record.
 		return true, fmt.Errorf("submit: idempotency record %s keeps changing; try again", recKey)
 	})
 	return id, err
@@ -571,12 +621,25 @@ func (p *Producer) submitOnce(ctx context.Context, t *task.Task, spec task.Spec,
 
 // followRecord reads the record at recKey, which another submit wrote, and
 // returns the task id it gives the key (creating that task if its producer
-// did not), or "" when the record is gone and the key is free again.
-func (p *Producer) followRecord(ctx context.Context, recKey string, t *task.Task, spec task.Spec, now time.Time) (string, error) {
+// did not), or "" when the record is gone and the key is free again, or
+// changed under a replacement. A record whose window has passed is
+// replaced by own (naming t), and t created.
+func (p *Producer) followRecord(ctx context.Context, recKey string, t *task.Task, spec task.Spec, now time.Time, own task.IdempotencyRecord) (string, error) {
 	rec, obj, err := p.readRecord(ctx, recKey)
-	switch {
-	case err != nil, obj == nil:
+	if err != nil || obj == nil {
 		return "", err
+	}
+	iv, err := p.clock.Now(ctx)
+	if err != nil {
+		return "", fmt.Errorf("submit: %w", err)
+	}
+	if rec.Expired(obj.LastModified, iv.Earliest) {
+		// The key is free again, whatever task took it before: the
+		// record is replaced, never deleted, so no DELETE of it can be
+		// in flight, and no second record can appear beside it.
+		return p.replaceRecord(ctx, recKey, rec, obj.ETag, own, t)
+	}
+	switch {
 	case rec.Spec != "" && rec.Spec != task.SpecHash(t.Type, t.Input):
 		return rec.ID, fmt.Errorf("submit: %w: the key is task %s", ErrIdempotencyConflict, rec.ID)
 	case rec.Retired:
@@ -593,10 +656,6 @@ func (p *Producer) followRecord(ctx context.Context, recKey string, t *task.Task
 		if x, err = task.New(rec.ID, task.ShardFor(rec.ID, n), spec, now); err != nil {
 			return "", fmt.Errorf("submit: %w", err)
 		}
-	}
-	iv, err := p.clock.Now(ctx)
-	if err != nil {
-		return "", fmt.Errorf("submit: %w", err)
 	}
 	if iv.Earliest.Sub(obj.LastModified) < task.IdempotencyRecordYoung {
 		return p.createOnce(ctx, x)
@@ -628,6 +687,26 @@ func (p *Producer) followRecord(ctx context.Context, recKey string, t *task.Task
 		return "", nil // a new record: follow it from the start
 	}
 	return p.createOnce(ctx, x)
+}
+
+// replaceRecord replaces old, the record at recKey read with etag, whose
+// uniqueness window has passed, by own (naming t) with a CAS, and creates
+// t. The CAS is what makes racing submits agree: only one replaces a given
+// version. A lost race (412 or 409: another submit replaced it, or
+// retention retired it; 404: retention deleted it) returns "": the caller
+// starts again and follows what is there now. A crash between the two
+// writes leaves a record naming a task not yet written, which the next
+// submit completes (followRecord), as after a first write.
+func (p *Producer) replaceRecord(ctx context.Context, recKey string, old task.IdempotencyRecord, etag string, own task.IdempotencyRecord, t *task.Task) (string, error) {
+	own.Window = old.Window + 1
+	_, err := p.st.Put(ctx, recKey, own.Encode(), s3store.PutOptions{IfMatch: etag})
+	switch {
+	case err == nil:
+		return p.createOnce(ctx, t)
+	case s3store.LostRace(err), errors.Is(err, s3store.ErrNotFound):
+		return "", nil
+	}
+	return "", fmt.Errorf("submit: replace idempotency record: %w", err)
 }
 
 // readRecord reads an idempotency record; a missing one is (zero, nil, nil).

@@ -1,16 +1,8 @@
 #!/usr/bin/env bash
-# sim-teeth.sh shows that the simulator has teeth: for each known defect (the
-# races and crash windows 1-10 of issue 8, the resharding defects 11-12 and
-# the leased-membership defects 13-17 of issue 10, 18 of issue 11 (a release
-# that uses an attempt), and 19-22 of issue 12 (a dependent released by its
-# first parent; a worker that does not pass a task's end on; a replace that
-# takes the slot from its holder; a requeue that ignores the slot), and 23-26
-# of direct dispatch (issue 13: dead workers' inboxes never moved to the
-# overflow; a worker that keeps running after losing its lease; a scavenger
-# that never claims from the overflow; a lease taken over a TTL before
-# it expires)), and 27 of pause (issue 14: a worker that reads the pause
-# object at start-up only), and 30 of rate limits (issue 15: a reservation
-# that ignores the starts already counted in its window), it puts the defect back into a
+# sim-teeth.sh shows that the simulator has teeth: for each known defect
+# (internal/sim/testdata/defects/N.patch; docs/reliability.md lists each one,
+# the issue it belongs to and the invariant that catches it), it puts the
+# defect back into a
 # scratch copy of the tree with internal/sim/testdata/defects/N.patch (the
 # smallest change that undoes the fix), and runs the simulator's seeds in
 # order until one breaks an invariant.
@@ -30,7 +22,7 @@ SEEDS=${SEEDS:-300}
 patches=internal/sim/testdata/defects
 defects=("$@")
 if ((${#defects[@]} == 0)); then
-	defects=(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 30)
+	mapfile -t defects < <(ls "$patches" | sed -n 's/^\([0-9]*\)\.patch$/\1/p' | sort -n)
 fi
 
 work=$(mktemp -d)

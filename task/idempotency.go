@@ -17,9 +17,11 @@ func IdempotencyRecordKey(key string) string {
 }
 
 // IdempotencyRecord is the content of an idempotency key's object. Records
-// are only ever created with If-None-Match, never replaced, with one
-// exception: retention marks a record Retired by CAS before deleting it on
-// servers that ignore a conditional DELETE. A retired record is final: its
+// are created with If-None-Match, and replaced in two cases only, each by
+// CAS (If-Match on the ETag read): a record whose uniqueness window has
+// passed (Expired) is replaced by a submit with a record naming its new
+// task (Window one more); and retention marks a record Retired by CAS
+// before deleting it on servers that ignore a conditional DELETE. A retired record is final: its
 // key stays taken by ID until the record is deleted. Only the monitor whose
 // CAS retired it deletes it; another deletes it only once it has been
 // retired for RetiredRecordGrace, and retires it again first (see
@@ -40,6 +42,64 @@ type IdempotencyRecord struct {
 	// task for a record written before a reshard creates it where its own
 	// producer would. Records written before it existed have 0.
 	Shards int `json:"shards,omitempty"`
+	// UniqueFor is the key's uniqueness window (Spec.UniqueFor): the key
+	// is taken by ID until UniqueFor after the record was written (its S3
+	// LastModified; see WindowEnd), then the next submit replaces the
+	// record. 0: taken until retention deletes the record with its task.
+	UniqueFor Duration `json:"unique_for,omitempty"`
+	// Window counts the records this one replaced after their windows
+	// passed (0 for a record created afresh): each replacement changes
+	// the bytes.
+	Window int `json:"window,omitempty"`
+}
+
+// UniqueKeyPrefix begins every key Unique derives (UniqueKey); a key a user
+// chooses may not begin with it, so the two never collide.
+const UniqueKeyPrefix = "unique:"
+
+// UniqueKey is the idempotency key of a task unique by its type and input
+// (as Asynq's Unique): UniqueKeyPrefix and SpecHash of the type and the
+// input as stored (compact JSON), so that inputs that differ only in
+// spacing share the key.
+func UniqueKey(typ string, input json.RawMessage) (string, error) {
+	in, err := normaliseJSON(input, MaxInputBytes)
+	if err != nil {
+		return "", fmt.Errorf("%w: input %v", ErrInvalid, err)
+	}
+	return UniqueKeyPrefix + SpecHash(typ, in), nil
+}
+
+// WindowEnd is when the uniqueness window of a record written at written
+// (its S3 LastModified) has passed by S3 time: UniqueFor later, and a
+// second more, since LastModified has 1-second resolution and may lie up
+// to a second before the write. Zero for a record without a window.
+func (r IdempotencyRecord) WindowEnd(written time.Time) time.Time {
+	if r.UniqueFor <= 0 {
+		return time.Time{}
+	}
+	return written.Add(time.Second + r.UniqueFor.D())
+}
+
+// Expired reports whether a record written at written (its S3
+// LastModified) has a uniqueness window that has passed by now (the
+// earliest the S3 time can be): its key is free for a new task. A retired
+// record never expires: retention is deleting it, and nothing but a
+// retirement writes it again (see RetiredRecordGrace).
+func (r IdempotencyRecord) Expired(written, now time.Time) bool {
+	return r.UniqueFor > 0 && !r.Retired && !now.Before(r.WindowEnd(written))
+}
+
+// MinRetention is the shortest retention applied to t, whatever the
+// monitor's retention says: 0 for a task without an idempotency key;
+// MinKeyedRetention for one with a key; and for one with a uniqueness
+// window, its window and a minute more (the window starts before the task
+// was written, so it has passed by then, and retention never frees a key
+// whose window is still open).
+func (t *Task) MinRetention() time.Duration {
+	if t.IdempotencyKey == "" {
+		return 0
+	}
+	return max(MinKeyedRetention, t.UniqueFor.D()+time.Minute)
 }
 
 // SpecHash identifies a task's type and input (as stored: compact JSON).

@@ -51,6 +51,10 @@ const (
 	// second cannot be told apart by S3's 1-second Date header.
 	MinTimeout = time.Second
 	MaxTimeout = 24 * time.Hour
+	// MinUniqueFor and MaxUniqueFor bound Spec.UniqueFor. A window shorter
+	// than a second cannot be told apart by S3's 1-second Date header.
+	MinUniqueFor = time.Second
+	MaxUniqueFor = 30 * 24 * time.Hour
 )
 
 // Claim is a worker's hold on a running task.
@@ -93,7 +97,12 @@ type Task struct {
 	// Timeout is the lease duration of one attempt.
 	Timeout        Duration `json:"timeout"`
 	IdempotencyKey string   `json:"idempotency_key,omitempty"`
-	ShardKey       string   `json:"shard_key,omitempty"`
+	// UniqueFor is the uniqueness window its idempotency key was claimed
+	// with (Spec.UniqueFor): 0 for a key held until retention deletes the
+	// task. Retention keeps the task until the window has passed
+	// (Task.MinRetention).
+	UniqueFor Duration `json:"unique_for,omitempty"`
+	ShardKey  string   `json:"shard_key,omitempty"`
 	// Trace is the trace context of the submit that created the task
 	// (W3C traceparent and tracestate, as an OpenTelemetry propagator
 	// writes them), so that the spans of the workers that run it continue
@@ -174,7 +183,12 @@ type Spec struct {
 	// AvailableAt delays the first attempt; zero means now.
 	AvailableAt    time.Time
 	IdempotencyKey string
-	ShardKey       string
+	// UniqueFor, with an idempotency key, is how long the key stays taken
+	// by this task, from the S3 time its record was written:
+	// MinUniqueFor..MaxUniqueFor, or 0 for "until retention deletes the
+	// task" (see IdempotencyRecord).
+	UniqueFor time.Duration
+	ShardKey  string
 	// Trace is the trace context the task carries to its workers (see
 	// Task.Trace), at most MaxTraceBytes of valid UTF-8; empty means none.
 	Trace map[string]string
@@ -234,6 +248,12 @@ func New(id string, shard int, spec Spec, now time.Time) (*Task, error) {
 			return nil, fmt.Errorf("new task %s: %w: %s must be valid UTF-8 of at most %d bytes", id, ErrInvalid, k.name, MaxKeyBytes)
 		}
 	}
+	if spec.UniqueFor != 0 && spec.IdempotencyKey == "" {
+		return nil, fmt.Errorf("new task %s: %w: a uniqueness window needs an idempotency key (or unique)", id, ErrInvalid)
+	}
+	if spec.UniqueFor != 0 && (spec.UniqueFor < MinUniqueFor || spec.UniqueFor > MaxUniqueFor) {
+		return nil, fmt.Errorf("new task %s: %w: unique_for %s outside %s..%s", id, ErrInvalid, spec.UniqueFor, MinUniqueFor, MaxUniqueFor)
+	}
 	if err := checkTrace(spec.Trace); err != nil {
 		return nil, fmt.Errorf("new task %s: %w", id, err)
 	}
@@ -262,6 +282,7 @@ func New(id string, shard int, spec Spec, now time.Time) (*Task, error) {
 		Retry:          retry,
 		Timeout:        Duration(timeout),
 		IdempotencyKey: spec.IdempotencyKey,
+		UniqueFor:      Duration(spec.UniqueFor),
 		ShardKey:       spec.ShardKey,
 		Trace:          cloneTrace(spec.Trace),
 		AvailableAt:    avail,

@@ -35,6 +35,8 @@ type batchLine struct {
 	MaxAttempts    *int            `json:"max_attempts"`
 	Timeout        *string         `json:"timeout"`
 	IdempotencyKey string          `json:"idempotency_key"`
+	Unique         *bool           `json:"unique"`
+	UniqueFor      *string         `json:"unique_for"`
 	Key            *string         `json:"key"`
 	After          []string        `json:"after"`
 	OnDepFailure   *string         `json:"on_dep_failure"`
@@ -113,6 +115,16 @@ func parseLine(line []byte, d batchDefaults) (s3queue.Request, error) {
 		o.ShardKey = *l.Key
 	}
 	o.IdempotencyKey = l.IdempotencyKey
+	if l.Unique != nil {
+		o.Unique = *l.Unique
+	}
+	if l.UniqueFor != nil {
+		d, err := time.ParseDuration(*l.UniqueFor)
+		if err != nil || d <= 0 {
+			return r, fmt.Errorf(`"unique_for" %q: want a Go duration of %s..%s`, *l.UniqueFor, settings.ShortDuration(task.MinUniqueFor), settings.ShortDuration(task.MaxUniqueFor))
+		}
+		o.UniqueFor = d
+	}
 	if l.After != nil {
 		// Even [] replaces --after: the line runs after nothing.
 		o.DependsOn = l.After

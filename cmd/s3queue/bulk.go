@@ -352,12 +352,9 @@ func (a *app) purge(ctx context.Context, f filter, hold time.Duration, dry bool)
 		}
 	}
 	// A dry run shows what the deletion would do: the tasks that finished
-	// long enough ago, keyed ones task.MinKeyedRetention at least.
+	// long enough ago, keyed ones task.MinRetention at least.
 	op.match = func(t *task.Task, now time.Time) bool {
-		h := hold
-		if t.IdempotencyKey != "" {
-			h = max(h, task.MinKeyedRetention)
-		}
+		h := max(hold, t.MinRetention())
 		return t.Retired || !t.UpdatedAt.Add(h).After(now)
 	}
 	op.needNow = true

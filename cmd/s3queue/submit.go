@@ -33,21 +33,25 @@ var submitCommand = &command{
 	summary: "submit a task and print its id (or one task per JSON line with --batch)",
 	examples: []string{
 		`s3queue submit --type resize --input '{"url": "https://example.com/a.png"}'`,
-		"s3queue submit --batch tasks.jsonl",
 		"s3queue submit --type resize --input-file job.json --wait --wait-timeout 5m",
+		`s3queue submit --type report --input '{"day": "2026-01-02"}' --unique --unique-for 1h`,
 	},
 	details: "The input must be JSON (at most 256 KiB once compacted); it is checked before the store is\n" +
 		"opened, so bad input writes nothing (exit 2). Defaults come from [submit] in queue.toml.\n" +
 		"--batch FILE|- submits one task per JSON line, {\"type\": ..., \"input\": ..., \"delay\": ...,\n" +
-		"\"at\": ..., \"max_attempts\": ..., \"timeout\": ..., \"idempotency_key\": ..., \"key\": ...,\n" +
-		"\"after\": [ID, ...], \"on_dep_failure\": ...}, through a bounded submitter ([producer] in\n" +
-		"queue.toml); the flags give the lines' defaults. It prints \"LINE ID\" or \"LINE error: MESSAGE\"\n" +
+		"\"at\": ..., \"max_attempts\": ..., \"timeout\": ..., \"idempotency_key\": ..., \"unique\": true,\n" +
+		"\"unique_for\": \"1h\", \"key\": ..., \"after\": [ID, ...], \"on_dep_failure\": ...}, through a\n" +
+		"bounded submitter ([producer] in queue.toml); the flags give the lines' defaults. It prints \"LINE ID\" or \"LINE error: MESSAGE\"\n" +
 		"per line as each finishes, and exits 1 if any line failed (2 if the only failures were\n" +
 		"malformed or invalid lines).\n" +
 		"--after ID (repeatable) keeps the task blocked until task ID has succeeded; if ID ends dead\n" +
 		"or canceled, the task is canceled (or dead, with --on-dep-failure fail). An --after that names\n" +
 		"no task of this queue is refused (exit 2) and the task is not created. See docs/cli.md and\n" +
 		"docs/dependencies.md.\n" +
+		"--idempotency-key KEY makes a second submit with KEY print the first task's id; --unique does\n" +
+		"the same with a key derived from --type and the input (as Asynq's Unique). The key stays taken\n" +
+		"until retention deletes its task, or with --unique-for DUR (1s..720h) until DUR after its\n" +
+		"first submit (S3 time); then the next submit creates a new task. See docs/scheduling.md.\n" +
 		"--wait waits for the task to finish, as 's3queue wait' does: it prints the id at once, then\n" +
 		"the outcome line (--json: the outcome as a one-element array instead of both), and exits 0\n" +
 		"(succeeded), 6 (dead), 7 (canceled) or 8 (--wait-timeout passed first). --timeout is the\n" +
@@ -60,7 +64,8 @@ var submitCommand = &command{
 			after                                               idList
 			slot, admission                                     string
 			onDepFailure                                        string
-			wait                                                bool
+			wait, unique                                        bool
+			uniqueFor                                           time.Duration
 			waitTimeout                                         time.Duration
 			traceparent                                         string
 		)
@@ -72,6 +77,8 @@ var submitCommand = &command{
 		fs.IntVar(&maxAttempts, "max-attempts", 0, "attempts before the task is dead (default [submit] max_attempts, 3)")
 		fs.DurationVar(&timeout, "timeout", 0, "lease of one attempt, 1s..24h; the worker command kills the handler after it (default [submit] timeout, 30s)")
 		fs.StringVar(&idemKey, "idempotency-key", "", "a second submit with the same `key` prints the first task's id")
+		fs.BoolVar(&unique, "unique", false, "derive the idempotency key from --type and the input: the same type and input prints the first task's id")
+		fs.DurationVar(&uniqueFor, "unique-for", 0, "with --idempotency-key or --unique: the key stays taken this `duration` (1s..720h) from its first submit, then frees for a new task (default: until retention deletes the task)")
 		fs.StringVar(&shardKey, "key", "", "shard `key`: tasks with the same key share a shard")
 		fs.Var(&after, "after", "run only after task `ID` has succeeded (repeatable, or comma-separated); the task is blocked until then")
 		fs.StringVar(&onDepFailure, "on-dep-failure", task.DepCancel, "what a dependency that ends dead or canceled does: `cancel|fail` the task (fail: it ends dead)")
@@ -127,6 +134,14 @@ var submitCommand = &command{
 				ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
 			}
 			opts.IdempotencyKey = idemKey
+			opts.Unique = unique
+			if set["unique-for"] {
+				if uniqueFor <= 0 {
+					return usageError("submit: --unique-for %s: want %s..%s (leave the flag out to keep the key until retention deletes the task)",
+						settings.ShortDuration(uniqueFor), settings.ShortDuration(task.MinUniqueFor), settings.ShortDuration(task.MaxUniqueFor))
+				}
+				opts.UniqueFor = uniqueFor
+			}
 			opts.ShardKey = shardKey
 			opts.DependsOn = after
 			switch onDepFailure {
@@ -302,11 +317,20 @@ func checkSpec(typ string, input json.RawMessage, opts s3queue.SubmitOptions) er
 	if err != nil {
 		return err
 	}
-	if opts.IdempotencyKey != "" && (len(opts.DependsOn) > 0 || opts.Slot != "") {
-		return errors.New("an idempotency key cannot be combined with --after or --slot")
+	key := opts.IdempotencyKey
+	switch {
+	case opts.Unique && key != "":
+		return errors.New("--unique derives the idempotency key from the type and input: it cannot be combined with an idempotency key")
+	case opts.Unique:
+		key = task.UniqueKeyPrefix
+	case strings.HasPrefix(key, task.UniqueKeyPrefix):
+		return fmt.Errorf("idempotency key %q: keys beginning with %q are reserved for --unique", key, task.UniqueKeyPrefix)
+	}
+	if key != "" && (len(opts.DependsOn) > 0 || opts.Slot != "") {
+		return errors.New("an idempotency key (or --unique) cannot be combined with --after or --slot")
 	}
 	spec := task.Spec{Type: typ, Input: input, MaxAttempts: opts.MaxAttempts, Retry: opts.Retry,
-		Timeout: opts.Timeout, IdempotencyKey: opts.IdempotencyKey, ShardKey: opts.ShardKey,
+		Timeout: opts.Timeout, IdempotencyKey: key, UniqueFor: opts.UniqueFor, ShardKey: opts.ShardKey,
 		OnDepFailure: opts.OnDepFailure, Slot: opts.Slot}
 	for _, d := range opts.DependsOn {
 		spec.Deps = append(spec.Deps, task.Dep{ID: d})

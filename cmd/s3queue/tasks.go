@@ -240,6 +240,9 @@ func printTask(w io.Writer, t *task.Task) {
 	if t.IdempotencyKey != "" {
 		row("idempotency key", t.IdempotencyKey)
 	}
+	if t.UniqueFor > 0 {
+		row("unique for", t.UniqueFor.D().String())
+	}
 	if t.ShardKey != "" {
 		row("shard key", t.ShardKey)
 	}

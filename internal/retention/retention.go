@@ -83,7 +83,8 @@ type Outcome struct {
 // Expire deletes the finished task at key and its idempotency record if the
 // task, as read now, finished at least hold ago by S3 time (iv is the S3
 // time now) and Deleter.Only, if set, accepts it; a task with an
-// idempotency key must also have finished task.MinKeyedRetention ago. The
+// idempotency key must also have finished t.MinRetention() ago
+// (task.MinKeyedRetention, or its uniqueness window and a minute). The
 // decision is made on what the task read says, not on a listing: the
 // listing may predate a requeue and a fresh completion, and its size may
 // misread the status of an object written before the size told every
@@ -102,9 +103,7 @@ func (d *Deleter) Expire(ctx context.Context, key string, hold time.Duration, iv
 		return Outcome{}, err
 	}
 	t := v.Task
-	if t.IdempotencyKey != "" {
-		hold = max(hold, task.MinKeyedRetention)
-	}
+	hold = max(hold, t.MinRetention())
 	if !t.Status.Terminal() || d.Only != nil && !d.Only(t) || !t.Retired && !iv.After(t.UpdatedAt.Add(hold)) {
 		return Outcome{Result: Kept, Read: v}, nil
 	}
@@ -169,8 +168,14 @@ func (d *Deleter) Expire(ctx context.Context, key string, hold time.Duration, iv
 // written again but to retire it again). There, a record that another
 // deleter retired less than task.RetiredRecordGrace ago is left to that
 // deleter's DELETE (false, nil): a second DELETE could reach the server
-// after the first and a submit's new record. A lost race (the record
-// changed or went meanwhile) reads it again.
+// after the first and a submit's new record. A record that names another
+// task (a submit replaced it once its uniqueness window passed, or claimed
+// the key again after an earlier deletion) is left alone: it is that
+// task's, deleted with it. A record that names t and whose uniqueness
+// window is still open is kept too (false, nil), so retention never frees
+// a key early (Task.MinRetention makes this rare). A lost race (the record
+// changed or went meanwhile: a replacing submit's CAS or another deleter's)
+// reads it again.
 func (d *Deleter) expireRecord(ctx context.Context, t *task.Task) (bool, error) {
 	key := task.IdempotencyRecordKey(t.IdempotencyKey)
 	gone := true
@@ -189,9 +194,21 @@ func (d *Deleter) expireRecord(ctx context.Context, t *task.Task) (bool, error) 
 			// Nobody writes a corrupt record again (a submit refuses it),
 			// so it is final too.
 			d.Log.Error("corrupt idempotency record; deleted with its task", "key", key, "task_id", t.ID, "err", perr)
-			err = d.Store.Delete(ctx, key, s3store.DeleteOptions{})
+			err := d.Store.Delete(ctx, key, s3store.DeleteOptions{})
+			return s3store.LostRace(err) || errors.Is(err, s3store.ErrNotFound), err
 		case rec.ID != t.ID:
-			return false, nil // the key was claimed again after an earlier deletion of t
+			return false, nil // the key was claimed again after an earlier deletion of t, or after its window
+		case !rec.Retired && rec.UniqueFor > 0:
+			now, err := d.Clock.Now(ctx)
+			if err != nil {
+				return false, err
+			}
+			if !rec.Expired(obj.LastModified, now.Earliest) {
+				gone = false
+				return false, nil
+			}
+		}
+		switch {
 		case d.DeleteHonoured:
 			err = d.Store.Delete(ctx, key, s3store.DeleteOptions{IfMatch: obj.ETag})
 		default:

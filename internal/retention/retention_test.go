@@ -190,3 +190,63 @@ func TestExpireDeletesOnlyWhatOnlyAccepts(t *testing.T) {
 		}
 	}
 }
+
+// A key's record replaced after its window (it names a newer task) is left
+// alone when the older task is deleted; a record whose window is still
+// open is kept, and its task waits; an expired window's record goes with
+// its task. On both kinds of provider.
+func TestExpireRespectsUniquenessWindows(t *testing.T) {
+	for _, honoured := range []bool{true, false} {
+		ctx := context.Background()
+		st := mem.New()
+		d := deleter(st, honoured)
+		past := time.Now().Add(-2 * time.Hour)
+		now := clock.Interval{Earliest: time.Now(), Latest: time.Now()}
+
+		// Replaced: the record names a newer task.
+		older := newTask(t, st, past, "k", true)
+		newer := newTask(t, st, past.Add(time.Minute), "k", false)
+		if out, err := d.Expire(ctx, older.Key(), time.Hour, now); err != nil || out.Result != Deleted {
+			t.Fatalf("honoured=%v: expire the older task: %+v %v", honoured, out, err)
+		}
+		if !exists(t, st, task.IdempotencyRecordKey("k")) || !exists(t, st, newer.Key()) {
+			t.Fatalf("honoured=%v: the record of the newer task was deleted with the older one", honoured)
+		}
+
+		// A window still open: the record stays, the task waits.
+		open := newTask(t, st, past, "w", true)
+		rec := task.IdempotencyRecord{ID: open.ID, Spec: task.SpecHash("x", nil), UniqueFor: task.Duration(24 * time.Hour)}
+		st.Put(ctx, task.IdempotencyRecordKey("w"), rec.Encode(), s3store.PutOptions{})
+		if out, err := d.Expire(ctx, open.Key(), time.Hour, now); err != nil || out.Result != Waiting {
+			t.Fatalf("honoured=%v: expire a task whose window is open: %+v %v, want Waiting", honoured, out, err)
+		}
+		if !exists(t, st, task.IdempotencyRecordKey("w")) {
+			t.Fatalf("honoured=%v: a record was deleted within its window", honoured)
+		}
+
+		// A window that passed: both go.
+		rec.UniqueFor = task.Duration(time.Second)
+		st.SetNow(func() time.Time { return past })
+		st.Put(ctx, task.IdempotencyRecordKey("w"), rec.Encode(), s3store.PutOptions{})
+		st.SetNow(time.Now)
+		if out, err := d.Expire(ctx, open.Key(), time.Hour, now); err != nil || out.Result != Deleted {
+			t.Fatalf("honoured=%v: expire a task whose window passed: %+v %v", honoured, out, err)
+		}
+		if exists(t, st, task.IdempotencyRecordKey("w")) || exists(t, st, open.Key()) {
+			t.Fatalf("honoured=%v: the record or task of a passed window was kept", honoured)
+		}
+	}
+}
+
+// A task with a uniqueness window is kept at least its window and a
+// minute after it finished.
+func TestATaskIsKeptThroughItsWindow(t *testing.T) {
+	tk := &task.Task{IdempotencyKey: "k", UniqueFor: task.Duration(time.Hour)}
+	if got := tk.MinRetention(); got != time.Hour+time.Minute {
+		t.Fatalf("MinRetention = %v", got)
+	}
+	tk.UniqueFor = task.Duration(time.Second)
+	if got := tk.MinRetention(); got != task.MinKeyedRetention {
+		t.Fatalf("MinRetention of a short window = %v", got)
+	}
+}

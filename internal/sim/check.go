@@ -36,29 +36,32 @@ func (v Violation) String() string {
 const (
 	InvTransition  = "valid transition" // each write of a task is a step of its state machine
 	InvBytesChange = "every write changes the bytes"
-	InvFenced      = "outcomes are fenced"    // only the claim's own worker writes its outcome or renews it
-	InvOutcomeOnce = "outcome written once"   // succeeded at most once per task
-	InvNotLost     = "nothing is lost"        // a live task is never deleted; an acknowledged task exists
-	InvRetention   = "retention is respected" // nothing deleted before its retention
-	InvIdempotent  = "one live task per idempotency key"
-	InvHonest      = "a failed call changed nothing" // a caller told "failed" made no change
-	InvLiveness    = "due tasks are picked up"
-	InvRunnable    = "a claimed task can run" // no handler starts with its lease already given up
-	InvAfterStop   = "nothing outlives Run"
-	InvCursor      = "scan cursors advance" // a member's cursor passes every key older than its lag
-	InvDecodable   = "the queue writes only valid task objects"
-	InvNoResurrect = "a deleted task stays deleted"
-	InvLayout      = "a task lives in one shard of the layout"          // placed in [0, shards) by a count of the manifest, in one shard only
-	InvFound       = "every task is found by id"                        // at the end, over the final manifest's counts
-	InvResharded   = "a reshard completes"                              // at the end the fleet assigns by the manifest's count
-	InvMembers     = "the fleet lists its live workers, and only them"  // at the end: dead members pruned, their leases deleted; dedicated ones listed
-	InvReleased    = "a release uses no attempt"                        // a claimed task handed back is pending again at its attempt before the claim
-	InvDepOrder    = "no dependent starts before its parents succeeded" // a task with dependencies is claimed only after each parent's success
-	InvDepOnce     = "a dependent is released once"                     // blocked -> pending happens at most once, and only when every parent succeeded
-	InvDepStuck    = "no dependent is stuck after its parents ended"    // at the end, no task is blocked on parents that all ended
-	InvSlotOne     = "a slot runs one task at a time"                   // never two tasks of one slot key running at once
-	InvSlotAdvance = "a slot advances only after its holder ended"      // a waiting task is granted its slot only once the tasks granted before it ended
-	InvSlotStuck   = "no slot task is stuck"                            // at the end, no task waits for a slot whose other tasks all ended
+	InvFenced      = "outcomes are fenced"               // only the claim's own worker writes its outcome or renews it
+	InvOutcomeOnce = "outcome written once"              // succeeded at most once per task
+	InvNotLost     = "nothing is lost"                   // a live task is never deleted; an acknowledged task exists
+	InvRetention   = "retention is respected"            // nothing deleted before its retention
+	InvIdempotent  = "one live task per idempotency key" // of a key without a uniqueness window
+	// InvUniqueWindow: a key with a uniqueness window makes one task per
+	// window (see checkUnique).
+	InvUniqueWindow = "one task per key per uniqueness window"
+	InvHonest       = "a failed call changed nothing" // a caller told "failed" made no change
+	InvLiveness     = "due tasks are picked up"
+	InvRunnable     = "a claimed task can run" // no handler starts with its lease already given up
+	InvAfterStop    = "nothing outlives Run"
+	InvCursor       = "scan cursors advance" // a member's cursor passes every key older than its lag
+	InvDecodable    = "the queue writes only valid task objects"
+	InvNoResurrect  = "a deleted task stays deleted"
+	InvLayout       = "a task lives in one shard of the layout"          // placed in [0, shards) by a count of the manifest, in one shard only
+	InvFound        = "every task is found by id"                        // at the end, over the final manifest's counts
+	InvResharded    = "a reshard completes"                              // at the end the fleet assigns by the manifest's count
+	InvMembers      = "the fleet lists its live workers, and only them"  // at the end: dead members pruned, their leases deleted; dedicated ones listed
+	InvReleased     = "a release uses no attempt"                        // a claimed task handed back is pending again at its attempt before the claim
+	InvDepOrder     = "no dependent starts before its parents succeeded" // a task with dependencies is claimed only after each parent's success
+	InvDepOnce      = "a dependent is released once"                     // blocked -> pending happens at most once, and only when every parent succeeded
+	InvDepStuck     = "no dependent is stuck after its parents ended"    // at the end, no task is blocked on parents that all ended
+	InvSlotOne      = "a slot runs one task at a time"                   // never two tasks of one slot key running at once
+	InvSlotAdvance  = "a slot advances only after its holder ended"      // a waiting task is granted its slot only once the tasks granted before it ended
+	InvSlotStuck    = "no slot task is stuck"                            // at the end, no task waits for a slot whose other tasks all ended
 	// Direct dispatch (see checkDirect).
 	InvWorkerLease     = "one holder per worker lease"               // a worker's lease changes holder only after the last holder's expiry
 	InvLeaseStops      = "a worker without its lease claims nothing" // no claim lands long after its worker's own lease expired
@@ -107,7 +110,9 @@ func (w *world) check() Result {
 	runningBySlot := make(map[string]map[string]bool) // slot key -> its tasks running now
 	heldBySlot := make(map[string]map[string]bool)    // slot key -> its tasks ever pending or running
 	setLive := func(t *task.Task, live bool) {
-		if t == nil || t.IdempotencyKey == "" {
+		// A key with a window may have a live task per window: checkUnique
+		// proves those.
+		if t == nil || t.IdempotencyKey == "" || t.UniqueFor > 0 {
 			return
 		}
 		m := liveByKey[t.IdempotencyKey]
@@ -127,10 +132,7 @@ func (w *world) check() Result {
 	// id: only the process that made a claim may write under it.
 	claimedBy := make(map[string]string)
 	retention := func(t *task.Task) time.Duration {
-		if t.IdempotencyKey != "" {
-			return max(w.opts.Retention, task.MinKeyedRetention)
-		}
-		return w.opts.Retention
+		return max(w.opts.Retention, t.MinRetention())
 	}
 
 	// When members asked for help (fleet writes raising want).
@@ -495,6 +497,7 @@ func (w *world) check() Result {
 	if w.plan.RateLimit != nil {
 		w.checkRateLimit(log, add)
 	}
+	w.checkUnique(log, add)
 	res.Violations = vs
 	return res
 }

@@ -117,6 +117,9 @@ type Plan struct {
 	// RateLimit (a quarter of the seeds): every worker limits the task
 	// type to N starts per a few seconds, fleet-wide.
 	RateLimit *worker.RateLimit
+	// Unique (a third of the seeds): producers submit with keys that have
+	// short uniqueness windows (see UniquePlan).
+	Unique *UniquePlan
 }
 
 // The direct-dispatch settings of the workers, producers and monitors:
@@ -192,6 +195,9 @@ func (p Plan) String() string {
 	}
 	if p.RateLimit != nil {
 		s += ", rate limit " + p.RateLimit.String()
+	}
+	if p.Unique != nil {
+		s += ", " + p.Unique.String()
 	}
 	if p.Surge.Join > 0 {
 		s += fmt.Sprintf(", surge of %d workers at %v, %d leave at %v", p.Surge.Join, p.Surge.At.Round(time.Second), p.Surge.Leave, p.Surge.LeaveAt.Round(time.Second))
@@ -322,6 +328,7 @@ func Run(seed uint64, opts Options) Result {
 	planLayout(&plan, opts)
 	planPause(&plan, opts)
 	planRateLimit(&plan)
+	planUnique(&plan)
 	w := &world{opts: opts, plan: plan, rng: rng,
 		srv:   NewServer(plan.Provider, rand.New(rand.NewPCG(seed, 0x5e4e)), plan.MaxPage),
 		procs: make(map[string]*proc), dedicated: make(map[string]bool), nextID: make(map[string]int), acked: make(map[string]ack), spawned: make(map[string]int),
@@ -368,6 +375,13 @@ func Run(seed uint64, opts Options) Result {
 		go func() {
 			defer producers.Done()
 			w.pause()
+		}()
+	}
+	if plan.Unique != nil {
+		producers.Add(1)
+		go func() {
+			defer producers.Done()
+			w.uniques()
 		}()
 	}
 	if plan.Surge.Join > 0 {
@@ -749,7 +763,14 @@ func (w *world) burst() {
 	w.mu.Lock()
 	for _, p := range w.procs {
 		if p.kind == "w" && p.h.state.Load() == stateAlive {
-			each = append(each, 1+w.procRand(p.name).IntN(3))
+			n := 1 + w.procRand(p.name).IntN(3)
+			if q := w.plan.Queue.InFlight; q > 0 {
+				// The dispatch queue's plan runs this many handlers at
+				// most, whatever the concurrency: a burst sized by the
+				// concurrency would hold every handler for 8 minutes.
+				n = min(n, q)
+			}
+			each = append(each, n)
 		}
 	}
 	w.mu.Unlock()
@@ -919,10 +940,7 @@ func (w *world) race() {
 					continue
 				}
 				if t, err := prod.Get(ctx, id); err == nil && t.Status.Terminal() && (t.IdempotencyKey != "" || t.Status != task.Succeeded) {
-					hold := w.opts.Retention
-					if t.IdempotencyKey != "" {
-						hold = max(hold, task.MinKeyedRetention)
-					}
+					hold := max(w.opts.Retention, t.MinRetention())
 					if due := t.UpdatedAt.Add(hold); due.After(time.Now()) {
 						watched[id] = due
 					}
@@ -950,8 +968,12 @@ func (w *world) race() {
 // resubmit submits again the task of an idempotency key.
 func (w *world) resubmit(ctx context.Context, p *proc, prod *producer.Producer, t *task.Task) {
 	o := op{proc: p.name, kind: "submit", key: t.IdempotencyKey, from: w.logLen()}
-	o.id, o.err = prod.Submit(ctx, taskType, t.Input, producer.Options{IdempotencyKey: t.IdempotencyKey,
-		MaxAttempts: t.MaxAttempts, Timeout: t.Timeout.D(), Retry: &t.Retry})
+	opts := producer.Options{IdempotencyKey: t.IdempotencyKey, UniqueFor: t.UniqueFor.D(),
+		MaxAttempts: t.MaxAttempts, Timeout: t.Timeout.D(), Retry: &t.Retry}
+	if strings.HasPrefix(t.IdempotencyKey, task.UniqueKeyPrefix) {
+		opts.IdempotencyKey, opts.Unique = "", true
+	}
+	o.id, o.err = prod.Submit(ctx, taskType, t.Input, opts)
 	o.to = w.logLen()
 	w.record(o)
 	if o.err == nil {
