@@ -233,6 +233,10 @@ type Options struct {
 	IdempotencyKey string
 	// ShardKey places tasks with the same key in the same shard.
 	ShardKey string
+	// Priority orders the task among the due tasks of its shard:
+	// task.PriorityHigh, task.PriorityDefault ("", the default) or
+	// task.PriorityLow (docs/scheduling.md#priorities).
+	Priority task.Priority
 	// DependsOn are tasks of this queue that must succeed before this one
 	// runs (at most task.MaxDeps): until then it is blocked. A parent that
 	// already ended is settled at once; an unknown id is an error wrapping
@@ -315,7 +319,7 @@ func (p *Producer) submit(ctx context.Context, typ string, input any, opts Optio
 	// shard scans trust it, so the task must say exactly the same.
 	at = at.Truncate(time.Millisecond)
 	spec := task.Spec{Type: typ, Input: raw, MaxAttempts: opts.MaxAttempts, Retry: opts.Retry, Timeout: opts.Timeout,
-		AvailableAt: at, IdempotencyKey: opts.IdempotencyKey, ShardKey: opts.ShardKey, Trace: p.trace.Inject(ctx)}
+		AvailableAt: at, IdempotencyKey: opts.IdempotencyKey, ShardKey: opts.ShardKey, Priority: opts.Priority, Trace: p.trace.Inject(ctx)}
 	// New work goes to the shards fleet members poll; a shard key pins its
 	// shard instead, and the task is announced if that shard is inactive.
 	var targets []int

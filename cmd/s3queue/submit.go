@@ -34,13 +34,14 @@ var submitCommand = &command{
 	examples: []string{
 		`s3queue submit --type resize --input '{"url": "https://example.com/a.png"}'`,
 		"s3queue submit --batch tasks.jsonl",
+		`s3queue submit --type report --priority high --input '{"user": 7}'`,
 		"s3queue submit --type resize --input-file job.json --wait --wait-timeout 5m",
 	},
 	details: "The input must be JSON (at most 256 KiB once compacted); it is checked before the store is\n" +
 		"opened, so bad input writes nothing (exit 2). Defaults come from [submit] in queue.toml.\n" +
 		"--batch FILE|- submits one task per JSON line, {\"type\": ..., \"input\": ..., \"delay\": ...,\n" +
 		"\"at\": ..., \"max_attempts\": ..., \"timeout\": ..., \"idempotency_key\": ..., \"key\": ...,\n" +
-		"\"after\": [ID, ...], \"on_dep_failure\": ...}, through a bounded submitter ([producer] in\n" +
+		"\"after\": [ID, ...], \"on_dep_failure\": ..., \"priority\": ...}, through a bounded submitter ([producer] in\n" +
 		"queue.toml); the flags give the lines' defaults. It prints \"LINE ID\" or \"LINE error: MESSAGE\"\n" +
 		"per line as each finishes, and exits 1 if any line failed (2 if the only failures were\n" +
 		"malformed or invalid lines).\n" +
@@ -59,6 +60,7 @@ var submitCommand = &command{
 			maxAttempts                                         int
 			after                                               idList
 			slot, admission                                     string
+			priority                                            string
 			onDepFailure                                        string
 			wait                                                bool
 			waitTimeout                                         time.Duration
@@ -73,6 +75,7 @@ var submitCommand = &command{
 		fs.DurationVar(&timeout, "timeout", 0, "lease of one attempt, 1s..24h; the worker command kills the handler after it (default [submit] timeout, 30s)")
 		fs.StringVar(&idemKey, "idempotency-key", "", "a second submit with the same `key` prints the first task's id")
 		fs.StringVar(&shardKey, "key", "", "shard `key`: tasks with the same key share a shard")
+		fs.StringVar(&priority, "priority", "default", "`high|default|low`: under a backlog a worker claims higher priorities first (docs/scheduling.md)")
 		fs.Var(&after, "after", "run only after task `ID` has succeeded (repeatable, or comma-separated); the task is blocked until then")
 		fs.StringVar(&onDepFailure, "on-dep-failure", task.DepCancel, "what a dependency that ends dead or canceled does: `cancel|fail` the task (fail: it ends dead)")
 		fs.StringVar(&slot, "slot", "", "slot `key`: at most one task of the key runs at a time, fleet-wide")
@@ -128,6 +131,13 @@ var submitCommand = &command{
 			}
 			opts.IdempotencyKey = idemKey
 			opts.ShardKey = shardKey
+			if set["priority"] {
+				p, err := task.ParsePriority(priority)
+				if err != nil || priority == "" {
+					return usageError("submit: --priority %q: want high, default or low", priority)
+				}
+				opts.Priority = p
+			}
 			opts.DependsOn = after
 			switch onDepFailure {
 			case task.DepCancel, task.DepFail:
@@ -306,7 +316,7 @@ func checkSpec(typ string, input json.RawMessage, opts s3queue.SubmitOptions) er
 		return errors.New("an idempotency key cannot be combined with --after or --slot")
 	}
 	spec := task.Spec{Type: typ, Input: input, MaxAttempts: opts.MaxAttempts, Retry: opts.Retry,
-		Timeout: opts.Timeout, IdempotencyKey: opts.IdempotencyKey, ShardKey: opts.ShardKey,
+		Timeout: opts.Timeout, IdempotencyKey: opts.IdempotencyKey, ShardKey: opts.ShardKey, Priority: opts.Priority,
 		OnDepFailure: opts.OnDepFailure, Slot: opts.Slot}
 	for _, d := range opts.DependsOn {
 		spec.Deps = append(spec.Deps, task.Dep{ID: d})
