@@ -66,6 +66,8 @@ const (
 	InvOverflowDrained = "the overflow is drained"                   // at the end, the overflow holds no old entry
 	// Pause (see checkPause).
 	InvPaused = "no claim of a paused type" // no claim lands more than pauseSlack after its type was paused, and every pause is lifted
+	// Priorities (see checkPriority).
+	InvPriority = "a window is claimed in priority order" // a member attempts one listing's candidates high first, ties oldest first
 
 	retentionMargin = 5 * time.Second // clock uncertainty the monitor may use
 	cursorLag       = time.Minute     // how far a member's scan may trail its shard's keys
@@ -490,6 +492,7 @@ func (w *world) check() Result {
 	if w.plan.Pause != nil {
 		w.checkPause(log, add)
 	}
+	w.checkPriority(log, add)
 	res.Violations = vs
 	return res
 }

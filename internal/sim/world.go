@@ -114,6 +114,9 @@ type Plan struct {
 	// Pause (a quarter of the seeds): an operator pauses the task type,
 	// or the whole queue, for a few minutes of the chaos phase.
 	Pause *PausePlan
+	// Priority (a third of the seeds): producers submit high, default and
+	// low tasks, and a backlog of them into one shard.
+	Priority *PriorityPlan
 }
 
 // The direct-dispatch settings of the workers, producers and monitors:
@@ -187,6 +190,9 @@ func (p Plan) String() string {
 	if p.Pause != nil {
 		s += ", " + p.Pause.String()
 	}
+	if p.Priority != nil {
+		s += ", " + p.Priority.String()
+	}
 	if p.Surge.Join > 0 {
 		s += fmt.Sprintf(", surge of %d workers at %v, %d leave at %v", p.Surge.Join, p.Surge.At.Round(time.Second), p.Surge.Leave, p.Surge.LeaveAt.Round(time.Second))
 	}
@@ -252,6 +258,9 @@ type world struct {
 	leaseLosses int
 	directEnd   map[string][]byte
 	endAt       time.Time
+	// scanLog: what each worker process's discovery listed and attempted
+	// (checkPriority).
+	scanLog map[string][]scanEvent
 }
 
 // proc is one running process: a worker, monitor or producer.
@@ -315,10 +324,11 @@ func Run(seed uint64, opts Options) Result {
 	}
 	planLayout(&plan, opts)
 	planPause(&plan, opts)
+	planPriority(&plan, opts)
 	w := &world{opts: opts, plan: plan, rng: rng,
 		srv:   NewServer(plan.Provider, rand.New(rand.NewPCG(seed, 0x5e4e)), plan.MaxPage),
 		procs: make(map[string]*proc), dedicated: make(map[string]bool), nextID: make(map[string]int), acked: make(map[string]ack), spawned: make(map[string]int),
-		incarnation: make(map[string]int)}
+		incarnation: make(map[string]int), scanLog: make(map[string][]scanEvent)}
 	if plan.Direct {
 		w.drng = rand.New(rand.NewPCG(seed, 0xd12ec7+1))
 	}
@@ -361,6 +371,13 @@ func Run(seed uint64, opts Options) Result {
 		go func() {
 			defer producers.Done()
 			w.pause()
+		}()
+	}
+	if plan.Priority != nil {
+		producers.Add(1)
+		go func() {
+			defer producers.Done()
+			w.backlog()
 		}()
 	}
 	if plan.Surge.Join > 0 {
@@ -583,6 +600,7 @@ func (w *world) startWorkerAs(id string) *proc {
 		wk, ok := retry(ctx, func() (*worker.Worker, error) {
 			cfg := cfg
 			cfg.Rand, cfg.Clock = w.seeded(p.name), w.clockFor(p.h)
+			cfg.Hooks.OnWindow, cfg.Hooks.OnAttempt = w.scanHooks(p.name)
 			return worker.New(ctx, p.h, cfg)
 		})
 		if !ok {
@@ -708,6 +726,10 @@ func (w *world) produce(i int) {
 	if w.plan.Slots {
 		srng = rand.New(rand.NewPCG(w.plan.Seed, uint64(0x510700+i)))
 	}
+	var prng *rand.Rand
+	if w.plan.Priority != nil {
+		prng = rand.New(rand.NewPCG(w.plan.Seed, uint64(0x921000+i)))
+	}
 	p := w.spawn("p", fmt.Sprintf("p%d", i+1), func(ctx context.Context, p *proc) {
 		var prod *producer.Producer
 		for j := 0; j < n && time.Now().Before(end) && ctx.Err() == nil; j++ {
@@ -720,7 +742,7 @@ func (w *world) produce(i int) {
 					continue
 				}
 			}
-			w.act(ctx, p, prod, rng, drng, srng, j)
+			w.act(ctx, p, prod, rng, drng, srng, prng, j)
 		}
 	})
 	<-p.done
@@ -778,7 +800,7 @@ func (w *world) submitLong(ctx context.Context, p *proc, prod *producer.Producer
 }
 
 // act makes one producer call and records what the producer was told.
-func (w *world) act(ctx context.Context, p *proc, prod *producer.Producer, rng, drng, srng *rand.Rand, j int) {
+func (w *world) act(ctx context.Context, p *proc, prod *producer.Producer, rng, drng, srng, prng *rand.Rand, j int) {
 	o := op{proc: p.name}
 	o.from = w.logLen()
 	defer func() {
@@ -817,6 +839,7 @@ func (w *world) act(ctx context.Context, p *proc, prod *producer.Producer, rng, 
 			opts.Slot = fmt.Sprintf("k%d", srng.IntN(3))
 			opts.Admission = []string{"queue", "queue", "replace", "drop-if-running"}[srng.IntN(4)]
 		}
+		opts.Priority = priorityOf(prng)
 		o.id, o.err = prod.Submit(ctx, taskType, json.RawMessage(input), opts)
 		if o.err == nil {
 			w.mu.Lock()
