@@ -717,6 +717,9 @@ func (p *Producer) afterCreate(ctx context.Context, t *task.Task) {
 	// task no worker's inbox took is announced.
 	late := p.dir != nil || now.Earliest.Sub(t.AvailableAt) >= p.cfg.LateAfter
 	_, n := p.layout(ctx)
+	if p.dir == nil {
+		p.lane(ctx, t, now, n)
+	}
 	if !late && p.fleet.Serves(ctx, t.Type, now, t.Shard, n) {
 		return
 	}
@@ -729,6 +732,21 @@ func (p *Producer) afterCreate(ctx context.Context, t *task.Task) {
 	if err := p.keepAnnouncing(ctx, t, shards.Announce(ctx, p.st, t, now.Latest, in)); err != nil {
 		// The monitor's repair will announce it; nothing is lost.
 		p.log.Warn("announce task", "task_id", t.ID, "err", err)
+	}
+}
+
+// lane writes t's lane entry (shards.LaneKey) when t is a high-priority
+// task due now and the cached fleet view (no request within its TTL) shows
+// the member of its shard busy: that member claims lane tasks before its
+// backlog (docs/scheduling.md#priorities). One PUT; the member deletes the
+// entry (a DELETE). A failed write loses nothing: the task is found in time
+// order, behind the backlog.
+func (p *Producer) lane(ctx context.Context, t *task.Task, now clock.Interval, n int) {
+	if t.Priority != task.PriorityHigh || t.Status != task.Pending || t.AvailableAt.After(now.Latest) || !p.fleet.Busy(ctx, now, t.Shard, n) {
+		return
+	}
+	if _, err := p.st.Put(ctx, shards.LaneKey(t.Shard, t.ID), nil, s3store.PutOptions{}); err != nil {
+		p.log.Warn("write the lane entry of a high-priority task", "task_id", t.ID, "err", err)
 	}
 }
 

@@ -80,6 +80,8 @@ func (w *Worker) pollShards(ctx context.Context, list []int, peek bool) (p pass)
 		p.err = w.peek(ctx, list, iv, &p)
 		return p
 	}
+	// A busy member claims from its shards' lanes first (lanes.go).
+	w.claimLanes(ctx, list, iv, &p)
 	// Rotate the starting shard so that no shard starves when slots run
 	// out part way through a pass.
 	w.rotate++

@@ -129,3 +129,100 @@ func (r *taskReads) Get(ctx context.Context, key string) (s3store.Object, error)
 	}
 	return r.Store.Get(ctx, key)
 }
+
+// A high task submitted behind a backlog deeper than a window reaches a
+// busy member through its shard's lane: the producer writes the lane entry
+// (one PUT) because the fleet shows the member busy, the member lists the
+// lane (one LIST per poll while busy), claims the lane's tasks with at most
+// half of its free slots, and deletes each entry (one DELETE). The backlog
+// keeps the other half.
+func TestALaneOvertakesABacklogDeeperThanAWindow(t *testing.T) {
+	ctx := context.Background()
+	reads := &taskReads{Store: mem.New()}
+	st := s3store.NewCounter(reads)
+	p, err := producer.New(ctx, st, producer.Config{Shards: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var started []string
+	w, err := worker.New(ctx, st, worker.Config{ID: "a", Shards: 1, Concurrency: 2, PollBatch: 2, Dedicated: true, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Handle("job", func(_ context.Context, tk *task.Task) (json.RawMessage, error) {
+		mu.Lock()
+		started = append(started, tk.ID)
+		mu.Unlock()
+		return nil, nil
+	})
+	poll := func() {
+		t.Helper()
+		if _, err := w.Poll(ctx); err != nil {
+			t.Fatal(err)
+		}
+		w.Wait()
+	}
+	poll()               // joins the fleet
+	const backlog = 1100 // more than a window (a page of 1000)
+	reqs := make([]producer.Request, backlog)
+	for i := range reqs {
+		reqs[i] = producer.Request{Type: "job"}
+	}
+	for _, r := range p.SubmitBatch(ctx, reqs) {
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	poll()
+	if err := w.MarkBusy(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A producer whose fleet view shows the member busy.
+	p2, err := producer.New(ctx, st, producer.Config{Shards: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := st.Counts()
+	var highs []string
+	for range 2 {
+		id, err := p2.Submit(ctx, "job", nil, producer.Options{Priority: task.PriorityHigh})
+		if err != nil {
+			t.Fatal(err)
+		}
+		highs = append(highs, id)
+	}
+	if got := st.Counts().Of(s3store.OpPut) - before.Of(s3store.OpPut); got != 4 {
+		t.Fatalf("%d PUTs for 2 high tasks into a busy shard, want 4 (each task and its lane entry)", got)
+	}
+	mu.Lock()
+	from := len(started)
+	mu.Unlock()
+	for range 4 {
+		poll()
+	}
+	mu.Lock()
+	next := slices.Clone(started[from:])
+	mu.Unlock()
+	lane := 0
+	for i, id := range next {
+		if slices.Contains(highs, id) {
+			lane++
+			if i >= 4 {
+				t.Errorf("high task started %d claims after its submit, want within 4", i+1)
+			}
+		}
+	}
+	if lane != 2 {
+		t.Fatalf("%d of the 2 high tasks started in the next %d claims (a backlog of %d ahead of them)", lane, len(next), backlog)
+	}
+	if len(next) != 8 {
+		t.Fatalf("%d tasks started in 4 polls of 2 slots", len(next))
+	}
+	if l, _ := st.List(ctx, "lanes/", s3store.ListOptions{}); len(l.Objects) != 0 {
+		t.Errorf("lane entries left after their tasks were claimed: %v", l.Objects)
+	}
+	if got := st.Counts().Of(s3store.OpDelete) - before.Of(s3store.OpDelete); got != 2 {
+		t.Errorf("%d DELETEs, want one per lane entry", got)
+	}
+}
