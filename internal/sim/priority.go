@@ -13,22 +13,24 @@ import (
 	"time"
 
 	"github.com/s3queue/s3queue/producer"
+	"github.com/s3queue/s3queue/s3store"
 	"github.com/s3queue/s3queue/shards"
 	"github.com/s3queue/s3queue/task"
 )
 
 // PriorityPlan is a third of the seeds' priorities: producers submit a
 // quarter of their tasks high and a quarter low, and at Backlog into the
-// chaos phase a producer submits a burst of Burst tasks into one shard,
-// defaults first, then high and low ones, faster than its member's few
-// slots run them.
+// chaos phase a producer submits a burst of Burst default tasks into one
+// shard, faster than its member's few slots run them, then, Wait later
+// (the member busy by then, and its fleet entry saying so: the high ones
+// go through its lane too), Burst/2 high and low ones, alternately.
 type PriorityPlan struct {
-	Backlog time.Duration
-	Burst   int
+	Backlog, Wait time.Duration
+	Burst         int
 }
 
 func (p PriorityPlan) String() string {
-	return fmt.Sprintf("priorities, a backlog of %d at %v", p.Burst, p.Backlog.Round(time.Second))
+	return fmt.Sprintf("priorities, a backlog of %d at %v, high and low ones %v later", p.Burst, p.Backlog.Round(time.Second), p.Wait.Round(time.Second))
 }
 
 // planPriority draws a third of the seeds' priorities, from a source of
@@ -38,7 +40,8 @@ func planPriority(plan *Plan, opts Options) {
 	if rng.IntN(3) != 0 {
 		return
 	}
-	plan.Priority = &PriorityPlan{Backlog: time.Minute + time.Duration(rng.Int64N(int64(opts.Chaos/2))), Burst: 8 + rng.IntN(12)}
+	plan.Priority = &PriorityPlan{Backlog: time.Minute + time.Duration(rng.Int64N(int64(opts.Chaos/2))), Burst: 8 + rng.IntN(12),
+		Wait: 5*time.Second + time.Duration(rng.Int64N(int64(20*time.Second)))}
 }
 
 // priorityOf draws a submit's priority from prng (nil: the default).
@@ -56,8 +59,7 @@ func priorityOf(prng *rand.Rand) task.Priority {
 }
 
 // backlog submits the plan's burst into the shard of one shard key: the
-// first half default, then alternately high and low ones, one submit
-// right after another.
+// defaults one right after another, then, Wait later, high and low ones.
 func (w *world) backlog() {
 	pp := w.plan.Priority
 	start := time.Now()
@@ -69,9 +71,12 @@ func (w *world) backlog() {
 		if !ok {
 			return
 		}
-		for k := range pp.Burst {
+		for k := range pp.Burst + pp.Burst/2 {
 			pr := task.PriorityDefault
-			if k >= pp.Burst/2 {
+			if k == pp.Burst {
+				time.Sleep(pp.Wait)
+			}
+			if k >= pp.Burst {
 				pr = []task.Priority{task.PriorityHigh, task.PriorityLow}[k%2]
 			}
 			o := op{proc: p.name, kind: "submit"}
@@ -118,9 +123,11 @@ func (w *world) scanHooks(name string) (func(int, []shards.Candidate), func(int,
 // again, none comes after one that the order puts later. A candidate may
 // be skipped (handed off to another member, or left when the listing is
 // renewed), never taken out of order. It also proves that the priority a
-// listing read from a pending task object's size is the task's own.
+// listing read from a pending task object's size is the task's own, and
+// that every lane entry names a high task of its shard.
 func (w *world) checkPriority(log []Entry, add func(inv, id, format string, args ...any)) {
 	byETag := make(map[string]*task.Task)
+	byID := make(map[string]*task.Task)
 	for _, e := range log {
 		if e.New == nil || !strings.HasPrefix(e.Key, "tasks/") || shards.IsPointer(e.Key) {
 			continue
@@ -128,6 +135,17 @@ func (w *world) checkPriority(log []Entry, add func(inv, id, format string, args
 		if t, err := task.Decode(e.New); err == nil {
 			sum := md5.Sum(e.New)
 			byETag[hex.EncodeToString(sum[:])] = t
+			byID[t.ID] = t
+		}
+	}
+	// A lane entry is written after its task, for a high one.
+	for _, e := range log {
+		if e.Op != s3store.OpPut || !strings.HasPrefix(e.Key, "lanes/") {
+			continue // an entry is empty: its PUT is logged with New nil
+		}
+		shard, id, err := shards.ParseLaneKey(e.Key)
+		if t := byID[id]; err != nil || t == nil || t.Shard != shard || t.Priority != task.PriorityHigh {
+			add(InvPriority, id, "%s wrote lane entry %s for a task that is not a high one of its shard (%v)", e.Proc, e.Key, err)
 		}
 	}
 	procs := make([]string, 0, len(w.scanLog))
