@@ -216,8 +216,8 @@ func TestALaneOvertakesABacklogDeeperThanAWindow(t *testing.T) {
 	if lane != 2 {
 		t.Fatalf("%d of the 2 high tasks started in the next %d claims (a backlog of %d ahead of them)", lane, len(next), backlog)
 	}
-	if len(next) != 8 {
-		t.Fatalf("%d tasks started in 4 polls of 2 slots", len(next))
+	if len(next)-lane < lane {
+		t.Fatalf("%d backlog tasks and %d lane tasks started in 4 polls: the lanes took more than half", len(next)-lane, lane)
 	}
 	if l, _ := st.List(ctx, "lanes/", s3store.ListOptions{}); len(l.Objects) != 0 {
 		t.Errorf("lane entries left after their tasks were claimed: %v", l.Objects)
