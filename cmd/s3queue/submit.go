@@ -34,8 +34,7 @@ var submitCommand = &command{
 	examples: []string{
 		`s3queue submit --type resize --input '{"url": "https://example.com/a.png"}'`,
 		"s3queue submit --batch tasks.jsonl",
-		`s3queue submit --type report --priority high --input '{"user": 7}'`,
-		"s3queue submit --type resize --input-file job.json --wait --wait-timeout 5m",
+		"s3queue submit --type resize --input-file job.json --priority high --wait --wait-timeout 5m",
 	},
 	details: "The input must be JSON (at most 256 KiB once compacted); it is checked before the store is\n" +
 		"opened, so bad input writes nothing (exit 2). Defaults come from [submit] in queue.toml.\n" +
