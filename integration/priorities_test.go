@@ -120,3 +120,55 @@ func TestPrioritiesThroughTheBinary(t *testing.T) {
 func sameSet(a, b []string) bool {
 	return len(a) == len(b) && !slices.ContainsFunc(a, func(s string) bool { return !slices.Contains(b, s) })
 }
+
+// A high task submitted behind more than a window of due tasks reaches a
+// busy worker through its shard's lane: the worker (concurrency 1) works
+// through a backlog of 1,100 tasks, marks itself busy in fleet.json, and
+// `s3queue submit --priority high` then writes lanes/{shard}/{id} beside the
+// task; the task runs within a few runs of its submit, a thousand tasks
+// before its place in time order, and its lane entry is deleted.
+func TestALaneThroughTheBinary(t *testing.T) {
+	q := newMinIOQueue(t, 1, 4*time.Minute)
+	ctx := q.ctx
+	bin := buildCLI(t)
+	dir := t.TempDir()
+	runs := filepath.Join(dir, "runs")
+	env := []string{"S3QUEUE_STORE=" + q.url, "S3QUEUE_WORKER_POLL_MAX=1s", "S3QUEUE_WORKER_MEMBER_TTL=6s", "RUNS=" + runs}
+	var lines []string
+	for i := range 1100 {
+		lines = append(lines, fmt.Sprintf(`{"type": "job", "input": {"n": %d}}`, i))
+	}
+	f := filepath.Join(dir, "backlog.jsonl")
+	if err := os.WriteFile(f, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	runCLI(t, ctx, bin, env, "submit", "--batch", f)
+	w := startCLI(t, bin, env, "worker", "--concurrency", "1", "--exec", `job=echo "$S3QUEUE_TASK_ID" >> "$RUNS"; sleep 0.1; cat`)
+	defer w.stop(t)
+	waitUntil(t, ctx, "the worker to say it is busy", time.Minute, func() bool {
+		o, err := q.st.Get(ctx, "fleet.json")
+		return err == nil && strings.Contains(string(o.Body), `"busy":true`)
+	})
+	ranBefore := func() int {
+		b, _ := os.ReadFile(runs)
+		return len(strings.Fields(string(b)))
+	}
+	before := ranBefore()
+	high := strings.TrimSpace(string(runCLI(t, ctx, bin, env, "submit", "--type", "job", "--input", `{"high":1}`, "--priority", "high")))
+	c := q.srv.Minio()
+	if keys := listPrefix(ctx, t, c, q.bucket, "q/lanes/"); !slices.Contains(keys, "q/lanes/000/"+high) {
+		t.Fatalf("no lane entry for the high task: %v", keys)
+	}
+	waitUntil(t, ctx, "the high task to run", time.Minute, func() bool { return getCLI(t, ctx, bin, env, high).Status == task.Succeeded })
+	b, _ := os.ReadFile(runs)
+	order := strings.Fields(string(b))
+	at := slices.Index(order, high)
+	t.Logf("the high task ran %d runs after its submit (%d backlog tasks had run)", at-before+1, before)
+	if at < 0 || at-before > 10 {
+		t.Errorf("the high task ran %d runs after its submit, want within 10", at-before+1)
+	}
+	if len(order) > 1000 {
+		t.Errorf("%d tasks ran: the backlog was not deep enough to prove anything", len(order))
+	}
+	waitUntil(t, ctx, "the lane entry to be deleted", 30*time.Second, func() bool { return len(listPrefix(ctx, t, c, q.bucket, "q/lanes/")) == 0 })
+}
