@@ -248,6 +248,10 @@ type Options struct {
 	UniqueFor time.Duration
 	// ShardKey places tasks with the same key in the same shard.
 	ShardKey string
+	// Priority orders the task among the due tasks of its shard:
+	// task.PriorityHigh, task.PriorityDefault ("", the default) or
+	// task.PriorityLow (docs/scheduling.md#priorities).
+	Priority task.Priority
 	// DependsOn are tasks of this queue that must succeed before this one
 	// runs (at most task.MaxDeps): until then it is blocked. A parent that
 	// already ended is settled at once; an unknown id is an error wrapping
@@ -333,7 +337,7 @@ func (p *Producer) submit(ctx context.Context, typ string, input any, opts Optio
 	// shard scans trust it, so the task must say exactly the same.
 	at = at.Truncate(time.Millisecond)
 	spec := task.Spec{Type: typ, Input: raw, MaxAttempts: opts.MaxAttempts, Retry: opts.Retry, Timeout: opts.Timeout,
-		AvailableAt: at, IdempotencyKey: opts.IdempotencyKey, UniqueFor: opts.UniqueFor, ShardKey: opts.ShardKey, Trace: p.trace.Inject(ctx)}
+		AvailableAt: at, IdempotencyKey: opts.IdempotencyKey, UniqueFor: opts.UniqueFor, ShardKey: opts.ShardKey, Priority: opts.Priority, Trace: p.trace.Inject(ctx)}
 	// New work goes to the shards fleet members poll; a shard key pins its
 	// shard instead, and the task is announced if that shard is inactive.
 	var targets []int
@@ -792,6 +796,9 @@ func (p *Producer) afterCreate(ctx context.Context, t *task.Task) {
 	// task no worker's inbox took is announced.
 	late := p.dir != nil || now.Earliest.Sub(t.AvailableAt) >= p.cfg.LateAfter
 	_, n := p.layout(ctx)
+	if p.dir == nil {
+		p.lane(ctx, t, now, n)
+	}
 	if !late && p.fleet.Serves(ctx, t.Type, now, t.Shard, n) {
 		return
 	}
@@ -804,6 +811,21 @@ func (p *Producer) afterCreate(ctx context.Context, t *task.Task) {
 	if err := p.keepAnnouncing(ctx, t, shards.Announce(ctx, p.st, t, now.Latest, in)); err != nil {
 		// The monitor's repair will announce it; nothing is lost.
 		p.log.Warn("announce task", "task_id", t.ID, "err", err)
+	}
+}
+
+// lane writes t's lane entry (shards.LaneKey) when t is a high-priority
+// task due now and the cached fleet view (no request within its TTL) shows
+// the member of its shard busy: that member claims lane tasks before its
+// backlog (docs/scheduling.md#priorities). One PUT; the member deletes the
+// entry (a DELETE). A failed write loses nothing: the task is found in time
+// order, behind the backlog.
+func (p *Producer) lane(ctx context.Context, t *task.Task, now clock.Interval, n int) {
+	if t.Priority != task.PriorityHigh || t.Status != task.Pending || t.AvailableAt.After(now.Latest) || !p.fleet.Busy(ctx, now, t.Shard, n) {
+		return
+	}
+	if _, err := p.st.Put(ctx, shards.LaneKey(t.Shard, t.ID), nil, s3store.PutOptions{}); err != nil {
+		p.log.Warn("write the lane entry of a high-priority task", "task_id", t.ID, "err", err)
 	}
 }
 

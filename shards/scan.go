@@ -3,6 +3,7 @@ package shards
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/s3queue/s3queue/s3store"
@@ -44,6 +45,7 @@ type Scan struct {
 	unsettled map[string]time.Time // handed out, not yet settled: the cursor waits for them
 	failed    map[string]readFailures
 	pruneAt   int // size of seen that triggers the next pruning
+	window    []Candidate
 }
 
 // readFailures counts the failed reads of one candidate at one ETag.
@@ -84,6 +86,10 @@ type Candidate struct {
 	// Shard is the shard of task ID when Key is a ready pointer that names
 	// it, else -1 (see TaskKey).
 	Shard int
+	// Priority is what the listed size says of a pending task object
+	// (task.PriorityBySize); the default for a pointer or an object whose
+	// size does not say pending.
+	Priority task.Priority
 }
 
 // TaskKey returns the key of the task c stands for, and false for a ready
@@ -100,7 +106,18 @@ func (c Candidate) TaskKey() (string, bool) {
 }
 
 // Next lists the shard and returns up to max objects due by now that it has
-// not settled at their current ETag. Finished task objects (known by their
+// not settled at their current ETag.
+//
+// The due candidates of its first page (the window: up to PageSize keys
+// from where it starts) come first, highest priority first and, within a
+// priority, in key order (oldest first); candidates of later pages, listed
+// only when the window holds fewer than max, follow in key order. A
+// window candidate not handed out stays unsettled, unread: the cursor
+// does not pass it, so the next listing starts at or before it and it is
+// in that window too. A low task is thus passed by at most the due tasks
+// of one page after it (docs/scheduling.md#priorities).
+//
+// Finished task objects (known by their
 // size, see task.FinishedBySize) are settled without being handed out, so a scan
 // that starts far back crosses them at a page per LIST. Callers report each
 // candidate with Seen once handled, or with Failed when its read failed;
@@ -127,6 +144,13 @@ func (s *Scan) Next(ctx context.Context, st s3store.Store, now time.Time, max in
 	}
 	defer s.settleGone(&l)
 	var out []Candidate
+	s.window = s.window[:0]
+	// handOut orders the window and keeps the first max of it.
+	handOut := func(out []Candidate) []Candidate {
+		s.window = append(s.window, out...)
+		slices.SortStableFunc(out, func(a, b Candidate) int { return a.Priority.Rank() - b.Priority.Rank() })
+		return out[:min(len(out), max)]
+	}
 	for pages := 0; pages < MaxPages && len(out) < max; pages++ {
 		page, err := st.List(ctx, TasksPrefix(s.Shard), s3store.ListOptions{StartAfter: after, MaxKeys: s.PageSize})
 		if err != nil {
@@ -140,6 +164,9 @@ func (s *Scan) Next(ctx context.Context, st s3store.Store, now time.Time, max in
 				continue // foreign object; the monitor reports it
 			}
 			if c.Avail.After(now) {
+				if pages == 0 {
+					out = handOut(out)
+				}
 				return out, nil
 			}
 			l.due = c.Avail
@@ -154,9 +181,12 @@ func (s *Scan) Next(ctx context.Context, st s3store.Store, now time.Time, max in
 			}
 			s.unsettled[o.Key] = c.Avail
 			out = append(out, c)
-			if len(out) >= max {
+			if pages > 0 && len(out) >= max {
 				return out, nil
 			}
+		}
+		if pages == 0 {
+			out = handOut(out)
 		}
 		if !page.Truncated || len(page.Objects) == 0 {
 			l.end = true
@@ -209,7 +239,8 @@ func parseCandidate(o s3store.ObjectInfo) (Candidate, bool) {
 		return Candidate{}, false
 	}
 	at, _ := task.IDTime(id)
-	return Candidate{Key: o.Key, ID: id, ETag: o.ETag, Avail: at, Shard: -1}, true
+	p, _ := task.PriorityBySize(o.Size)
+	return Candidate{Key: o.Key, ID: id, ETag: o.ETag, Avail: at, Shard: -1, Priority: p}, true
 }
 
 // Settled, passed to Seen, means "whatever its ETag, never hand this key
@@ -271,6 +302,11 @@ func (s *Scan) advance(at time.Time) {
 		s.pruneAt = 2 * len(s.seen)
 	}
 }
+
+// Window returns the due candidates of the last Next's first page, in key
+// order, handed out or not: what its priority order chose from. It is
+// valid until the next Next.
+func (s *Scan) Window() []Candidate { return s.window }
 
 // Cursor reports how far the scan has got.
 func (s *Scan) Cursor() time.Time { return s.cursor }

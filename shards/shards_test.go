@@ -3,6 +3,7 @@ package shards_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -347,4 +348,67 @@ func TestScanIsNotPinnedByCandidatesNeverSettled(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A listing's window (its first page) is handed out highest priority
+// first, ties oldest first; a candidate left in the window holds the
+// cursor, unread, and later pages never pass it.
+func TestScanWindowHandsOutHigherPrioritiesFirst(t *testing.T) {
+	ctx := context.Background()
+	st := s3store.NewCounter(mem.New())
+	now := time.Now()
+	prios := []task.Priority{task.PriorityLow, task.PriorityDefault, task.PriorityDefault, task.PriorityHigh, task.PriorityLow, task.PriorityHigh}
+	ids := make([]string, len(prios))
+	for i, p := range prios {
+		ids[i], _ = task.NewID(now.Add(time.Duration(i-10)*time.Second), strings.NewReader(strings.Repeat("p", 16)))
+		body := []byte(`{"x":1}`)
+		body = append(body, strings.Repeat("\n", task.SizePaddingFor(len(body), task.Pending, p))...)
+		if _, err := st.Put(ctx, task.Key(0, ids[i]), body, s3store.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := func(cs []shards.Candidate) (out []int) {
+		for _, c := range cs {
+			out = append(out, slices.Index(ids, c.ID))
+		}
+		return out
+	}
+	t.Run("one page", func(t *testing.T) {
+		s := shards.NewScan(0, now.Add(-time.Minute), 5*time.Second)
+		c, err := s.Next(ctx, st, now, 3)
+		if err != nil || !slices.Equal(got(c), []int{3, 5, 1}) {
+			t.Fatalf("first listing handed out %v (%v), want the two high tasks, then the oldest default", got(c), err)
+		}
+		if w := got(s.Window()); !slices.Equal(w, []int{0, 1, 2, 3, 4, 5}) {
+			t.Fatalf("window = %v, want every due task in key order", w)
+		}
+		for _, x := range c {
+			s.Seen(x, x.ETag)
+		}
+		if at, _ := task.IDTime(ids[0]); s.Cursor().After(at) {
+			t.Fatal("the cursor passed the low task left in the window")
+		}
+		c, _ = s.Next(ctx, st, now, 3)
+		if !slices.Equal(got(c), []int{2, 0, 4}) {
+			t.Fatalf("second listing handed out %v, want the default, then the lows oldest first", got(c))
+		}
+		if n := st.Counts().Of(s3store.OpGet); n != 0 {
+			t.Fatalf("the scans read %d objects", n)
+		}
+	})
+	t.Run("later pages come after the window", func(t *testing.T) {
+		s := shards.NewScan(0, now.Add(-time.Minute), 5*time.Second)
+		s.PageSize = 3
+		c, _ := s.Next(ctx, st, now, 2)
+		if !slices.Equal(got(c), []int{1, 2}) {
+			t.Fatalf("first listing handed out %v, want the defaults of the first page", got(c))
+		}
+		for _, x := range c {
+			s.Seen(x, x.ETag)
+		}
+		c, _ = s.Next(ctx, st, now, 10)
+		if !slices.Equal(got(c), []int{0, 3, 4, 5}) {
+			t.Fatalf("second listing handed out %v: the low task of the window must come before the next page's", got(c))
+		}
+	})
 }

@@ -75,9 +75,64 @@ func sizeResidue(s Status) (residue, modulus int) {
 }
 
 // SizePadding is how many bytes of padding (trailing newlines) a task
-// object of n bytes with status s needs for its size to say s (StatusBySize,
-// FinishedBySize and PendingBySize).
-func SizePadding(n int, s Status) int {
+// object of n bytes with status s and the default priority needs for its
+// size to say s (StatusBySize, FinishedBySize and PendingBySize).
+func SizePadding(n int, s Status) int { return SizePaddingFor(n, s, PriorityDefault) }
+
+// SizePaddingFor is SizePadding for a task of priority p: a pending one is
+// padded further so that its size also says p (PriorityBySize); the other
+// statuses are padded as SizePadding pads them, whatever p.
+func SizePaddingFor(n int, s Status, p Priority) int {
 	r, mod := sizeResidue(s)
-	return ((r-n)%mod + mod) % mod
+	pad := ((r-n)%mod + mod) % mod
+	if s != Pending {
+		return pad
+	}
+	for !priorityCode(int64(n+pad), p) {
+		pad += 4
+	}
+	return pad
+}
+
+// The priority of a pending task object by its size: a pending size is a
+// multiple of 4, and which eighth of 32 it falls in, (size mod 32) / 8,
+// says its priority:
+//
+//	0, 2   default (size mod 32 is 0, 4, 16 or 20)
+//	1      high    (8, 12)
+//	3      low     (24, 28)
+//
+// Modulo 8 every pending size is still 0 or 4, so StatusBySize and the
+// coarser hints read as before. A default task takes half the residues,
+// so its padding stays at most 11 bytes; a high or low one at most 27. A
+// pending object written before priorities existed has a default
+// priority but may read as high or low (a quarter of sizes each): the
+// priority by size only orders a worker's window, so such a task is
+// claimed a little earlier or later, never lost.
+
+// priorityCode reports whether a pending size says priority p.
+func priorityCode(size int64, p Priority) bool {
+	switch (size % 32) / 8 {
+	case 1:
+		return p == PriorityHigh
+	case 3:
+		return p == PriorityLow
+	}
+	return p != PriorityHigh && p != PriorityLow
+}
+
+// PriorityBySize returns the priority a pending task object's size says
+// (see above); ok is false for a size that does not say pending, whose
+// priority a listing cannot tell.
+func PriorityBySize(size int64) (p Priority, ok bool) {
+	if size <= 0 || !PendingBySize(size) {
+		return PriorityDefault, false
+	}
+	switch (size % 32) / 8 {
+	case 1:
+		return PriorityHigh, true
+	case 3:
+		return PriorityLow, true
+	}
+	return PriorityDefault, true
 }

@@ -103,6 +103,10 @@ type Task struct {
 	// (Task.MinRetention).
 	UniqueFor Duration `json:"unique_for,omitempty"`
 	ShardKey  string   `json:"shard_key,omitempty"`
+	// Priority orders the task among the due tasks of its shard (see
+	// Priority); absent for the default priority. The size of a pending
+	// task object says it too (PriorityBySize).
+	Priority Priority `json:"priority,omitempty"`
 	// Trace is the trace context of the submit that created the task
 	// (W3C traceparent and tracestate, as an OpenTelemetry propagator
 	// writes them), so that the spans of the workers that run it continue
@@ -189,6 +193,8 @@ type Spec struct {
 	// task" (see IdempotencyRecord).
 	UniqueFor time.Duration
 	ShardKey  string
+	// Priority is PriorityHigh, PriorityDefault ("") or PriorityLow.
+	Priority Priority
 	// Trace is the trace context the task carries to its workers (see
 	// Task.Trace), at most MaxTraceBytes of valid UTF-8; empty means none.
 	Trace map[string]string
@@ -257,6 +263,9 @@ func New(id string, shard int, spec Spec, now time.Time) (*Task, error) {
 	if err := checkTrace(spec.Trace); err != nil {
 		return nil, fmt.Errorf("new task %s: %w", id, err)
 	}
+	if !spec.Priority.Valid() {
+		return nil, fmt.Errorf("new task %s: %w: priority %q: want high, default or low", id, ErrInvalid, spec.Priority)
+	}
 	if err := checkDeps(id, spec.Deps, spec.OnDepFailure); err != nil {
 		return nil, err
 	}
@@ -284,6 +293,7 @@ func New(id string, shard int, spec Spec, now time.Time) (*Task, error) {
 		IdempotencyKey: spec.IdempotencyKey,
 		UniqueFor:      Duration(spec.UniqueFor),
 		ShardKey:       spec.ShardKey,
+		Priority:       spec.Priority,
 		Trace:          cloneTrace(spec.Trace),
 		AvailableAt:    avail,
 		CreatedAt:      now,

@@ -105,6 +105,15 @@ func TestNew(t *testing.T) {
 			t.Errorf("retry = %+v, want %+v", tk.Retry, want)
 		}
 	})
+	t.Run("priority is stored, and absent for the default", func(t *testing.T) {
+		if b := mustMarshal(t, newTask(t, nil)); bytes.Contains(b, []byte(`"priority"`)) {
+			t.Errorf("default priority marshalled: %s", b)
+		}
+		tk := newTask(t, func(s *Spec) { s.Priority = PriorityHigh })
+		if tk.Priority != PriorityHigh || !bytes.Contains(mustMarshal(t, tk), []byte(`"priority":"high"`)) {
+			t.Errorf("priority = %q", tk.Priority)
+		}
+	})
 	t.Run("input at the size limit is accepted", func(t *testing.T) {
 		in := `"` + strings.Repeat("a", MaxInputBytes-2) + `"`
 		newTask(t, func(s *Spec) { s.Input = []byte(in) })
@@ -117,6 +126,7 @@ func TestNew(t *testing.T) {
 		mod   func(*Spec)
 	}{
 		{"empty type", testID, 0, func(s *Spec) { s.Type = "" }},
+		{"unknown priority", testID, 0, func(s *Spec) { s.Priority = "urgent" }},
 		{"type too long", testID, 0, func(s *Spec) { s.Type = strings.Repeat("a", MaxTypeLen+1) }},
 		{"type with a slash", testID, 0, func(s *Spec) { s.Type = "a/b" }},
 		{"type with a space", testID, 0, func(s *Spec) { s.Type = "a b" }},

@@ -167,15 +167,28 @@ func (w *Worker) claimBatch(ctx context.Context, s settler, batch []shards.Candi
 		})
 	}
 	var drops []*attempt
+	var lanes []string
 	for i := range as {
-		if w.applyClaim(ctx, s, &as[i], iv, seen[as[i].c.ID]) {
+		a := &as[i]
+		if w.applyClaim(ctx, s, a, iv, seen[a.c.ID]) {
 			claimed++
+			if t := a.v.Task; t.Priority == task.PriorityHigh && t.Attempt == 1 && !a.c.Pointer && w.direct == nil {
+				// Its first claim, found in a window: the lane entry its
+				// producer may have written (lanes.go) has done its job.
+				lanes = append(lanes, shards.LaneKey(t.Shard, t.ID))
+			}
 		}
-		if as[i].drop {
-			drops = append(drops, &as[i])
+		if a.drop {
+			drops = append(drops, a)
 		}
 	}
-	concurrently(len(drops), func(i int) {
+	concurrently(len(drops)+len(lanes), func(i int) {
+		if i >= len(drops) {
+			// Deleting is free, and a missing entry is no error; one left
+			// by a failure is deleted by the next busy listing of the lane.
+			_ = w.st.Delete(ctx, lanes[i-len(drops)], s3store.DeleteOptions{})
+			return
+		}
 		a := drops[i]
 		a.dropErr = w.st.Delete(ctx, a.c.Key, s3store.DeleteOptions{})
 	})

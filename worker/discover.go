@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/s3queue/s3queue/clock"
@@ -79,6 +80,8 @@ func (w *Worker) pollShards(ctx context.Context, list []int, peek bool) (p pass)
 		p.err = w.peek(ctx, list, iv, &p)
 		return p
 	}
+	// A busy member claims from its shards' lanes first (lanes.go).
+	w.claimLanes(ctx, list, iv, &p)
 	// Rotate the starting shard so that no shard starves when slots run
 	// out part way through a pass.
 	w.rotate++
@@ -146,9 +149,13 @@ func (w *Worker) peek(ctx context.Context, list []int, iv clock.Interval, p *pas
 // extra asks for that many more, to hand off.
 func (w *Worker) list(ctx context.Context, shard int, iv clock.Interval, p *pass, extra int) ([]shards.Candidate, error) {
 	want := max(w.free(), w.capacity(), int(math.Ceil(w.cfg.PollBatch))) + 1 + extra
-	cands, err := w.scan(shard, iv).Next(ctx, w.st, iv.Latest, want)
+	s := w.scan(shard, iv)
+	cands, err := s.Next(ctx, w.st, iv.Latest, want)
 	if err != nil {
 		return nil, err
+	}
+	if h := w.cfg.Hooks.OnWindow; h != nil {
+		h(shard, slices.Clone(s.Window()))
 	}
 	p.capped = p.capped || len(cands) >= want
 	p.listed += len(cands)
@@ -230,6 +237,11 @@ func (w *Worker) pollShard(ctx context.Context, shard int, iv clock.Interval, p 
 	i := 0
 	for i < len(cands) && w.free() > 0 {
 		n := nextBatch(cands[i:], min(w.free(), maxClaimBatch))
+		if h := w.cfg.Hooks.OnAttempt; h != nil {
+			for _, c := range cands[i : i+n] {
+				h(shard, c)
+			}
+		}
 		p.claimed += w.claimBatch(ctx, s, cands[i:i+n], iv, pf.seen)
 		i += n
 	}

@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/s3queue/s3queue/internal/taskio"
+	"github.com/s3queue/s3queue/shards"
 )
 
 // The dispatch queue sits between discovery and the handlers (seeds 000,
@@ -134,6 +135,15 @@ type Hooks struct {
 	OnCancel func(Queued)
 	// OnStateChange: a pool's gauges changed.
 	OnStateChange func(QueueState)
+	// OnWindow: a listing of shard offered window, the due candidates of
+	// its first page in key order, each with the priority its size says
+	// (shards.Scan.Window); the worker attempts them highest priority
+	// first. Called on the scheduler; window is the hook's to keep.
+	OnWindow func(shard int, window []shards.Candidate)
+	// OnAttempt: the worker is about to read candidate c of shard's scan
+	// and claim it if it is pending and due, in the order it attempts
+	// them. Called on the scheduler.
+	OnAttempt func(shard int, c shards.Candidate)
 }
 
 // loopIdle is how long a pool's loop waits for work before it retires.

@@ -75,6 +75,7 @@ type Worker struct {
 	scans      map[int]*shards.Scan
 	prefetched map[int]prefetch
 	rotate     int
+	laneOdd    bool                // the odd free slot of the next busy poll goes to the lanes (lanes.go)
 	unhandled  map[string]string   // task key -> type: pending tasks seen that no known member could run
 	blocked    map[*pool]int       // tasks the current poll left for lack of room, by pool
 	direct     *inbox              // direct dispatch's state (direct.go); nil in the shared mode

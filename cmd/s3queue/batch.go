@@ -42,6 +42,7 @@ type batchLine struct {
 	OnDepFailure   *string         `json:"on_dep_failure"`
 	Slot           *string         `json:"slot"`
 	Admission      *string         `json:"admission"`
+	Priority       *string         `json:"priority"`
 }
 
 // batchDefaults are what the flags give every line.
@@ -113,6 +114,13 @@ func parseLine(line []byte, d batchDefaults) (s3queue.Request, error) {
 	}
 	if l.Key != nil {
 		o.ShardKey = *l.Key
+	}
+	if l.Priority != nil {
+		p, err := task.ParsePriority(*l.Priority)
+		if err != nil || *l.Priority == "" {
+			return r, fmt.Errorf(`"priority" %q: want "high", "default" or "low"`, *l.Priority)
+		}
+		o.Priority = p
 	}
 	o.IdempotencyKey = l.IdempotencyKey
 	if l.Unique != nil {

@@ -120,7 +120,7 @@ func (a *app) list(ctx context.Context, f filter, limit int) (found []*task.Task
 
 func printList(w io.Writer, ts []*task.Task) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSTATUS\tTYPE\tATTEMPT\tSHARD\tUPDATED\tLAST ERROR")
+	fmt.Fprintln(tw, "ID\tSTATUS\tTYPE\tPRIORITY\tATTEMPT\tSHARD\tUPDATED\tLAST ERROR")
 	for _, t := range ts {
 		le := oneLine(t.LastError)
 		if len(le) > 60 {
@@ -129,7 +129,7 @@ func printList(w io.Writer, ts []*task.Task) {
 		if le == "" {
 			le = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%d\t%s\t%s\n", t.ID, t.Status, t.Type, t.Attempt, t.MaxAttempts, t.Shard, fmtTime(t.UpdatedAt), strings.ReplaceAll(le, "\t", " "))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%d\t%s\t%s\n", t.ID, t.Status, t.Type, t.Priority, t.Attempt, t.MaxAttempts, t.Shard, fmtTime(t.UpdatedAt), strings.ReplaceAll(le, "\t", " "))
 	}
 	tw.Flush()
 }

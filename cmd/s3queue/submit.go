@@ -33,14 +33,14 @@ var submitCommand = &command{
 	summary: "submit a task and print its id (or one task per JSON line with --batch)",
 	examples: []string{
 		`s3queue submit --type resize --input '{"url": "https://example.com/a.png"}'`,
-		"s3queue submit --type resize --input-file job.json --wait --wait-timeout 5m",
+		"s3queue submit --type resize --input-file job.json --priority high --wait --wait-timeout 5m",
 		`s3queue submit --type report --input '{"day": "2026-01-02"}' --unique --unique-for 1h`,
 	},
 	details: "The input must be JSON (at most 256 KiB once compacted); it is checked before the store is\n" +
 		"opened, so bad input writes nothing (exit 2). Defaults come from [submit] in queue.toml.\n" +
 		"--batch FILE|- submits one task per JSON line, {\"type\": ..., \"input\": ..., \"delay\": ...,\n" +
 		"\"at\": ..., \"max_attempts\": ..., \"timeout\": ..., \"idempotency_key\": ..., \"unique\": true,\n" +
-		"\"unique_for\": \"1h\", \"key\": ..., \"after\": [ID, ...], \"on_dep_failure\": ...}, through a\n" +
+		"\"unique_for\": \"1h\", \"key\": ..., \"after\": [ID, ...], \"on_dep_failure\": ..., \"priority\": ...}, through a\n" +
 		"bounded submitter ([producer] in queue.toml); the flags give the lines' defaults. It prints \"LINE ID\" or \"LINE error: MESSAGE\"\n" +
 		"per line as each finishes, and exits 1 if any line failed (2 if the only failures were\n" +
 		"malformed or invalid lines).\n" +
@@ -63,6 +63,7 @@ var submitCommand = &command{
 			maxAttempts                                         int
 			after                                               idList
 			slot, admission                                     string
+			priority                                            string
 			onDepFailure                                        string
 			wait, unique                                        bool
 			uniqueFor                                           time.Duration
@@ -80,6 +81,7 @@ var submitCommand = &command{
 		fs.BoolVar(&unique, "unique", false, "derive the idempotency key from --type and the input: the same type and input prints the first task's id")
 		fs.DurationVar(&uniqueFor, "unique-for", 0, "with --idempotency-key or --unique: the key stays taken this `duration` (1s..720h) from its first submit, then frees for a new task (default: until retention deletes the task)")
 		fs.StringVar(&shardKey, "key", "", "shard `key`: tasks with the same key share a shard")
+		fs.StringVar(&priority, "priority", "default", "`high|default|low`: under a backlog a worker claims higher priorities first (docs/scheduling.md)")
 		fs.Var(&after, "after", "run only after task `ID` has succeeded (repeatable, or comma-separated); the task is blocked until then")
 		fs.StringVar(&onDepFailure, "on-dep-failure", task.DepCancel, "what a dependency that ends dead or canceled does: `cancel|fail` the task (fail: it ends dead)")
 		fs.StringVar(&slot, "slot", "", "slot `key`: at most one task of the key runs at a time, fleet-wide")
@@ -143,6 +145,13 @@ var submitCommand = &command{
 				opts.UniqueFor = uniqueFor
 			}
 			opts.ShardKey = shardKey
+			if set["priority"] {
+				p, err := task.ParsePriority(priority)
+				if err != nil || priority == "" {
+					return usageError("submit: --priority %q: want high, default or low", priority)
+				}
+				opts.Priority = p
+			}
 			opts.DependsOn = after
 			switch onDepFailure {
 			case task.DepCancel, task.DepFail:
@@ -330,7 +339,7 @@ func checkSpec(typ string, input json.RawMessage, opts s3queue.SubmitOptions) er
 		return errors.New("an idempotency key (or --unique) cannot be combined with --after or --slot")
 	}
 	spec := task.Spec{Type: typ, Input: input, MaxAttempts: opts.MaxAttempts, Retry: opts.Retry,
-		Timeout: opts.Timeout, IdempotencyKey: key, UniqueFor: opts.UniqueFor, ShardKey: opts.ShardKey,
+		Timeout: opts.Timeout, IdempotencyKey: key, UniqueFor: opts.UniqueFor, ShardKey: opts.ShardKey, Priority: opts.Priority,
 		OnDepFailure: opts.OnDepFailure, Slot: opts.Slot}
 	for _, d := range opts.DependsOn {
 		spec.Deps = append(spec.Deps, task.Dep{ID: d})

@@ -223,6 +223,7 @@ func printTask(w io.Writer, t *task.Task) {
 	row("id", t.ID)
 	row("type", t.Type)
 	row("status", string(t.Status))
+	row("priority", t.Priority.String())
 	row("attempt", fmt.Sprintf("%d of %d", t.Attempt, t.MaxAttempts))
 	row("shard", fmt.Sprint(t.Shard))
 	row("created", fmtTime(t.CreatedAt))

@@ -71,6 +71,8 @@ const (
 	InvPaused = "no claim of a paused type" // no claim lands more than pauseSlack after its type was paused, and every pause is lifted
 	// Rate limits (see checkRateLimit).
 	InvRateLimit = "a rate limit is never exceeded" // no window of S3 time has more claims of a limited type, by when they were sent, than its limit
+	// Priorities (see checkPriority).
+	InvPriority = "a window is claimed in priority order" // a member attempts one listing's candidates high first, ties oldest first
 
 	retentionMargin = 5 * time.Second // clock uncertainty the monitor may use
 	cursorLag       = time.Minute     // how far a member's scan may trail its shard's keys
@@ -498,6 +500,7 @@ func (w *world) check() Result {
 		w.checkRateLimit(log, add)
 	}
 	w.checkUnique(log, add)
+	w.checkPriority(log, add)
 	res.Violations = vs
 	return res
 }

@@ -120,6 +120,9 @@ type Plan struct {
 	// Unique (a third of the seeds): producers submit with keys that have
 	// short uniqueness windows (see UniquePlan).
 	Unique *UniquePlan
+	// Priority (a third of the seeds): producers submit high, default and
+	// low tasks, and a backlog of them into one shard.
+	Priority *PriorityPlan
 }
 
 // The direct-dispatch settings of the workers, producers and monitors:
@@ -199,6 +202,9 @@ func (p Plan) String() string {
 	if p.Unique != nil {
 		s += ", " + p.Unique.String()
 	}
+	if p.Priority != nil {
+		s += ", " + p.Priority.String()
+	}
 	if p.Surge.Join > 0 {
 		s += fmt.Sprintf(", surge of %d workers at %v, %d leave at %v", p.Surge.Join, p.Surge.At.Round(time.Second), p.Surge.Leave, p.Surge.LeaveAt.Round(time.Second))
 	}
@@ -264,6 +270,9 @@ type world struct {
 	leaseLosses int
 	directEnd   map[string][]byte
 	endAt       time.Time
+	// scanLog: what each worker process's discovery listed and attempted
+	// (checkPriority).
+	scanLog map[string][]scanEvent
 }
 
 // proc is one running process: a worker, monitor or producer.
@@ -329,10 +338,11 @@ func Run(seed uint64, opts Options) Result {
 	planPause(&plan, opts)
 	planRateLimit(&plan)
 	planUnique(&plan)
+	planPriority(&plan, opts)
 	w := &world{opts: opts, plan: plan, rng: rng,
 		srv:   NewServer(plan.Provider, rand.New(rand.NewPCG(seed, 0x5e4e)), plan.MaxPage),
 		procs: make(map[string]*proc), dedicated: make(map[string]bool), nextID: make(map[string]int), acked: make(map[string]ack), spawned: make(map[string]int),
-		incarnation: make(map[string]int)}
+		incarnation: make(map[string]int), scanLog: make(map[string][]scanEvent)}
 	if plan.Direct {
 		w.drng = rand.New(rand.NewPCG(seed, 0xd12ec7+1))
 	}
@@ -382,6 +392,13 @@ func Run(seed uint64, opts Options) Result {
 		go func() {
 			defer producers.Done()
 			w.uniques()
+		}()
+	}
+	if plan.Priority != nil {
+		producers.Add(1)
+		go func() {
+			defer producers.Done()
+			w.backlog()
 		}()
 	}
 	if plan.Surge.Join > 0 {
@@ -607,6 +624,7 @@ func (w *world) startWorkerAs(id string) *proc {
 		wk, ok := retry(ctx, func() (*worker.Worker, error) {
 			cfg := cfg
 			cfg.Rand, cfg.Clock = w.seeded(p.name), w.clockFor(p.h)
+			cfg.Hooks.OnWindow, cfg.Hooks.OnAttempt = w.scanHooks(p.name)
 			return worker.New(ctx, p.h, cfg)
 		})
 		if !ok {
@@ -732,6 +750,10 @@ func (w *world) produce(i int) {
 	if w.plan.Slots {
 		srng = rand.New(rand.NewPCG(w.plan.Seed, uint64(0x510700+i)))
 	}
+	var prng *rand.Rand
+	if w.plan.Priority != nil {
+		prng = rand.New(rand.NewPCG(w.plan.Seed, uint64(0x921000+i)))
+	}
 	p := w.spawn("p", fmt.Sprintf("p%d", i+1), func(ctx context.Context, p *proc) {
 		var prod *producer.Producer
 		for j := 0; j < n && time.Now().Before(end) && ctx.Err() == nil; j++ {
@@ -744,7 +766,7 @@ func (w *world) produce(i int) {
 					continue
 				}
 			}
-			w.act(ctx, p, prod, rng, drng, srng, j)
+			w.act(ctx, p, prod, rng, drng, srng, prng, j)
 		}
 	})
 	<-p.done
@@ -809,7 +831,7 @@ func (w *world) submitLong(ctx context.Context, p *proc, prod *producer.Producer
 }
 
 // act makes one producer call and records what the producer was told.
-func (w *world) act(ctx context.Context, p *proc, prod *producer.Producer, rng, drng, srng *rand.Rand, j int) {
+func (w *world) act(ctx context.Context, p *proc, prod *producer.Producer, rng, drng, srng, prng *rand.Rand, j int) {
 	o := op{proc: p.name}
 	o.from = w.logLen()
 	defer func() {
@@ -848,6 +870,7 @@ func (w *world) act(ctx context.Context, p *proc, prod *producer.Producer, rng, 
 			opts.Slot = fmt.Sprintf("k%d", srng.IntN(3))
 			opts.Admission = []string{"queue", "queue", "replace", "drop-if-running"}[srng.IntN(4)]
 		}
+		opts.Priority = priorityOf(prng)
 		o.id, o.err = prod.Submit(ctx, taskType, json.RawMessage(input), opts)
 		if o.err == nil {
 			w.mu.Lock()
