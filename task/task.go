@@ -118,7 +118,7 @@ type Task struct {
 	// ResultExpiredAt is when (S3 time) the monitor dropped the result,
 	// its result TTL having passed (ExpireResult).
 	ResultExpiredAt time.Time `json:"result_expired_at,omitzero"`
-	LastError       string          `json:"last_error,omitempty"`
+	LastError       string    `json:"last_error,omitempty"`
 	// Deps are the tasks this one depends on, each with what became of
 	// it; the task is blocked until every one has succeeded.
 	Deps []Dep `json:"deps,omitempty"`
