@@ -129,8 +129,8 @@ type Config struct {
 type TickStats struct {
 	Listed, Loaded, Redispatched, DeadLettered, Repaired, Deleted, Corrupt int
 	// ResultsExpired counts results dropped by ResultTTL.
-	ResultsExpired int
-	SweepsCompleted                                                        int
+	ResultsExpired  int
+	SweepsCompleted int
 	// Settled counts parents whose dependents the repair settled after a
 	// crash (internal/deps).
 	Settled int
