@@ -66,6 +66,8 @@ const (
 	InvOverflowDrained = "the overflow is drained"                   // at the end, the overflow holds no old entry
 	// Pause (see checkPause).
 	InvPaused = "no claim of a paused type" // no claim lands more than pauseSlack after its type was paused, and every pause is lifted
+	// Results (see checkResults).
+	InvResult = "a result is its committing attempt's" // inline or stored apart; a referenced object exists until its TTL or retention; no result dropped before its TTL
 
 	retentionMargin = 5 * time.Second // clock uncertainty the monitor may use
 	cursorLag       = time.Minute     // how far a member's scan may trail its shard's keys
@@ -489,6 +491,9 @@ func (w *world) check() Result {
 	}
 	if w.plan.Pause != nil {
 		w.checkPause(log, add)
+	}
+	if w.plan.Results != nil {
+		w.checkResults(log, &res, add)
 	}
 	res.Violations = vs
 	return res
