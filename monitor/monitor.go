@@ -1101,6 +1101,21 @@ func (m *Monitor) expireResult(ctx context.Context, key string, iv clock.Interva
 	if t.Status != task.Succeeded || t.Retired || !iv.After(t.UpdatedAt.Add(m.cfg.ResultTTL)) {
 		return nil
 	}
+	if deps.NeedsPassOn(t) {
+		// Its end may still be being passed on (to its dependents, or
+		// its slot's next task) under the marker of this version, which
+		// the repair honours only while the task stays at it: the result
+		// waits for a later sweep until the marker is gone. (No marker of
+		// this version can appear after: it is written before the write.)
+		// One HEAD, for such tasks only.
+		_, err := m.st.Head(ctx, deps.EndedKey(t.ID, t.Shard, t.Version))
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, s3store.ErrNotFound) {
+			return err
+		}
+	}
 	ref, held := t.ResultRef, t.HoldsResult()
 	if err := t.ExpireResult(iv.Mid()); err != nil {
 		return err

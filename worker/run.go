@@ -562,17 +562,30 @@ func (r *run) commit(o outcome, cause error) {
 var errStoreResult = errors.New("store the result")
 
 // storeResult writes res, a result over the inline limit, to this claim's
-// result object (If-None-Match: a 412 is our own write whose response was
-// lost, since no other attempt writes at this claim's key) and returns
-// its reference. One PUT.
+// result object (If-None-Match) and returns its reference. One PUT. A 412
+// says the object exists: our own write, whose response was lost (no other
+// attempt writes at this claim's key), which a GET confirms; a 409 (a
+// concurrent write, not applied) is tried again, up to three times.
 func (r *run) storeResult(ctx context.Context, res json.RawMessage) (*task.ResultRef, error) {
 	t := r.v.Task
 	key := task.ResultKey(t.Shard, t.ID, r.claimID)
-	_, err := r.w.st.Put(ctx, key, res, s3store.PutOptions{IfNoneMatch: true})
-	if err != nil && !s3store.LostRace(err) {
+	ref := task.RefFor(key, res)
+	var err error
+	for range 3 {
+		_, err = r.w.st.Put(ctx, key, res, s3store.PutOptions{IfNoneMatch: true})
+		if errors.Is(err, s3store.ErrPreconditionFailed) {
+			var obj s3store.Object
+			if obj, err = r.w.st.Get(ctx, key); err == nil {
+				err = ref.Check(obj.Body)
+			}
+		}
+		if !errors.Is(err, s3store.ErrConflict) {
+			break
+		}
+	}
+	if err != nil {
 		return nil, fmt.Errorf("%w of %d bytes at %s: %w", errStoreResult, len(res), key, err)
 	}
-	ref := task.RefFor(key, res)
 	return &ref, nil
 }
 
