@@ -346,7 +346,7 @@ var resultCommand = &command{
 		"size and sha256 are checked against the task. Exit 1 with a message naming the task when it\n" +
 		"has no result: not succeeded (yet), succeeded without one, its result dropped by the\n" +
 		"monitor's result_ttl (\"expired at T\"), or its result object missing or not matching.\n" +
-		"Exit 4 for an unknown id.",
+		"Exit 3 for an unknown id.",
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		return func(ctx context.Context, args []string) error {
 			id := args[0]
