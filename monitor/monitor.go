@@ -78,6 +78,11 @@ type Config struct {
 	// it is on sweeps do not settle past one. 0 keeps results until
 	// retention.
 	ResultTTL time.Duration
+	// OrphanCheck is how often the monitor lists results/ for objects no
+	// task references (left by a crash between a result's PUT and its
+	// commit), reading the task of each object written more than OrphanAge
+	// ago once (default FullSweep and an hour; no queue.toml keys).
+	OrphanCheck, OrphanAge time.Duration
 	// StaleAfter: a task object is read only once its ETag has stayed the
 	// same this long by S3 time. Tasks that finish quickly, and live ones
 	// whose workers renew them, are never read by the monitor; finished
@@ -128,9 +133,10 @@ type Config struct {
 // TickStats counts what one tick (or a monitor's life) did.
 type TickStats struct {
 	Listed, Loaded, Redispatched, DeadLettered, Repaired, Deleted, Corrupt int
-	// ResultsExpired counts results dropped by ResultTTL.
-	ResultsExpired  int
-	SweepsCompleted int
+	// ResultsExpired counts results dropped by ResultTTL, OrphansDeleted
+	// result objects that no task references (collectOrphans).
+	ResultsExpired, OrphansDeleted int
+	SweepsCompleted                int
 	// Settled counts parents whose dependents the repair settled after a
 	// crash (internal/deps).
 	Settled int
@@ -150,6 +156,7 @@ func (s *TickStats) add(o TickStats) {
 	s.Repaired += o.Repaired
 	s.Deleted += o.Deleted
 	s.ResultsExpired += o.ResultsExpired
+	s.OrphansDeleted += o.OrphansDeleted
 	s.Corrupt += o.Corrupt
 	s.SweepsCompleted += o.SweepsCompleted
 	s.Settled += o.Settled
@@ -167,6 +174,10 @@ type Monitor struct {
 	// depsNext is when (local time) the repair of dependencies lists the
 	// ended markers again, depsEvery its back-off.
 	depsNext time.Time
+	// orphansNext is when (local time) the result objects are next
+	// checked for orphans; orphansFrom the S3 time up to which objects
+	// were examined (zero: none yet).
+	orphansNext, orphansFrom time.Time
 	// recoverNext is when (local time) the next recovery of dead workers'
 	// inboxes is due (direct dispatch).
 	recoverNext time.Time
@@ -438,6 +449,9 @@ func (m *Monitor) sweepDue(ctx context.Context) (TickStats, error) {
 		}
 	}
 	if err := m.repairDeps(ctx, &st); err != nil {
+		errs = errors.Join(errs, err)
+	}
+	if err := m.collectOrphans(ctx, iv, &st); err != nil {
 		errs = errors.Join(errs, err)
 	}
 	if m.manifest.Direct() {

@@ -128,3 +128,59 @@ func TestRetentionDeletesTheResultObjectWithItsTask(t *testing.T) {
 		t.Fatalf("result object outlived its task: %v", err)
 	}
 }
+
+// Result objects no task references are deleted once they are OrphanAge
+// old: a stale attempt's, and one whose task is gone; the object a task
+// references, and one whose claim still runs (its commit may land), stay.
+func TestOrphanedResultsAreCollected(t *testing.T) {
+	ctx := context.Background()
+	st, srv, clk := fakeTime()
+	p, _ := producer.New(ctx, st, producer.Config{Shards: 1})
+	id, referenced := succeed(t, st, p, *srv, `"kept"`, true)
+	put := func(key string) {
+		if _, err := st.Put(ctx, key, []byte(`"x"`), s3store.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stale := task.ResultKey(0, id, "claim-0")
+	put(stale)
+	runID, _ := p.Submit(ctx, "t", nil, producer.Options{Timeout: 24 * time.Hour})
+	v, _ := taskio.LoadID(ctx, st, runID, []int{1})
+	if err := v.Task.ClaimBy("w", "claim-r", v.Task.AvailableAt.Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := taskio.Update(ctx, st, clock.System(), v.Task, v.ETag); err != nil {
+		t.Fatal(err)
+	}
+	inFlight := task.ResultKey(0, runID, "claim-r")
+	put(inFlight)
+	gone := task.ResultKey(0, "01M8DDBJ86RKCMK08WDWGSA796", "claim-g")
+	put(gone)
+
+	m, _ := monitor.New(ctx, st, monitor.Config{Shards: 1, OrphanCheck: 10 * time.Minute, OrphanAge: time.Hour, RepairAfter: 100 * time.Hour, Retention: 100 * time.Hour, Clock: clk,
+		Local: clock.LocalFunc(func() time.Time { return *srv })})
+	m.Tick(ctx)
+	*srv = srv.Add(30 * time.Minute)
+	m.Tick(ctx)
+	if n := m.Stats().OrphansDeleted; n != 0 {
+		t.Fatalf("deleted %d orphans younger than OrphanAge", n)
+	}
+	*srv = srv.Add(time.Hour)
+	m.Tick(ctx)
+	late := task.ResultKey(0, id, "claim-late") // written after the check: examined at the next
+	put(late)
+	for key, want := range map[string]bool{referenced: true, inFlight: true, stale: false, gone: false, late: true} {
+		_, err := st.Get(ctx, key)
+		if got := err == nil; got != want {
+			t.Errorf("result object %s exists %v, want %v (%v)", key, got, want, err)
+		}
+	}
+	*srv = srv.Add(2 * time.Hour)
+	m.Tick(ctx)
+	if _, err := st.Get(ctx, late); !errors.Is(err, s3store.ErrNotFound) {
+		t.Fatalf("a later orphan: %v, want deleted", err)
+	}
+	if n := m.Stats().OrphansDeleted; n != 3 {
+		t.Fatalf("orphans deleted %d, want 3", n)
+	}
+}

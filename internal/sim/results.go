@@ -16,7 +16,8 @@ import (
 // over InlineMax apart (worker.result_inline_max), and the handler's
 // successful results, each naming the claim that produced it, are large
 // for a third of the tasks; the monitors drop results TTL after their task
-// finished (monitor.result_ttl), shorter than the retention.
+// finished (monitor.result_ttl), shorter than the retention, and collect
+// orphaned result objects every minute (OrphanCheck), once 30 s old.
 type ResultsPlan struct {
 	InlineMax int
 	TTL       time.Duration

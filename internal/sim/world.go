@@ -633,6 +633,8 @@ func (w *world) startMonitor() *proc {
 			}
 			if w.plan.Results != nil {
 				cfg.ResultTTL = w.plan.Results.TTL
+				// Orphaned result objects are collected within the run.
+				cfg.OrphanCheck, cfg.OrphanAge = time.Minute, 30*time.Second
 			}
 			return monitor.New(ctx, p.h, cfg)
 		})
