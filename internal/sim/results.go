@@ -73,6 +73,7 @@ func (w *world) checkResults(log []Entry, res *Result, add func(inv, id, format 
 	tasks := make(map[string]*task.Task)   // the last write of each task, by key
 	referenced := make(map[string]string)  // result object key -> the task id referencing it
 	finished := make(map[string]time.Time) // task id -> UpdatedAt of its success
+	ever := make(map[string]bool)          // result object keys ever referenced
 	for _, e := range log {
 		at := e.At.Format("15:04:05.000")
 		if strings.HasPrefix(e.Key, task.ResultsPrefix) {
@@ -90,6 +91,9 @@ func (w *world) checkResults(log []Entry, res *Result, add func(inv, id, format 
 				}
 			}
 			if e.New == nil {
+				if _, ok := objects[e.Key]; ok && !ever[e.Key] && strings.HasPrefix(e.Proc, "m") {
+					res.OrphansCollected++
+				}
 				delete(objects, e.Key)
 			} else {
 				objects[e.Key] = e.New
@@ -135,6 +139,7 @@ func (w *world) checkResults(log []Entry, res *Result, add func(inv, id, format 
 					add(InvResult, id, "%s committed it at %s under claim %s with the result of claim %s (object %s)", e.Proc, at, claim, resultClaim(body), ref.Key)
 				}
 				referenced[ref.Key] = id
+				ever[ref.Key] = true
 				res.ResultsApart++
 				if len(body) <= rp.InlineMax {
 					add(InvResult, id, "%s stored a result of %d bytes apart at %s, within the inline limit", e.Proc, len(body), at)

@@ -220,9 +220,11 @@ type Result struct {
 	Releases   int // claimed tasks handed back unfinished (shutdown, dropped from pending)
 	Unblocked  int // tasks whose dependencies all succeeded, moved from blocked to pending
 	// ResultsApart counts commits that referenced a result stored apart,
-	// ResultsExpired results dropped by the result TTL (results plans).
-	ResultsApart, ResultsExpired int
-	Reshards                     int // manifest writes that grew the shard count
+	// ResultsExpired results dropped by the result TTL, OrphansCollected
+	// result objects never referenced that a monitor deleted (results
+	// plans).
+	ResultsApart, ResultsExpired, OrphansCollected int
+	Reshards                                       int // manifest writes that grew the shard count
 	// Direct dispatch: inbox entries written, entries moved to the
 	// overflow, worker runs that ended with their lease lost, and takeovers
 	// of a worker's lease by a later process of its id.
