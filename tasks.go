@@ -66,6 +66,9 @@ var (
 	ErrSlotBusy = producer.ErrSlotBusy
 	// ErrRetired: the task expired by retention and is being deleted.
 	ErrRetired = task.ErrRetired
+	// ErrResultUnavailable: a result stored apart cannot be read back as
+	// its task references it (Get).
+	ErrResultUnavailable = producer.ErrResultUnavailable
 	// ErrStatusChanged: CancelIf or RequeueIf of a task in none of the
 	// statuses asked for (it changed since the caller looked).
 	ErrStatusChanged = producer.ErrStatusChanged
@@ -119,9 +122,19 @@ func (q *Queue) withDefaults(o SubmitOptions) SubmitOptions {
 }
 
 // Get returns the task with id (one GET), or an error wrapping ErrNotFound.
+// A result stored apart (larger than the workers' result_inline_max) is
+// read too, one GET more, and returned in Task.Result, checked against the
+// task's reference (Task.ResultRef: size and SHA-256). If it cannot be
+// (its object is missing or does not match), Get returns the task, Result
+// empty, with an error wrapping ErrResultUnavailable that names the task.
+// A result dropped by the monitor's result TTL is gone: Result is empty and
+// Task.ResultExpiredAt says when.
 func (q *Queue) Get(ctx context.Context, id string) (*Task, error) {
 	t, err := q.producer.Get(ctx, id)
 	if err != nil {
+		if t != nil {
+			return t, fmt.Errorf("s3queue: get: %w", err)
+		}
 		return nil, fmt.Errorf("s3queue: get: %w", err)
 	}
 	return t, nil

@@ -53,6 +53,9 @@ var ConfigKeys = &settings.Section[Config]{
 			"Finished tasks (succeeded, dead, canceled) are deleted this long after their last change; \"0\" keeps them forever.").
 			Must(settings.NotNegative).
 			Unset(func(c *Config) bool { return c.Retention == 0 && !c.KeepForever }),
+		settings.Duration("result_ttl", func(c *Config) *time.Duration { return &c.ResultTTL }, 0,
+			"A succeeded task's result (inline, or its object under results/) is dropped this long after the task finished, the task kept until retention; \"0\" (the default) keeps results until retention. Each drop is one GET and one PUT of the task (and a free DELETE of a result stored apart).").
+			Must(settings.NotNegative),
 	},
 }
 

@@ -71,6 +71,19 @@ type Config struct {
 	// of taking the default retention (the CLI's monitor.retention = "0"
 	// sets it). A Retention above 0 applies whatever KeepForever says.
 	KeepForever bool
+	// ResultTTL, above 0, drops a succeeded task's result (inline, or the
+	// object it references) ResultTTL after the task finished: the task is
+	// rewritten by CAS without it (task.ExpireResult), then a result
+	// object is deleted. A succeeded task's size says whether it holds a
+	// result (task.HoldsResultBySize), so only those are read, and while
+	// it is on sweeps do not settle past one. 0 keeps results until
+	// retention.
+	ResultTTL time.Duration
+	// OrphanCheck is how often the monitor lists results/ for objects no
+	// task references (left by a crash between a result's PUT and its
+	// commit), reading the task of each object written more than OrphanAge
+	// ago once (default FullSweep and an hour; no queue.toml keys).
+	OrphanCheck, OrphanAge time.Duration
 	// StaleAfter: a task object is read only once its ETag has stayed the
 	// same this long by S3 time. Tasks that finish quickly, and live ones
 	// whose workers renew them, are never read by the monitor; finished
@@ -121,7 +134,10 @@ type Config struct {
 // TickStats counts what one tick (or a monitor's life) did.
 type TickStats struct {
 	Listed, Loaded, Redispatched, DeadLettered, Repaired, Deleted, Corrupt int
-	SweepsCompleted                                                        int
+	// ResultsExpired counts results dropped by ResultTTL, OrphansDeleted
+	// result objects that no task references (collectOrphans).
+	ResultsExpired, OrphansDeleted int
+	SweepsCompleted                int
 	// Settled counts parents whose dependents the repair settled after a
 	// crash (internal/deps).
 	Settled int
@@ -140,6 +156,8 @@ func (s *TickStats) add(o TickStats) {
 	s.DeadLettered += o.DeadLettered
 	s.Repaired += o.Repaired
 	s.Deleted += o.Deleted
+	s.ResultsExpired += o.ResultsExpired
+	s.OrphansDeleted += o.OrphansDeleted
 	s.Corrupt += o.Corrupt
 	s.SweepsCompleted += o.SweepsCompleted
 	s.Settled += o.Settled
@@ -157,6 +175,10 @@ type Monitor struct {
 	// depsNext is when (local time) the repair of dependencies lists the
 	// ended markers again, depsEvery its back-off.
 	depsNext time.Time
+	// orphansNext is when (local time) the result objects are next
+	// checked for orphans; orphansFrom the S3 time up to which objects
+	// were examined (zero: none yet).
+	orphansNext, orphansFrom time.Time
 	// recoverNext is when (local time) the next recovery of dead workers'
 	// inboxes is due (direct dispatch).
 	recoverNext time.Time
@@ -430,6 +452,9 @@ func (m *Monitor) sweepDue(ctx context.Context) (TickStats, error) {
 	if err := m.repairDeps(ctx, &st); err != nil {
 		errs = errors.Join(errs, err)
 	}
+	if err := m.collectOrphans(ctx, iv, &st); err != nil {
+		errs = errors.Join(errs, err)
+	}
 	if m.manifest.Direct() {
 		if err := m.recoverInboxes(ctx, &st); err != nil {
 			errs = errors.Join(errs, err)
@@ -592,7 +617,7 @@ func (m *Monitor) sweepPage(ctx context.Context, shard int, sw *sweep) (TickStat
 		st.Listed++
 		live := m.live(o)
 		sw.sawLive = sw.sawLive || live
-		if live || o.Key >= ceiling {
+		if live || o.Key >= ceiling || m.holdsResult(o) {
 			sw.settling = false
 		}
 		if sw.settling {
@@ -645,9 +670,10 @@ func (m *Monitor) fullPage(ctx context.Context, shard int, sw *sweep) (TickStats
 			break
 		}
 		st.Listed++
-		if m.live(o) {
+		if m.live(o) || m.holdsResult(o) {
 			// Live below the floor: a requeued task. Lower the floor so
 			// the sweeps watch it from now on, at the pace of live work.
+			// (Or a result whose TTL the sweeps are to see pass.)
 			if sw.floor > prev {
 				sw.floor = prev
 			}
@@ -718,6 +744,9 @@ func (m *Monitor) inspect(ctx context.Context, o s3store.ObjectInfo, iv clock.In
 		delete(m.known, o.Key)
 		if m.cfg.Retention > 0 && iv.After(o.LastModified.Add(m.cfg.Retention)) {
 			return m.expireRetention(ctx, o.Key, iv, st)
+		}
+		if m.holdsResult(o) && iv.After(o.LastModified.Add(m.cfg.ResultTTL)) {
+			return m.expireResult(ctx, o.Key, iv, st)
 		}
 		return nil
 	}
@@ -1059,6 +1088,66 @@ func (m *Monitor) expireRetention(ctx context.Context, key string, iv clock.Inte
 		delete(m.known, key)
 		st.Deleted++
 		m.publish(events.Deleted, out.Read.Task, nil)
+	}
+	return nil
+}
+
+// holdsResult reports whether o is a succeeded task that holds a result
+// by its size, with a result TTL on.
+func (m *Monitor) holdsResult(o s3store.ObjectInfo) bool {
+	return m.cfg.ResultTTL > 0 && !shards.IsPointer(o.Key) && task.HoldsResultBySize(o.Size)
+}
+
+// expireResult drops the result of the succeeded task at key if it
+// finished ResultTTL ago by S3 time: one GET, one PUT (If-Match), and for a
+// result stored apart one DELETE after the PUT landed. The task no longer
+// references the object when it goes; a crash between the two leaves it
+// unreferenced (docs/scheduling.md#results-ttl-and-large-results).
+func (m *Monitor) expireResult(ctx context.Context, key string, iv clock.Interval, st *TickStats) error {
+	v, err := taskio.Load(ctx, m.st, key)
+	st.Loaded++
+	switch {
+	case errors.Is(err, s3store.ErrNotFound), errors.Is(err, task.ErrCorrupt), errors.Is(err, task.ErrUnsupportedFormat):
+		return nil // gone; or corrupt, reported by retention when its time comes
+	case err != nil:
+		return err
+	}
+	t := v.Task
+	if t.Status != task.Succeeded || t.Retired || !iv.After(t.UpdatedAt.Add(m.cfg.ResultTTL)) {
+		return nil
+	}
+	if deps.NeedsPassOn(t) {
+		// Its end may still be being passed on (to its dependents, or
+		// its slot's next task) under the marker of this version, which
+		// the repair honours only while the task stays at it: the result
+		// waits for a later sweep until the marker is gone. (No marker of
+		// this version can appear after: it is written before the write.)
+		// One HEAD, for such tasks only.
+		_, err := m.st.Head(ctx, deps.EndedKey(t.ID, t.Shard, t.Version))
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, s3store.ErrNotFound) {
+			return err
+		}
+	}
+	ref, held := t.ResultRef, t.HoldsResult()
+	if err := t.ExpireResult(iv.Mid()); err != nil {
+		return err
+	}
+	if _, err := taskio.Update(ctx, m.st, m.local, t, v.ETag); s3store.LostRace(err) || errors.Is(err, s3store.ErrNotFound) {
+		return nil // changed meanwhile (another monitor, retention): a later sweep sees it
+	} else if err != nil {
+		return err
+	}
+	if !held {
+		return nil // written before sizes told results apart; its size says so now
+	}
+	st.ResultsExpired++
+	if ref != nil {
+		if err := m.st.Delete(ctx, ref.Key, s3store.DeleteOptions{}); err != nil && !errors.Is(err, s3store.ErrNotFound) {
+			return fmt.Errorf("delete expired result object %s of task %s: %w", ref.Key, t.ID, err)
+		}
 	}
 	return nil
 }

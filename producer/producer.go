@@ -980,21 +980,60 @@ func (p *Producer) submitBatch(ctx context.Context, reqs []Request) []Result {
 // was not placed with (taskio.LoadID), and an id not found makes the
 // producer re-read the manifest (at most once per shards.FleetCacheTTL), in
 // case the queue was resharded since it last looked.
+//
+// A result stored apart (Task.ResultRef) is read too, one GET more, and
+// returned in Task.Result, its size and SHA-256 checked against the
+// reference. An object that is missing or does not match returns the task
+// (Result empty) with an error wrapping ErrResultUnavailable that names the
+// task and the object.
 func (p *Producer) Get(ctx context.Context, id string) (*task.Task, error) {
 	v, err := p.load(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	return v.Task, nil
+	t := v.Task
+	if t.ResultRef == nil {
+		return t, nil
+	}
+	res, err := ReadResult(ctx, p.st, t)
+	if err != nil {
+		return t, err
+	}
+	t.Result = res
+	return t, nil
 }
 
-// History returns the task's transitions, oldest first (one GET).
+// ErrResultUnavailable reports a result stored apart that cannot be read
+// back as the task references it: its object is missing (deleted by hand,
+// or by retention just before its task) or does not match the reference.
+var ErrResultUnavailable = errors.New("result unavailable")
+
+// ReadResult reads the result t references (one GET) and checks it against
+// the reference. Errors that are not the store's wrap
+// ErrResultUnavailable and name the task.
+func ReadResult(ctx context.Context, st s3store.Store, t *task.Task) (json.RawMessage, error) {
+	ref := t.ResultRef
+	obj, err := st.Get(ctx, ref.Key)
+	if errors.Is(err, s3store.ErrNotFound) {
+		return nil, fmt.Errorf("task %s: %w: its result object %s is missing", t.ID, ErrResultUnavailable, ref.Key)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("task %s: read its result object %s: %w", t.ID, ref.Key, err)
+	}
+	if err := ref.Check(obj.Body); err != nil {
+		return nil, fmt.Errorf("task %s: %w: %v", t.ID, ErrResultUnavailable, err)
+	}
+	return json.RawMessage(obj.Body), nil
+}
+
+// History returns the task's transitions, oldest first (one GET; a result
+// stored apart is not read).
 func (p *Producer) History(ctx context.Context, id string) ([]task.Transition, error) {
-	t, err := p.Get(ctx, id)
+	v, err := p.load(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	return t.History, nil
+	return v.Task.History, nil
 }
 
 func (p *Producer) load(ctx context.Context, id string) (taskio.Versioned, error) {

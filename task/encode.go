@@ -6,10 +6,11 @@ import (
 )
 
 // Marshal encodes t as compact JSON, the bytes stored in the bucket. A
-// task that uses dependencies or a slot is written as format 2, which
-// older binaries refuse (ErrUnsupportedFormat: reported and skipped)
-// rather than rewrite without the fields they do not know; any other task
-// stays format 1.
+// task whose result is stored apart is written as format 3, one that uses
+// dependencies or a slot as format 2, which older binaries refuse
+// (ErrUnsupportedFormat: reported and skipped) rather than rewrite (or
+// delete) without the fields they do not know; any other task stays
+// format 1.
 func Marshal(t *Task) ([]byte, error) {
 	c := *t
 	c.Format = formatOf(t)
@@ -22,6 +23,9 @@ func Marshal(t *Task) ([]byte, error) {
 
 // formatOf is the format t is written as.
 func formatOf(t *Task) int {
+	if t.ResultRef != nil {
+		return 3
+	}
 	if len(t.Deps) > 0 || t.Dependents || t.Slot != "" || t.Status == Blocked {
 		return 2
 	}
@@ -97,6 +101,8 @@ func (t *Task) check() error {
 		return fmt.Errorf("%s task holds a claim", t.Status)
 	case t.Retired && !t.Status.Terminal():
 		return fmt.Errorf("retired but %s", t.Status)
+	case t.ResultRef != nil && (t.Status != Succeeded || len(t.Result) > 0 || t.ResultRef.Key == ""):
+		return fmt.Errorf("result reference on a %s task, or beside an inline result", t.Status)
 	}
 	if err := t.Retry.Validate(); err != nil {
 		return err

@@ -105,8 +105,8 @@ func TestDecodeErrors(t *testing.T) {
 		want error
 		msg  string // substring of the message
 	}{
-		{"future format", edit(valid, `"format":1`, `"format":3`), ErrUnsupportedFormat,
-			"task format 3 is newer than this s3queue understands (2): upgrade s3queue"},
+		{"future format", edit(valid, `"format":1`, `"format":4`), ErrUnsupportedFormat,
+			"task format 4 is newer than this s3queue understands (3): upgrade s3queue"},
 		{"future format with changed fields", `{"format":7,"id":{"new":"shape"},"history":"elsewhere"}`, ErrUnsupportedFormat, "upgrade s3queue"},
 		{"format 0", edit(valid, `"format":1`, `"format":0`), ErrCorrupt, "no format version"},
 		{"missing format", edit(valid, `"format":1,`, ``), ErrCorrupt, "no format version"},

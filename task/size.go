@@ -15,8 +15,11 @@ package task
 //	blocked    6
 //	canceled   7
 //
-// The most common statuses (pending, succeeded) take two residues each, so
-// they need at most 3 bytes of padding; the others at most 7. Odd sizes are
+// Pending takes two residues (and its priority more padding, see
+// PriorityBySize below); the others need at most 7 bytes. Succeeded's two residues tell
+// apart a task that holds a result (1: inline or stored apart) from one
+// that holds none (5), so that the monitor's result TTL finds the results
+// to drop without a GET per task (HoldsResultBySize). Odd sizes are
 // finished tasks and multiples of 4 pending ones, as before the residues
 // were split: objects written before then (whose finished ones are merely
 // odd and whose running and blocked ones are 2 modulo 4) still read right
@@ -30,6 +33,11 @@ func FinishedBySize(size int64) bool { return size%2 == 1 }
 // PendingBySize reports whether a task object's size says pending: a
 // multiple of 4 bytes.
 func PendingBySize(size int64) bool { return size%4 == 0 }
+
+// HoldsResultBySize reports whether a task object's size says it succeeded
+// and may hold a result: 1 modulo 8. (A succeeded object written before
+// the residues told results apart may say so wrongly either way.)
+func HoldsResultBySize(size int64) bool { return size%8 == 1 }
 
 // StatusBySize returns the status a task object's size says (see the
 // residues above); ok is false for a size no task object has (0 or less).
@@ -61,7 +69,7 @@ func sizeResidue(s Status) (residue, modulus int) {
 	case Pending:
 		return 0, 4
 	case Succeeded:
-		return 1, 4
+		return 1, 8
 	case Running:
 		return 2, 8
 	case Dead:
@@ -72,6 +80,16 @@ func sizeResidue(s Status) (residue, modulus int) {
 		return 7, 8
 	}
 	return 2, 8 // not a status: the residue of running, which nothing settles by
+}
+
+// PaddingOf is how many bytes of padding a task object of n bytes encoding
+// t needs: SizePaddingFor its status and priority, and for a succeeded
+// task the residue that says whether it holds a result (HoldsResultBySize).
+func PaddingOf(n int, t *Task) int {
+	if t.Status == Succeeded && !t.HoldsResult() {
+		return ((5-n)%8 + 8) % 8
+	}
+	return SizePaddingFor(n, t.Status, t.Priority)
 }
 
 // SizePadding is how many bytes of padding (trailing newlines) a task

@@ -17,9 +17,6 @@ func TestSizeSaysTheStatus(t *testing.T) {
 			if pad < 0 || pad > 7 && s != task.Pending {
 				t.Fatalf("%s, %d bytes: padding %d", s, n, pad)
 			}
-			if s == task.Succeeded && pad > 3 {
-				t.Fatalf("%s, %d bytes: padding %d, want at most 3 for the common statuses", s, n, pad)
-			}
 			if s == task.Pending && pad > 11 {
 				t.Fatalf("%s, %d bytes: padding %d, want at most 11 for a default pending task", s, n, pad)
 			}
@@ -33,6 +30,20 @@ func TestSizeSaysTheStatus(t *testing.T) {
 			}
 			if task.PendingBySize(size) != (s == task.Pending) {
 				t.Fatalf("%s of %d bytes: PendingBySize = %v", s, size, task.PendingBySize(size))
+			}
+		}
+	}
+	// A succeeded task's size says whether it holds a result, for the
+	// monitor's result TTL.
+	for n := 1; n <= 64; n++ {
+		for _, holds := range []bool{false, true} {
+			tk := &task.Task{Status: task.Succeeded}
+			if holds {
+				tk.Result = []byte(`1`)
+			}
+			size := int64(n + task.PaddingOf(n, tk))
+			if s, _ := task.StatusBySize(size); s != task.Succeeded || task.HoldsResultBySize(size) != holds {
+				t.Fatalf("succeeded, holds a result %v, padded from %d to %d bytes: reads as %s, holds %v", holds, n, size, s, task.HoldsResultBySize(size))
 			}
 		}
 	}

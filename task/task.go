@@ -11,13 +11,16 @@ import (
 
 const (
 	// FormatVersion is the newest task object format this package reads
-	// and writes: 2 for a task with dependencies or a slot (see Marshal),
-	// 1 for the others.
-	FormatVersion = 2
+	// and writes: 3 for a task whose result is stored apart (ResultRef), 2
+	// for a task with dependencies or a slot (see Marshal), 1 for the
+	// others.
+	FormatVersion = 3
 	// MaxInputBytes limits a task's input (compacted JSON), keeping every
 	// task object small enough for one cheap GET.
 	MaxInputBytes = 256 << 10
-	// MaxResultBytes limits the result a handler may store on the task.
+	// MaxResultBytes limits the result a handler may store on the task
+	// itself (inline); a larger one is stored apart (ResultRef), up to
+	// MaxExternalResultBytes.
 	MaxResultBytes = 256 << 10
 	// MaxHistory bounds Task.History.
 	MaxHistory = 32
@@ -122,7 +125,13 @@ type Task struct {
 	Claim           *Claim          `json:"claim,omitempty"`
 	CancelRequested bool            `json:"cancel_requested,omitempty"`
 	Result          json.RawMessage `json:"result,omitempty"`
-	LastError       string          `json:"last_error,omitempty"`
+	// ResultRef references the result stored apart (a result larger than
+	// the worker's inline limit; see ResultRef), instead of Result.
+	ResultRef *ResultRef `json:"result_ref,omitempty"`
+	// ResultExpiredAt is when (S3 time) the monitor dropped the result,
+	// its result TTL having passed (ExpireResult).
+	ResultExpiredAt time.Time `json:"result_expired_at,omitzero"`
+	LastError       string    `json:"last_error,omitempty"`
 	// Deps are the tasks this one depends on, each with what became of
 	// it; the task is blocked until every one has succeeded.
 	Deps []Dep `json:"deps,omitempty"`
@@ -412,6 +421,10 @@ func (t *Task) Clone() *Task {
 	c := *t
 	c.Input = cloneBytes(t.Input)
 	c.Result = cloneBytes(t.Result)
+	if t.ResultRef != nil {
+		r := *t.ResultRef
+		c.ResultRef = &r
+	}
 	if t.Claim != nil {
 		cl := *t.Claim
 		c.Claim = &cl

@@ -120,6 +120,14 @@ type Config struct {
 	// their own, so that writes to the fleet object, and their 412s, do not
 	// grow with the fleet (docs/shards.md).
 	RootMembers int
+	// ResultInlineMax: a handler's result up to this many bytes (compact
+	// JSON) is stored in the task object (at most task.MaxResultBytes, the
+	// default); a larger one is stored apart, in an object of its own under
+	// results/ written before the commit (one PUT more), and the task
+	// references it (task.ResultRef). MaxResultBytes bounds a result (at
+	// most task.MaxExternalResultBytes; default 4 MiB): a larger one ends
+	// the task dead.
+	ResultInlineMax, MaxResultBytes int
 	// PollMin, PollMax and PollMultiplier shape adaptive polling: the
 	// interval resets to PollMin when a poll finds work and grows by
 	// PollMultiplier per empty poll up to PollMax.

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/s3queue/s3queue/task"
 	"github.com/s3queue/s3queue/worker"
 )
 
@@ -20,6 +21,7 @@ func TestZeroFieldsTakeTheDefaults(t *testing.T) {
 		MemberTTL: 30 * time.Second, StandbyPoll: 25 * time.Second, IdleLeave: time.Minute, SleepAfter: 30 * time.Second,
 		BellPoll: 2 * time.Second, SleepScan: time.Minute, AwakeGrace: 5 * time.Second, DrainMax: 10 * time.Minute,
 		MaxShards: 256, ReshardAfter: time.Minute, RootMembers: 16, PauseCheckInterval: 10 * time.Second,
+		ResultInlineMax: task.MaxResultBytes, MaxResultBytes: 4 << 20,
 		LeaseDuration: time.Minute, LeaseRenewalInterval: 20 * time.Second, OverflowScavengeInterval: 2 * time.Minute,
 	}
 	if !reflect.DeepEqual(c, want) {

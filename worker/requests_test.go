@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -38,6 +39,28 @@ func TestRequestsPerTask(t *testing.T) {
 // took, the task count, and how many tasks each worker ran.
 func runTasksCounted(t *testing.T, mode string) (s3store.Counts, int, []int64) {
 	t.Helper()
+	return runTasksCountedWith(t, mode, nil)
+}
+
+// A result stored apart costs one PUT more, at the commit, and nothing
+// else on the worker's side (docs/scheduling.md).
+func TestRequestsPerTaskWithResultsStoredApart(t *testing.T) {
+	big := json.RawMessage(`"` + strings.Repeat("r", 2000) + `"`)
+	c, n, _ := runTasksCountedWith(t, shards.DispatchShared, &big)
+	per := func(op s3store.Op) float64 { return float64(c.Of(op)) / float64(n) }
+	t.Logf("per task: PUT %.2f GET %.2f LIST %.3f HEAD %.3f DELETE %.2f (%s)", per(s3store.OpPut), per(s3store.OpGet), per(s3store.OpList), per(s3store.OpHead), per(s3store.OpDelete), c)
+	if got := per(s3store.OpPut); got < 3.99 || got > 4.01 {
+		t.Errorf("PUTs per task = %.2f, want 4: submit, claim, the result, commit", got)
+	}
+	if got := per(s3store.OpGet) + per(s3store.OpHead); got > 1.25 {
+		t.Errorf("GET-class requests per task = %.2f, want about one", got)
+	}
+}
+
+// runTasksCountedWith is runTasksCounted with handlers that return result
+// (nil: none) and workers that store results over 1 KiB apart.
+func runTasksCountedWith(t *testing.T, mode string, result *json.RawMessage) (s3store.Counts, int, []int64) {
+	t.Helper()
 	ctx := context.Background()
 	st := s3store.NewCounter(mem.New())
 	const n = 400
@@ -47,11 +70,16 @@ func runTasksCounted(t *testing.T, mode string) (s3store.Counts, int, []int64) {
 	}
 	var ws []*worker.Worker
 	for _, id := range []string{"a", "b"} {
-		w, err := worker.New(ctx, st, worker.Config{ID: id, Shards: 4, Concurrency: 32, Dedicated: true, Logger: quiet, DispatchMode: mode})
+		cfg := worker.Config{ID: id, Shards: 4, Concurrency: 32, Dedicated: true, Logger: quiet, DispatchMode: mode}
+		var res json.RawMessage
+		if result != nil {
+			cfg.ResultInlineMax, res = 1024, *result
+		}
+		w, err := worker.New(ctx, st, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		w.Handle("job", func(context.Context, *task.Task) (json.RawMessage, error) { return nil, nil })
+		w.Handle("job", func(context.Context, *task.Task) (json.RawMessage, error) { return res, nil })
 		ws = append(ws, w)
 	}
 	// Join the fleet, so producers route to both shards; under direct

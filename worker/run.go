@@ -402,6 +402,17 @@ func (r *run) commit(o outcome, cause error) {
 		tracing.End(span, spanErr)
 	}()
 	var announced time.Time // local time of the write-ahead pointer, if any
+	// A result larger than the inline limit is stored apart first, at a
+	// key of this claim's own; the commit references it.
+	var res json.RawMessage
+	var resErr error
+	var ref *task.ResultRef
+	if r.release == "" && o.err == nil {
+		res, resErr = task.NormaliseResult(o.result, w.cfg.MaxResultBytes)
+		if resErr == nil && len(res) > w.cfg.ResultInlineMax {
+			ref, resErr = r.storeResult(ctx, res)
+		}
+	}
 	decide := func(t *task.Task, now time.Time) error {
 		switch {
 		case r.release != "":
@@ -417,9 +428,24 @@ func (r *run) commit(o outcome, cause error) {
 		case errors.Is(cause, ErrShutdown) && o.err != nil:
 			kind = "released"
 			return t.Release(r.claimID, "worker shut down", now)
+		case o.err == nil && errors.Is(resErr, errStoreResult):
+			// The result object could not be written: a failed attempt,
+			// retried as any other.
+			if err := t.Fail(r.claimID, resErr.Error(), false, now, rnd.Keyed(r.claimID)); err != nil {
+				return err
+			}
+			kind = failedKind(t, false)
+			return nil
 		case o.err == nil:
 			kind = "succeeded"
-			err := t.Succeed(r.claimID, o.result, now)
+			err := resErr
+			switch {
+			case err != nil:
+			case ref != nil:
+				err = t.SucceedRef(r.claimID, *ref, now)
+			default:
+				err = t.Succeed(r.claimID, res, now)
+			}
 			if !errors.Is(err, task.ErrInvalid) {
 				return err
 			}
@@ -477,6 +503,9 @@ func (r *run) commit(o outcome, cause error) {
 	if err != nil {
 		kind, spanErr = "error", err
 	}
+	if ref != nil && (err != nil || r.v.Task.ResultRef == nil || r.v.Task.ResultRef.Key != ref.Key) {
+		r.dropResult(ctx, ref, err)
+	}
 	if errors.Is(err, ErrLeaseLost) {
 		// The fence refused the outcome: the task moved on after a lease
 		// loss.
@@ -527,6 +556,52 @@ func (r *run) commit(o outcome, cause error) {
 		if err := shards.Announce(ctx, w.st, r.v.Task, iv.Latest, r.announceShard()); err != nil {
 			w.log.Warn("announce retry", "task_id", t0.ID, "err", err)
 		}
+	}
+}
+
+// errStoreResult: a result to be stored apart could not be written.
+var errStoreResult = errors.New("store the result")
+
+// storeResult writes res, a result over the inline limit, to this claim's
+// result object (If-None-Match) and returns its reference. One PUT. A 412
+// says the object exists: our own write, whose response was lost (no other
+// attempt writes at this claim's key), which a GET confirms; a 409 (a
+// concurrent write, not applied) is tried again, up to three times.
+func (r *run) storeResult(ctx context.Context, res json.RawMessage) (*task.ResultRef, error) {
+	t := r.v.Task
+	key := task.ResultKey(t.Shard, t.ID, r.claimID)
+	ref := task.RefFor(key, res)
+	var err error
+	for range 3 {
+		_, err = r.w.st.Put(ctx, key, res, s3store.PutOptions{IfNoneMatch: true})
+		if errors.Is(err, s3store.ErrPreconditionFailed) {
+			var obj s3store.Object
+			if obj, err = r.w.st.Get(ctx, key); err == nil {
+				err = ref.Check(obj.Body)
+			}
+		}
+		if !errors.Is(err, s3store.ErrConflict) {
+			break
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w of %d bytes at %s: %w", errStoreResult, len(res), key, err)
+	}
+	return &ref, nil
+}
+
+// dropResult deletes this claim's result object when the commit did not
+// reference it: refused by the fence (the task moved on), or ended
+// otherwise. Only the commit under this claim could reference it, so a
+// refused one leaves it to nobody. A commit whose end is unknown (a
+// request error: it may have landed) keeps it: the monitor's orphan rule
+// decides later.
+func (r *run) dropResult(ctx context.Context, ref *task.ResultRef, err error) {
+	if err != nil && !errors.Is(err, ErrLeaseLost) {
+		return
+	}
+	if derr := r.w.st.Delete(ctx, ref.Key, s3store.DeleteOptions{}); derr != nil && !errors.Is(derr, s3store.ErrNotFound) {
+		r.w.log.Warn("delete the result object of a refused commit", "task_id", r.v.Task.ID, "key", ref.Key, "err", derr)
 	}
 }
 

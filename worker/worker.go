@@ -189,6 +189,10 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Worker, error) {
 }
 
 // ID returns the worker's id.
+// MaxResultBytes is the largest result a handler of this worker may
+// return (Config.MaxResultBytes, its default filled in).
+func (w *Worker) MaxResultBytes() int { return w.cfg.MaxResultBytes }
+
 func (w *Worker) ID() string { return w.cfg.ID }
 
 // Handle registers h for tasks of type typ. Register handlers before Run.

@@ -43,6 +43,10 @@ var killGrace = 3 * time.Second
 type execHandler struct {
 	typ, command string
 	log          *slog.Logger
+	// max bounds the result (the worker's max_result_bytes; 0:
+	// task.MaxResultBytes): stdout is kept up to it, so that a command's
+	// large output is stored apart by the worker rather than refused.
+	max int
 }
 
 func (h execHandler) handle(ctx context.Context, t *task.Task) (json.RawMessage, error) {
@@ -52,7 +56,11 @@ func (h execHandler) handle(ctx context.Context, t *task.Task) (json.RawMessage,
 	}
 	cmd := exec.Command("/bin/sh", "-c", h.command)
 	cmd.Stdin = bytes.NewReader(t.Input)
-	stdout := &cappedBuffer{max: task.MaxResultBytes}
+	limit := h.max
+	if limit <= 0 {
+		limit = task.MaxResultBytes
+	}
+	stdout := &cappedBuffer{max: limit}
 	stderr := &tailBuffer{max: stderrTail}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	cmd.Env = append(handlerEnv(os.Environ()),
@@ -116,9 +124,9 @@ func (h execHandler) handle(ctx context.Context, t *task.Task) (json.RawMessage,
 	switch {
 	case code == 0:
 		if stdout.over {
-			return nil, worker.Permanent(fmt.Errorf("command output is over the result limit of %d bytes", task.MaxResultBytes))
+			return nil, worker.Permanent(fmt.Errorf("command output is over the result limit of %d bytes", limit))
 		}
-		return result(stdout.Bytes())
+		return result(stdout.Bytes(), limit)
 	case code == exitRetryLater:
 		delay := t.Retry.Delay(t.Attempt, nil)
 		if delay <= 0 {
@@ -204,13 +212,13 @@ func withTail(err error, tail string) error {
 
 // result turns a command's stdout into the task's result: JSON as is, any
 // other text as a JSON string (without its trailing newlines).
-func result(out []byte) (json.RawMessage, error) {
+func result(out []byte, limit int) (json.RawMessage, error) {
 	if len(bytes.TrimSpace(out)) == 0 {
 		return nil, nil
 	}
 	if json.Valid(out) {
 		var buf bytes.Buffer
-		if err := json.Compact(&buf, out); err == nil && buf.Len() <= task.MaxResultBytes {
+		if err := json.Compact(&buf, out); err == nil && buf.Len() <= limit {
 			return buf.Bytes(), nil
 		}
 	}
@@ -218,8 +226,8 @@ func result(out []byte) (json.RawMessage, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(b) > task.MaxResultBytes {
-		return nil, worker.Permanent(fmt.Errorf("command output is %d bytes as a JSON string, over the result limit of %d", len(b), task.MaxResultBytes))
+	if len(b) > limit {
+		return nil, worker.Permanent(fmt.Errorf("command output is %d bytes as a JSON string, over the result limit of %d", len(b), limit))
 	}
 	return b, nil
 }

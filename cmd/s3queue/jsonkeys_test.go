@@ -65,9 +65,13 @@ func TestJSONKeys(t *testing.T) {
 	cfg := writeConfig(t, fastWorker)
 	ok := submit(t, store, cfg, "ok", "--input", `{"Width": 1, "nested": {"CamelCase": true}}`, "--idempotency-key", "k1", "--key", "customer-1")
 	bad := submit(t, store, cfg, "bad", "--max-attempts", "1")
-	_, stop := background(t, "worker", "--store", store, "--config", cfg, "--exec", "ok=cat", "--exec", "bad=echo boom >&2; exit 1")
+	// A result over the inline limit (256 KiB): stored apart, result_ref.
+	big := submit(t, store, cfg, "big")
+	_, stop := background(t, "worker", "--store", store, "--config", cfg, "--exec", "ok=cat", "--exec", "bad=echo boom >&2; exit 1",
+		"--exec", `big=head -c 300000 /dev/zero | tr '\0' x`)
 	waitTerminal(t, store, ok)
 	waitTerminal(t, store, bad)
+	waitTerminal(t, store, big)
 	if code := stop(); code != 0 {
 		t.Fatalf("worker exit %d", code)
 	}
@@ -76,7 +80,7 @@ func TestJSONKeys(t *testing.T) {
 	canceled := submit(t, store, cfg, "hold")
 	must(t, "cancel", canceled, "--store", store)
 	later := submit(t, store, cfg, "hold", "--delay", "1h")
-	ids := []string{ok, bad, after, slot, canceled, later}
+	ids := []string{ok, bad, after, slot, canceled, later, big}
 	// The pause commands each have a store of their own: the cases run in
 	// any order, and each must print the same keys whatever ran before.
 	pauseStore, _ := newStore(t)

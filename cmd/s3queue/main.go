@@ -121,7 +121,7 @@ var commands []*command
 
 func init() {
 	commands = []*command{
-		workerCommand, monitorCommand, submitCommand, getCommand, historyCommand,
+		workerCommand, monitorCommand, submitCommand, getCommand, resultCommand, historyCommand,
 		waitCommand, tailCommand, cancelCommand, requeueCommand, purgeCommand, listCommand, statsCommand,
 		pauseCommand, resumeCommand, pausedCommand, doctorCommand, reshardCommand,
 		demoCommand, costCommand, completionCommand, versionCommand, helpCommand,

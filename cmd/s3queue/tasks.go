@@ -25,6 +25,10 @@ var getCommand = &command{
 	},
 	details: "One GET. A task submitted with --after lists its dependencies, what became of each, and\n" +
 		"those it still waits for. --json prints the task object as stored in the bucket.\n" +
+		"A result stored apart (larger than the workers' result_inline_max) costs one GET more; get\n" +
+		"shows its first 1024 bytes ('s3queue result ID' prints it whole), --json includes it whole.\n" +
+		"A result dropped by the monitor's result_ttl shows as \"expired at T\". A result object\n" +
+		"that is missing or does not match the task's sha256 is an error (exit 1), after the task.\n" +
 		"--watch prints the task, then one line per change (status, attempt, error) until it finishes\n" +
 		"or Ctrl-C (--json: the task as one JSON line, again at each change); it polls with one GET\n" +
 		"per poll, every 250ms growing to --poll-max (5s), and exits as 's3queue wait' does: 0\n" +
@@ -45,6 +49,14 @@ var getCommand = &command{
 				return err
 			}
 			t, err := q.Get(ctx, id)
+			if errors.Is(err, s3queue.ErrResultUnavailable) && t != nil && !*watch {
+				// The task, then what is wrong with its result.
+				if a.jsonOut {
+					writeJSON(a.stdout, t)
+				} else {
+					printTask(a.stdout, t)
+				}
+			}
 			if err != nil {
 				return taskError(id, err)
 			}
@@ -248,8 +260,16 @@ func printTask(w io.Writer, t *task.Task) {
 		row("shard key", t.ShardKey)
 	}
 	row("input", rawOrDash(t.Input))
-	if len(t.Result) > 0 {
+	switch {
+	case t.ResultRef != nil && len(t.Result) > resultPreview:
+		row("result", fmt.Sprintf("%s… (%d bytes stored apart at %s; 's3queue result %s' prints it whole)",
+			t.Result[:resultPreview], t.ResultRef.Size, t.ResultRef.Key, t.ID))
+	case len(t.Result) > 0:
 		row("result", string(t.Result))
+	case t.ResultRef != nil:
+		row("result", fmt.Sprintf("unavailable (%d bytes stored apart at %s)", t.ResultRef.Size, t.ResultRef.Key))
+	case !t.ResultExpiredAt.IsZero():
+		row("result", "expired at "+fmtTime(t.ResultExpiredAt)+" (result_ttl)")
 	}
 	if t.LastError != "" {
 		row("last error", oneLine(t.LastError))
@@ -311,6 +331,49 @@ func printRow(w io.Writer, k, v string) {
 		return
 	}
 	fmt.Fprintf(w, "%s:\t%s\n", k, v)
+}
+
+// resultPreview is how much of a result stored apart get prints.
+const resultPreview = 1024
+
+var resultCommand = &command{
+	name: "result", args: "ID", nargs: 1,
+	summary: "write a succeeded task's result to stdout, as stored (JSON)",
+	examples: []string{
+		"s3queue result 01M8AHG5TJ57JN0X6S7S5PM513",
+		"s3queue result 01M8AHG5TJ57JN0X6S7S5PM513 > report.json",
+		"s3queue result 01M8AHG5TJ57JN0X6S7S5PM513 | jq -r .url",
+	},
+	details: "Writes the result a succeeded task's handler returned, the compact JSON the task holds,\n" +
+		"followed by a newline, and nothing else: for results too large to read in 'get'. One GET,\n" +
+		"and one more for a result stored apart (larger than the workers' result_inline_max), whose\n" +
+		"size and sha256 are checked against the task. Exit 1 with a message naming the task when it\n" +
+		"has no result: not succeeded (yet), succeeded without one, its result dropped by the\n" +
+		"monitor's result_ttl (\"expired at T\"), or its result object missing or not matching.\n" +
+		"Exit 3 for an unknown id.",
+	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
+		return func(ctx context.Context, args []string) error {
+			id := args[0]
+			q, err := a.taskQueue(ctx, id)
+			if err != nil {
+				return err
+			}
+			t, err := q.Get(ctx, id)
+			if err != nil {
+				return taskError(id, err)
+			}
+			switch {
+			case t.Status != task.Succeeded:
+				return fmt.Errorf("task %s is %s: only a succeeded task has a result", id, t.Status)
+			case !t.ResultExpiredAt.IsZero():
+				return fmt.Errorf("task %s: its result expired at %s (result_ttl)", id, fmtTime(t.ResultExpiredAt))
+			case len(t.Result) == 0:
+				return fmt.Errorf("task %s succeeded without a result", id)
+			}
+			_, err = fmt.Fprintf(a.stdout, "%s\n", t.Result)
+			return err
+		}
+	},
 }
 
 func rawOrDash(b json.RawMessage) string {

@@ -189,7 +189,9 @@ func waitTasks(ctx context.Context, q *s3queue.Queue, ids []string, timeout, pol
 			if got[i] != nil && got[i].Status.Terminal() {
 				continue
 			}
-			if err := errs[i]; err != nil {
+			if err := errs[i]; err != nil && !(errors.Is(err, s3queue.ErrResultUnavailable) && reads[i] != nil) {
+				// (A result stored apart that cannot be read does not
+				// change how the task ended.)
 				if ctx.Err() != nil {
 					return got, fmt.Errorf("interrupted: %w", ctx.Err())
 				}

@@ -152,7 +152,7 @@ var workerCommand = &command{
 			}
 			types := make([]string, 0, len(handlers))
 			for typ, cmd := range handlers {
-				h := execHandler{typ: typ, command: cmd, log: a.log}
+				h := execHandler{typ: typ, command: cmd, log: a.log, max: w.MaxResultBytes()}
 				w.Handle(typ, h.handle)
 				types = append(types, typ)
 			}

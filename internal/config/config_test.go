@@ -51,6 +51,7 @@ func TestDefaultsMatchTheServices(t *testing.T) {
 		MemberTTL: 30 * time.Second, StandbyPoll: 25 * time.Second, IdleLeave: time.Minute, SleepAfter: 30 * time.Second,
 		BellPoll: 2 * time.Second, SleepScan: time.Minute, AwakeGrace: 5 * time.Second, DrainMax: 10 * time.Minute,
 		MaxShards: 256, ReshardAfter: time.Minute, RootMembers: 16, PauseCheckInterval: 10 * time.Second,
+		ResultInlineMax: task.MaxResultBytes, MaxResultBytes: 4 << 20,
 		DispatchMode: shards.DispatchShared, DiscoveryTTL: 30 * time.Second,
 		LeaseDuration: time.Minute, LeaseRenewalInterval: 20 * time.Second, OverflowScavengeInterval: 2 * time.Minute,
 	}
@@ -139,6 +140,9 @@ var keyCases = []keyCase{
 	{"worker.reshard_after", `"5m"`, "5m", func(c Config) bool { return c.Worker().ReshardAfter == 5*time.Minute }},
 	{"worker.pause_check_interval", `"2s"`, "2s", func(c Config) bool { return c.Worker().PauseCheckInterval == 2*time.Second }},
 	{"worker.root_members", "3", "3", func(c Config) bool { return c.Worker().RootMembers == 3 }},
+	{"worker.result_inline_max", "16384", "16384", func(c Config) bool { return c.Worker().ResultInlineMax == 16384 }},
+	{"worker.max_result_bytes", "1048576", "1048576", func(c Config) bool { return c.Worker().MaxResultBytes == 1<<20 }},
+	{"monitor.result_ttl", `"1h"`, "1h", func(c Config) bool { return c.Monitor().ResultTTL == time.Hour }},
 	{"monitor.interval", `"750ms"`, "750ms", func(c Config) bool { return c.Monitor().Interval == 750*time.Millisecond }},
 	{"monitor.page_size", `100`, "100", func(c Config) bool { return c.Monitor().PageSize == 100 }},
 	{"monitor.shards_per_tick", `2`, "2", func(c Config) bool { return c.Monitor().ShardsPerTick == 2 }},

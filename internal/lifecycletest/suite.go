@@ -188,13 +188,27 @@ var cases = []struct {
 		}
 	}},
 	{"a result too large to store dead-letters the task at once", func(t *testing.T, e *env) {
-		e.startWorker(e.workerConfig("w1"), nil, map[string]worker.Handler{"big": func(context.Context, *task.Task) (json.RawMessage, error) {
-			return json.RawMessage(`"` + strings.Repeat("x", task.MaxResultBytes) + `"`), nil
+		cfg := e.workerConfig("w1")
+		cfg.MaxResultBytes = 1 << 20
+		e.startWorker(cfg, nil, map[string]worker.Handler{"big": func(context.Context, *task.Task) (json.RawMessage, error) {
+			return json.RawMessage(`"` + strings.Repeat("x", 1<<20) + `"`), nil
 		}})
 		id := e.submit("big", nil, producer.Options{MaxAttempts: 3})
 		got := e.waitStatus(id, task.Dead, 30*time.Second, nil)
 		if got.Attempt != 1 || !strings.Contains(got.LastError, "result") {
 			t.Fatalf("attempt %d last error %q", got.Attempt, got.LastError)
+		}
+	}},
+	{"a result over the inline limit is stored apart and read back", func(t *testing.T, e *env) {
+		want := json.RawMessage(`"` + strings.Repeat("x", task.MaxResultBytes) + `"`)
+		e.startWorker(e.workerConfig("w1"), nil, map[string]worker.Handler{"big": func(context.Context, *task.Task) (json.RawMessage, error) {
+			return want, nil
+		}})
+		id := e.submit("big", nil, producer.Options{MaxAttempts: 1})
+		e.waitStatus(id, task.Succeeded, 30*time.Second, nil)
+		got, err := e.prod.Get(e.ctx, id)
+		if err != nil || got.ResultRef == nil || string(got.Result) != string(want) {
+			t.Fatalf("result: ref %+v, %d bytes, %v", got.ResultRef, len(got.Result), err)
 		}
 	}},
 	{"a task with a short lease and the default margin is renewed in time", func(t *testing.T, e *env) {

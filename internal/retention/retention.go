@@ -88,7 +88,8 @@ type Outcome struct {
 // decision is made on what the task read says, not on a listing: the
 // listing may predate a requeue and a fresh completion, and its size may
 // misread the status of an object written before the size told every
-// status (task.StatusBySize). It costs one GET, then for a task it deletes one DELETE, plus
+// status (task.StatusBySize). It costs one GET, then for a task it deletes one DELETE (two
+// with a result stored apart, deleted first), plus
 // one PUT where the task must be tombstoned first, plus a GET, PUT and
 // DELETE of its record if it has one.
 func (d *Deleter) Expire(ctx context.Context, key string, hold time.Duration, iv clock.Interval) (Outcome, error) {
@@ -142,6 +143,15 @@ func (d *Deleter) Expire(ctx context.Context, key string, hold time.Duration, iv
 			// A record another deleter retired a moment ago: its DELETE may
 			// be on the way; the task waits for a later try.
 			return Outcome{Result: Waiting, Read: v}, nil
+		}
+	}
+	// A result stored apart goes before its task, so that no object is
+	// left that nothing references. (A succeeded task changes no more
+	// but by its result's expiry, which deletes the object too, or by
+	// another deleter's retirement.)
+	if ref := t.ResultRef; ref != nil {
+		if err := d.Store.Delete(ctx, ref.Key, s3store.DeleteOptions{}); err != nil && !errors.Is(err, s3store.ErrNotFound) {
+			return Outcome{}, fmt.Errorf("delete the result object of task %s: %w", t.ID, err)
 		}
 	}
 	if t.Retired {

@@ -73,6 +73,8 @@ const (
 	InvRateLimit = "a rate limit is never exceeded" // no window of S3 time has more claims of a limited type, by when they were sent, than its limit
 	// Priorities (see checkPriority).
 	InvPriority = "a window is claimed in priority order" // a member attempts one listing's candidates high first, ties oldest first
+	// Results (see checkResults).
+	InvResult = "a result is its committing attempt's" // inline or stored apart; a referenced object exists until its TTL or retention; no result dropped before its TTL
 
 	retentionMargin = 5 * time.Second // clock uncertainty the monitor may use
 	cursorLag       = time.Minute     // how far a member's scan may trail its shard's keys
@@ -501,6 +503,9 @@ func (w *world) check() Result {
 	}
 	w.checkUnique(log, add)
 	w.checkPriority(log, add)
+	if w.plan.Results != nil {
+		w.checkResults(log, &res, add)
+	}
 	res.Violations = vs
 	return res
 }

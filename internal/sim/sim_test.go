@@ -110,6 +110,7 @@ type summary struct {
 	reshards, releases, unblocked                 int
 	direct, routed, moved, leaseLosses, takeovers int
 	requests                                      int
+	resultsApart, resultsExpired, orphans         int
 	faults                                        map[string]int
 }
 
@@ -136,6 +137,9 @@ func (s *summary) add(r sim.Result) {
 	s.moved += r.Moved
 	s.leaseLosses += r.LeaseLosses
 	s.takeovers += r.Takeovers
+	s.resultsApart += r.ResultsApart
+	s.resultsExpired += r.ResultsExpired
+	s.orphans += r.OrphansCollected
 	for _, op := range []string{"PUT", "GET", "HEAD", "LIST", "DELETE"} {
 		s.requests += r.Counts[op]
 	}
@@ -156,9 +160,9 @@ func (s *summary) String() string {
 	for _, k := range keys {
 		f = append(f, fmt.Sprintf("%s %d", k, s.faults[k]))
 	}
-	return fmt.Sprintf("SIM seeds %d (with violations %d), tasks acknowledged %d, handler runs %d (duplicates after a lost lease %d), reshards %d, releases %d, unblocked %d, requests served %d, faults: %s; direct dispatch: %d seeds, %d inbox entries, %d moved to the overflow, %d worker leases lost, %d taken over",
+	return fmt.Sprintf("SIM seeds %d (with violations %d), tasks acknowledged %d, handler runs %d (duplicates after a lost lease %d), reshards %d, releases %d, unblocked %d, requests served %d, faults: %s; direct dispatch: %d seeds, %d inbox entries, %d moved to the overflow, %d worker leases lost, %d taken over; results: %d stored apart, %d expired, %d orphans collected",
 		s.seeds, s.failed, s.tasks, s.executions, s.duplicates, s.reshards, s.releases, s.unblocked, s.requests, strings.Join(f, ", "),
-		s.direct, s.routed, s.moved, s.leaseLosses, s.takeovers)
+		s.direct, s.routed, s.moved, s.leaseLosses, s.takeovers, s.resultsApart, s.resultsExpired, s.orphans)
 }
 
 // A seed replays exactly: two runs of one seed serve the same requests in

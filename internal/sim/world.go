@@ -123,6 +123,9 @@ type Plan struct {
 	// Priority (a third of the seeds): producers submit high, default and
 	// low tasks, and a backlog of them into one shard.
 	Priority *PriorityPlan
+	// Results (a third of the seeds): results stored apart and a result
+	// TTL (see ResultsPlan).
+	Results *ResultsPlan
 }
 
 // The direct-dispatch settings of the workers, producers and monitors:
@@ -205,6 +208,9 @@ func (p Plan) String() string {
 	if p.Priority != nil {
 		s += ", " + p.Priority.String()
 	}
+	if p.Results != nil {
+		s += ", " + p.Results.String()
+	}
 	if p.Surge.Join > 0 {
 		s += fmt.Sprintf(", surge of %d workers at %v, %d leave at %v", p.Surge.Join, p.Surge.At.Round(time.Second), p.Surge.Leave, p.Surge.LeaveAt.Round(time.Second))
 	}
@@ -231,7 +237,12 @@ type Result struct {
 	Duplicates int // handler runs whose claim was lost (no outcome of its own) before the task ran again
 	Releases   int // claimed tasks handed back unfinished (shutdown, dropped from pending)
 	Unblocked  int // tasks whose dependencies all succeeded, moved from blocked to pending
-	Reshards   int // manifest writes that grew the shard count
+	// ResultsApart counts commits that referenced a result stored apart,
+	// ResultsExpired results dropped by the result TTL, OrphansCollected
+	// result objects never referenced that a monitor deleted (results
+	// plans).
+	ResultsApart, ResultsExpired, OrphansCollected int
+	Reshards                                       int // manifest writes that grew the shard count
 	// Direct dispatch: inbox entries written, entries moved to the
 	// overflow, worker runs that ended with their lease lost, and takeovers
 	// of a worker's lease by a later process of its id.
@@ -339,6 +350,7 @@ func Run(seed uint64, opts Options) Result {
 	planRateLimit(&plan)
 	planUnique(&plan)
 	planPriority(&plan, opts)
+	planResults(&plan, opts)
 	w := &world{opts: opts, plan: plan, rng: rng,
 		srv:   NewServer(plan.Provider, rand.New(rand.NewPCG(seed, 0x5e4e)), plan.MaxPage),
 		procs: make(map[string]*proc), dedicated: make(map[string]bool), nextID: make(map[string]int), acked: make(map[string]ack), spawned: make(map[string]int),
@@ -620,6 +632,9 @@ func (w *world) startWorkerAs(id string) *proc {
 		cfg.LeaseDuration, cfg.LeaseRenewalInterval = directLease, directRenewal
 		cfg.OverflowScavengeInterval, cfg.DiscoveryTTL = directScavenge, directDiscovery
 	}
+	if w.plan.Results != nil {
+		cfg.ResultInlineMax = w.plan.Results.InlineMax
+	}
 	return w.spawnAs("w", name, id, func(ctx context.Context, p *proc) {
 		wk, ok := retry(ctx, func() (*worker.Worker, error) {
 			cfg := cfg
@@ -659,6 +674,11 @@ func (w *world) startMonitor() *proc {
 				Rand: w.seeded(p.name), Clock: w.clockFor(p.h), Logger: discard}
 			if w.plan.Direct {
 				cfg.DispatchMode, cfg.WorkerLease = shards.DispatchDirect, directLease
+			}
+			if w.plan.Results != nil {
+				cfg.ResultTTL = w.plan.Results.TTL
+				// Orphaned result objects are collected within the run.
+				cfg.OrphanCheck, cfg.OrphanAge = time.Minute, 30*time.Second
 			}
 			return monitor.New(ctx, p.h, cfg)
 		})
@@ -710,6 +730,9 @@ func (w *world) handler(workerName string) worker.Handler {
 		case p < 65:
 			if err := sleep(d); err != nil {
 				return nil, err
+			}
+			if w.plan.Results != nil {
+				return w.simResult(workerName, claim, x), nil
 			}
 			return json.RawMessage(fmt.Sprintf(`{"by":%q}`, workerName)), nil
 		case p < 77:

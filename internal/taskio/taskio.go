@@ -90,7 +90,7 @@ func put(ctx context.Context, st s3store.Store, local clock.Local, t *task.Task,
 	if err != nil {
 		return Versioned{}, fmt.Errorf("write task %s: %w", t.ID, err)
 	}
-	for range task.SizePaddingFor(len(body), t.Status, t.Priority) {
+	for range task.PaddingOf(len(body), t) {
 		body = append(body, '\n')
 	}
 	etag, err := st.Put(ctx, t.Key(), body, opts)

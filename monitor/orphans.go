@@ -1,0 +1,100 @@
+package monitor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/s3queue/s3queue/clock"
+	"github.com/s3queue/s3queue/internal/taskio"
+	"github.com/s3queue/s3queue/s3store"
+	"github.com/s3queue/s3queue/task"
+)
+
+// Defaults of Config.OrphanCheck (FullSweep) and Config.OrphanAge.
+const defaultOrphanAge = time.Hour
+
+// collectOrphans deletes, every OrphanCheck (the first time OrphanAge
+// after the monitor started), the result objects nothing
+// references: left by a worker that crashed (or could not learn its
+// commit's fate) between its result PUT and the commit, or by a monitor
+// that crashed between a result's expiry and its DELETE. It lists
+// results/ (a LIST per 1,000 objects) and reads the task of each object
+// written more than OrphanAge ago that it has not examined yet (one GET
+// per object, once in the monitor's life): an object at
+// results/{shard}/{id}/{claim} that the task does not reference, while the
+// task is not running under {claim}, can never be referenced (only the
+// commit under {claim} may reference it, and that claim is over), and is
+// deleted. One whose task still runs under its claim is left, and not
+// examined again until the monitor restarts.
+func (m *Monitor) collectOrphans(ctx context.Context, iv clock.Interval, st *TickStats) error {
+	now := m.local.Now()
+	every := m.cfg.OrphanCheck
+	if every <= 0 {
+		every = m.cfg.FullSweep
+	}
+	age := m.cfg.OrphanAge
+	if age <= 0 {
+		age = defaultOrphanAge
+	}
+	if m.orphansNext.IsZero() {
+		// The first check comes OrphanAge after the monitor started.
+		m.orphansNext = now.Add(min(age, every))
+	}
+	if now.Before(m.orphansNext) {
+		return nil
+	}
+	m.orphansNext = now.Add(every)
+	upTo := iv.Earliest.Add(-age) // S3 time: written no later than this
+	from := m.orphansFrom
+	after := ""
+	for {
+		page, err := m.st.List(ctx, task.ResultsPrefix, s3store.ListOptions{StartAfter: after})
+		if err != nil {
+			return fmt.Errorf("collect orphaned results: %w", err)
+		}
+		for _, o := range page.Objects {
+			if o.LastModified.After(upTo) || !from.IsZero() && !o.LastModified.After(from) {
+				continue
+			}
+			if err := m.collectOrphan(ctx, o.Key, st); err != nil {
+				return err
+			}
+		}
+		if !page.Truncated || len(page.Objects) == 0 {
+			break
+		}
+		after = page.Objects[len(page.Objects)-1].Key
+	}
+	m.orphansFrom = upTo
+	return nil
+}
+
+// collectOrphan deletes the result object at key if its task does not
+// reference it and is not running under the claim that wrote it.
+func (m *Monitor) collectOrphan(ctx context.Context, key string, st *TickStats) error {
+	shard, id, claim, err := task.ParseResultKey(key)
+	if err != nil {
+		m.log.Warn("foreign object under results/; left alone", "key", key)
+		return nil
+	}
+	v, err := taskio.Load(ctx, m.st, task.Key(shard, id))
+	st.Loaded++
+	switch {
+	case errors.Is(err, s3store.ErrNotFound):
+		// Its task is gone (retention): nothing references it.
+	case err != nil:
+		// Corrupt, or unreadable now: left for the monitor's next life.
+		return nil
+	case v.Task.ResultRef != nil && v.Task.ResultRef.Key == key:
+		return nil
+	case v.Task.Status == task.Running && v.Task.Claim != nil && v.Task.Claim.ID == claim:
+		return nil // its commit may still land
+	}
+	if err := m.st.Delete(ctx, key, s3store.DeleteOptions{}); err != nil {
+		return fmt.Errorf("delete orphaned result %s: %w", key, err)
+	}
+	st.OrphansDeleted++
+	return nil
+}
