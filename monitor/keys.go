@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/s3queue/s3queue/internal/settings"
+	"github.com/s3queue/s3queue/schedule"
 	"github.com/s3queue/s3queue/shards"
 )
 
@@ -53,6 +54,12 @@ var ConfigKeys = &settings.Section[Config]{
 			"Finished tasks (succeeded, dead, canceled) are deleted this long after their last change; \"0\" keeps them forever.").
 			Must(settings.NotNegative).
 			Unset(func(c *Config) bool { return c.Retention == 0 && !c.KeepForever }),
+		settings.Bool("scheduler", func(c *Config) *bool { return &c.Scheduler }, true,
+			"true: this monitor submits the tasks of the queue's schedules, one per tick fleet-wide (with leader = true, only the leader does); false: it leaves them to other monitors.").
+			Unset(func(c *Config) bool { return !c.Scheduler && !c.NoScheduler }),
+		settings.Duration("schedule_refresh", func(c *Config) *time.Duration { return &c.ScheduleRefresh }, schedule.DefaultRefresh,
+			"How often the scheduler lists schedules/ to learn of added, changed and removed schedules (one LIST, and a GET per changed one).").
+			Must(settings.Positive),
 	},
 }
 

@@ -275,6 +275,7 @@ func (c Config) Monitor() monitor.Config {
 	m.Shards = c.Shards
 	m.DispatchMode, m.WorkerLease = c.QueueSection.DispatchMode, c.WorkerSection.LeaseDuration
 	m.KeepForever = m.Retention == 0
+	m.NoScheduler = !m.Scheduler
 	return m
 }
 
