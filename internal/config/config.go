@@ -28,6 +28,7 @@ import (
 	"github.com/s3queue/s3queue/internal/settings"
 	"github.com/s3queue/s3queue/monitor"
 	"github.com/s3queue/s3queue/producer"
+	"github.com/s3queue/s3queue/schedule"
 	"github.com/s3queue/s3queue/worker"
 )
 
@@ -61,6 +62,8 @@ type Config struct {
 	// SubmitSection is [submit]: the defaults of `s3queue submit`.
 	SubmitSection producer.Options
 	LogSection    LogSection
+	// Schedules are the [[schedule]] tables, validated, in file order.
+	Schedules []schedule.Definition
 	// Handlers maps a task type to the shell command the worker command
 	// runs for it ([handlers]).
 	Handlers map[string]string
