@@ -185,11 +185,12 @@ func NextTick(s Schedule, now time.Time) time.Time {
 	return spec.Next(after).In(spec.Location())
 }
 
-// submitTick is the monitors' schedule.SubmitFunc: the producer's Submit
-// with the tick's idempotency key. The key already taken by another type
+// SubmitTick is the schedule.SubmitFunc NewMonitor gives its monitors
+// (for a monitor made with monitor.New, give it as its Config.Submit):
+// the queue's producer's Submit with the tick's idempotency key. The key already taken by another type
 // or input (the definition changed between two submits of one tick) is
 // the task it names.
-func (q *Queue) submitTick(ctx context.Context, s schedule.Submission) (string, error) {
+func (q *Queue) SubmitTick(ctx context.Context, s schedule.Submission) (string, error) {
 	var input any
 	if len(s.Input) > 0 {
 		input = json.RawMessage(s.Input)
@@ -200,4 +201,14 @@ func (q *Queue) submitTick(ctx context.Context, s schedule.Submission) (string, 
 		return id, nil
 	}
 	return id, err
+}
+
+// Now returns the S3 server's time as the queue's clock knows it (the
+// latest bound of its estimate; a request only if it has none yet).
+func (q *Queue) Now(ctx context.Context) (time.Time, error) {
+	iv, err := q.clock.Now(ctx)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("s3queue: %w", err)
+	}
+	return iv.Latest, nil
 }

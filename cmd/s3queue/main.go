@@ -123,7 +123,7 @@ func init() {
 	commands = []*command{
 		workerCommand, monitorCommand, submitCommand, getCommand, historyCommand,
 		waitCommand, tailCommand, cancelCommand, requeueCommand, purgeCommand, listCommand, statsCommand,
-		pauseCommand, resumeCommand, pausedCommand, doctorCommand, reshardCommand,
+		pauseCommand, resumeCommand, pausedCommand, scheduleCommand, doctorCommand, reshardCommand,
 		demoCommand, costCommand, completionCommand, versionCommand, helpCommand,
 	}
 }
