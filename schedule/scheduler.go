@@ -105,7 +105,7 @@ func (s *Scheduler) Step(ctx context.Context) (time.Duration, error) {
 		if e.bad || e.s.Paused {
 			continue
 		}
-		iv, err := s.Clock.Now(ctx)
+		now, err := s.now(ctx)
 		if err != nil {
 			return min(wait, ErrorRetry), errors.Join(errs, err)
 		}
@@ -113,8 +113,8 @@ func (s *Scheduler) Step(ctx context.Context) (time.Duration, error) {
 		if next.IsZero() {
 			continue
 		}
-		if next.After(iv.Earliest) {
-			wait = min(wait, next.Sub(iv.Earliest))
+		if next.After(now) {
+			wait = min(wait, next.Sub(now))
 			continue
 		}
 		if err := s.fire(ctx, name); err != nil {
@@ -127,13 +127,22 @@ func (s *Scheduler) Step(ctx context.Context) (time.Duration, error) {
 		}
 		if e, ok := s.known[name]; ok && !e.bad && !e.s.Paused {
 			if n := e.spec.Next(e.s.Cursor); !n.IsZero() {
-				if iv, err := s.Clock.Now(ctx); err == nil {
-					wait = min(wait, max(n.Sub(iv.Earliest), 0))
+				if now, err := s.now(ctx); err == nil {
+					wait = min(wait, max(n.Sub(now), 0))
 				}
 			}
 		}
 	}
 	return wait, errs
+}
+
+// now is the S3 time certainly reached: the earliest bound of the S3
+// clock's interval. Ticks are decided by it alone, never by the local
+// clock, which only paces the waits (a wall clock minutes off must not
+// move a tick).
+func (s *Scheduler) now(ctx context.Context) (time.Time, error) {
+	iv, err := s.Clock.Now(ctx)
+	return iv.Earliest, err
 }
 
 // refresh lists schedules/ and reads the objects new or changed since.
@@ -192,11 +201,11 @@ func (s *Scheduler) fire(ctx context.Context, name string) error {
 	if !ok || e.bad {
 		return nil
 	}
-	iv, err := s.Clock.Now(ctx)
+	now, err := s.now(ctx)
 	if err != nil {
 		return err
 	}
-	step := e.s.Plan(e.spec, iv.Earliest)
+	step := e.s.Plan(e.spec, now)
 	if step.Cursor.IsZero() {
 		return nil // paused, done by another scheduler, or not due
 	}

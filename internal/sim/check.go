@@ -66,6 +66,8 @@ const (
 	InvOverflowDrained = "the overflow is drained"                   // at the end, the overflow holds no old entry
 	// Pause (see checkPause).
 	InvPaused = "no claim of a paused type" // no claim lands more than pauseSlack after its type was paused, and every pause is lifted
+	// Schedules (see checkSchedules).
+	InvSchedule = "one task per tick, on S3 time" // never two tasks for one tick, none before its tick, none missed while monitors run
 
 	retentionMargin = 5 * time.Second // clock uncertainty the monitor may use
 	cursorLag       = time.Minute     // how far a member's scan may trail its shard's keys
@@ -486,6 +488,9 @@ func (w *world) check() Result {
 	}
 	if w.plan.Direct {
 		w.checkDirect(log, &res, add)
+	}
+	if len(w.plan.Schedules) > 0 {
+		res.Scheduled = w.checkSchedules(log, end, add)
 	}
 	if w.plan.Pause != nil {
 		w.checkPause(log, add)
