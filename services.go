@@ -269,7 +269,7 @@ func (q *Queue) NewMonitor(ctx context.Context) (*Monitor, error) {
 		c.Events = q.cfg.Events
 	}
 	if c.Submit == nil {
-		c.Submit = q.submitTick
+		c.Submit = q.SubmitTick
 	}
 	m, err := monitor.New(ctx, q.store, c)
 	if err != nil {

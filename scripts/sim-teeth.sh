@@ -9,7 +9,8 @@
 # overflow; a worker that keeps running after losing its lease; a scavenger
 # that never claims from the overflow; a lease taken over a TTL before
 # it expires)), and 27 of pause (issue 14: a worker that reads the pause
-# object at start-up only), it puts the defect back into a
+# object at start-up only), and 29 of periodic tasks (issue 15: a scheduler
+# that decides ticks by its local clock), it puts the defect back into a
 # scratch copy of the tree with internal/sim/testdata/defects/N.patch (the
 # smallest change that undoes the fix), and runs the simulator's seeds in
 # order until one breaks an invariant.
@@ -29,7 +30,7 @@ SEEDS=${SEEDS:-300}
 patches=internal/sim/testdata/defects
 defects=("$@")
 if ((${#defects[@]} == 0)); then
-	defects=(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27)
+	defects=(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 29)
 fi
 
 work=$(mktemp -d)

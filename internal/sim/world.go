@@ -227,7 +227,7 @@ type Result struct {
 	Routed, Moved, LeaseLosses, Takeovers int
 	// Scheduled counts the schedules' ticks that got a task.
 	Scheduled int
-	log                                   []Entry
+	log       []Entry
 }
 
 // world is one run: the server, the processes, and what producers were told.
