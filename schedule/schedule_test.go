@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/s3queue/s3queue/clock"
+	"github.com/s3queue/s3queue/s3store"
 	"github.com/s3queue/s3queue/s3store/mem"
 	"github.com/s3queue/s3queue/schedule"
 	"github.com/s3queue/s3queue/task"
@@ -238,5 +239,40 @@ func TestTwoSchedulersOneTaskPerTick(t *testing.T) {
 	}
 	if _, err := schedule.SetPaused(ctx, st, "every5", false, local.Now(), "test"); err == nil {
 		t.Errorf("resume of a removed schedule succeeded")
+	}
+}
+
+// The scheduler's own requests per tick (the submit's are the producer's):
+// a GET of the schedule and its CAS PUT; a refresh is one LIST, with a GET
+// only for a schedule another writer changed.
+func TestRequestsPerTick(t *testing.T) {
+	ctx := context.Background()
+	base := mem.New()
+	local := clock.NewManual(time.Now())
+	base.SetNow(local.Now)
+	st := s3store.NewCounter(base)
+	q := &fakeQueue{}
+	s := &schedule.Scheduler{Store: st, Clock: clock.New(st, clock.Config{Local: local}), Local: local, Submit: q.submit,
+		Refresh: time.Hour, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	d := schedule.Definition{Name: "m", Every: task.Duration(time.Minute), Type: "t"}
+	if _, _, err := schedule.Put(ctx, base, d, local.Now(), "test"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Step(ctx); err != nil { // the first listing
+		t.Fatal(err)
+	}
+	before := st.Counts()
+	const ticks = 30
+	for range ticks * 60 {
+		local.Advance(time.Second)
+		if _, err := s.Step(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after := st.Counts()
+	gets, puts := after.Of(s3store.OpGet)-before.Of(s3store.OpGet), after.Of(s3store.OpPut)-before.Of(s3store.OpPut)
+	t.Logf("per tick: GET %.2f PUT %.2f LIST %.2f", float64(gets)/ticks, float64(puts)/ticks, float64(after.Of(s3store.OpList)-before.Of(s3store.OpList))/ticks)
+	if len(q.byKey) != ticks || gets != ticks || puts != ticks {
+		t.Errorf("%d ticks: %d tasks, %d GET, %d PUT; want one task, one GET and one PUT per tick", ticks, len(q.byKey), gets, puts)
 	}
 }

@@ -219,7 +219,9 @@ func (s *Scheduler) fire(ctx context.Context, name string) error {
 		}
 	}
 	recorded := false
-	sc, etag, err := Change(ctx, s.Store, name, func(sc *Schedule, exists bool) (bool, error) {
+	// The CAS starts from the read above: no second GET unless it loses.
+	read := e.s
+	sc, etag, err := changeFrom(ctx, s.Store, name, &read, e.etag, func(sc *Schedule, exists bool) (bool, error) {
 		recorded = false // a round lost to another writer recorded nothing
 		if !exists || !sc.Cursor.Before(step.Cursor) {
 			return false, nil // removed, or recorded by another scheduler

@@ -69,8 +69,21 @@ const maxRounds = 20
 // as missing, with its ETag, so that an add replaces it. It returns the
 // schedule now in the bucket and the ETag written (or read).
 func Change(ctx context.Context, st s3store.Store, name string, change func(s *Schedule, exists bool) (bool, error)) (Schedule, string, error) {
+	return changeFrom(ctx, st, name, nil, "", change)
+}
+
+// changeFrom is Change, whose first round starts from read, a schedule
+// just read at etag, instead of reading it again.
+func changeFrom(ctx context.Context, st s3store.Store, name string, read *Schedule, readETag string, change func(s *Schedule, exists bool) (bool, error)) (Schedule, string, error) {
 	for range maxRounds {
-		s, _, etag, err := Read(ctx, st, name)
+		var s Schedule
+		var etag string
+		var err error
+		if read != nil {
+			s, etag, read = *read, readETag, nil
+		} else {
+			s, _, etag, err = Read(ctx, st, name)
+		}
 		exists := err == nil
 		switch {
 		case err == nil, errors.Is(err, ErrNotFound):
