@@ -16,6 +16,7 @@ import (
 	"github.com/s3queue/s3queue/schedule"
 	"github.com/s3queue/s3queue/shards"
 	"github.com/s3queue/s3queue/task"
+	"github.com/s3queue/s3queue/worker"
 )
 
 // planSchedules gives a quarter of the seeds periodic tasks, from a source
@@ -37,11 +38,20 @@ func planSchedules(plan *Plan) {
 	}
 	for i := range plan.Schedules {
 		d := &plan.Schedules[i]
-		d.Type = taskType
+		d.Type = tickType
 		d.Input = json.RawMessage(fmt.Sprintf(`{"scheduled":%q}`, d.Name))
 		d.MaxAttempts = 3
 	}
 }
+
+// tickType is the schedules' task type. The workers run it in a pool of
+// its own under the default policy: a steady stream of ticks in the pool
+// of the other tasks would starve them under drop-oldest, by design of
+// that policy.
+const tickType = "tick"
+
+// tickPool is the workers' pool of the schedules' tasks.
+var tickPool = worker.Pool{Name: "ticks", Types: []string{tickType}, MaxInFlight: 1}
 
 // scheduledTask reports whether a task's input marks it as a schedule's:
 // its handler succeeds at once, so the ticks add no backlog.

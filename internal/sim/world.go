@@ -595,6 +595,9 @@ func (w *world) startWorkerAs(id string) *proc {
 	cfg := worker.Config{ID: id, Concurrency: concurrency, Dedicated: dedicated, RootMembers: w.plan.RootMembers,
 		MaxInFlight: w.plan.Queue.InFlight, QueuePolicy: w.plan.Queue.Policy, MaxQueueDepth: w.plan.Queue.Depth, CrashPolicy: w.plan.Queue.Crash,
 		Logger: discard, ShutdownGrace: 10 * time.Second}
+	if len(w.plan.Schedules) > 0 {
+		cfg.Pools = []worker.Pool{tickPool}
+	}
 	if w.plan.Direct {
 		cfg.DispatchMode = shards.DispatchDirect
 		cfg.LeaseDuration, cfg.LeaseRenewalInterval = directLease, directRenewal
@@ -610,6 +613,9 @@ func (w *world) startWorkerAs(id string) *proc {
 			return
 		}
 		wk.Handle(taskType, w.handler(p.name))
+		if len(w.plan.Schedules) > 0 {
+			wk.Handle(tickType, w.handler(p.name))
+		}
 		w.mu.Lock()
 		p.wk = wk
 		w.mu.Unlock()
