@@ -74,6 +74,11 @@ type Config struct {
 	Worker WorkerConfig
 	// Monitor configures the monitors of NewMonitor.
 	Monitor MonitorConfig
+	// Schedules are periodic tasks (queue.toml's [[schedule]] tables):
+	// NewMonitor writes those missing from the bucket, or different there,
+	// before it returns (ApplySchedules). The bucket stays their truth:
+	// monitors should share one file. See docs/scheduling.md.
+	Schedules []ScheduleDefinition
 	// MustExist makes Open and OpenStore fail with an error wrapping
 	// ErrNoQueue when the store holds no queue, where they would create
 	// one: a tool that only inspects or manages tasks should not create a
@@ -119,6 +124,7 @@ func LoadConfig(path string, environ []string) (Config, error) {
 		Producer:     p,
 		Worker:       c.Worker(),
 		Monitor:      c.Monitor(),
+		Schedules:    c.Schedules,
 	}, nil
 }
 

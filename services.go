@@ -254,7 +254,10 @@ func (q *Queue) NewWorker(ctx context.Context) (*Worker, error) {
 }
 
 // NewMonitor returns a monitor on the queue configured by Config.Monitor.
-// Call Run to sweep until its context ends.
+// Call Run to sweep until its context ends. Its scheduler (on unless
+// Config.Monitor.NoScheduler) submits the schedules' ticks through the
+// queue's producer; Config.Schedules are written to the bucket first
+// where they are missing or differ (ApplySchedules).
 func (q *Queue) NewMonitor(ctx context.Context) (*Monitor, error) {
 	c := q.cfg.Monitor
 	c.Shards, c.Clock = q.cfg.Shards, q.clock
@@ -273,9 +276,21 @@ func (q *Queue) NewMonitor(ctx context.Context) (*Monitor, error) {
 	if c.Events == nil {
 		c.Events = q.cfg.Events
 	}
+	if c.Submit == nil {
+		c.Submit = q.SubmitTick
+	}
 	m, err := monitor.New(ctx, q.store, c)
 	if err != nil {
 		return nil, fmt.Errorf("s3queue: new monitor on %s: %w", q.where, err)
+	}
+	if len(q.cfg.Schedules) > 0 {
+		wrote, err := q.ApplySchedules(ctx, q.cfg.Schedules)
+		if err != nil {
+			return nil, fmt.Errorf("s3queue: new monitor on %s: apply the configured schedules: %w", q.where, err)
+		}
+		if len(wrote) > 0 {
+			q.log.Info("wrote the configured schedules that were missing or differed", "schedules", wrote)
+		}
 	}
 	return m, nil
 }

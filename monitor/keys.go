@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/s3queue/s3queue/internal/settings"
+	"github.com/s3queue/s3queue/schedule"
 	"github.com/s3queue/s3queue/shards"
 )
 
@@ -56,6 +57,12 @@ var ConfigKeys = &settings.Section[Config]{
 		settings.Duration("result_ttl", func(c *Config) *time.Duration { return &c.ResultTTL }, 0,
 			"A succeeded task's result (inline, or its object under results/) is dropped this long after the task finished, the task kept until retention; \"0\" (the default) keeps results until retention. Each drop is one GET and one PUT of the task (and a free DELETE of a result stored apart).").
 			Must(settings.NotNegative),
+		settings.Bool("scheduler", func(c *Config) *bool { return &c.Scheduler }, true,
+			"true: this monitor submits the tasks of the queue's schedules, one per tick fleet-wide (with leader = true, only the leader does); false: it leaves them to other monitors.").
+			Unset(func(c *Config) bool { return !c.Scheduler && !c.NoScheduler }),
+		settings.Duration("schedule_refresh", func(c *Config) *time.Duration { return &c.ScheduleRefresh }, schedule.DefaultRefresh,
+			"How often the scheduler lists schedules/ to learn of added, changed and removed schedules (one LIST, and a GET per changed one).").
+			Must(settings.Positive),
 	},
 }
 

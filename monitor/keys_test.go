@@ -16,17 +16,22 @@ import (
 func TestUnsetFieldsTakeTheDefaults(t *testing.T) {
 	want := monitor.Config{Interval: 5 * time.Second, PageSize: 1000, LeaseMargin: 2 * time.Second,
 		RepairAfter: time.Minute, Retention: 7 * 24 * time.Hour, StaleAfter: 10 * time.Second,
-		SweepMax: 10 * time.Minute, FullSweep: 6 * time.Hour}
+		SweepMax: 10 * time.Minute, FullSweep: 6 * time.Hour, Scheduler: true, ScheduleRefresh: time.Minute}
 	var zero monitor.Config
 	monitor.ConfigKeys.Fill(&zero)
 	if !reflect.DeepEqual(zero, want) {
 		t.Errorf("filled zero Config:\n got %+v\nwant %+v", zero, want)
 	}
 	neg := monitor.Config{Interval: -1, PageSize: -1, ShardsPerTick: -1, LeaseMargin: -1, RepairAfter: -1,
-		StaleAfter: -1, SweepMax: -1, FullSweep: -1}
+		StaleAfter: -1, SweepMax: -1, FullSweep: -1, ScheduleRefresh: -1}
 	monitor.ConfigKeys.Fill(&neg)
 	if !reflect.DeepEqual(neg, want) {
 		t.Errorf("filled negative Config:\n got %+v\nwant %+v", neg, want)
+	}
+	off := monitor.Config{NoScheduler: true}
+	monitor.ConfigKeys.Fill(&off)
+	if off.Scheduler {
+		t.Errorf("NoScheduler: scheduler filled with true")
 	}
 	keep := monitor.Config{KeepForever: true}
 	monitor.ConfigKeys.Fill(&keep)

@@ -29,6 +29,7 @@ import (
 	"github.com/s3queue/s3queue/internal/taskio"
 	"github.com/s3queue/s3queue/lease"
 	"github.com/s3queue/s3queue/s3store"
+	"github.com/s3queue/s3queue/schedule"
 	"github.com/s3queue/s3queue/shards"
 	"github.com/s3queue/s3queue/task"
 )
@@ -124,6 +125,19 @@ type Config struct {
 	// its object changes while it stays dead), at most 20 per tick. 0 (the
 	// default) keeps none and reads none.
 	DeadList int
+	// Scheduler makes the monitor submit the tasks of the queue's
+	// schedules (schedules/, docs/scheduling.md) through Submit, one task
+	// per tick fleet-wide however many monitors do; with Leader, only the
+	// leader does. It is on by default: NoScheduler turns it off (a zero
+	// Config has both false, which takes the default). Without Submit
+	// nothing is scheduled (the root package's NewMonitor gives one).
+	Scheduler, NoScheduler bool
+	// ScheduleRefresh is how often the scheduler lists schedules/ to
+	// learn of added, changed and removed schedules.
+	ScheduleRefresh time.Duration
+	// Submit submits a tick's task with its idempotency key (a producer's
+	// Submit).
+	Submit schedule.SubmitFunc
 	// Rand is the source of every random draw: jitter (of retries, and of
 	// the CAS pauses after a lost race) and shard choice; nil means
 	// crypto/rand.Reader. Reads are serialised, so it need not be safe for
@@ -211,6 +225,10 @@ type Monitor struct {
 	// skips paused types (pausedType).
 	pauseMu sync.Mutex
 	pauses  *pause.Watch
+
+	// sched submits the schedules' ticks (nil: no scheduler); Run's
+	// goroutine alone steps it.
+	sched *schedule.Scheduler
 }
 
 // sweep is the monitor's walk of one shard. Keys sort by time, and the
@@ -280,6 +298,10 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Monitor, error) {
 	mon := &Monitor{st: st, cfg: cfg, clock: c, local: local, manifest: m, log: cfg.Logger.WithGroup("monitor"), rand: src,
 		sweeps: make(map[int]*sweep), known: make(map[string]known), fleet: shards.NewFleetCache(st, cfg.LeaseMargin, local, src),
 		lease: lease.New(st, c, LeaseKey, cfg.ID, lease.Config{TTL: 6 * cfg.Interval, Margin: cfg.LeaseMargin})}
+	if cfg.Scheduler && !cfg.NoScheduler && cfg.Submit != nil {
+		mon.sched = &schedule.Scheduler{Store: st, Clock: c, Local: local, Submit: cfg.Submit, Refresh: cfg.ScheduleRefresh,
+			Log: mon.log.WithGroup("scheduler"), Fired: mon.publishScheduled}
+	}
 	mon.pauses = &pause.Watch{St: st, Local: local, Interval: pause.DefaultInterval, Log: mon.log}
 	mon.cas = s3store.CAS{Jitter: src.Float64, Sleep: func(ctx context.Context, d time.Duration) error {
 		if !clock.Sleep(local, d, ctx.Done()) {
@@ -302,17 +324,51 @@ func (m *Monitor) Run(ctx context.Context) error {
 	next := m.local.Now().Add(m.cfg.Interval)
 	t := m.local.NewTimer(m.cfg.Interval)
 	defer t.Stop()
+	// The scheduler wakes at the next tick of any schedule, or its next
+	// listing of schedules/, on this goroutine: no polling in between.
+	var schedC <-chan time.Time
+	var st clock.Timer
+	if m.sched != nil {
+		st = m.local.NewTimer(time.Hour)
+		defer st.Stop()
+		schedC = st.C()
+	}
+	tick := true
 	for {
-		if _, err := m.tick(ctx); err != nil && ctx.Err() == nil {
-			if errors.Is(err, s3store.ErrUnusable) {
-				return fmt.Errorf("monitor: %w", err)
+		if tick {
+			if _, err := m.tick(ctx); err != nil && ctx.Err() == nil {
+				if errors.Is(err, s3store.ErrUnusable) {
+					return fmt.Errorf("monitor: %w", err)
+				}
+				m.log.Warn("tick", "err", err)
 			}
-			m.log.Warn("tick", "err", err)
 		}
+		if m.sched != nil {
+			wait, err := m.stepScheduler(ctx)
+			if errors.Is(err, s3store.ErrUnusable) {
+				return fmt.Errorf("monitor: scheduler: %w", err)
+			}
+			st.Stop()
+			st.Reset(wait)
+		}
+		tick = false
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-schedC:
+			// Both timers may be ready at once, and a select picks at
+			// random: the sweeps' tick goes first whichever won, so a
+			// seeded run replays.
+			select {
+			case <-t.C():
+				tick = true
+			default:
+			}
 		case <-t.C():
+			tick = true
+		}
+		if !tick {
+			continue
 		}
 		now := m.local.Now()
 		for !next.After(now) {
@@ -320,6 +376,30 @@ func (m *Monitor) Run(ctx context.Context) error {
 		}
 		t.Reset(next.Sub(now))
 	}
+}
+
+// stepScheduler runs the scheduler's due work, if this monitor schedules
+// now (with Leader, while it leads), and returns how long until it is due
+// again.
+func (m *Monitor) stepScheduler(ctx context.Context) (time.Duration, error) {
+	if m.cfg.Leader && !m.Leading(ctx) {
+		// The leader lease is taken at the sweeps' ticks.
+		return m.cfg.Interval, nil
+	}
+	wait, err := m.sched.Step(ctx)
+	if err != nil && ctx.Err() == nil {
+		m.log.Warn("scheduler", "err", err)
+	}
+	return wait, err
+}
+
+// publishScheduled publishes a scheduled event.
+func (m *Monitor) publishScheduled(name string, tick time.Time, id string, skipped int64) {
+	if m.cfg.Events == nil {
+		return
+	}
+	m.cfg.Events.Publish(events.Event{Time: m.local.Now(), Source: events.SourceMonitor, Origin: m.cfg.ID,
+		Kind: events.Scheduled, TaskID: id, Shard: -1, Key: schedule.Key(name)})
 }
 
 // LeaseKey is the leader lease of monitors run with Config.Leader.

@@ -86,7 +86,8 @@ func TestJSONKeys(t *testing.T) {
 	pauseStore, _ := newStore(t)
 	pausedStore, _ := newStore(t)
 	resumeStore, _ := newStore(t)
-	for _, st := range []string{pauseStore, pausedStore, resumeStore} {
+	scheduleStore, _ := newStore(t)
+	for _, st := range []string{pauseStore, pausedStore, resumeStore, scheduleStore} {
 		submit(t, st, cfg, "mail")
 	}
 	must(t, "pause", "mail", "--reason", "test", "--store", pausedStore)
@@ -110,6 +111,12 @@ func TestJSONKeys(t *testing.T) {
 		"pause":   {{"pause", "mail", "--reason", "test", "--json", "--store", pauseStore}},
 		"paused":  {{"paused", "--json", "--store", pausedStore}},
 		"resume":  {{"resume", "--json", "--store", resumeStore}},
+		"schedule": {
+			{"schedule", "add", "nightly", "--cron", "0 3 * * *", "--timezone", "Europe/Paris", "--type", "mail", "--input", `{"a":1}`,
+				"--max-attempts", "2", "--timeout", "1m", "--json", "--store", scheduleStore},
+			{"schedule", "add", "beat", "--every", "90s", "--type", "mail", "--catch-up", "none", "--json", "--store", scheduleStore},
+			{"schedule", "list", "--json", "--store", scheduleStore},
+		},
 	}
 	for _, id := range ids {
 		cases["get"] = append(cases["get"], []string{"get", id, "--store", store, "--json"})

@@ -25,6 +25,10 @@ import (
 	"github.com/s3queue/s3queue/s3store/storeurl"
 	"github.com/s3queue/s3queue/shards"
 	"github.com/s3queue/s3queue/worker"
+
+	// The zone database, for schedules in a time zone: the FROM-scratch
+	// image has no /usr/share/zoneinfo.
+	_ "time/tzdata"
 )
 
 // Exit codes, documented in docs/cli.md and `s3queue help`.
@@ -123,7 +127,7 @@ func init() {
 	commands = []*command{
 		workerCommand, monitorCommand, submitCommand, getCommand, resultCommand, historyCommand,
 		waitCommand, tailCommand, cancelCommand, requeueCommand, purgeCommand, listCommand, statsCommand,
-		pauseCommand, resumeCommand, pausedCommand, doctorCommand, reshardCommand,
+		pauseCommand, resumeCommand, pausedCommand, scheduleCommand, doctorCommand, reshardCommand,
 		demoCommand, costCommand, completionCommand, versionCommand, helpCommand,
 	}
 }

@@ -12,9 +12,11 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/s3queue/s3queue"
 	"github.com/s3queue/s3queue/internal/metrics"
 	"github.com/s3queue/s3queue/monitor"
 	"github.com/s3queue/s3queue/s3store"
+	"github.com/s3queue/s3queue/schedule"
 	"github.com/s3queue/s3queue/task"
 	"github.com/s3queue/s3queue/worker"
 )
@@ -276,7 +278,10 @@ var monitorCommand = &command{
 		"the queue's manifest. --events FILE appends what it does to tasks (redispatched, dead,\n" +
 		"repaired, deleted, corrupt) to FILE as JSON lines (- for stdout); see docs/events.md.\n" +
 		"--http ADDR serves the dashboard (docs/dashboard.md): read-only unless an action token is\n" +
-		"given by --token-file FILE or " + tokenEnv + ".",
+		"given by --token-file FILE or " + tokenEnv + ".\n" +
+		"Unless [monitor] scheduler = false, it submits the tasks of the queue's schedules, one per tick\n" +
+		"fleet-wide; it first writes queue.toml's [[schedule]] tables where the bucket's differ\n" +
+		"(docs/scheduling.md).",
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		eventsTo := eventsFlag(fs)
 		dash := defineDashboardFlags(fs)
@@ -314,15 +319,27 @@ var monitorCommand = &command{
 			}
 			defer closeEvents()
 			mcfg.Events = bus
+			// The scheduler submits through the queue's producer, opened
+			// once the monitor has made sure the queue exists.
+			var q *s3queue.Queue
+			mcfg.Submit = func(ctx context.Context, s schedule.Submission) (string, error) { return q.SubmitTick(ctx, s) }
 			m, err := monitor.New(ctx, st, mcfg)
 			if err != nil {
 				return unsupported(url, err)
 			}
-			if reg != nil {
-				q, err := a.openQueue(ctx, st, url, true)
+			if q, err = a.openQueue(ctx, st, url, true); err != nil {
+				return err
+			}
+			if len(a.cfg.Schedules) > 0 {
+				wrote, err := q.ApplySchedules(ctx, a.cfg.Schedules)
 				if err != nil {
-					return err
+					return cause(err)
 				}
+				if len(wrote) > 0 {
+					a.log.Info("wrote the configured schedules that were missing or differed", "schedules", wrote)
+				}
+			}
+			if reg != nil {
 				reg.Subscribe(bus)
 				h, err := a.monitorMux(reg, bus, m, q, token)
 				if err != nil {

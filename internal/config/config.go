@@ -29,6 +29,7 @@ import (
 	"github.com/s3queue/s3queue/internal/settings"
 	"github.com/s3queue/s3queue/monitor"
 	"github.com/s3queue/s3queue/producer"
+	"github.com/s3queue/s3queue/schedule"
 	"github.com/s3queue/s3queue/worker"
 )
 
@@ -62,6 +63,8 @@ type Config struct {
 	// SubmitSection is [submit]: the defaults of `s3queue submit`.
 	SubmitSection producer.Options
 	LogSection    LogSection
+	// Schedules are the [[schedule]] tables, validated, in file order.
+	Schedules []schedule.Definition
 	// Handlers maps a task type to the shell command the worker command
 	// runs for it ([handlers]).
 	Handlers map[string]string
@@ -277,6 +280,7 @@ func (c Config) Monitor() monitor.Config {
 	m.Shards = c.Shards
 	m.DispatchMode, m.WorkerLease = c.QueueSection.DispatchMode, c.WorkerSection.LeaseDuration
 	m.KeepForever = m.Retention == 0
+	m.NoScheduler = !m.Scheduler
 	return m
 }
 

@@ -64,7 +64,8 @@ func TestDefaultsMatchTheServices(t *testing.T) {
 		t.Errorf("Producer() = %+v\nwant %+v", got, wantProducer)
 	}
 	wantMonitor := monitor.Config{DispatchMode: shards.DispatchShared, WorkerLease: time.Minute, Interval: 5 * time.Second, PageSize: 1000, LeaseMargin: 2 * time.Second,
-		RepairAfter: time.Minute, Retention: 168 * time.Hour, StaleAfter: 10 * time.Second, SweepMax: 10 * time.Minute, FullSweep: 6 * time.Hour}
+		RepairAfter: time.Minute, Retention: 168 * time.Hour, StaleAfter: 10 * time.Second, SweepMax: 10 * time.Minute, FullSweep: 6 * time.Hour,
+		Scheduler: true, ScheduleRefresh: time.Minute}
 	if got := c.Monitor(); !reflect.DeepEqual(got, wantMonitor) {
 		t.Errorf("Monitor() = %+v\nwant %+v", got, wantMonitor)
 	}
@@ -156,6 +157,11 @@ var keyCases = []keyCase{
 		m := c.Monitor()
 		return m.Retention == 0 && m.KeepForever
 	}},
+	{"monitor.scheduler", `false`, "false", func(c Config) bool {
+		m := c.Monitor()
+		return !m.Scheduler && m.NoScheduler
+	}},
+	{"monitor.schedule_refresh", `"30s"`, "30s", func(c Config) bool { return c.Monitor().ScheduleRefresh == 30*time.Second }},
 	{"producer.batch_parallelism", `3`, "3", func(c Config) bool { return c.Producer().BatchParallelism == 3 }},
 	{"producer.max_queue_depth", `-1`, "-1", func(c Config) bool { return c.Producer().MaxQueueDepth == producer.Unbounded }},
 	{"producer.queue_policy", `"drop-oldest"`, "drop-oldest", func(c Config) bool { return c.Producer().QueuePolicy == producer.DropOldest }},

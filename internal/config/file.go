@@ -1,22 +1,28 @@
 package config
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/BurntSushi/toml"
 
 	"github.com/s3queue/s3queue/internal/settings"
+	"github.com/s3queue/s3queue/schedule"
 	"github.com/s3queue/s3queue/task"
 	"github.com/s3queue/s3queue/worker"
 )
 
 // handlersTable is the table of task types and their commands.
 const handlersTable = "handlers"
+
+// scheduleTable is the array of [[schedule]] tables.
+const scheduleTable = "schedule"
 
 // poolsTable holds a table per pool of task types ([pools.NAME]).
 const poolsTable = "pools"
@@ -72,6 +78,9 @@ func (c *Config) decodeFile(path, text string, tables []settings.Table, src map[
 		return err
 	}
 	if err := c.decodeRateLimits(path, sections[rateLimitsTable]); err != nil {
+		return err
+	}
+	if err := c.decodeSchedules(path, doc[scheduleTable]); err != nil {
 		return err
 	}
 	return c.decodeHandlers(path, sections[handlersTable])
@@ -166,6 +175,112 @@ func tableNames(tables []settings.Table) []string {
 	return out
 }
 
+// decodeSchedules reads the [[schedule]] tables, in file order, and
+// validates each: one error naming the schedule (or its position).
+func (c *Config) decodeSchedules(path string, raw any) error {
+	c.Schedules = nil
+	if raw == nil {
+		return nil
+	}
+	list, ok := raw.([]map[string]any)
+	if !ok {
+		return fmt.Errorf("%s: schedule: want [[schedule]] tables, got %s", path, settings.Describe(raw))
+	}
+	for i, t := range list {
+		where := fmt.Sprintf("schedule #%d", i+1)
+		if name, ok := t["name"].(string); ok {
+			where = fmt.Sprintf("schedule %q", name)
+		}
+		d, err := scheduleFrom(t)
+		if err == nil {
+			err = d.Validate()
+			if err != nil {
+				return fmt.Errorf("%s: %w", path, err)
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %s: %w", path, where, err)
+		}
+		for _, o := range c.Schedules {
+			if o.Name == d.Name {
+				return fmt.Errorf("%s: %s is defined twice", path, where)
+			}
+		}
+		c.Schedules = append(c.Schedules, d)
+	}
+	return nil
+}
+
+// scheduleFrom reads one [[schedule]] table.
+func scheduleFrom(t map[string]any) (schedule.Definition, error) {
+	var d schedule.Definition
+	str := func(k string, v any) (string, error) {
+		s, ok := v.(string)
+		if !ok {
+			return "", fmt.Errorf("%s: want a quoted string, got %s", k, settings.Describe(v))
+		}
+		return s, nil
+	}
+	dur := func(k string, v any) (task.Duration, error) {
+		s, err := str(k, v)
+		if err != nil {
+			return 0, err
+		}
+		x, err := time.ParseDuration(s)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %v", k, err)
+		}
+		return task.Duration(x), nil
+	}
+	keys := make([]string, 0, len(t))
+	for k := range t {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		v := t[k]
+		var err error
+		switch k {
+		case "name":
+			d.Name, err = str(k, v)
+		case "cron":
+			d.Cron, err = str(k, v)
+		case "every":
+			d.Every, err = dur(k, v)
+		case "timezone":
+			d.Timezone, err = str(k, v)
+		case "type":
+			d.Type, err = str(k, v)
+		case "catch_up":
+			d.CatchUp, err = str(k, v)
+		case "timeout":
+			d.Timeout, err = dur(k, v)
+		case "max_attempts":
+			n, ok := v.(int64)
+			if !ok {
+				err = fmt.Errorf("%s: want a number, got %s", k, settings.Describe(v))
+			}
+			d.MaxAttempts = int(n)
+		case "input":
+			// A string is JSON text; any other value is taken as JSON.
+			if s, ok := v.(string); ok {
+				if !json.Valid([]byte(s)) {
+					err = fmt.Errorf("input: not valid JSON: %.40q", s)
+				}
+				d.Input = json.RawMessage(s)
+			} else {
+				d.Input, err = json.Marshal(v)
+			}
+		default:
+			err = fmt.Errorf("unknown key %s: a schedule has name, cron or every, timezone, type, input, max_attempts, timeout and catch_up", k)
+		}
+		if err != nil {
+			return d, err
+		}
+	}
+	return d, nil
+}
+
 func (c *Config) decodeHandlers(path string, table map[string]any) error {
 	types := make([]string, 0, len(table))
 	for typ := range table {
@@ -205,7 +320,7 @@ func tomlError(path string, err error) error {
 // declared key, no section and nothing in [handlers].
 func unknownKeys(path string, inFile []toml.Key, declared []settings.Bound) error {
 	isKey := make(map[string]bool)
-	sections := map[string]bool{handlersTable: true, poolsTable: true, rateLimitsTable: true}
+	sections := map[string]bool{handlersTable: true, poolsTable: true, rateLimitsTable: true, scheduleTable: true}
 	var names []string
 	for _, k := range declared {
 		isKey[k.Name] = true
@@ -221,7 +336,7 @@ func unknownKeys(path string, inFile []toml.Key, declared []settings.Bound) erro
 	// known: a key, a section, or inside a key's value (a table where a
 	// value should be, which the key's type check reports) or [handlers].
 	known := func(k toml.Key) bool {
-		if sections[k.String()] || k[0] == handlersTable || k[0] == poolsTable || k[0] == rateLimitsTable {
+		if sections[k.String()] || k[0] == handlersTable || k[0] == poolsTable || k[0] == rateLimitsTable || k[0] == scheduleTable {
 			return true
 		}
 		for i := 1; i <= len(k); i++ {

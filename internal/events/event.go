@@ -141,6 +141,14 @@ const (
 	InboxRecovered Kind = "inbox_recovered"
 )
 
+// Schedule kinds (docs/scheduling.md).
+const (
+	// Scheduled: a monitor's scheduler handled a tick of the schedule in
+	// Key: TaskID is the tick's task (the one its idempotency key names),
+	// or empty when catch_up = "none" skipped missed ticks.
+	Scheduled Kind = "scheduled"
+)
+
 // IsOutcome reports whether k ends an attempt or a task's stay with a
 // worker in a way an operator reads: succeeded, failed, dead, canceled,
 // released, rejected, dropped, lease_lost and outcome_rejected. Log logs

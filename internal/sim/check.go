@@ -75,6 +75,8 @@ const (
 	InvPriority = "a window is claimed in priority order" // a member attempts one listing's candidates high first, ties oldest first
 	// Results (see checkResults).
 	InvResult = "a result is its committing attempt's" // inline or stored apart; a referenced object exists until its TTL or retention; no result dropped before its TTL
+	// Schedules (see checkSchedules).
+	InvSchedule = "one task per tick, on S3 time" // never two tasks for one tick, none before its tick, none missed while monitors run
 
 	retentionMargin = 5 * time.Second // clock uncertainty the monitor may use
 	cursorLag       = time.Minute     // how far a member's scan may trail its shard's keys
@@ -494,6 +496,9 @@ func (w *world) check() Result {
 	}
 	if w.plan.Direct {
 		w.checkDirect(log, &res, add)
+	}
+	if len(w.plan.Schedules) > 0 {
+		res.Scheduled = w.checkSchedules(log, end, add)
 	}
 	if w.plan.Pause != nil {
 		w.checkPause(log, add)

@@ -90,6 +90,7 @@ func pauseSlack(maxDelay time.Duration) time.Duration {
 func (w *world) checkPause(log []Entry, add func(inv, id, format string, args ...any)) {
 	slack := pauseSlack(w.plan.Faults.MaxDelay)
 	var since time.Time // when the task type became paused; zero while not
+	var cur pause.State // the pause object's last state
 	for _, e := range log {
 		if e.Key == pause.Key {
 			s := pause.State{}
@@ -100,6 +101,7 @@ func (w *world) checkPause(log []Entry, add func(inv, id, format string, args ..
 					continue
 				}
 			}
+			cur = s
 			switch {
 			case !s.Paused(taskType):
 				since = time.Time{}
@@ -112,8 +114,8 @@ func (w *world) checkPause(log []Entry, add func(inv, id, format string, args ..
 			continue
 		}
 		next, err := task.Decode(e.New)
-		if err != nil || next.Status != task.Running || next.Claim == nil {
-			continue
+		if err != nil || next.Status != task.Running || next.Claim == nil || !cur.Paused(next.Type) {
+			continue // not a claim, or of a type the pause leaves (the schedules' ticks)
 		}
 		if prev, err := task.Decode(e.Old); err == nil && prev.Claim != nil && prev.Claim.ID == next.Claim.ID {
 			continue // a renewal, not a claim

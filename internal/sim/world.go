@@ -22,6 +22,7 @@ import (
 	"github.com/s3queue/s3queue/monitor"
 	"github.com/s3queue/s3queue/producer"
 	"github.com/s3queue/s3queue/s3store"
+	"github.com/s3queue/s3queue/schedule"
 	"github.com/s3queue/s3queue/shards"
 	"github.com/s3queue/s3queue/task"
 	"github.com/s3queue/s3queue/worker"
@@ -126,6 +127,9 @@ type Plan struct {
 	// Results (a third of the seeds): results stored apart and a result
 	// TTL (see ResultsPlan).
 	Results *ResultsPlan
+	// Schedules (a quarter of the seeds): periodic tasks, scheduled by the
+	// monitors (see planSchedules).
+	Schedules []schedule.Definition
 }
 
 // The direct-dispatch settings of the workers, producers and monitors:
@@ -211,6 +215,9 @@ func (p Plan) String() string {
 	if p.Results != nil {
 		s += ", " + p.Results.String()
 	}
+	if len(p.Schedules) > 0 {
+		s += ", " + schedulesString(p.Schedules)
+	}
 	if p.Surge.Join > 0 {
 		s += fmt.Sprintf(", surge of %d workers at %v, %d leave at %v", p.Surge.Join, p.Surge.At.Round(time.Second), p.Surge.Leave, p.Surge.LeaveAt.Round(time.Second))
 	}
@@ -247,7 +254,9 @@ type Result struct {
 	// overflow, worker runs that ended with their lease lost, and takeovers
 	// of a worker's lease by a later process of its id.
 	Routed, Moved, LeaseLosses, Takeovers int
-	log                                   []Entry
+	// Scheduled counts the schedules' ticks that got a task.
+	Scheduled int
+	log       []Entry
 }
 
 // world is one run: the server, the processes, and what producers were told.
@@ -284,6 +293,8 @@ type world struct {
 	// scanLog: what each worker process's discovery listed and attempted
 	// (checkPriority).
 	scanLog map[string][]scanEvent
+	// schedAt: when the plan's schedules were written.
+	schedAt time.Time
 }
 
 // proc is one running process: a worker, monitor or producer.
@@ -351,6 +362,7 @@ func Run(seed uint64, opts Options) Result {
 	planUnique(&plan)
 	planPriority(&plan, opts)
 	planResults(&plan, opts)
+	planSchedules(&plan)
 	w := &world{opts: opts, plan: plan, rng: rng,
 		srv:   NewServer(plan.Provider, rand.New(rand.NewPCG(seed, 0x5e4e)), plan.MaxPage),
 		procs: make(map[string]*proc), dedicated: make(map[string]bool), nextID: make(map[string]int), acked: make(map[string]ack), spawned: make(map[string]int),
@@ -361,6 +373,9 @@ func Run(seed uint64, opts Options) Result {
 	ctx, cancel := context.WithCancel(context.Background())
 	w.root = ctx
 	w.setup()
+	if len(plan.Schedules) > 0 {
+		w.writeSchedules()
+	}
 	w.srv.Start()
 	w.srv.SetFaults(plan.Faults)
 
@@ -545,6 +560,12 @@ func (w *world) procRand(name string) *rand.Rand {
 // clockFor gives a process a local clock that is off by up to ten minutes
 // and drifts by up to 100 ppm: only S3 time may decide anything.
 func (w *world) clockFor(h *Handle) *clock.Authoritative {
+	c, _ := w.clockAndLocal(h)
+	return c
+}
+
+// clockAndLocal is clockFor, with the skewed local clock it runs on.
+func (w *world) clockAndLocal(h *Handle) (*clock.Authoritative, clock.Local) {
 	rng := w.procRand(h.proc + "/clock")
 	skew := time.Duration(rng.Int64N(int64(20*time.Minute))) - 10*time.Minute
 	drift := (rng.Float64()*2 - 1) * 100e-6
@@ -553,7 +574,7 @@ func (w *world) clockFor(h *Handle) *clock.Authoritative {
 		e := time.Since(base)
 		return base.Add(skew + e + time.Duration(float64(e)*drift))
 	}
-	return clock.New(h, clock.Config{Local: clock.LocalFunc(local)})
+	return clock.New(h, clock.Config{Local: clock.LocalFunc(local)}), clock.LocalFunc(local)
 }
 
 var discard = slog.New(slog.DiscardHandler)
@@ -627,6 +648,9 @@ func (w *world) startWorkerAs(id string) *proc {
 	if l := w.plan.RateLimit; l != nil {
 		cfg.RateLimits = map[string]worker.RateLimit{taskType: *l}
 	}
+	if len(w.plan.Schedules) > 0 {
+		cfg.Pools = []worker.Pool{tickPool}
+	}
 	if w.plan.Direct {
 		cfg.DispatchMode = shards.DispatchDirect
 		cfg.LeaseDuration, cfg.LeaseRenewalInterval = directLease, directRenewal
@@ -646,6 +670,9 @@ func (w *world) startWorkerAs(id string) *proc {
 			return
 		}
 		wk.Handle(taskType, w.handler(p.name))
+		if len(w.plan.Schedules) > 0 {
+			wk.Handle(tickType, w.handler(p.name))
+		}
 		w.mu.Lock()
 		p.wk = wk
 		w.mu.Unlock()
@@ -670,8 +697,14 @@ func (w *world) startWorkerAs(id string) *proc {
 func (w *world) startMonitor() *proc {
 	return w.spawn("m", w.name("m"), func(ctx context.Context, p *proc) {
 		m, ok := retry(ctx, func() (*monitor.Monitor, error) {
+			clk, local := w.clockAndLocal(p.h)
 			cfg := monitor.Config{ID: p.name, Leader: w.plan.Leader, Retention: w.opts.Retention,
-				Rand: w.seeded(p.name), Clock: w.clockFor(p.h), Logger: discard}
+				Rand: w.seeded(p.name), Clock: clk, Logger: discard}
+			if len(w.plan.Schedules) > 0 {
+				// The scheduler paces itself by a local clock that is
+				// off by minutes: only S3 time may decide a tick.
+				cfg.Local, cfg.Submit = local, w.scheduleSubmit(p, clk)
+			}
 			if w.plan.Direct {
 				cfg.DispatchMode, cfg.WorkerLease = shards.DispatchDirect, directLease
 			}
@@ -722,6 +755,9 @@ func (w *world) handler(workerName string) worker.Handler {
 			case <-time.After(d):
 				return nil
 			}
+		}
+		if scheduledTask(t.Input) {
+			return nil, sleep(100 * time.Millisecond)
 		}
 		if bytes.Contains(t.Input, []byte(`"long"`)) {
 			return nil, sleep(8 * time.Minute)

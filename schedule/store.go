@@ -1,0 +1,172 @@
+package schedule
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/s3queue/s3queue/s3store"
+)
+
+// ErrNotFound: no schedule of that name.
+var ErrNotFound = errors.New("no such schedule")
+
+// Read returns schedule name's object, its compiled ticks and its ETag
+// (one GET). A missing object is an error wrapping ErrNotFound, a bad one
+// one wrapping ErrMalformed.
+func Read(ctx context.Context, st s3store.Store, name string) (Schedule, Spec, string, error) {
+	obj, err := st.Get(ctx, Key(name))
+	if errors.Is(err, s3store.ErrNotFound) {
+		return Schedule{}, Spec{}, "", fmt.Errorf("schedule %q: %w", name, ErrNotFound)
+	}
+	if err != nil {
+		return Schedule{}, Spec{}, "", fmt.Errorf("read schedule %q: %w", name, err)
+	}
+	s, spec, err := Decode(obj.Body)
+	if err != nil {
+		return Schedule{}, Spec{}, obj.ETag, fmt.Errorf("schedule %s: %w", Key(name), err)
+	}
+	return s, spec, obj.ETag, nil
+}
+
+// Listed is one schedule object found by List.
+type Listed struct {
+	Name, ETag string
+}
+
+// List lists the schedule objects (one LIST per 1000). Keys under Prefix
+// that name no schedule are left out.
+func List(ctx context.Context, st s3store.Store) ([]Listed, error) {
+	var out []Listed
+	after := ""
+	for {
+		page, err := st.List(ctx, Prefix, s3store.ListOptions{StartAfter: after})
+		if err != nil {
+			return nil, fmt.Errorf("list schedules: %w", err)
+		}
+		for _, o := range page.Objects {
+			if name := NameFromKey(o.Key); name != "" {
+				out = append(out, Listed{Name: name, ETag: o.ETag})
+			}
+			after = o.Key
+		}
+		if !page.Truncated || len(page.Objects) == 0 {
+			return out, nil
+		}
+	}
+}
+
+// maxRounds bounds Change's read-modify-write rounds under contention.
+const maxRounds = 20
+
+// Change applies change to schedule name's object by compare-and-swap: it
+// reads the object, applies change, and writes it with If-Match on the
+// ETag read, or with If-None-Match when it was missing (exists false); a
+// lost race reads again and applies change again. change reports whether
+// it changed anything (nothing is written when it did not) or an error to
+// return. Every write bumps Version. A malformed object is given to change
+// as missing, with its ETag, so that an add replaces it. It returns the
+// schedule now in the bucket and the ETag written (or read).
+func Change(ctx context.Context, st s3store.Store, name string, change func(s *Schedule, exists bool) (bool, error)) (Schedule, string, error) {
+	return changeFrom(ctx, st, name, nil, "", change)
+}
+
+// changeFrom is Change, whose first round starts from read, a schedule
+// just read at etag, instead of reading it again.
+func changeFrom(ctx context.Context, st s3store.Store, name string, read *Schedule, readETag string, change func(s *Schedule, exists bool) (bool, error)) (Schedule, string, error) {
+	for range maxRounds {
+		var s Schedule
+		var etag string
+		var err error
+		if read != nil {
+			s, etag, read = *read, readETag, nil
+		} else {
+			s, _, etag, err = Read(ctx, st, name)
+		}
+		exists := err == nil
+		switch {
+		case err == nil, errors.Is(err, ErrNotFound):
+		case errors.Is(err, ErrMalformed):
+			s = Schedule{}
+		default:
+			return Schedule{}, "", err
+		}
+		ok, err := change(&s, exists)
+		if err != nil || !ok {
+			return s, etag, err
+		}
+		s.Version++
+		opts := s3store.PutOptions{IfMatch: etag, IfNoneMatch: etag == ""}
+		written, err := st.Put(ctx, Key(name), s.Encode(), opts)
+		switch {
+		case err == nil:
+			return s, written, nil
+		case s3store.LostRace(err), errors.Is(err, s3store.ErrNotFound):
+			continue // changed (or removed) meanwhile: apply ours to what is there now
+		default:
+			return Schedule{}, "", fmt.Errorf("write schedule %q: %w", name, err)
+		}
+	}
+	return Schedule{}, "", fmt.Errorf("write schedule %q: %d rounds lost to concurrent writers", name, maxRounds)
+}
+
+// Put adds schedule d, or changes its definition, at S3 time now, by
+// CAS: a new schedule's first tick is the next one after now; a changed
+// one keeps its state (cursor, paused flag). It reports whether it wrote.
+func Put(ctx context.Context, st s3store.Store, d Definition, now time.Time, by string) (Schedule, bool, error) {
+	if err := d.Validate(); err != nil {
+		return Schedule{}, false, err
+	}
+	wrote := false
+	s, _, err := Change(ctx, st, d.Name, func(s *Schedule, exists bool) (bool, error) {
+		if exists && s.Definition.Same(d) {
+			wrote = false
+			return false, nil
+		}
+		if !exists {
+			*s = Schedule{Cursor: now.UTC(), CreatedAt: now.UTC(), Version: s.Version}
+		}
+		s.Definition = d
+		s.UpdatedAt, s.UpdatedBy = now.UTC(), by
+		wrote = true
+		return true, nil
+	})
+	return s, wrote, err
+}
+
+// SetPaused pauses or resumes schedule name at S3 time now. A resume
+// moves the cursor to now: the ticks missed while it was paused are not
+// submitted.
+func SetPaused(ctx context.Context, st s3store.Store, name string, paused bool, now time.Time, by string) (Schedule, error) {
+	s, _, err := Change(ctx, st, name, func(s *Schedule, exists bool) (bool, error) {
+		if !exists {
+			return false, fmt.Errorf("schedule %q: %w", name, ErrNotFound)
+		}
+		if s.Paused == paused {
+			return false, nil
+		}
+		s.Paused = paused
+		if !paused && s.Cursor.Before(now) {
+			s.Cursor = now.UTC()
+		}
+		s.UpdatedAt, s.UpdatedBy = now.UTC(), by
+		return true, nil
+	})
+	return s, err
+}
+
+// Remove deletes schedule name's object: no tick after it is submitted
+// (a scheduler's CAS on a missing object fails, and it forgets the
+// schedule). Tasks already submitted stay.
+func Remove(ctx context.Context, st s3store.Store, name string) error {
+	if _, err := st.Head(ctx, Key(name)); errors.Is(err, s3store.ErrNotFound) {
+		return fmt.Errorf("schedule %q: %w", name, ErrNotFound)
+	} else if err != nil {
+		return fmt.Errorf("remove schedule %q: %w", name, err)
+	}
+	if err := st.Delete(ctx, Key(name), s3store.DeleteOptions{}); err != nil && !errors.Is(err, s3store.ErrNotFound) {
+		return fmt.Errorf("remove schedule %q: %w", name, err)
+	}
+	return nil
+}
