@@ -8,7 +8,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/s3queue/s3queue/schedule"
+	"github.com/s3queue/s3queue/internal/schedule"
 )
 
 // ScheduleDefinition is what a schedule is: its name, when it ticks (Cron

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/s3queue/s3queue"
+	"github.com/s3queue/s3queue/internal/schedule"
 	"github.com/s3queue/s3queue/s3store/mem"
-	"github.com/s3queue/s3queue/schedule"
 	"github.com/s3queue/s3queue/task"
 )
 

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/s3queue/s3queue/schedule"
+	"github.com/s3queue/s3queue/internal/schedule"
 	"github.com/s3queue/s3queue/task"
 )
 

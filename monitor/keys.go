@@ -6,8 +6,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/s3queue/s3queue/internal/schedule"
 	"github.com/s3queue/s3queue/internal/settings"
-	"github.com/s3queue/s3queue/schedule"
 	"github.com/s3queue/s3queue/shards"
 )
 

@@ -26,10 +26,10 @@ import (
 	"github.com/s3queue/s3queue/internal/pause"
 	"github.com/s3queue/s3queue/internal/retention"
 	"github.com/s3queue/s3queue/internal/rnd"
+	"github.com/s3queue/s3queue/internal/schedule"
 	"github.com/s3queue/s3queue/internal/taskio"
 	"github.com/s3queue/s3queue/lease"
 	"github.com/s3queue/s3queue/s3store"
-	"github.com/s3queue/s3queue/schedule"
 	"github.com/s3queue/s3queue/shards"
 	"github.com/s3queue/s3queue/task"
 )

@@ -8,9 +8,9 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/s3queue/s3queue/internal/schedule"
 	"github.com/s3queue/s3queue/monitor"
 	"github.com/s3queue/s3queue/s3store/mem"
-	"github.com/s3queue/s3queue/schedule"
 	"github.com/s3queue/s3queue/task"
 )
 

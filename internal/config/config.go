@@ -26,10 +26,10 @@ import (
 	"time"
 
 	"github.com/s3queue/s3queue/internal/direct"
+	"github.com/s3queue/s3queue/internal/schedule"
 	"github.com/s3queue/s3queue/internal/settings"
 	"github.com/s3queue/s3queue/monitor"
 	"github.com/s3queue/s3queue/producer"
-	"github.com/s3queue/s3queue/schedule"
 	"github.com/s3queue/s3queue/worker"
 )
 

@@ -12,8 +12,8 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/s3queue/s3queue/internal/schedule"
 	"github.com/s3queue/s3queue/internal/settings"
-	"github.com/s3queue/s3queue/schedule"
 	"github.com/s3queue/s3queue/task"
 	"github.com/s3queue/s3queue/worker"
 )

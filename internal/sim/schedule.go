@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/s3queue/s3queue/clock"
+	"github.com/s3queue/s3queue/internal/schedule"
 	"github.com/s3queue/s3queue/producer"
-	"github.com/s3queue/s3queue/schedule"
 	"github.com/s3queue/s3queue/shards"
 	"github.com/s3queue/s3queue/task"
 	"github.com/s3queue/s3queue/worker"

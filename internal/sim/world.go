@@ -19,10 +19,10 @@ import (
 
 	"github.com/s3queue/s3queue/clock"
 	"github.com/s3queue/s3queue/internal/direct"
+	"github.com/s3queue/s3queue/internal/schedule"
 	"github.com/s3queue/s3queue/monitor"
 	"github.com/s3queue/s3queue/producer"
 	"github.com/s3queue/s3queue/s3store"
-	"github.com/s3queue/s3queue/schedule"
 	"github.com/s3queue/s3queue/shards"
 	"github.com/s3queue/s3queue/task"
 	"github.com/s3queue/s3queue/worker"

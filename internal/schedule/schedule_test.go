@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/s3queue/s3queue/clock"
+	"github.com/s3queue/s3queue/internal/schedule"
 	"github.com/s3queue/s3queue/s3store"
 	"github.com/s3queue/s3queue/s3store/mem"
-	"github.com/s3queue/s3queue/schedule"
 	"github.com/s3queue/s3queue/task"
 )
 
