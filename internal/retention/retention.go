@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/s3queue/s3queue/clock"
+	"github.com/s3queue/s3queue/internal/deps"
 	"github.com/s3queue/s3queue/internal/taskio"
 	"github.com/s3queue/s3queue/s3store"
 	"github.com/s3queue/s3queue/task"
@@ -88,7 +89,10 @@ type Outcome struct {
 // decision is made on what the task read says, not on a listing: the
 // listing may predate a requeue and a fresh completion, and its size may
 // misread the status of an object written before the size told every
-// status (task.StatusBySize). It costs one GET, then for a task it deletes one DELETE (two
+// status (task.StatusBySize). A finished task whose end is still being
+// passed on to its dependents or its slot (its ended marker is there) is
+// Kept until it has been. It costs one GET (and a HEAD of the marker for a
+// task with dependents or a slot), then for a task it deletes one DELETE (two
 // with a result stored apart, deleted first), plus
 // one PUT where the task must be tombstoned first, plus a GET, PUT and
 // DELETE of its record if it has one.
@@ -107,6 +111,22 @@ func (d *Deleter) Expire(ctx context.Context, key string, hold time.Duration, iv
 	hold = max(hold, t.MinRetention())
 	if !t.Status.Terminal() || d.Only != nil && !d.Only(t) || !t.Retired && !iv.After(t.UpdatedAt.Add(hold)) {
 		return Outcome{Result: Kept, Read: v}, nil
+	}
+	if !t.Retired && deps.NeedsPassOn(t) {
+		// Its end may still be being passed on (to its dependents, or its
+		// slot's next task) under the marker of this version, which the
+		// repair honours only while the task stays at that version and
+		// exists: a tombstone would move it past the marker, a DELETE
+		// would make the repair cancel the children of a success. The task
+		// waits for a later try until the marker is gone. (No marker of
+		// this version can appear after: it is written before the write.)
+		// One HEAD, for such tasks only.
+		switch _, err := d.Store.Head(ctx, deps.EndedKey(t.ID, t.Shard, t.Version)); {
+		case err == nil:
+			return Outcome{Result: Kept, Read: v}, nil
+		case !errors.Is(err, s3store.ErrNotFound):
+			return Outcome{}, err
+		}
 	}
 	changed := Outcome{Result: Changed, Read: v}
 	lost := func(err error) bool { return s3store.LostRace(err) || errors.Is(err, s3store.ErrNotFound) }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/s3queue/s3queue/clock"
+	"github.com/s3queue/s3queue/internal/deps"
 	"github.com/s3queue/s3queue/internal/taskio"
 	"github.com/s3queue/s3queue/s3store"
 	"github.com/s3queue/s3queue/s3store/mem"
@@ -248,5 +249,62 @@ func TestATaskIsKeptThroughItsWindow(t *testing.T) {
 	tk.UniqueFor = task.Duration(time.Second)
 	if got := tk.MinRetention(); got != task.MinKeyedRetention {
 		t.Fatalf("MinRetention of a short window = %v", got)
+	}
+}
+
+// A finished task whose end is still being passed on (the ended marker of
+// its version is there: its ender failed or died before its dependents
+// learned it) is Kept, untouched: a tombstone would move it past the
+// marker, which the repair would then drop, and a DELETE would make the
+// repair cancel the dependents of a success. Once the marker is gone it is
+// deleted. On both kinds of provider.
+func TestExpireKeepsATaskWhoseEndIsBeingPassedOn(t *testing.T) {
+	for _, honoured := range []bool{true, false} {
+		ctx := context.Background()
+		st := mem.New()
+		d := deleter(st, honoured)
+		now := clock.Interval{Earliest: time.Now(), Latest: time.Now()}
+		for _, slot := range []bool{false, true} {
+			id, err := task.NewID(time.Now().Add(-2*time.Hour), rand.Reader)
+			if err != nil {
+				t.Fatal(err)
+			}
+			spec := task.Spec{Type: "x"}
+			if slot {
+				spec.Slot = "s"
+			}
+			tk, err := task.New(id, 0, spec, time.Now().Add(-2*time.Hour))
+			if err != nil {
+				t.Fatal(err)
+			}
+			tk.Dependents = !slot
+			if _, err := tk.Cancel(time.Now().Add(-2 * time.Hour)); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := taskio.Create(ctx, st, clock.System(), tk); err != nil {
+				t.Fatal(err)
+			}
+			v, err := taskio.Load(ctx, st, tk.Key())
+			if err != nil {
+				t.Fatal(err)
+			}
+			marker := deps.EndedKey(tk.ID, tk.Shard, v.Task.Version)
+			if _, err := st.Put(ctx, marker, nil, s3store.PutOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			out, err := d.Expire(ctx, tk.Key(), time.Hour, now)
+			if err != nil || out.Result != Kept {
+				t.Errorf("honoured %v, slot %v: Expire with the marker there: %v %v, want Kept", honoured, slot, out.Result, err)
+			}
+			if after, err := taskio.Load(ctx, st, tk.Key()); err != nil || after.ETag != v.ETag {
+				t.Errorf("honoured %v, slot %v: the task was written or deleted while its end is passed on: %v", honoured, slot, err)
+			}
+			if err := st.Delete(ctx, marker, s3store.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if out, err := d.Expire(ctx, tk.Key(), time.Hour, now); err != nil || out.Result != Deleted {
+				t.Errorf("honoured %v, slot %v: Expire once the marker is gone: %v %v, want Deleted", honoured, slot, out.Result, err)
+			}
+		}
 	}
 }
