@@ -19,6 +19,43 @@ func (t *Task) Due(now time.Time) bool {
 	return t.Status == Pending && !t.AvailableAt.After(now)
 }
 
+// DeadlinePassed reports whether the task has a deadline and earliest is
+// after it. Callers pass the earliest S3 time the clock allows
+// (clock.Interval.Earliest), so that a task is never declared late before
+// its deadline has certainly passed.
+func (t *Task) DeadlinePassed(earliest time.Time) bool {
+	return !t.Deadline.IsZero() && earliest.After(t.Deadline)
+}
+
+// MissDeadline ends a pending task whose deadline has passed without
+// starting it: → dead, with the last error "deadline passed at ..., not
+// started". The caller checks DeadlinePassed with the earliest S3 time;
+// now is when the write is stamped. Errors: ErrNotPending (also
+// ErrTerminal for a finished task), ErrNotDue when the task has no
+// deadline or now is not after it.
+func (t *Task) MissDeadline(now time.Time) error {
+	if t.Status != Pending {
+		return t.statusErr("end task past its deadline", ErrNotPending)
+	}
+	if !t.DeadlinePassed(now) {
+		return fmt.Errorf("end task %s past its deadline: %w: deadline %q, now %s", t.ID, ErrNotDue,
+			t.deadlineText(), now.UTC().Format(time.RFC3339))
+	}
+	now = now.UTC()
+	t.Status = Dead
+	t.LastError = "deadline passed at " + t.deadlineText() + ", not started"
+	t.commit(now, &Transition{From: Pending, To: Dead, Reason: t.LastError, Attempt: t.Attempt})
+	return nil
+}
+
+// deadlineText is the task's deadline as RFC 3339, "" when it has none.
+func (t *Task) deadlineText() string {
+	if t.Deadline.IsZero() {
+		return ""
+	}
+	return t.Deadline.UTC().Format(time.RFC3339Nano)
+}
+
 // ClaimExpired reports whether the task is running and now is past its
 // claim's expiry. The caller applies clock margins (invariant 4) by shifting
 // now. A running task without a claim counts as expired so it can be
@@ -304,8 +341,17 @@ func (t *Task) settleFailure(errMsg string, permanent bool, now time.Time, rnd f
 		t.Status = Dead
 		tr.Reason = "attempts exhausted: " + errMsg
 	default:
+		next := now.Add(t.Retry.Delay(t.Attempt, rnd))
+		if !t.Deadline.IsZero() && next.After(t.Deadline) {
+			// Its retry would be due after its deadline: it would
+			// never start again.
+			t.Status = Dead
+			t.LastError = truncateUTF8(errMsg+"; deadline passed at "+t.deadlineText()+", not retried", MaxErrorBytes)
+			tr.Reason = "deadline passed: " + errMsg
+			break
+		}
 		t.Status = Pending
-		t.AvailableAt = now.Add(t.Retry.Delay(t.Attempt, rnd))
+		t.AvailableAt = next
 		tr.Reason = "failed: " + errMsg
 	}
 	tr.To = t.Status

@@ -59,6 +59,10 @@ type run struct {
 	// parent is the span context the run and commit spans are children
 	// of: the submit's, carried by the task, or the claim's (see claim).
 	parent trace.SpanContext
+	// missed: the task's deadline passed while it waited in its pool;
+	// commit ends it dead unstarted (task.MissDeadline) as it hands it
+	// back.
+	missed bool
 }
 
 // announceShard is the shard of the pointer that announces the task back
@@ -76,6 +80,13 @@ func (r *run) start() {
 	w, p := r.w, r.pool
 	t := r.v.Task
 	if r.lostBeforeStart() {
+		return
+	}
+	if r.pastDeadline() {
+		// Claimed in time, but its deadline passed while it waited in
+		// the pool: it is not started. One write ends it dead.
+		r.missed = true
+		r.giveBack(w.stopped, PhasePending, "not started before its deadline")
 		return
 	}
 	wait := w.now().Sub(r.found)
@@ -120,6 +131,60 @@ func (r *run) giveBack(ctx context.Context, phase Phase, reason string) {
 	r.commit(outcome{}, nil)
 }
 
+// pastDeadline reports whether the task's deadline has certainly passed
+// by S3 time (the clock's earliest reading is after it). Only a task with
+// a deadline reads the clock, which makes a request only when it has had
+// no sample for a while.
+func (r *run) pastDeadline() bool {
+	t := r.v.Task
+	if t.Deadline.IsZero() {
+		return false
+	}
+	iv, err := r.w.clock.Now(r.w.stopped)
+	return err == nil && t.DeadlinePassed(iv.Earliest)
+}
+
+// handlerDeadline is how long, by the local clock, the handler may run
+// before its context ends: the task's timeout, or less if the task's
+// deadline comes sooner (taken at the clock's latest reading, so that the
+// context never outlives the deadline).
+func (r *run) handlerDeadline() time.Duration {
+	t := r.v.Task
+	d := t.Timeout.D()
+	if t.Deadline.IsZero() {
+		return d
+	}
+	if iv, err := r.w.clock.Now(r.w.stopped); err == nil {
+		d = min(d, max(t.Deadline.Sub(iv.Latest), 0))
+	}
+	return d
+}
+
+// deadlineContext is a handler's context: it ends at the run's deadline
+// (handlerDeadline), which the run's local clock times, so that a fake
+// clock drives it in tests and the simulator; Deadline and Err say so as
+// context.WithDeadline's would.
+type deadlineContext struct {
+	context.Context // canceled with cause context.DeadlineExceeded at the deadline
+	at              time.Time
+}
+
+// Deadline is the earlier of the run's deadline and the parent's.
+func (c deadlineContext) Deadline() (time.Time, bool) {
+	if d, ok := c.Context.Deadline(); ok && d.Before(c.at) {
+		return d, true
+	}
+	return c.at, true
+}
+
+// Err is context.DeadlineExceeded once the deadline ended the context.
+func (c deadlineContext) Err() error {
+	if err := c.Context.Err(); err == nil || context.Cause(c.Context) != context.DeadlineExceeded {
+		return err
+	}
+	return context.DeadlineExceeded
+}
+
 type outcome struct {
 	result json.RawMessage
 	err    error
@@ -150,6 +215,14 @@ func (r *run) execute() {
 		span.SetAttributes(append(taskAttrs(own, w.cfg.ID), tracing.Operation.String("run"), tracing.OperationType.String("process"))...)
 	}
 	began := w.now()
+	// The handler's context ends at the task's timeout or deadline,
+	// whichever comes first (the command handler is killed then too).
+	dctx, dcancel := context.WithCancelCause(hctx)
+	defer dcancel(nil)
+	until := r.handlerDeadline()
+	hdl := deadlineContext{Context: dctx, at: began.Add(until)}
+	timesUp := w.local.NewTimer(until)
+	defer timesUp.Stop()
 	// returned takes the handler's outcome and notes how long it ran.
 	returned := func(o outcome) outcome {
 		r.ran = clock.Since(w.local, began)
@@ -169,7 +242,7 @@ func (r *run) execute() {
 				done <- outcome{err: err}
 			}
 		}()
-		res, err := r.handler(hctx, own)
+		res, err := r.handler(hdl, own)
 		endRun(span, err)
 		done <- outcome{res, err}
 	}()
@@ -218,6 +291,8 @@ func (r *run) execute() {
 				deadline.Reset(r.untilLeaseLost())
 			}
 			renew.Reset(r.nextRenewal())
+		case <-timesUp.C():
+			dcancel(context.DeadlineExceeded)
 		case <-deadline.C():
 			// No renewal got through in time: by S3 time another worker may
 			// take the task over soon, so this one stops first.
@@ -419,6 +494,11 @@ func (r *run) commit(o outcome, cause error) {
 			kind = "released"
 			if err := t.Release(r.claimID, r.release, now); err != nil {
 				return err
+			}
+			if r.missed && t.Status == task.Pending {
+				if err := t.MissDeadline(now); err != nil {
+					return err
+				}
 			}
 			kind = failedKind(t, true)
 			if kind == "snoozed" {

@@ -107,6 +107,15 @@ func (h execHandler) handle(ctx context.Context, t *task.Task) (json.RawMessage,
 		err = stop(cmd, waited)
 	case <-ctx.Done():
 		stopped = fmt.Errorf("command stopped: %w", context.Cause(ctx))
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			// The worker ends the context at the task's timeout, or at
+			// its deadline when that comes first.
+			stopped = fmt.Errorf("command killed after the task's timeout of %v", timeout)
+			if !t.Deadline.IsZero() {
+				stopped = fmt.Errorf("command killed at the task's deadline (%s) or after its timeout of %v, whichever came first",
+					t.Deadline.UTC().Format(time.RFC3339), timeout)
+			}
+		}
 		err = stop(cmd, waited)
 	}
 	if errors.Is(err, exec.ErrWaitDelay) {
