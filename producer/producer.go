@@ -231,7 +231,8 @@ type Options struct {
 	// [task.DefaultRetryPolicy]).
 	Retry *task.RetryPolicy
 	// Timeout is the lease of one attempt (default [task.DefaultTimeout]);
-	// workers renew it while the handler runs. It must exceed twice
+	// workers renew it while the handler runs, and a Go handler's context
+	// ends this long after the attempt started. It must exceed twice
 	// Config.LeaseMargin (4s at the default margin), so a handler always
 	// gets time to run.
 	Timeout time.Duration

@@ -92,3 +92,33 @@ func TestRetryPastDeadlineEndsDead(t *testing.T) {
 		t.Fatalf("a retry due after the deadline: status %s last error %q, want dead with the deadline", tk.Status, tk.LastError)
 	}
 }
+
+// A running attempt its deadline stopped ends dead, with attempts left,
+// the deadline and the handler's error in its last error; a cancel
+// requested meanwhile wins; only the current claim may write it.
+func TestFailPastDeadline(t *testing.T) {
+	dl := t0.Add(30 * time.Second)
+	tk := running(t, func(s *Spec) { s.Deadline = dl; s.MaxAttempts = 5 })
+	if err := tk.FailPastDeadline("other", "", dl); !errors.Is(err, ErrClaimMismatch) {
+		t.Fatalf("FailPastDeadline under another claim = %v, want ErrClaimMismatch", err)
+	}
+	must(t, tk.FailPastDeadline("c1", "stopped: context deadline exceeded", dl))
+	want := "deadline passed at 2026-03-01T12:00:30Z while running: stopped: context deadline exceeded"
+	if tk.Status != Dead || tk.Attempt != 1 || tk.LastError != want || tk.Claim != nil {
+		t.Fatalf("status %s attempt %d last error %q, want dead 1 %q", tk.Status, tk.Attempt, tk.LastError, want)
+	}
+	if h := tk.History[len(tk.History)-1]; h.From != Running || h.To != Dead || h.Reason != want {
+		t.Fatalf("history entry %+v", h)
+	}
+
+	tk = running(t, func(s *Spec) { s.Deadline = dl })
+	tk.CancelRequested = true
+	must(t, tk.FailPastDeadline("c1", "", dl))
+	if tk.Status != Canceled || tk.LastError != "deadline passed at 2026-03-01T12:00:30Z while running" {
+		t.Fatalf("with a cancel requested: status %s last error %q, want canceled", tk.Status, tk.LastError)
+	}
+
+	if err := running(t, nil).FailPastDeadline("c1", "", dl); !errors.Is(err, ErrNotDue) {
+		t.Fatalf("FailPastDeadline of a task without a deadline = %v, want ErrNotDue", err)
+	}
+}

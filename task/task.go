@@ -97,7 +97,8 @@ type Task struct {
 	Snoozes     int         `json:"snoozes,omitempty"`
 	MaxAttempts int         `json:"max_attempts"`
 	Retry       RetryPolicy `json:"retry"`
-	// Timeout is the lease duration of one attempt.
+	// Timeout is the lease duration of one attempt, and how long its
+	// handler may run: the worker ends a Go handler's context after it.
 	Timeout        Duration `json:"timeout"`
 	IdempotencyKey string   `json:"idempotency_key,omitempty"`
 	// UniqueFor is the uniqueness window its idempotency key was claimed

@@ -138,7 +138,33 @@ func (t *Task) Fail(claimID, errMsg string, permanent bool, now time.Time, rnd f
 	if err := t.fence("fail", claimID); err != nil {
 		return err
 	}
-	t.settleFailure(errMsg, permanent, now, rnd)
+	how := failedRetry
+	if permanent {
+		how = failedForGood
+	}
+	t.settleFailure(errMsg, how, now, rnd)
+	return nil
+}
+
+// FailPastDeadline ends the running attempt under claimID that its task's
+// deadline stopped (the handler's context ended at the deadline and the
+// handler returned an error): → dead, whatever attempts are left, since a
+// retry would start after the deadline. The last error is "deadline passed
+// at T while running", then ": " and errMsg when the handler said more. A
+// cancel requested meanwhile wins (canceled). Errors: those of Fail, and
+// ErrNotDue for a task without a deadline.
+func (t *Task) FailPastDeadline(claimID, errMsg string, now time.Time) error {
+	if err := t.fence("fail past deadline", claimID); err != nil {
+		return err
+	}
+	if t.Deadline.IsZero() {
+		return fmt.Errorf("fail task %s past its deadline: %w: it has none", t.ID, ErrNotDue)
+	}
+	msg := "deadline passed at " + t.deadlineText() + " while running"
+	if errMsg != "" {
+		msg += ": " + errMsg
+	}
+	t.settleFailure(msg, failedAtDeadline, now, nil)
 	return nil
 }
 
@@ -190,7 +216,7 @@ func (t *Task) handBack(op, claimID string, delay time.Duration, what, reason st
 			if reason != "" {
 				msg += ": " + reason
 			}
-			t.settleFailure(msg, false, now, nil)
+			t.settleFailure(msg, failedRetry, now, nil)
 			if t.Status == Pending {
 				t.AvailableAt = now.Add(delay)
 			}
@@ -220,7 +246,7 @@ func (t *Task) Expire(now time.Time, rnd func() float64) error {
 		return fmt.Errorf("expire task %s: %w: lease of claim %s expires at %s, now %s", t.ID, ErrNotExpired,
 			t.Claim.ID, t.Claim.ExpiresAt.UTC().Format(time.RFC3339Nano), now.UTC().Format(time.RFC3339Nano))
 	}
-	t.settleFailure("lease expired", false, now, rnd)
+	t.settleFailure("lease expired", failedRetry, now, rnd)
 	return nil
 }
 
@@ -319,8 +345,18 @@ func (t *Task) retiredErr(op string) error {
 	return fmt.Errorf("%s task %s: %w", op, t.ID, ErrRetired)
 }
 
-// settleFailure ends a running attempt that failed (Fail, Expire).
-func (t *Task) settleFailure(errMsg string, permanent bool, now time.Time, rnd func() float64) {
+// failure is how settleFailure ends a failed attempt.
+type failure int
+
+const (
+	failedRetry      failure = iota // retried if attempts and the deadline allow
+	failedForGood                   // a permanent error: dead
+	failedAtDeadline                // stopped by the task's deadline: dead
+)
+
+// settleFailure ends a running attempt that failed (Fail, Expire,
+// FailPastDeadline).
+func (t *Task) settleFailure(errMsg string, how failure, now time.Time, rnd func() float64) {
 	now = now.UTC()
 	worker := ""
 	if t.Claim != nil {
@@ -334,7 +370,10 @@ func (t *Task) settleFailure(errMsg string, permanent bool, now time.Time, rnd f
 		t.CancelRequested = false
 		t.Status = Canceled
 		tr.Reason = "canceled after failure: " + errMsg
-	case permanent:
+	case how == failedAtDeadline:
+		t.Status = Dead
+		tr.Reason = errMsg // "deadline passed at ..."
+	case how == failedForGood:
 		t.Status = Dead
 		tr.Reason = "permanent failure: " + errMsg
 	case t.Attempt >= t.MaxAttempts:

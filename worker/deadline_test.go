@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -62,9 +63,11 @@ func TestATaskPastItsDeadlineIsNeverStarted(t *testing.T) {
 	})
 }
 
-// A Go handler's context carries its deadline: the task's timeout, or its
-// deadline when that comes sooner; a handler that runs into it ends, and a
-// retry due after the deadline ends the task dead.
+// A Go handler's context carries its deadline: the attempt's start plus
+// the task's timeout, or the task's deadline when that comes sooner. A
+// handler that runs into its timeout and returns the context's error
+// fails the attempt as timed out (retried); one that runs into the task's
+// deadline ends the task dead, not retried.
 func TestAHandlerSeesItsDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
@@ -81,6 +84,10 @@ func TestAHandlerSeesItsDeadline(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		none, err := p.Submit(ctx, "job", nil, producer.Options{Timeout: 10 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
 		w, err := worker.New(ctx, st, worker.Config{Shards: 1, OwnShards: []int{0}, Logger: quiet})
 		if err != nil {
 			t.Fatal(err)
@@ -88,7 +95,7 @@ func TestAHandlerSeesItsDeadline(t *testing.T) {
 		var mu sync.Mutex
 		left := map[string]time.Duration{}
 		errs := map[string]error{}
-		done := make(chan struct{}, 2)
+		done := make(chan struct{}, 3)
 		w.Handle("job", func(ctx context.Context, tk *task.Task) (json.RawMessage, error) {
 			defer func() { done <- struct{}{} }()
 			d, ok := ctx.Deadline()
@@ -104,14 +111,17 @@ func TestAHandlerSeesItsDeadline(t *testing.T) {
 			mu.Unlock()
 			return nil, ctx.Err()
 		})
-		if n, err := w.Poll(ctx); n != 2 || err != nil {
-			t.Fatalf("poll claimed %d (%v), want 2", n, err)
+		if n, err := w.Poll(ctx); n != 3 || err != nil {
+			t.Fatalf("poll claimed %d (%v), want 3", n, err)
 		}
-		<-done
-		<-done
+		for range 3 {
+			<-done
+		}
 		w.Wait()
-		if d := left[byTimeout]; d != 10*time.Second {
-			t.Errorf("a 10s timeout with a far deadline: the context ends in %s, want 10s", d)
+		for _, id := range []string{byTimeout, none} {
+			if d := left[id]; d != 10*time.Second {
+				t.Errorf("a 10s timeout: the context ends in %s, want 10s", d)
+			}
 		}
 		if d := left[byDeadline]; d <= 0 || d > 5*time.Second {
 			t.Errorf("a deadline 5s away with a 1m timeout: the context ends in %s, want at most 5s", d)
@@ -121,11 +131,68 @@ func TestAHandlerSeesItsDeadline(t *testing.T) {
 				t.Errorf("task %s: ctx.Err() = %v, want context.DeadlineExceeded", id, err)
 			}
 		}
-		if tk, _ := p.Get(ctx, byDeadline); tk.Status != task.Dead || !strings.Contains(tk.LastError, "deadline passed at") {
-			t.Errorf("the task that ran into its deadline: %s, last error %q, want dead past its deadline", tk.Status, tk.LastError)
+		if tk, _ := p.Get(ctx, byDeadline); tk.Status != task.Dead || tk.Attempt != 1 ||
+			!strings.HasPrefix(tk.LastError, "deadline passed at ") || !strings.HasSuffix(tk.LastError, " while running") {
+			t.Errorf("the task that ran into its deadline: %s attempt %d, last error %q, want dead past its deadline", tk.Status, tk.Attempt, tk.LastError)
 		}
-		if tk, _ := p.Get(ctx, byTimeout); tk.Status != task.Pending || tk.Attempt != 1 {
-			t.Errorf("the task that ran into its timeout: %s attempt %d, want pending for a retry", tk.Status, tk.Attempt)
+		for _, id := range []string{byTimeout, none} {
+			if tk, _ := p.Get(ctx, id); tk.Status != task.Pending || tk.Attempt != 1 || tk.LastError != "timed out after 10s" {
+				t.Errorf("a task that ran into its timeout: %s attempt %d last error %q, want pending for a retry, \"timed out after 10s\"",
+					tk.Status, tk.Attempt, tk.LastError)
+			}
+		}
+	})
+}
+
+// A handler that ignores its context past its timeout keeps its lease: the
+// worker renews it until the handler returns, nobody else runs the task,
+// and the handler's success is recorded. One that returns its own error
+// after the timeout fails the attempt as timed out, its error kept.
+func TestAHandlerPastItsTimeoutKeepsItsLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		st := s3store.NewCounter(mem.New())
+		p, err := producer.New(ctx, st, producer.Config{Shards: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ok, err := p.Submit(ctx, "ok", nil, producer.Options{Timeout: 6 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fails, err := p.Submit(ctx, "fails", nil, producer.Options{Timeout: 6 * time.Second, MaxAttempts: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := worker.New(ctx, st, worker.Config{Shards: 1, OwnShards: []int{0}, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Handle("ok", func(ctx context.Context, tk *task.Task) (json.RawMessage, error) {
+			time.Sleep(30 * time.Second) // five timeouts, its context ignored
+			if ctx.Err() != context.DeadlineExceeded {
+				t.Errorf("after its timeout: ctx.Err() = %v, want context.DeadlineExceeded", ctx.Err())
+			}
+			return json.RawMessage(`"late"`), nil
+		})
+		w.Handle("fails", func(ctx context.Context, tk *task.Task) (json.RawMessage, error) {
+			<-ctx.Done()
+			return nil, errors.New("upload: connection reset")
+		})
+		if n, err := w.Poll(ctx); n != 2 || err != nil {
+			t.Fatalf("poll claimed %d (%v), want 2", n, err)
+		}
+		w.Wait()
+		tk, _ := p.Get(ctx, ok)
+		if tk.Status != task.Succeeded || tk.Attempt != 1 || string(tk.Result) != `"late"` {
+			t.Errorf("the handler that ignored its timeout: %s attempt %d result %s, want succeeded once", tk.Status, tk.Attempt, tk.Result)
+		}
+		// A renewal every third of the 6s lease, for 30s: about 15.
+		if st := w.Stats(); st.LeaseLost != 0 || st.Renewed < 10 {
+			t.Errorf("%d leases lost, %d renewals: the lease must be renewed past the timeout", st.LeaseLost, st.Renewed)
+		}
+		if tk, _ := p.Get(ctx, fails); tk.Status != task.Dead || tk.LastError != "timed out after 6s: upload: connection reset" {
+			t.Errorf("the handler that failed after its timeout: %s last error %q", tk.Status, tk.LastError)
 		}
 	})
 }

@@ -63,7 +63,16 @@ type run struct {
 	// commit ends it dead unstarted (task.MissDeadline) as it hands it
 	// back.
 	missed bool
+	// stoppedBy is what ended the handler's context, if its time did:
+	// stoppedByTimeout or stoppedByDeadline (see execute).
+	stoppedBy string
 }
+
+// What ended a handler's context, when its time did.
+const (
+	stoppedByTimeout  = "timeout"
+	stoppedByDeadline = "deadline"
+)
 
 // announceShard is the shard of the pointer that announces the task back
 // to pending.
@@ -147,17 +156,20 @@ func (r *run) pastDeadline() bool {
 // handlerDeadline is how long, by the local clock, the handler may run
 // before its context ends: the task's timeout, or less if the task's
 // deadline comes sooner (taken at the clock's latest reading, so that the
-// context never outlives the deadline).
-func (r *run) handlerDeadline() time.Duration {
+// context never outlives the deadline). by says which: stoppedByTimeout
+// or stoppedByDeadline.
+func (r *run) handlerDeadline() (d time.Duration, by string) {
 	t := r.v.Task
-	d := t.Timeout.D()
+	d, by = t.Timeout.D(), stoppedByTimeout
 	if t.Deadline.IsZero() {
-		return d
+		return d, by
 	}
 	if iv, err := r.w.clock.Now(r.w.stopped); err == nil {
-		d = min(d, max(t.Deadline.Sub(iv.Latest), 0))
+		if left := max(t.Deadline.Sub(iv.Latest), 0); left < d {
+			d, by = left, stoppedByDeadline
+		}
 	}
-	return d
+	return d, by
 }
 
 // deadlineContext is a handler's context: it ends at the run's deadline
@@ -199,8 +211,9 @@ func (r *run) execute() {
 			w.inflight.Done()
 		}
 	}()
-	// Handlers outlive the poll that claimed them; their context ends only
-	// by lease loss, cancellation or shutdown.
+	// Handlers outlive the poll that claimed them; their context ends by
+	// lease loss, cancellation or shutdown, or at the attempt's timeout or
+	// the task's deadline (below).
 	hctx, cancel := r.ctx, r.cancel
 	defer cancel(nil)
 	w.running.Store(r.claimID, r)
@@ -216,10 +229,12 @@ func (r *run) execute() {
 	}
 	began := w.now()
 	// The handler's context ends at the task's timeout or deadline,
-	// whichever comes first (the command handler is killed then too).
+	// whichever comes first (the command handler is killed then too); the
+	// lease is renewed all the same until the handler returns, so that a
+	// handler that ignores its context is not run twice.
 	dctx, dcancel := context.WithCancelCause(hctx)
 	defer dcancel(nil)
-	until := r.handlerDeadline()
+	until, by := r.handlerDeadline()
 	hdl := deadlineContext{Context: dctx, at: began.Add(until)}
 	timesUp := w.local.NewTimer(until)
 	defer timesUp.Stop()
@@ -292,6 +307,9 @@ func (r *run) execute() {
 			}
 			renew.Reset(r.nextRenewal())
 		case <-timesUp.C():
+			if hctx.Err() == nil {
+				r.stoppedBy = by
+			}
 			dcancel(context.DeadlineExceeded)
 		case <-deadline.C():
 			// No renewal got through in time: by S3 time another worker may
@@ -508,6 +526,30 @@ func (r *run) commit(o outcome, cause error) {
 		case errors.Is(cause, ErrShutdown) && o.err != nil:
 			kind = "released"
 			return t.Release(r.claimID, "worker shut down", now)
+		case o.err != nil && r.stoppedBy != "":
+			// The handler's time ran out and it returned an error: the
+			// attempt timed out (retried by the policy), or the deadline
+			// stopped it (dead: a retry would start after it).
+			detail := o.err.Error()
+			if detail == context.DeadlineExceeded.Error() {
+				detail = "" // the context's own error says nothing more
+			}
+			if r.stoppedBy == stoppedByDeadline {
+				if err := t.FailPastDeadline(r.claimID, detail, now); err != nil {
+					return err
+				}
+				kind = failedKind(t, false)
+				return nil
+			}
+			msg := "timed out after " + t.Timeout.D().String()
+			if detail != "" {
+				msg += ": " + detail
+			}
+			if err := t.Fail(r.claimID, msg, IsPermanent(o.err), now, rnd.Keyed(r.claimID)); err != nil {
+				return err
+			}
+			kind = failedKind(t, false)
+			return nil
 		case o.err == nil && errors.Is(resErr, errStoreResult):
 			// The result object could not be written: a failed attempt,
 			// retried as any other.

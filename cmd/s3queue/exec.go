@@ -50,10 +50,6 @@ type execHandler struct {
 }
 
 func (h execHandler) handle(ctx context.Context, t *task.Task) (json.RawMessage, error) {
-	timeout := t.Timeout.D()
-	if timeout <= 0 {
-		timeout = task.DefaultTimeout
-	}
 	cmd := exec.Command("/bin/sh", "-c", h.command)
 	cmd.Stdin = bytes.NewReader(t.Input)
 	limit := h.max
@@ -97,24 +93,17 @@ func (h execHandler) handle(ctx context.Context, t *task.Task) (json.RawMessage,
 	waited := make(chan error, 1)
 	go func() { waited <- cmd.Wait() }()
 
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
+	// The worker ends ctx at the task's timeout, or at its deadline when
+	// that comes first, and records which in the task's last error ("timed
+	// out after 30s: command killed", "deadline passed at ... while
+	// running: command killed").
 	var err, stopped error
 	select {
 	case err = <-waited:
-	case <-timer.C:
-		stopped = fmt.Errorf("command killed after the task's timeout of %v", timeout)
-		err = stop(cmd, waited)
 	case <-ctx.Done():
 		stopped = fmt.Errorf("command stopped: %w", context.Cause(ctx))
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			// The worker ends the context at the task's timeout, or at
-			// its deadline when that comes first.
-			stopped = fmt.Errorf("command killed after the task's timeout of %v", timeout)
-			if !t.Deadline.IsZero() {
-				stopped = fmt.Errorf("command killed at the task's deadline (%s) or after its timeout of %v, whichever came first",
-					t.Deadline.UTC().Format(time.RFC3339), timeout)
-			}
+		if errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
+			stopped = errors.New("command killed")
 		}
 		err = stop(cmd, waited)
 	}

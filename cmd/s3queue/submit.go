@@ -80,7 +80,7 @@ var submitCommand = &command{
 		fs.StringVar(&at, "at", "", "make the task available at this RFC 3339 `time` (S3 time)")
 		fs.StringVar(&deadline, "deadline", "", "do not start the task after this RFC 3339 `time|duration` (S3 time; a duration is from now); it ends dead")
 		fs.IntVar(&maxAttempts, "max-attempts", 0, "attempts before the task is dead (default [submit] max_attempts, 3)")
-		fs.DurationVar(&timeout, "timeout", 0, "lease of one attempt, 1s..24h; the worker command kills the handler after it (default [submit] timeout, 30s)")
+		fs.DurationVar(&timeout, "timeout", 0, "lease of one attempt, 1s..24h; a handler is stopped after it (default [submit] timeout, 30s)")
 		fs.StringVar(&idemKey, "idempotency-key", "", "a second submit with the same `key` prints the first task's id")
 		fs.BoolVar(&unique, "unique", false, "derive the idempotency key from --type and the input: the same type and input prints the first task's id")
 		fs.DurationVar(&uniqueFor, "unique-for", 0, "with --idempotency-key or --unique: the key stays taken this `duration` (1s..720h) from its first submit, then frees for a new task (default: until retention deletes the task)")
