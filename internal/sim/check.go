@@ -646,6 +646,12 @@ func badStep(prev, next *task.Task) string {
 		if next.Claim != nil {
 			return fmt.Sprintf("%s but still carries a claim", to)
 		}
+		// A failed attempt (an expired lease too) is not retried after
+		// the task's deadline: it would start past it.
+		if n := len(next.History); to == task.Pending && !next.Deadline.IsZero() && next.AvailableAt.After(next.Deadline) &&
+			n > 0 && strings.HasPrefix(next.History[n-1].Reason, "failed: ") {
+			return fmt.Sprintf("retried at %s, after its deadline %s", next.AvailableAt.Format(time.RFC3339Nano), next.Deadline.Format(time.RFC3339Nano))
+		}
 	case (from == task.Dead || from == task.Canceled) && (to == task.Pending || to == task.Blocked && next.Slot != ""):
 		if next.Attempt != 0 {
 			return "requeued without resetting its attempts"

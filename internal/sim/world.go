@@ -752,8 +752,16 @@ func (w *world) handler(workerName string) worker.Handler {
 			return nil, worker.Permanent(errors.New("the handler failed for good"))
 		case p < 87:
 			return nil, worker.RetryAfter(2*time.Second, errors.New("not now"))
+		case p < 90:
+			// Most of its timeout, longer than its lease without a
+			// renewal: renewals must keep it.
+			if err := sleep(t.Timeout.D() - t.Timeout.D()/10); err != nil {
+				return nil, err
+			}
+			return nil, nil
 		case p < 93:
-			// Longer than any lease: renewals must keep it.
+			// Past any timeout: its context ends it, and the attempt
+			// fails as timed out.
 			if err := sleep(45 * time.Second); err != nil {
 				return nil, err
 			}
@@ -852,11 +860,11 @@ func (w *world) burst() {
 }
 
 // submitLong submits one task of a burst: a long one, all of whose
-// attempts run 8 minutes and succeed.
+// attempts run 8 minutes, within their timeout, and succeed.
 func (w *world) submitLong(ctx context.Context, p *proc, prod *producer.Producer, k int) {
 	o := op{proc: p.name, kind: "submit"}
 	o.from = w.logLen()
-	o.id, o.err = prod.Submit(ctx, taskType, json.RawMessage(fmt.Sprintf(`{"long":%d}`, k)), producer.Options{Timeout: 10 * time.Second})
+	o.id, o.err = prod.Submit(ctx, taskType, json.RawMessage(fmt.Sprintf(`{"long":%d}`, k)), producer.Options{Timeout: 10 * time.Minute})
 	o.to = w.logLen()
 	w.mu.Lock()
 	defer w.mu.Unlock()
