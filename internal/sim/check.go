@@ -456,6 +456,10 @@ func (w *world) check() Result {
 		if err1 == nil && err2 == nil && prev.Status != task.Dead && next.Status == task.Dead && strings.Contains(next.LastError, "deadline passed at ") {
 			res.DeadlineEnds++
 		}
+		if err1 == nil && err2 == nil && prev.Status == task.Running && next.Status != task.Running && len(next.History) > 0 &&
+			strings.Contains(next.History[len(next.History)-1].Reason, "timed out after ") {
+			res.TimedOut++
+		}
 		if err1 == nil && err2 == nil && prev.Status == task.Running && next.Status == task.Pending && len(next.History) > 0 &&
 			strings.HasPrefix(next.History[len(next.History)-1].Reason, "released") {
 			res.Releases++

@@ -108,6 +108,7 @@ type summary struct {
 	mu                                            sync.Mutex
 	seeds, failed, tasks, executions, duplicates  int
 	reshards, releases, unblocked, deadlineEnds   int
+	timedOut                                      int
 	direct, routed, moved, leaseLosses, takeovers int
 	requests                                      int
 	resultsApart, resultsExpired, orphans         int
@@ -130,6 +131,7 @@ func (s *summary) add(r sim.Result) {
 	s.reshards += r.Reshards
 	s.releases += r.Releases
 	s.deadlineEnds += r.DeadlineEnds
+	s.timedOut += r.TimedOut
 	s.unblocked += r.Unblocked
 	if r.Plan.Direct {
 		s.direct++
@@ -161,9 +163,9 @@ func (s *summary) String() string {
 	for _, k := range keys {
 		f = append(f, fmt.Sprintf("%s %d", k, s.faults[k]))
 	}
-	return fmt.Sprintf("SIM seeds %d (with violations %d), tasks acknowledged %d, handler runs %d (duplicates after a lost lease %d), reshards %d, releases %d, unblocked %d, requests served %d, faults: %s; direct dispatch: %d seeds, %d inbox entries, %d moved to the overflow, %d worker leases lost, %d taken over; results: %d stored apart, %d expired, %d orphans collected; ended by their deadline %d",
+	return fmt.Sprintf("SIM seeds %d (with violations %d), tasks acknowledged %d, handler runs %d (duplicates after a lost lease %d), reshards %d, releases %d, unblocked %d, requests served %d, faults: %s; direct dispatch: %d seeds, %d inbox entries, %d moved to the overflow, %d worker leases lost, %d taken over; results: %d stored apart, %d expired, %d orphans collected; ended by their deadline %d, attempts timed out %d",
 		s.seeds, s.failed, s.tasks, s.executions, s.duplicates, s.reshards, s.releases, s.unblocked, s.requests, strings.Join(f, ", "),
-		s.direct, s.routed, s.moved, s.leaseLosses, s.takeovers, s.resultsApart, s.resultsExpired, s.orphans, s.deadlineEnds)
+		s.direct, s.routed, s.moved, s.leaseLosses, s.takeovers, s.resultsApart, s.resultsExpired, s.orphans, s.deadlineEnds, s.timedOut)
 }
 
 // A seed replays exactly: two runs of one seed serve the same requests in

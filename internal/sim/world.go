@@ -243,9 +243,12 @@ type Result struct {
 	Duplicates int // handler runs whose claim was lost (no outcome of its own) before the task ran again
 	Releases   int // claimed tasks handed back unfinished (shutdown, dropped from pending)
 	// DeadlineEnds counts tasks ended dead by their deadline (unstarted,
-	// or a retry due after it).
+	// stopped while running, or a retry due after it).
 	DeadlineEnds int
-	Unblocked    int // tasks whose dependencies all succeeded, moved from blocked to pending
+	// TimedOut counts attempts whose handler returned an error after its
+	// context ended at the task's timeout.
+	TimedOut  int
+	Unblocked int // tasks whose dependencies all succeeded, moved from blocked to pending
 	// ResultsApart counts commits that referenced a result stored apart,
 	// ResultsExpired results dropped by the result TTL, OrphansCollected
 	// result objects never referenced that a monitor deleted (results
