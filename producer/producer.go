@@ -354,7 +354,8 @@ func (p *Producer) submit(ctx context.Context, typ string, input any, opts Optio
 	case opts.DeadlineIn < 0:
 		return "", nil, fmt.Errorf("submit: %w: negative deadline %s", task.ErrInvalid, opts.DeadlineIn)
 	case opts.DeadlineIn > 0:
-		spec.Deadline = now.Mid().Add(opts.DeadlineIn)
+		// Milliseconds, as the task's other times.
+		spec.Deadline = now.Mid().Add(opts.DeadlineIn).Truncate(time.Millisecond)
 	}
 	// New work goes to the shards fleet members poll; a shard key pins its
 	// shard instead, and the task is announced if that shard is inactive.

@@ -53,7 +53,8 @@ var submitCommand = &command{
 		"until retention deletes its task, or with --unique-for DUR (1s..720h) until DUR after its\n" +
 		"first submit (S3 time); then the next submit creates a new task. See docs/scheduling.md.\n" +
 		"--deadline RFC3339|DURATION: the task is not started after this S3 time (a duration: this long\n" +
-		"after the submit); a worker that finds it later ends it dead. See docs/lifecycle.md.\n" +
+		"after the submit); a worker that finds it later ends it dead, and a command still running then\n" +
+		"is killed (the task is dead, not retried). See docs/lifecycle.md.\n" +
 		"--wait waits for the task to finish, as 's3queue wait' does: it prints the id at once, then\n" +
 		"the outcome line (--json: the outcome as a one-element array instead of both), and exits 0\n" +
 		"(succeeded), 6 (dead), 7 (canceled) or 8 (--wait-timeout passed first). --timeout is the\n" +
