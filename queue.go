@@ -95,7 +95,8 @@ type Config struct {
 type SubmitDefaults struct {
 	// MaxAttempts before a task is dead (0: task.DefaultMaxAttempts).
 	MaxAttempts int
-	// Timeout is the lease of one attempt (0: task.DefaultTimeout).
+	// Timeout is the lease of one attempt, and how long its handler may
+	// run (0: task.DefaultTimeout).
 	Timeout time.Duration
 	// Retry is the backoff between attempts (nil: task.DefaultRetryPolicy).
 	Retry *RetryPolicy

@@ -44,7 +44,7 @@ var SubmitKeys = &settings.Section[Options]{
 			"Attempts before a failing task is dead (1..1000).").
 			Must(settings.IntRange(1, task.MaxAttemptsLimit)),
 		settings.Duration("timeout", func(o *Options) *time.Duration { return &o.Timeout }, task.DefaultTimeout,
-			"The lease of one attempt (1s..24h): workers renew it while the handler runs.").
+			"The lease of one attempt (1s..24h): workers renew it while the handler runs, and stop a handler still running after it.").
 			Must(settings.Within(task.MinTimeout, task.MaxTimeout)),
 		settings.Duration("retry_initial", func(o *Options) *task.Duration { return &retry(o).InitialDelay }, task.DefaultRetryPolicy().InitialDelay,
 			"The wait before the first retry.").

@@ -215,6 +215,15 @@ type Options struct {
 	// RunAt makes the task available at this time (S3 time); it wins over
 	// Delay when both are set.
 	RunAt time.Time
+	// Deadline is the S3 time after which the task is not started: a
+	// worker that finds it pending later ends it dead ("deadline passed
+	// at ..., not started"), a retry due after it ends dead, and a Go
+	// handler's context ends at it. It must lie after the submit and after
+	// the task's availability. Zero means none. See docs/lifecycle.md.
+	Deadline time.Time
+	// DeadlineIn sets the deadline this long after the submit's S3 time;
+	// Deadline wins when both are set.
+	DeadlineIn time.Duration
 	// MaxAttempts before the task is dead (default
 	// [task.DefaultMaxAttempts]).
 	MaxAttempts int
@@ -222,7 +231,8 @@ type Options struct {
 	// [task.DefaultRetryPolicy]).
 	Retry *task.RetryPolicy
 	// Timeout is the lease of one attempt (default [task.DefaultTimeout]);
-	// workers renew it while the handler runs. It must exceed twice
+	// workers renew it while the handler runs, and a Go handler's context
+	// ends this long after the attempt started. It must exceed twice
 	// Config.LeaseMargin (4s at the default margin), so a handler always
 	// gets time to run.
 	Timeout time.Duration
@@ -338,6 +348,15 @@ func (p *Producer) submit(ctx context.Context, typ string, input any, opts Optio
 	at = at.Truncate(time.Millisecond)
 	spec := task.Spec{Type: typ, Input: raw, MaxAttempts: opts.MaxAttempts, Retry: opts.Retry, Timeout: opts.Timeout,
 		AvailableAt: at, IdempotencyKey: opts.IdempotencyKey, UniqueFor: opts.UniqueFor, ShardKey: opts.ShardKey, Priority: opts.Priority, Trace: p.trace.Inject(ctx)}
+	switch {
+	case !opts.Deadline.IsZero():
+		spec.Deadline = opts.Deadline
+	case opts.DeadlineIn < 0:
+		return "", nil, fmt.Errorf("submit: %w: negative deadline %s", task.ErrInvalid, opts.DeadlineIn)
+	case opts.DeadlineIn > 0:
+		// Milliseconds, as the task's other times.
+		spec.Deadline = now.Mid().Add(opts.DeadlineIn).Truncate(time.Millisecond)
+	}
 	// New work goes to the shards fleet members poll; a shard key pins its
 	// shard instead, and the task is announced if that shard is inactive.
 	var targets []int

@@ -579,3 +579,36 @@ func TestCancelIfAndRequeueIfCheckTheStatusTheyRead(t *testing.T) {
 		t.Errorf("after RequeueIf: %s", got.Status)
 	}
 }
+
+// A deadline is stored as given, or this long after the submit's S3 time;
+// one not after the submit is refused and writes nothing.
+func TestDeadline(t *testing.T) {
+	ctx := context.Background()
+	p, st := setup(t)
+	at := time.Now().Add(time.Hour).Truncate(time.Second).UTC()
+	id, err := p.Submit(ctx, "t", nil, producer.Options{Deadline: at, DeadlineIn: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tk, _ := p.Get(ctx, id); !tk.Deadline.Equal(at) {
+		t.Fatalf("deadline %v, want %v", tk.Deadline, at)
+	}
+	id, err = p.Submit(ctx, "t", nil, producer.Options{DeadlineIn: 10 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk, _ := p.Get(ctx, id)
+	if d := tk.Deadline.Sub(tk.CreatedAt); d < 10*time.Minute-time.Second || d > 10*time.Minute+time.Second {
+		t.Fatalf("deadline in 10m gave deadline - created_at = %v", d)
+	}
+	puts := st.Counts().Of(s3store.OpPut)
+	for _, o := range []producer.Options{{Deadline: time.Now().Add(-time.Hour)}, {DeadlineIn: -time.Second},
+		{Delay: time.Hour, DeadlineIn: time.Minute}} {
+		if _, err := p.Submit(ctx, "t", nil, o); !errors.Is(err, task.ErrInvalid) {
+			t.Errorf("submit with %+v = %v, want ErrInvalid", o, err)
+		}
+	}
+	if n := st.Counts().Of(s3store.OpPut); n != puts {
+		t.Fatalf("refused deadlines wrote %d objects", n-puts)
+	}
+}

@@ -97,7 +97,8 @@ type Task struct {
 	Snoozes     int         `json:"snoozes,omitempty"`
 	MaxAttempts int         `json:"max_attempts"`
 	Retry       RetryPolicy `json:"retry"`
-	// Timeout is the lease duration of one attempt.
+	// Timeout is the lease duration of one attempt, and how long its
+	// handler may run: the worker ends a Go handler's context after it.
 	Timeout        Duration `json:"timeout"`
 	IdempotencyKey string   `json:"idempotency_key,omitempty"`
 	// UniqueFor is the uniqueness window its idempotency key was claimed
@@ -119,8 +120,16 @@ type Task struct {
 	// but the trace when it rewrites the task without it.
 	Trace       map[string]string `json:"trace,omitempty"`
 	AvailableAt time.Time         `json:"available_at"`
-	CreatedAt   time.Time         `json:"created_at"`
-	UpdatedAt   time.Time         `json:"updated_at"`
+	// Deadline, when set, is the S3 time after which the task is not
+	// started: a worker that finds it pending past its deadline ends it
+	// dead instead of claiming it (MissDeadline), a retry due after it
+	// ends dead instead, and a running Go handler's context ends at it
+	// (docs/lifecycle.md, Deadlines). Omitted when zero; it leaves the
+	// format as it is (a binary that does not know it runs the task as if
+	// it had none).
+	Deadline  time.Time `json:"deadline,omitzero"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
 	// Claim is set exactly while the task is running.
 	Claim           *Claim          `json:"claim,omitempty"`
 	CancelRequested bool            `json:"cancel_requested,omitempty"`
@@ -194,7 +203,11 @@ type Spec struct {
 	// Timeout is the lease of one attempt, 1s..24h; 0 means DefaultTimeout.
 	Timeout time.Duration
 	// AvailableAt delays the first attempt; zero means now.
-	AvailableAt    time.Time
+	AvailableAt time.Time
+	// Deadline is the S3 time after which the task is not started (see
+	// Task.Deadline); zero means none. It must lie after the submit's S3
+	// time and after AvailableAt.
+	Deadline       time.Time
 	IdempotencyKey string
 	// UniqueFor, with an idempotency key, is how long the key stays taken
 	// by this task, from the S3 time its record was written:
@@ -289,6 +302,14 @@ func New(id string, shard int, spec Spec, now time.Time) (*Task, error) {
 	if !spec.AvailableAt.IsZero() {
 		avail = spec.AvailableAt.UTC()
 	}
+	var deadline time.Time
+	if !spec.Deadline.IsZero() {
+		deadline = spec.Deadline.UTC()
+		if !deadline.After(avail) || !deadline.After(now) {
+			return nil, fmt.Errorf("new task %s: %w: deadline %s is not after the submit (%s) and the task's availability (%s)", id, ErrInvalid,
+				deadline.Format(time.RFC3339), now.Format(time.RFC3339), avail.Format(time.RFC3339))
+		}
+	}
 	t := &Task{
 		Format:         1,
 		ID:             id,
@@ -305,6 +326,7 @@ func New(id string, shard int, spec Spec, now time.Time) (*Task, error) {
 		Priority:       spec.Priority,
 		Trace:          cloneTrace(spec.Trace),
 		AvailableAt:    avail,
+		Deadline:       deadline,
 		CreatedAt:      now,
 		UpdatedAt:      now,
 		Version:        1,

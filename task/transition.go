@@ -19,6 +19,43 @@ func (t *Task) Due(now time.Time) bool {
 	return t.Status == Pending && !t.AvailableAt.After(now)
 }
 
+// DeadlinePassed reports whether the task has a deadline and earliest is
+// after it. Callers pass the earliest S3 time the clock allows
+// (clock.Interval.Earliest), so that a task is never declared late before
+// its deadline has certainly passed.
+func (t *Task) DeadlinePassed(earliest time.Time) bool {
+	return !t.Deadline.IsZero() && earliest.After(t.Deadline)
+}
+
+// MissDeadline ends a pending task whose deadline has passed without
+// starting it: → dead, with the last error "deadline passed at ..., not
+// started". The caller checks DeadlinePassed with the earliest S3 time;
+// now is when the write is stamped. Errors: ErrNotPending (also
+// ErrTerminal for a finished task), ErrNotDue when the task has no
+// deadline or now is not after it.
+func (t *Task) MissDeadline(now time.Time) error {
+	if t.Status != Pending {
+		return t.statusErr("end task past its deadline", ErrNotPending)
+	}
+	if !t.DeadlinePassed(now) {
+		return fmt.Errorf("end task %s past its deadline: %w: deadline %q, now %s", t.ID, ErrNotDue,
+			t.deadlineText(), now.UTC().Format(time.RFC3339))
+	}
+	now = now.UTC()
+	t.Status = Dead
+	t.LastError = "deadline passed at " + t.deadlineText() + ", not started"
+	t.commit(now, &Transition{From: Pending, To: Dead, Reason: t.LastError, Attempt: t.Attempt})
+	return nil
+}
+
+// deadlineText is the task's deadline as RFC 3339, "" when it has none.
+func (t *Task) deadlineText() string {
+	if t.Deadline.IsZero() {
+		return ""
+	}
+	return t.Deadline.UTC().Format(time.RFC3339Nano)
+}
+
 // ClaimExpired reports whether the task is running and now is past its
 // claim's expiry. The caller applies clock margins (invariant 4) by shifting
 // now. A running task without a claim counts as expired so it can be
@@ -101,7 +138,33 @@ func (t *Task) Fail(claimID, errMsg string, permanent bool, now time.Time, rnd f
 	if err := t.fence("fail", claimID); err != nil {
 		return err
 	}
-	t.settleFailure(errMsg, permanent, now, rnd)
+	how := failedRetry
+	if permanent {
+		how = failedForGood
+	}
+	t.settleFailure(errMsg, how, now, rnd)
+	return nil
+}
+
+// FailPastDeadline ends the running attempt under claimID that its task's
+// deadline stopped (the handler's context ended at the deadline and the
+// handler returned an error): → dead, whatever attempts are left, since a
+// retry would start after the deadline. The last error is "deadline passed
+// at T while running", then ": " and errMsg when the handler said more. A
+// cancel requested meanwhile wins (canceled). Errors: those of Fail, and
+// ErrNotDue for a task without a deadline.
+func (t *Task) FailPastDeadline(claimID, errMsg string, now time.Time) error {
+	if err := t.fence("fail past deadline", claimID); err != nil {
+		return err
+	}
+	if t.Deadline.IsZero() {
+		return fmt.Errorf("fail task %s past its deadline: %w: it has none", t.ID, ErrNotDue)
+	}
+	msg := "deadline passed at " + t.deadlineText() + " while running"
+	if errMsg != "" {
+		msg += ": " + errMsg
+	}
+	t.settleFailure(msg, failedAtDeadline, now, nil)
 	return nil
 }
 
@@ -153,7 +216,7 @@ func (t *Task) handBack(op, claimID string, delay time.Duration, what, reason st
 			if reason != "" {
 				msg += ": " + reason
 			}
-			t.settleFailure(msg, false, now, nil)
+			t.settleFailure(msg, failedRetry, now, nil)
 			if t.Status == Pending {
 				t.AvailableAt = now.Add(delay)
 			}
@@ -183,7 +246,7 @@ func (t *Task) Expire(now time.Time, rnd func() float64) error {
 		return fmt.Errorf("expire task %s: %w: lease of claim %s expires at %s, now %s", t.ID, ErrNotExpired,
 			t.Claim.ID, t.Claim.ExpiresAt.UTC().Format(time.RFC3339Nano), now.UTC().Format(time.RFC3339Nano))
 	}
-	t.settleFailure("lease expired", false, now, rnd)
+	t.settleFailure("lease expired", failedRetry, now, rnd)
 	return nil
 }
 
@@ -282,8 +345,18 @@ func (t *Task) retiredErr(op string) error {
 	return fmt.Errorf("%s task %s: %w", op, t.ID, ErrRetired)
 }
 
-// settleFailure ends a running attempt that failed (Fail, Expire).
-func (t *Task) settleFailure(errMsg string, permanent bool, now time.Time, rnd func() float64) {
+// failure is how settleFailure ends a failed attempt.
+type failure int
+
+const (
+	failedRetry      failure = iota // retried if attempts and the deadline allow
+	failedForGood                   // a permanent error: dead
+	failedAtDeadline                // stopped by the task's deadline: dead
+)
+
+// settleFailure ends a running attempt that failed (Fail, Expire,
+// FailPastDeadline).
+func (t *Task) settleFailure(errMsg string, how failure, now time.Time, rnd func() float64) {
 	now = now.UTC()
 	worker := ""
 	if t.Claim != nil {
@@ -297,15 +370,27 @@ func (t *Task) settleFailure(errMsg string, permanent bool, now time.Time, rnd f
 		t.CancelRequested = false
 		t.Status = Canceled
 		tr.Reason = "canceled after failure: " + errMsg
-	case permanent:
+	case how == failedAtDeadline:
+		t.Status = Dead
+		tr.Reason = errMsg // "deadline passed at ..."
+	case how == failedForGood:
 		t.Status = Dead
 		tr.Reason = "permanent failure: " + errMsg
 	case t.Attempt >= t.MaxAttempts:
 		t.Status = Dead
 		tr.Reason = "attempts exhausted: " + errMsg
 	default:
+		next := now.Add(t.Retry.Delay(t.Attempt, rnd))
+		if !t.Deadline.IsZero() && next.After(t.Deadline) {
+			// Its retry would be due after its deadline: it would
+			// never start again.
+			t.Status = Dead
+			t.LastError = truncateUTF8(errMsg+"; deadline passed at "+t.deadlineText()+", not retried", MaxErrorBytes)
+			tr.Reason = "deadline passed: " + errMsg
+			break
+		}
 		t.Status = Pending
-		t.AvailableAt = now.Add(t.Retry.Delay(t.Attempt, rnd))
+		t.AvailableAt = next
 		tr.Reason = "failed: " + errMsg
 	}
 	tr.To = t.Status

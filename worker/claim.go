@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/s3queue/s3queue/clock"
+	"github.com/s3queue/s3queue/internal/deps"
 	"github.com/s3queue/s3queue/internal/taskio"
 	"github.com/s3queue/s3queue/internal/tracing"
 	"github.com/s3queue/s3queue/s3store"
@@ -46,7 +47,10 @@ type attempt struct {
 
 	// Set by tryClaim for a task it reserved a slot for and marked claimed
 	// by this worker; the claim's PUT is still to be made.
-	claiming  bool
+	claiming bool
+	// missed: the task's deadline has passed; tryClaim wrote it dead
+	// instead (task.MissDeadline), and the claim's PUT writes that.
+	missed    bool
 	h         Handler
 	claimID   string
 	pool      *pool
@@ -233,6 +237,11 @@ func (w *Worker) tryClaim(ctx context.Context, s settler, a *attempt, iv clock.I
 		a.settledAt = v.ETag
 		return false
 	}
+	if t.DeadlinePassed(iv.Earliest) && !w.stopping.Load() {
+		// Never started after its deadline: written dead by the PUT its
+		// claim would have made, whatever its type, due time or pause.
+		return w.missDeadline(ctx, a, iv)
+	}
 	h := w.handler(t.Type)
 	if h == nil {
 		w.forwardOrKeep(ctx, t, iv)
@@ -286,6 +295,25 @@ func (w *Worker) tryClaim(ctx context.Context, s settler, a *attempt, iv clock.I
 		l.takeToken()
 		a.limiter = l
 	}
+	return true
+}
+
+// missDeadline gets the write ready that ends a's task dead, its deadline
+// passed (task.MissDeadline), in place of a claim. A task with dependents
+// or a slot writes its ended marker first, as any end does (one more PUT,
+// for those alone).
+func (w *Worker) missDeadline(ctx context.Context, a *attempt, iv clock.Interval) bool {
+	t := a.v.Task
+	if err := t.MissDeadline(iv.Latest); err != nil {
+		return false
+	}
+	if deps.NeedsPassOn(t) {
+		if err := w.deps().Ending(ctx, t); err != nil {
+			w.log.Warn("end a task past its deadline", "task_id", t.ID, "err", err)
+			return false
+		}
+	}
+	a.claiming, a.missed = true, true
 	return true
 }
 
@@ -384,7 +412,19 @@ func (w *Worker) applyClaim(ctx context.Context, s settler, a *attempt, iv clock
 	// look (the one the claim wrote, or one that is not pending or that
 	// this worker cannot run), or "" when a later poll should look again.
 	settledAt := a.settledAt
-	if a.claiming {
+	if a.missed {
+		if a.claimErr == nil {
+			t := a.nv.Task
+			w.stats.dead.Add(1)
+			w.emit(Event{Kind: "dead", TaskID: t.ID, Shard: t.Shard, Type: t.Type, Attempt: t.Attempt, Err: errors.New(t.LastError)})
+			if deps.NeedsPassOn(t) {
+				w.passOn(t)
+			}
+			settledAt = a.nv.ETag
+		} else if !s3store.LostRace(a.claimErr) {
+			w.log.Warn("end a task past its deadline", "task_id", v.Task.ID, "err", a.claimErr)
+		}
+	} else if a.claiming {
 		if a.claimErr != nil {
 			if !s3store.LostRace(a.claimErr) {
 				w.log.Warn("claim", "task_id", v.Task.ID, "err", a.claimErr)

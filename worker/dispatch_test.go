@@ -36,6 +36,12 @@ type queueSetup struct {
 
 func newQueueSetup(t *testing.T, cfg worker.Config, types ...string) *queueSetup {
 	t.Helper()
+	return newQueueSetupWith(t, cfg, producer.Options{}, types...)
+}
+
+// newQueueSetupWith is newQueueSetup with the tasks submitted with opts.
+func newQueueSetupWith(t *testing.T, cfg worker.Config, opts producer.Options, types ...string) *queueSetup {
+	t.Helper()
 	ctx := context.Background()
 	s := &queueSetup{f: s3store.NewFaults(mem.New()), release: make(chan struct{})}
 	s.counter = s3store.NewCounter(s.f)
@@ -45,7 +51,7 @@ func newQueueSetup(t *testing.T, cfg worker.Config, types ...string) *queueSetup
 		t.Fatal(err)
 	}
 	for i, typ := range types {
-		id, err := s.p.Submit(ctx, typ, map[string]int{"i": i}, producer.Options{})
+		id, err := s.p.Submit(ctx, typ, map[string]int{"i": i}, opts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -338,7 +344,9 @@ func TestShutdownReleasesPending(t *testing.T) {
 	for _, policy := range []worker.QueuePolicy{worker.Reject, worker.DropLatest, worker.DropOldest} {
 		t.Run(string(policy), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				s := newQueueSetup(t, worker.Config{MaxInFlight: 1, MaxQueueDepth: 2, QueuePolicy: policy},
+				// A grace shorter than the tasks' timeout: the handler's
+				// context would end at the timeout first.
+				s := newQueueSetup(t, worker.Config{MaxInFlight: 1, MaxQueueDepth: 2, QueuePolicy: policy, ShutdownGrace: 10 * time.Second},
 					"job", "job", "job", "job")
 				runCtx, stop := context.WithCancel(context.Background())
 				done := make(chan error)
@@ -585,7 +593,10 @@ func TestRenewingPendingWhileALoopTakesOne(t *testing.T) {
 // newer than what it holds.
 func TestDropOldestDoesNotChurnOnALoneWorker(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := newQueueSetup(t, worker.Config{MaxInFlight: 1, MaxQueueDepth: 1, QueuePolicy: worker.DropOldest}, "job", "job", "job")
+		// A timeout past the minute: the handler's context would end at
+		// it.
+		s := newQueueSetupWith(t, worker.Config{MaxInFlight: 1, MaxQueueDepth: 1, QueuePolicy: worker.DropOldest},
+			producer.Options{Timeout: 2 * time.Minute}, "job", "job", "job")
 		runCtx, stop := context.WithCancel(context.Background())
 		done := make(chan error)
 		go func() { done <- s.w.Run(runCtx) }()

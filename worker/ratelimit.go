@@ -134,7 +134,8 @@ func (w *Worker) reserveFor(ctx context.Context, as []attempt, iv clock.Interval
 			continue
 		}
 		t := a.v.Task
-		if w.limits[t.Type] == nil || t.Status != task.Pending || !dueNow(t, iv) || w.handler(t.Type) == nil || w.pausedType(t.Type) {
+		if w.limits[t.Type] == nil || t.Status != task.Pending || !dueNow(t, iv) || w.handler(t.Type) == nil || w.pausedType(t.Type) ||
+			t.DeadlinePassed(iv.Earliest) { // ended dead unstarted (tryClaim): no start, no token
 			continue
 		}
 		need[t.Type]++

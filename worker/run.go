@@ -59,7 +59,20 @@ type run struct {
 	// parent is the span context the run and commit spans are children
 	// of: the submit's, carried by the task, or the claim's (see claim).
 	parent trace.SpanContext
+	// missed: the task's deadline passed while it waited in its pool;
+	// commit ends it dead unstarted (task.MissDeadline) as it hands it
+	// back.
+	missed bool
+	// stoppedBy is what ended the handler's context, if its time did:
+	// stoppedByTimeout or stoppedByDeadline (see execute).
+	stoppedBy string
 }
+
+// What ended a handler's context, when its time did.
+const (
+	stoppedByTimeout  = "timeout"
+	stoppedByDeadline = "deadline"
+)
 
 // announceShard is the shard of the pointer that announces the task back
 // to pending.
@@ -76,6 +89,13 @@ func (r *run) start() {
 	w, p := r.w, r.pool
 	t := r.v.Task
 	if r.lostBeforeStart() {
+		return
+	}
+	if r.pastDeadline() {
+		// Claimed in time, but its deadline passed while it waited in
+		// the pool: it is not started. One write ends it dead.
+		r.missed = true
+		r.giveBack(w.stopped, PhasePending, "not started before its deadline")
 		return
 	}
 	wait := w.now().Sub(r.found)
@@ -120,6 +140,63 @@ func (r *run) giveBack(ctx context.Context, phase Phase, reason string) {
 	r.commit(outcome{}, nil)
 }
 
+// pastDeadline reports whether the task's deadline has certainly passed
+// by S3 time (the clock's earliest reading is after it). Only a task with
+// a deadline reads the clock, which makes a request only when it has had
+// no sample for a while.
+func (r *run) pastDeadline() bool {
+	t := r.v.Task
+	if t.Deadline.IsZero() {
+		return false
+	}
+	iv, err := r.w.clock.Now(r.w.stopped)
+	return err == nil && t.DeadlinePassed(iv.Earliest)
+}
+
+// handlerDeadline is how long, by the local clock, the handler may run
+// before its context ends: the task's timeout, or less if the task's
+// deadline comes sooner (taken at the clock's latest reading, so that the
+// context never outlives the deadline). by says which: stoppedByTimeout
+// or stoppedByDeadline.
+func (r *run) handlerDeadline() (d time.Duration, by string) {
+	t := r.v.Task
+	d, by = t.Timeout.D(), stoppedByTimeout
+	if t.Deadline.IsZero() {
+		return d, by
+	}
+	if iv, err := r.w.clock.Now(r.w.stopped); err == nil {
+		if left := max(t.Deadline.Sub(iv.Latest), 0); left < d {
+			d, by = left, stoppedByDeadline
+		}
+	}
+	return d, by
+}
+
+// deadlineContext is a handler's context: it ends at the run's deadline
+// (handlerDeadline), which the run's local clock times, so that a fake
+// clock drives it in tests and the simulator; Deadline and Err say so as
+// context.WithDeadline's would.
+type deadlineContext struct {
+	context.Context // canceled with cause context.DeadlineExceeded at the deadline
+	at              time.Time
+}
+
+// Deadline is the earlier of the run's deadline and the parent's.
+func (c deadlineContext) Deadline() (time.Time, bool) {
+	if d, ok := c.Context.Deadline(); ok && d.Before(c.at) {
+		return d, true
+	}
+	return c.at, true
+}
+
+// Err is context.DeadlineExceeded once the deadline ended the context.
+func (c deadlineContext) Err() error {
+	if err := c.Context.Err(); err == nil || context.Cause(c.Context) != context.DeadlineExceeded {
+		return err
+	}
+	return context.DeadlineExceeded
+}
+
 type outcome struct {
 	result json.RawMessage
 	err    error
@@ -134,8 +211,9 @@ func (r *run) execute() {
 			w.inflight.Done()
 		}
 	}()
-	// Handlers outlive the poll that claimed them; their context ends only
-	// by lease loss, cancellation or shutdown.
+	// Handlers outlive the poll that claimed them; their context ends by
+	// lease loss, cancellation or shutdown, or at the attempt's timeout or
+	// the task's deadline (below).
 	hctx, cancel := r.ctx, r.cancel
 	defer cancel(nil)
 	w.running.Store(r.claimID, r)
@@ -150,6 +228,16 @@ func (r *run) execute() {
 		span.SetAttributes(append(taskAttrs(own, w.cfg.ID), tracing.Operation.String("run"), tracing.OperationType.String("process"))...)
 	}
 	began := w.now()
+	// The handler's context ends at the task's timeout or deadline,
+	// whichever comes first (the command handler is killed then too); the
+	// lease is renewed all the same until the handler returns, so that a
+	// handler that ignores its context is not run twice.
+	dctx, dcancel := context.WithCancelCause(hctx)
+	defer dcancel(nil)
+	until, by := r.handlerDeadline()
+	hdl := deadlineContext{Context: dctx, at: began.Add(until)}
+	timesUp := w.local.NewTimer(until)
+	defer timesUp.Stop()
 	// returned takes the handler's outcome and notes how long it ran.
 	returned := func(o outcome) outcome {
 		r.ran = clock.Since(w.local, began)
@@ -169,7 +257,7 @@ func (r *run) execute() {
 				done <- outcome{err: err}
 			}
 		}()
-		res, err := r.handler(hctx, own)
+		res, err := r.handler(hdl, own)
 		endRun(span, err)
 		done <- outcome{res, err}
 	}()
@@ -218,6 +306,11 @@ func (r *run) execute() {
 				deadline.Reset(r.untilLeaseLost())
 			}
 			renew.Reset(r.nextRenewal())
+		case <-timesUp.C():
+			if hctx.Err() == nil {
+				r.stoppedBy = by
+			}
+			dcancel(context.DeadlineExceeded)
 		case <-deadline.C():
 			// No renewal got through in time: by S3 time another worker may
 			// take the task over soon, so this one stops first.
@@ -420,6 +513,11 @@ func (r *run) commit(o outcome, cause error) {
 			if err := t.Release(r.claimID, r.release, now); err != nil {
 				return err
 			}
+			if r.missed && t.Status == task.Pending {
+				if err := t.MissDeadline(now); err != nil {
+					return err
+				}
+			}
 			kind = failedKind(t, true)
 			if kind == "snoozed" {
 				kind = "released"
@@ -428,6 +526,30 @@ func (r *run) commit(o outcome, cause error) {
 		case errors.Is(cause, ErrShutdown) && o.err != nil:
 			kind = "released"
 			return t.Release(r.claimID, "worker shut down", now)
+		case o.err != nil && r.stoppedBy != "":
+			// The handler's time ran out and it returned an error: the
+			// attempt timed out (retried by the policy), or the deadline
+			// stopped it (dead: a retry would start after it).
+			detail := o.err.Error()
+			if detail == context.DeadlineExceeded.Error() {
+				detail = "" // the context's own error says nothing more
+			}
+			if r.stoppedBy == stoppedByDeadline {
+				if err := t.FailPastDeadline(r.claimID, detail, now); err != nil {
+					return err
+				}
+				kind = failedKind(t, false)
+				return nil
+			}
+			msg := "timed out after " + t.Timeout.D().String()
+			if detail != "" {
+				msg += ": " + detail
+			}
+			if err := t.Fail(r.claimID, msg, IsPermanent(o.err), now, rnd.Keyed(r.claimID)); err != nil {
+				return err
+			}
+			kind = failedKind(t, false)
+			return nil
 		case o.err == nil && errors.Is(resErr, errStoreResult):
 			// The result object could not be written: a failed attempt,
 			// retried as any other.

@@ -43,7 +43,13 @@ import (
 // nil) or an error: a plain error is a failed attempt (retried by policy),
 // Permanent(err) dead-letters the task, RetryAfter(d, err) runs it again
 // later without using an attempt. ctx is canceled when the lease is lost,
-// the task is canceled, or the worker shuts down (context.Cause says which).
+// the task is canceled, or the worker shuts down (context.Cause says which);
+// it ends with context.DeadlineExceeded at the attempt's start plus the
+// task's timeout, or at the task's deadline when that comes first
+// (ctx.Deadline says when). An error returned after the timeout fails the
+// attempt as "timed out after D" (retried by policy); after the deadline it
+// ends the task dead. The lease is renewed until the handler returns, even
+// past its timeout (docs/lifecycle.md, Deadlines).
 // It carries the attempt's span, s3queue.run, in the trace of the task's
 // submit: spans started from it are its children (docs/tracing.md).
 type Handler func(ctx context.Context, t *task.Task) (json.RawMessage, error)

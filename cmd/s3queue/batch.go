@@ -32,6 +32,7 @@ type batchLine struct {
 	Input          json.RawMessage `json:"input"`
 	Delay          *string         `json:"delay"`
 	At             *string         `json:"at"`
+	Deadline       *string         `json:"deadline"`
 	MaxAttempts    *int            `json:"max_attempts"`
 	Timeout        *string         `json:"timeout"`
 	IdempotencyKey string          `json:"idempotency_key"`
@@ -98,6 +99,13 @@ func parseLine(line []byte, d batchDefaults) (s3queue.Request, error) {
 			return r, fmt.Errorf(`"delay" %q: want a Go duration like "90s" or "1h", not negative`, *l.Delay)
 		}
 		o.RunAt, o.Delay = time.Time{}, d
+	}
+	if l.Deadline != nil {
+		at, in, err := parseDeadline(*l.Deadline)
+		if err != nil {
+			return r, fmt.Errorf(`"deadline" %v`, err)
+		}
+		o.Deadline, o.DeadlineIn = at, in
 	}
 	if l.MaxAttempts != nil {
 		if *l.MaxAttempts <= 0 {

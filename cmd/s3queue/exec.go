@@ -50,10 +50,6 @@ type execHandler struct {
 }
 
 func (h execHandler) handle(ctx context.Context, t *task.Task) (json.RawMessage, error) {
-	timeout := t.Timeout.D()
-	if timeout <= 0 {
-		timeout = task.DefaultTimeout
-	}
 	cmd := exec.Command("/bin/sh", "-c", h.command)
 	cmd.Stdin = bytes.NewReader(t.Input)
 	limit := h.max
@@ -97,16 +93,18 @@ func (h execHandler) handle(ctx context.Context, t *task.Task) (json.RawMessage,
 	waited := make(chan error, 1)
 	go func() { waited <- cmd.Wait() }()
 
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
+	// The worker ends ctx at the task's timeout, or at its deadline when
+	// that comes first, and records which in the task's last error ("timed
+	// out after 30s: command killed", "deadline passed at ... while
+	// running: command killed").
 	var err, stopped error
 	select {
 	case err = <-waited:
-	case <-timer.C:
-		stopped = fmt.Errorf("command killed after the task's timeout of %v", timeout)
-		err = stop(cmd, waited)
 	case <-ctx.Done():
 		stopped = fmt.Errorf("command stopped: %w", context.Cause(ctx))
+		if errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
+			stopped = errors.New("command killed")
+		}
 		err = stop(cmd, waited)
 	}
 	if errors.Is(err, exec.ErrWaitDelay) {

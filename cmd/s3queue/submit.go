@@ -33,13 +33,13 @@ var submitCommand = &command{
 	summary: "submit a task and print its id (or one task per JSON line with --batch)",
 	examples: []string{
 		`s3queue submit --type resize --input '{"url": "https://example.com/a.png"}'`,
-		"s3queue submit --type resize --input-file job.json --priority high --wait --wait-timeout 5m",
+		"s3queue submit --type resize --input-file job.json --priority high --deadline 10m --wait --wait-timeout 5m",
 		`s3queue submit --type report --input '{"day": "2026-01-02"}' --unique --unique-for 1h`,
 	},
 	details: "The input must be JSON (at most 256 KiB once compacted); it is checked before the store is\n" +
 		"opened, so bad input writes nothing (exit 2). Defaults come from [submit] in queue.toml.\n" +
 		"--batch FILE|- submits one task per JSON line, {\"type\": ..., \"input\": ..., \"delay\": ...,\n" +
-		"\"at\": ..., \"max_attempts\": ..., \"timeout\": ..., \"idempotency_key\": ..., \"unique\": true,\n" +
+		"\"at\": ..., \"deadline\": ..., \"max_attempts\": ..., \"timeout\": ..., \"idempotency_key\": ..., \"unique\": true,\n" +
 		"\"unique_for\": \"1h\", \"key\": ..., \"after\": [ID, ...], \"on_dep_failure\": ..., \"priority\": ...}, through a\n" +
 		"bounded submitter ([producer] in queue.toml); the flags give the lines' defaults. It prints \"LINE ID\" or \"LINE error: MESSAGE\"\n" +
 		"per line as each finishes, and exits 1 if any line failed (2 if the only failures were\n" +
@@ -52,6 +52,9 @@ var submitCommand = &command{
 		"the same with a key derived from --type and the input (as Asynq's Unique). The key stays taken\n" +
 		"until retention deletes its task, or with --unique-for DUR (1s..720h) until DUR after its\n" +
 		"first submit (S3 time); then the next submit creates a new task. See docs/scheduling.md.\n" +
+		"--deadline RFC3339|DURATION: the task is not started after this S3 time (a duration: this long\n" +
+		"after the submit); a worker that finds it later ends it dead, and a command still running then\n" +
+		"is killed (the task is dead, not retried). See docs/lifecycle.md.\n" +
 		"--wait waits for the task to finish, as 's3queue wait' does: it prints the id at once, then\n" +
 		"the outcome line (--json: the outcome as a one-element array instead of both), and exits 0\n" +
 		"(succeeded), 6 (dead), 7 (canceled) or 8 (--wait-timeout passed first). --timeout is the\n" +
@@ -59,6 +62,7 @@ var submitCommand = &command{
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		var (
 			typ, input, inputFile, at, idemKey, shardKey, batch string
+			deadline                                            string
 			delay, timeout                                      time.Duration
 			maxAttempts                                         int
 			after                                               idList
@@ -75,8 +79,9 @@ var submitCommand = &command{
 		fs.StringVar(&inputFile, "input-file", "", "read the JSON input from `path` (- for stdin)")
 		fs.DurationVar(&delay, "delay", 0, "make the task available after this `duration`")
 		fs.StringVar(&at, "at", "", "make the task available at this RFC 3339 `time` (S3 time)")
+		fs.StringVar(&deadline, "deadline", "", "do not start the task after this RFC 3339 `time|duration` (S3 time; a duration is from now); it ends dead")
 		fs.IntVar(&maxAttempts, "max-attempts", 0, "attempts before the task is dead (default [submit] max_attempts, 3)")
-		fs.DurationVar(&timeout, "timeout", 0, "lease of one attempt, 1s..24h; the worker command kills the handler after it (default [submit] timeout, 30s)")
+		fs.DurationVar(&timeout, "timeout", 0, "lease of one attempt, 1s..24h; a handler is stopped after it (default [submit] timeout, 30s)")
 		fs.StringVar(&idemKey, "idempotency-key", "", "a second submit with the same `key` prints the first task's id")
 		fs.BoolVar(&unique, "unique", false, "derive the idempotency key from --type and the input: the same type and input prints the first task's id")
 		fs.DurationVar(&uniqueFor, "unique-for", 0, "with --idempotency-key or --unique: the key stays taken this `duration` (1s..720h) from its first submit, then frees for a new task (default: until retention deletes the task)")
@@ -183,6 +188,12 @@ var submitCommand = &command{
 				return usageError("submit: --delay %v must not be negative", delay)
 			default:
 				opts.Delay = delay
+			}
+			if set["deadline"] {
+				var err error
+				if opts.Deadline, opts.DeadlineIn, err = parseDeadline(deadline); err != nil {
+					return usageError("submit: --deadline %v", err)
+				}
 			}
 			if set["batch"] {
 				for _, f := range []string{"input", "input-file", "idempotency-key"} {
@@ -349,4 +360,16 @@ func checkSpec(typ string, input json.RawMessage, opts s3queue.SubmitOptions) er
 		return errors.New(strings.ReplaceAll(err.Error(), " "+id, ""))
 	}
 	return nil
+}
+
+// parseDeadline reads a deadline: an RFC 3339 time (S3 time), or a
+// positive Go duration, from the submit.
+func parseDeadline(s string) (at time.Time, in time.Duration, err error) {
+	if t, err := time.Parse(time.RFC3339, s); err == nil {
+		return t, 0, nil
+	}
+	if d, err := time.ParseDuration(s); err == nil && d > 0 {
+		return time.Time{}, d, nil
+	}
+	return time.Time{}, 0, fmt.Errorf("%q: want an RFC 3339 time like 2026-01-02T15:04:05Z or a positive duration like 90s or 2h", s)
 }

@@ -240,6 +240,9 @@ func printTask(w io.Writer, t *task.Task) {
 	row("shard", fmt.Sprint(t.Shard))
 	row("created", fmtTime(t.CreatedAt))
 	row("available", fmtTime(t.AvailableAt))
+	if !t.Deadline.IsZero() {
+		row("deadline", fmtTime(t.Deadline))
+	}
 	row("updated", fmtTime(t.UpdatedAt))
 	row("timeout", t.Timeout.String())
 	row("retry", fmt.Sprintf("initial %v, max %v, multiplier %v, jitter %v", t.Retry.InitialDelay, t.Retry.MaxDelay, t.Retry.Multiplier, t.Retry.Jitter))

@@ -159,7 +159,7 @@ func TestWorkerKillsCommandAtTimeout(t *testing.T) {
 		"--exec", "slow=sleep 60 & echo $! > "+pidFile+"; wait")
 	start := time.Now()
 	got := waitTerminal(t, store, id)
-	if got.Status != task.Dead || !strings.Contains(got.LastError, "killed after the task's timeout of 2s") {
+	if got.Status != task.Dead || !strings.HasPrefix(got.LastError, "timed out after 2s: command killed") {
 		t.Errorf("slow: %s, last error %q", got.Status, got.LastError)
 	}
 	if d := time.Since(start); d > 15*time.Second {

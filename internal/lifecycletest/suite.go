@@ -230,19 +230,32 @@ var cases = []struct {
 		}
 	}},
 	{"a long task's lease is renewed and it is never re-dispatched", func(t *testing.T, e *env) {
+		// The work runs 5s of its 6s timeout (its handler's context ends
+		// at the timeout). With a 2s margin the worker would give the
+		// lease up 4s after its claim were it not renewed: it is renewed
+		// every third of the lease (2s), twice before the work ends.
+		cfg := e.workerConfig("w1")
+		cfg.LeaseMargin = 2 * time.Second
+		cfg.MemberTTL = 30 * time.Second
 		mon := e.monitor(monitor.Config{})
-		w := e.startWorker(e.workerConfig("w1"), nil, map[string]worker.Handler{"long": func(ctx context.Context, tk *task.Task) (json.RawMessage, error) {
+		w := e.startWorker(cfg, nil, map[string]worker.Handler{"long": func(ctx context.Context, tk *task.Task) (json.RawMessage, error) {
 			select {
-			case <-time.After(3500 * time.Millisecond): // the work itself: 3.5 leases long
+			case <-time.After(5 * time.Second): // the work itself
 				return json.RawMessage(`"done"`), nil
 			case <-ctx.Done():
 				return nil, context.Cause(ctx)
 			}
 		}})
-		id := e.submit("long", nil, producer.Options{Timeout: time.Second})
+		id := e.submit("long", nil, producer.Options{Timeout: 6 * time.Second})
 		got := e.waitStatus(id, task.Succeeded, 30*time.Second, nil)
 		if got.Attempt != 1 || mon.Stats().Redispatched != 0 || w.Stats().LeaseLost != 0 {
 			t.Fatalf("attempt %d, re-dispatched %d, leases lost %d: want 1, 0, 0", got.Attempt, mon.Stats().Redispatched, w.Stats().LeaseLost)
+		}
+		if n := w.Stats().Renewed; n < 2 {
+			t.Fatalf("%d lease renewals, want at least 2 (the lease would have been given up 4s after the claim)", n)
+		}
+		if n := e.executions(id); n != 1 {
+			t.Fatalf("the long task ran %d times, want once", n)
 		}
 	}},
 	{"cancel: a pending task at once, a running one through its handler's context", func(t *testing.T, e *env) {
@@ -259,7 +272,10 @@ var cases = []struct {
 			causes <- context.Cause(ctx)
 			return nil, context.Cause(ctx)
 		}})
-		running := e.submit("wait", nil, producer.Options{Timeout: time.Second})
+		// A timeout long next to the renewals (every third of it) that
+		// bring the cancel request: the handler's context would end at
+		// the timeout.
+		running := e.submit("wait", nil, producer.Options{Timeout: 10 * time.Second})
 		e.waitStarted(running, 30*time.Second)
 		if requested, err := e.prod.Cancel(e.ctx, running); err != nil || !requested {
 			t.Fatalf("cancel running: requested=%v err=%v", requested, err)
@@ -350,11 +366,17 @@ var cases = []struct {
 	{"several monitors re-dispatch each expired task exactly once", func(t *testing.T, e *env) {
 		faulty := s3store.NewFaults(e.st)
 		started := make(chan struct{}, 10)
+		release := make(chan struct{})
 		e.startWorker(e.workerConfig("doomed"), faulty, map[string]worker.Handler{"job": func(ctx context.Context, _ *task.Task) (json.RawMessage, error) {
+			// Wedged until the test ends, its context ignored: its
+			// context ends at the 1s timeout, and an outcome written
+			// before the worker is cut off would leave the monitors
+			// nothing to re-dispatch.
 			started <- struct{}{}
-			<-ctx.Done()
+			<-release
 			return nil, context.Cause(ctx)
 		}})
+		t.Cleanup(func() { close(release) }) // before the worker's cleanup: it waits for its handlers
 		var ids []string
 		for i := 0; i < 3; i++ {
 			ids = append(ids, e.submit("job", nil, producer.Options{Timeout: time.Second, MaxAttempts: 5}))

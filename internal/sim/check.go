@@ -62,6 +62,7 @@ const (
 	InvSlotOne      = "a slot runs one task at a time"                   // never two tasks of one slot key running at once
 	InvSlotAdvance  = "a slot advances only after its holder ended"      // a waiting task is granted its slot only once the tasks granted before it ended
 	InvSlotStuck    = "no slot task is stuck"                            // at the end, no task waits for a slot whose other tasks all ended
+	InvDeadline     = "no handler starts after its task's deadline"      // not later than deadlineSlack after it; and no task is left pending or running past it
 	// Direct dispatch (see checkDirect).
 	InvWorkerLease     = "one holder per worker lease"               // a worker's lease changes holder only after the last holder's expiry
 	InvLeaseStops      = "a worker without its lease claims nothing" // no claim lands long after its worker's own lease expired
@@ -93,6 +94,12 @@ type taskState struct {
 	// unblocked counts its moves from blocked to pending.
 	unblocked int
 }
+
+// deadlineSlack is how long after its deadline a handler may still start:
+// a worker starts a task unless the earliest S3 time its clock allows is
+// past the deadline, and that reading trails S3 time by the clock's
+// uncertainty (S3's 1-second Date, and the round trip of its sample).
+const deadlineSlack = 3 * time.Second
 
 // check runs the checker over the finished run.
 func (w *world) check() Result {
@@ -423,6 +430,9 @@ func (w *world) check() Result {
 				add(InvDepStuck, id, "blocked at the end on %d dependencies that all ended more than %v before", ended, w.opts.Bound)
 			}
 		}
+		if !t.Deadline.IsZero() && (t.Status == task.Pending || t.Status == task.Running) && t.Deadline.Before(end.Add(-w.opts.Bound)) {
+			add(InvDeadline, id, "%s at the end, its deadline %s passed %v before", t.Status, t.Deadline.Format("15:04:05"), end.Sub(t.Deadline).Round(time.Second))
+		}
 		switch {
 		case t.Status == task.Pending && t.AvailableAt.Before(end.Add(-w.opts.Bound)):
 			add(InvLiveness, id, "pending and due since %s, %v before the end", t.AvailableAt.Format("15:04:05"), end.Sub(t.AvailableAt).Round(time.Second))
@@ -445,6 +455,13 @@ func (w *world) check() Result {
 		if err1 == nil && err2 == nil && prev.Status == task.Running && next.Status != task.Running && prev.Claim != nil && e.Proc == prev.Claim.Worker {
 			settled[prev.Claim.ID] = true
 		}
+		if err1 == nil && err2 == nil && prev.Status != task.Dead && next.Status == task.Dead && strings.Contains(next.LastError, "deadline passed at ") {
+			res.DeadlineEnds++
+		}
+		if err1 == nil && err2 == nil && prev.Status == task.Running && next.Status != task.Running && len(next.History) > 0 &&
+			strings.Contains(next.History[len(next.History)-1].Reason, "timed out after ") {
+			res.TimedOut++
+		}
 		if err1 == nil && err2 == nil && prev.Status == task.Running && next.Status == task.Pending && len(next.History) > 0 &&
 			strings.HasPrefix(next.History[len(next.History)-1].Reason, "released") {
 			res.Releases++
@@ -461,7 +478,18 @@ func (w *world) check() Result {
 		if !settled[x.claim] && last[x.id] > i {
 			res.Duplicates++
 		}
-		if x.dead && !x.at.Before(w.quietAt.Add(time.Minute)) {
+		if st := tasks[x.id]; st != nil && st.t != nil && !st.t.Deadline.IsZero() && x.at.After(st.t.Deadline.Add(deadlineSlack)) {
+			add(InvDeadline, x.id, "%s started attempt %d at %s, %v after its deadline %s", x.worker, x.attempt, x.at.Format("15:04:05.000"),
+				x.at.Sub(st.t.Deadline), st.t.Deadline.Format("15:04:05.000"))
+		}
+		// A handler started within the clock's uncertainty of its task's
+		// deadline may find its context ended at once: the deadline
+		// ends it at the latest S3 time the clock allows.
+		nearDeadline := false
+		if st := tasks[x.id]; st != nil && st.t != nil && !st.t.Deadline.IsZero() && x.at.After(st.t.Deadline.Add(-deadlineSlack)) {
+			nearDeadline = true
+		}
+		if x.dead && !nearDeadline && !x.at.Before(w.quietAt.Add(time.Minute)) {
 			add(InvRunnable, x.id, "%s started attempt %d at %s with its context already canceled", x.worker, x.attempt, x.at.Format("15:04:05"))
 		}
 	}
@@ -593,6 +621,12 @@ func badStep(prev, next *task.Task) string {
 			return fmt.Sprintf("claimed without a claim or with attempt %d after %d", next.Attempt, prev.Attempt)
 		}
 	case from == task.Pending && to == task.Canceled:
+	case from == task.Pending && to == task.Dead:
+		// Found past its deadline: ended unstarted (task.MissDeadline).
+		if next.Deadline.IsZero() || !next.UpdatedAt.After(next.Deadline) || next.Attempt != prev.Attempt ||
+			!strings.HasPrefix(next.LastError, "deadline passed at ") {
+			return fmt.Sprintf("pending -> dead at %s with deadline %s (last error %q)", next.UpdatedAt.Format(time.RFC3339Nano), next.Deadline.Format(time.RFC3339Nano), next.LastError)
+		}
 	case from == task.Blocked && (to == task.Canceled || to == task.Dead || to == task.Pending):
 	case from == task.Blocked && to == task.Blocked:
 		// One more dependency settled, or its dependents marked.
@@ -620,6 +654,12 @@ func badStep(prev, next *task.Task) string {
 	case from == task.Running && (to == task.Pending || to.Terminal()):
 		if next.Claim != nil {
 			return fmt.Sprintf("%s but still carries a claim", to)
+		}
+		// A failed attempt (an expired lease too) is not retried after
+		// the task's deadline: it would start past it.
+		if n := len(next.History); to == task.Pending && !next.Deadline.IsZero() && next.AvailableAt.After(next.Deadline) &&
+			n > 0 && strings.HasPrefix(next.History[n-1].Reason, "failed: ") {
+			return fmt.Sprintf("retried at %s, after its deadline %s", next.AvailableAt.Format(time.RFC3339Nano), next.Deadline.Format(time.RFC3339Nano))
 		}
 	case (from == task.Dead || from == task.Canceled) && (to == task.Pending || to == task.Blocked && next.Slot != ""):
 		if next.Attempt != 0 {

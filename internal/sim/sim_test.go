@@ -107,8 +107,8 @@ func TestSimulation(t *testing.T) {
 type summary struct {
 	mu                                            sync.Mutex
 	seeds, failed, tasks, executions, duplicates  int
-	reshards, releases, unblocked                 int
-	schedSeeds, scheduled                         int
+	reshards, releases, unblocked, deadlineEnds   int
+	timedOut, schedSeeds, scheduled               int
 	direct, routed, moved, leaseLosses, takeovers int
 	requests                                      int
 	resultsApart, resultsExpired, orphans         int
@@ -130,6 +130,8 @@ func (s *summary) add(r sim.Result) {
 	s.duplicates += r.Duplicates
 	s.reshards += r.Reshards
 	s.releases += r.Releases
+	s.deadlineEnds += r.DeadlineEnds
+	s.timedOut += r.TimedOut
 	s.unblocked += r.Unblocked
 	if len(r.Plan.Schedules) > 0 {
 		s.schedSeeds++
@@ -165,9 +167,9 @@ func (s *summary) String() string {
 	for _, k := range keys {
 		f = append(f, fmt.Sprintf("%s %d", k, s.faults[k]))
 	}
-	return fmt.Sprintf("SIM seeds %d (with violations %d), tasks acknowledged %d, handler runs %d (duplicates after a lost lease %d), reshards %d, releases %d, unblocked %d, requests served %d, faults: %s; direct dispatch: %d seeds, %d inbox entries, %d moved to the overflow, %d worker leases lost, %d taken over; results: %d stored apart, %d expired, %d orphans collected; schedules: %d seeds, %d ticks with a task",
+	return fmt.Sprintf("SIM seeds %d (with violations %d), tasks acknowledged %d, handler runs %d (duplicates after a lost lease %d), reshards %d, releases %d, unblocked %d, requests served %d, faults: %s; direct dispatch: %d seeds, %d inbox entries, %d moved to the overflow, %d worker leases lost, %d taken over; results: %d stored apart, %d expired, %d orphans collected; schedules: %d seeds, %d ticks with a task; ended by their deadline %d, attempts timed out %d",
 		s.seeds, s.failed, s.tasks, s.executions, s.duplicates, s.reshards, s.releases, s.unblocked, s.requests, strings.Join(f, ", "),
-		s.direct, s.routed, s.moved, s.leaseLosses, s.takeovers, s.resultsApart, s.resultsExpired, s.orphans, s.schedSeeds, s.scheduled)
+		s.direct, s.routed, s.moved, s.leaseLosses, s.takeovers, s.resultsApart, s.resultsExpired, s.orphans, s.schedSeeds, s.scheduled, s.deadlineEnds, s.timedOut)
 }
 
 // A seed replays exactly: two runs of one seed serve the same requests in

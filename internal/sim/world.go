@@ -96,6 +96,9 @@ type Plan struct {
 	// Slots (half the seeds): producers submit tasks with one of three slot
 	// keys, under each admission.
 	Slots bool
+	// Deadlines (a third of the seeds): producers give some tasks a
+	// deadline a few seconds to a couple of minutes after the submit.
+	Deadlines bool
 	// Queue (half the seeds): the workers' dispatch queue claims ahead
 	// under a load-shedding policy, with a small depth, so that pending
 	// tasks are dropped, released at shutdown, canceled and renewed while
@@ -194,6 +197,9 @@ func (p Plan) String() string {
 	if p.Slots {
 		s += ", slots"
 	}
+	if p.Deadlines {
+		s += ", deadlines"
+	}
 	if p.Queue.Policy != "" {
 		s += fmt.Sprintf(", queue %s depth %d crash %s", p.Queue.Policy, p.Queue.Depth, p.Queue.Crash)
 	}
@@ -243,7 +249,13 @@ type Result struct {
 	Executions int // handler runs
 	Duplicates int // handler runs whose claim was lost (no outcome of its own) before the task ran again
 	Releases   int // claimed tasks handed back unfinished (shutdown, dropped from pending)
-	Unblocked  int // tasks whose dependencies all succeeded, moved from blocked to pending
+	// DeadlineEnds counts tasks ended dead by their deadline (unstarted,
+	// stopped while running, or a retry due after it).
+	DeadlineEnds int
+	// TimedOut counts attempts whose handler returned an error after its
+	// context ended at the task's timeout.
+	TimedOut  int
+	Unblocked int // tasks whose dependencies all succeeded, moved from blocked to pending
 	// ResultsApart counts commits that referenced a result stored apart,
 	// ResultsExpired results dropped by the result TTL, OrphansCollected
 	// result objects never referenced that a monitor deleted (results
@@ -496,6 +508,7 @@ func planLayout(plan *Plan, opts Options) {
 	plan.Direct = rand.New(rand.NewPCG(plan.Seed, 0xd12ec7)).IntN(3) == 0
 	plan.Deps = rand.New(rand.NewPCG(plan.Seed, 0xdeb5)).IntN(2) == 0
 	plan.Slots = rand.New(rand.NewPCG(plan.Seed, 0x5107)).IntN(2) == 0
+	plan.Deadlines = rand.New(rand.NewPCG(plan.Seed, 0xdead1e)).IntN(3) == 0
 	rng = rand.New(rand.NewPCG(plan.Seed, 0xd15fa7))
 	if rng.IntN(2) == 0 {
 		policies := []worker.QueuePolicy{worker.Reject, worker.DropLatest, worker.DropOldest, worker.DropOldest}
@@ -778,8 +791,16 @@ func (w *world) handler(workerName string) worker.Handler {
 			return nil, worker.Permanent(errors.New("the handler failed for good"))
 		case p < 87:
 			return nil, worker.RetryAfter(2*time.Second, errors.New("not now"))
+		case p < 90:
+			// Most of its timeout, longer than its lease without a
+			// renewal: renewals must keep it.
+			if err := sleep(t.Timeout.D() - t.Timeout.D()/10); err != nil {
+				return nil, err
+			}
+			return nil, nil
 		case p < 93:
-			// Longer than any lease: renewals must keep it.
+			// Past any timeout: its context ends it, and the attempt
+			// fails as timed out.
 			if err := sleep(45 * time.Second); err != nil {
 				return nil, err
 			}
@@ -802,7 +823,10 @@ func (w *world) produce(i int) {
 	end := time.Now().Add(w.opts.Chaos)
 	// Dependencies draw from a source of their own, so that seeds without
 	// them run as before they existed.
-	var drng, srng *rand.Rand
+	var drng, srng, lrng *rand.Rand
+	if w.plan.Deadlines {
+		lrng = rand.New(rand.NewPCG(w.plan.Seed, uint64(0xdead1e00+i)))
+	}
 	if w.plan.Deps {
 		drng = rand.New(rand.NewPCG(w.plan.Seed, uint64(0xdeb500+i)))
 	}
@@ -825,7 +849,7 @@ func (w *world) produce(i int) {
 					continue
 				}
 			}
-			w.act(ctx, p, prod, rng, drng, srng, prng, j)
+			w.act(ctx, p, prod, rng, drng, srng, prng, lrng, j)
 		}
 	})
 	<-p.done
@@ -875,11 +899,11 @@ func (w *world) burst() {
 }
 
 // submitLong submits one task of a burst: a long one, all of whose
-// attempts run 8 minutes and succeed.
+// attempts run 8 minutes, within their timeout, and succeed.
 func (w *world) submitLong(ctx context.Context, p *proc, prod *producer.Producer, k int) {
 	o := op{proc: p.name, kind: "submit"}
 	o.from = w.logLen()
-	o.id, o.err = prod.Submit(ctx, taskType, json.RawMessage(fmt.Sprintf(`{"long":%d}`, k)), producer.Options{Timeout: 10 * time.Second})
+	o.id, o.err = prod.Submit(ctx, taskType, json.RawMessage(fmt.Sprintf(`{"long":%d}`, k)), producer.Options{Timeout: 10 * time.Minute})
 	o.to = w.logLen()
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -890,7 +914,7 @@ func (w *world) submitLong(ctx context.Context, p *proc, prod *producer.Producer
 }
 
 // act makes one producer call and records what the producer was told.
-func (w *world) act(ctx context.Context, p *proc, prod *producer.Producer, rng, drng, srng, prng *rand.Rand, j int) {
+func (w *world) act(ctx context.Context, p *proc, prod *producer.Producer, rng, drng, srng, prng, lrng *rand.Rand, j int) {
 	o := op{proc: p.name}
 	o.from = w.logLen()
 	defer func() {
@@ -930,6 +954,11 @@ func (w *world) act(ctx context.Context, p *proc, prod *producer.Producer, rng, 
 			opts.Admission = []string{"queue", "queue", "replace", "drop-if-running"}[srng.IntN(4)]
 		}
 		opts.Priority = priorityOf(prng)
+		if lrng != nil && lrng.IntN(2) == 0 {
+			// Its deadline may come before it is due, while it waits,
+			// runs or retries, or never matter.
+			opts.DeadlineIn = opts.Delay + time.Duration(1+lrng.IntN(120))*time.Second
+		}
 		o.id, o.err = prod.Submit(ctx, taskType, json.RawMessage(input), opts)
 		if o.err == nil {
 			w.mu.Lock()

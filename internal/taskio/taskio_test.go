@@ -90,6 +90,15 @@ func TestWritesKeepTheSizeHint(t *testing.T) {
 			t.Fatal(err)
 		}
 		update(v, "canceled")
+		// A deadline: its field and the dead write that ends the task
+		// unstarted keep the hint too.
+		v = newTask(n, "l")
+		v.Task.Deadline = now.Add(time.Duration(n) * time.Millisecond)
+		v = update(v, "with a deadline")
+		if err := v.Task.MissDeadline(now.Add(time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		update(v, "past its deadline")
 	}
 }
 
