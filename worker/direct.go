@@ -74,6 +74,11 @@ type inbox struct {
 	lastWork time.Time // local time the inbox last had work, or a handler ran
 
 	scavenge time.Time // local time of the next overflow scavenge
+	// owed: the last scavenge found no free slot, or the whole queue
+	// paused, and listed no overflow; the first step with a slot free
+	// (and the queue not paused) lists it, before the shards take the
+	// slot (scavengeOverflow).
+	owed bool
 
 	// The hand-on of a full worker's backlog (handOnInbox): the workers'
 	// leases as this one last read them, when it looks next, and the
@@ -215,6 +220,11 @@ func (w *Worker) stepInbox(ctx context.Context) time.Duration {
 		if !w.renewOwnLease(ctx) {
 			return time.Hour
 		}
+	}
+	if d.owed && now.Before(d.scavenge) {
+		// A scavenge found no slot: the first one free lists the
+		// overflow, ahead of the inbox and the shards.
+		w.scavengeOverflow(ctx, now)
 	}
 	bell := !d.asleepAt.IsZero() && clock.Since(w.local, d.asleepAt) >= w.cfg.DiscoveryTTL+w.cfg.AwakeGrace
 	switch {
@@ -492,6 +502,25 @@ func (w *Worker) scavenge(ctx context.Context, now time.Time) {
 			w.emit(Event{Kind: events.InboxRecovered, Shard: -1, Key: direct.Inbox(id)})
 		}
 	}
+	w.scavengeOverflow(ctx, now)
+}
+
+// scavengeOverflow claims from the overflow what the free slots take, or,
+// with none free or the whole queue paused, owes the listing to the first
+// step that has a slot (stepInbox does that before it lists the inbox, and
+// before the shards are polled, so a freed slot goes to the overflow first). Without that, a worker kept full by
+// its shards at every scavenge, as one is by the monitor's repair of the
+// very tasks whose entries a pause left in the overflow, would never list
+// it again: the entries of tasks run since stay for ever, and those still
+// pending wait for the monitor's repair. It lists the overflow at most once
+// per scavenge, as before: a LIST skipped is only delayed.
+func (w *Worker) scavengeOverflow(ctx context.Context, now time.Time) {
+	d := w.direct
+	if w.free() == 0 || w.pausedAll() {
+		d.owed = true
+		return
+	}
+	d.owed = false
 	var held []shards.Candidate
 	var at time.Time
 	var capped bool

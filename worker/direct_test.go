@@ -704,3 +704,73 @@ func TestABusyWorkerHandsItsInboxOn(t *testing.T) {
 		}
 	})
 }
+
+// A scavenge that finds every slot taken owes its listing of the overflow
+// to the first slot that frees: a worker kept full by its shards at every
+// scavenge still claims what the overflow holds (the simulator's seed
+// 320065: a pause left a dead worker's inbox in the overflow, the
+// monitor's repair announced those tasks in the shards, and the one
+// worker, full at every scavenge, never listed the overflow again; the
+// entries stayed to the end).
+func TestAFullWorkerStillScavengesTheOverflow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := mem.New()
+		f := newFleet(t, st, 1)
+		p := f.directProducer(st) // no worker yet: the backlog takes the shared path
+		var backlog []string
+		for range 12 {
+			backlog = append(backlog, f.submit(p))
+		}
+		// The overflow's task, dated ten minutes ago (below the shard
+		// scan's cursor): only its overflow entry finds it.
+		at := time.Now().Add(-10 * time.Minute)
+		id, err := task.NewID(at, rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tk, err := task.New(id, task.ShardFor(id, 1), task.Spec{Type: "job", AvailableAt: at}, at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := taskio.Create(f.ctx, st, clock.System(), tk); err != nil {
+			t.Fatal(err)
+		}
+		var mu sync.Mutex
+		var order []string
+		started := make(chan struct{}, 100)
+		cfg := f.directWorker("a")
+		cfg.Concurrency = 1
+		cfg.OverflowScavengeInterval = 3 * time.Second
+		f.start(cfg, nil, func(ctx context.Context, t *task.Task) (json.RawMessage, error) {
+			mu.Lock()
+			order = append(order, t.ID)
+			mu.Unlock()
+			started <- struct{}{}
+			if t.ID != id {
+				time.Sleep(1300 * time.Millisecond) // the slot stays taken across each scavenge
+			}
+			return nil, nil
+		})
+		<-started // full from now on, while the backlog lasts
+		if _, err := st.Put(f.ctx, direct.OverflowKey(direct.Bucket(at), id, tk.Shard), nil, s3store.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		// The backlog takes 12 × 1.3 s; without the owed listing the
+		// overflow's task ran 13th, after it.
+		waitFor(t, "every task to succeed", time.Minute, func() bool {
+			for _, x := range append(backlog, id) {
+				if tk, err := p.Get(f.ctx, x); err != nil || tk.Status != task.Succeeded {
+					return false
+				}
+			}
+			return true
+		})
+		mu.Lock()
+		pos := slices.Index(order, id)
+		mu.Unlock()
+		if pos < 0 || pos > 4 {
+			t.Errorf("the overflow's task ran %dth of %d, want within the first 5 (at the first slot freed after a scavenge)", pos+1, len(backlog)+1)
+		}
+		waitFor(t, "the overflow to empty", 10*time.Second, func() bool { return len(keysUnder(t, st, direct.OverflowPrefix)) == 0 })
+	})
+}
