@@ -134,6 +134,11 @@ func (w *Worker) load(ctx context.Context, a *attempt, counts []int) {
 // claimBatch claims the candidates of batch, which are no more than the
 // free slots, and reports how many it claimed.
 func (w *Worker) claimBatch(ctx context.Context, s settler, batch []shards.Candidate, iv clock.Interval, seen map[string]time.Time) (claimed int) {
+	if !w.ownLeaseHeld(ctx) {
+		// Under direct dispatch, a worker without its own lease claims
+		// nothing (the candidates stay unsettled, for the next listing).
+		return 0
+	}
 	as := make([]attempt, len(batch))
 	var counts []int
 	for i, c := range batch {

@@ -181,6 +181,31 @@ func (w *Worker) renewOwnLease(ctx context.Context) bool {
 	return false
 }
 
+// ownLeaseHeld reports whether the worker may claim now: always in the
+// shared mode; under direct dispatch only while its own lease is
+// certainly held by S3 time (lease.Held, with lease_margin). A scheduler
+// held up by slow requests (a scavenge whose listing and lease reads each
+// took half a minute) can find its lease past that point with its next
+// renewal not yet due in its step: it renews first (a takeover or a
+// failed renewal loses the lease, and the worker stops), and claims only
+// if the lease is held again. Requests while the lease is held: none (the
+// clock's reading rides on the last response).
+func (w *Worker) ownLeaseHeld(ctx context.Context) bool {
+	d := w.direct
+	if d == nil {
+		return true
+	}
+	select {
+	case <-d.lost:
+		return false
+	default:
+	}
+	if d.lease.Valid(ctx) {
+		return true
+	}
+	return w.renewOwnLease(ctx) && d.lease.Valid(ctx)
+}
+
 // loseLease stops the worker at once: its handlers are canceled, and Run
 // returns cause.
 func (w *Worker) loseLease(cause error) {

@@ -18,6 +18,7 @@ import (
 	"github.com/s3queue/s3queue/internal/direct"
 	"github.com/s3queue/s3queue/internal/events"
 	"github.com/s3queue/s3queue/internal/taskio"
+	"github.com/s3queue/s3queue/lease"
 	"github.com/s3queue/s3queue/monitor"
 	"github.com/s3queue/s3queue/producer"
 	"github.com/s3queue/s3queue/s3store"
@@ -773,4 +774,157 @@ func TestAFullWorkerStillScavengesTheOverflow(t *testing.T) {
 		}
 		waitFor(t, "the overflow to empty", 10*time.Second, func() bool { return len(keysUnder(t, st, direct.OverflowPrefix)) == 0 })
 	})
+}
+
+// stallingLists holds up, once armed, the next LIST under prefix for
+// delay, as a slow store does, and then calls during (if set); and it
+// records, at every claim (a PUT of a task object that makes it running),
+// whether the claimer's own worker lease, as the store holds it then, had
+// expired or was another process's.
+type stallingLists struct {
+	s3store.Store
+	prefix string
+	delay  time.Duration
+	during func()
+	arm    atomic.Bool
+	mu     sync.Mutex
+	holder string // the worker's holder of its lease
+	claims int
+	late   []string
+}
+
+func (s *stallingLists) List(ctx context.Context, prefix string, opts s3store.ListOptions) (s3store.ListPage, error) {
+	if prefix == s.prefix && s.arm.CompareAndSwap(true, false) {
+		time.Sleep(s.delay)
+		if s.during != nil {
+			s.during()
+		}
+	}
+	return s.Store.List(ctx, prefix, opts)
+}
+
+func (s *stallingLists) Put(ctx context.Context, key string, body []byte, opts s3store.PutOptions) (string, error) {
+	if strings.HasPrefix(key, "tasks/") && strings.HasSuffix(key, ".json") {
+		if tk, err := task.Decode(body); err == nil && tk.Status == task.Running && tk.Claim != nil {
+			info, err := lease.Peek(ctx, s.Store, direct.LeaseKey(tk.Claim.Worker))
+			s.mu.Lock()
+			s.claims++
+			if err != nil || !time.Now().Before(info.ExpiresAt) || info.Holder != s.holder {
+				s.late = append(s.late, fmt.Sprintf("%s claimed %s at %s, its lease held by %s until %s (%v)",
+					tk.Claim.Worker, tk.ID, time.Now().Format("15:04:05.000"), info.Holder, info.ExpiresAt.Format("15:04:05.000"), err))
+			}
+			s.mu.Unlock()
+		}
+	}
+	return s.Store.Put(ctx, key, body, opts)
+}
+
+// A worker whose scheduler stalled on a slow request past its own lease's
+// expiry claims nothing until it has renewed the lease: it renews first
+// and claims, or, if another process took the name meanwhile, claims
+// nothing and stops (the simulator's seed 300177: a scavenge held up 32 s
+// and 30 s by two delayed requests moved the worker's own inbox to the
+// overflow and claimed three tasks from it 1m39s after its lease had
+// expired, then renewed).
+func TestAWorkerThatStalledPastItsLeaseRenewsBeforeItClaims(t *testing.T) {
+	for _, takenOver := range []bool{false, true} {
+		name := "the name still its own"
+		if takenOver {
+			name = "the name taken over"
+		}
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) { stallPastTheLease(t, takenOver) })
+		})
+	}
+}
+
+func stallPastTheLease(t *testing.T, takenOver bool) {
+	st := &stallingLists{Store: mem.New(), prefix: direct.WorkersPrefix}
+	f := newFleet(t, st, 1)
+	cfg := f.directWorker("a")
+	cfg.LeaseDuration, cfg.LeaseRenewalInterval = 3*time.Second, time.Second
+	cfg.OverflowScavengeInterval = 2 * time.Second
+	cfg.SleepAfter = time.Hour // awake: an asleep worker's lease lasts three times longer
+	var lost atomic.Bool
+	cfg.OnEvent = func(e worker.Event) {
+		if e.Kind == events.WorkerLeaseLost {
+			lost.Store(true)
+		}
+	}
+	st.delay = 2 * cfg.LeaseDuration
+	if takenOver {
+		// Another process started as "a" once the lease expired.
+		st.during = func() {
+			l := lease.New(st.Store, clock.New(st.Store, clock.Config{}), direct.LeaseKey("a"), "a#other",
+				lease.Config{TTL: time.Minute, Margin: cfg.LeaseMargin})
+			if err := l.Acquire(f.ctx); err != nil {
+				t.Errorf("take the expired lease over: %v", err)
+			}
+		}
+	}
+	w, err := worker.New(f.ctx, st, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := lease.Peek(f.ctx, st, direct.LeaseKey("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.holder = info.Holder
+	ran := make(chan string, 1)
+	w.Handle("job", func(_ context.Context, tk *task.Task) (json.RawMessage, error) {
+		ran <- tk.ID
+		return nil, nil
+	})
+	w.StepInbox(f.ctx) // the first renewal: the lease names "job"
+	// A task found only in the overflow.
+	at := time.Now()
+	id, err := task.NewID(at, rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk, err := task.New(id, task.ShardFor(id, 1), task.Spec{Type: "job", AvailableAt: at}, at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := taskio.Create(f.ctx, st, clock.System(), tk); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Put(f.ctx, direct.OverflowKey(direct.Bucket(at), id, tk.Shard), nil, s3store.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The scavenge is due: its LIST of workers/ is held up twice the
+	// lease's duration, and the overflow's listing comes after it.
+	time.Sleep(cfg.OverflowScavengeInterval)
+	st.arm.Store(true)
+	w.StepInbox(f.ctx)
+	if st.arm.Load() {
+		t.Fatal("the step made no scavenge")
+	}
+	if takenOver {
+		if !lost.Load() {
+			t.Error("the worker did not lose its lease to the process that took the name")
+		}
+	} else {
+		select {
+		case got := <-ran:
+			if got != id {
+				t.Fatalf("ran %s, want the overflow's task %s", got, id)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the overflow's task did not run")
+		}
+		if lost.Load() {
+			t.Error("the worker lost a lease nobody took over")
+		}
+	}
+	w.Wait()
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if !takenOver && st.claims == 0 {
+		t.Fatal("no claim was made")
+	}
+	for _, l := range st.late {
+		t.Errorf("a claim without the lease: %s", l)
+	}
 }
