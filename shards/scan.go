@@ -134,6 +134,17 @@ func (s *Scan) Next(ctx context.Context, st s3store.Store, now time.Time, max in
 	if !now.Before(s.lagged.Add(s.Lag)) {
 		start, s.lagged = s.cursor.Add(-2*s.Lag), now
 	}
+	// A candidate left unsettled behind the cursor (one that landed late,
+	// found by a scan that started behind it and not handed out, or handed
+	// out and not settled) is listed again by the next listing, not by the
+	// next scan behind the cursor a Lag later: that scan hands out a
+	// listing's worth, and with slots free (the others held for a rate
+	// limit's window) the rest of what it found must not wait a Lag each.
+	for _, at := range s.unsettled {
+		if at.Before(start) {
+			start = at
+		}
+	}
 	after := TasksPrefix(s.Shard) + lowID(start)
 	l := listing{after: after}
 	if len(s.unsettled) > 0 {

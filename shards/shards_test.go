@@ -222,6 +222,45 @@ func TestScanCursorWaitsForUnsettledCandidates(t *testing.T) {
 	}
 }
 
+// Keys that land behind the cursor are found by the scan that starts
+// behind it (once per Lag); those it leaves out of its hand-out are
+// listed again by the very next scan, not a Lag later.
+func TestScanListsAgainWhatItLeftBehindTheCursor(t *testing.T) {
+	ctx := context.Background()
+	st := mem.New()
+	now := time.Now()
+	mk := func(at time.Time, r string) string {
+		id, _ := task.NewID(at, strings.NewReader(strings.Repeat(r, 16)))
+		st.Put(ctx, task.Key(0, id), []byte("{}"), s3store.PutOptions{})
+		return id
+	}
+	first := mk(now.Add(-time.Second), "z")
+	s := shards.NewScan(0, now.Add(-time.Minute), 5*time.Second)
+	c, _ := s.Next(ctx, st, now, 10)
+	if len(c) != 1 || c[0].ID != first {
+		t.Fatalf("first scan: %+v", c)
+	}
+	s.Seen(c[0], c[0].ETag) // the cursor passes it
+	var late []string
+	for _, r := range "abcdef" {
+		late = append(late, mk(now.Add(-3*time.Second), string(r)))
+	}
+	if c, _ = s.Next(ctx, st, now, 10); len(c) != 0 {
+		t.Fatalf("a scan from the cursor handed out %d keys behind it", len(c))
+	}
+	now = now.Add(5 * time.Second)
+	if c, _ = s.Next(ctx, st, now, 4); len(c) != 4 {
+		t.Fatalf("the scan behind the cursor handed out %d, want 4", len(c))
+	}
+	for _, k := range c {
+		s.Seen(k, k.ETag)
+	}
+	c, _ = s.Next(ctx, st, now.Add(time.Second), 4)
+	if len(c) != 2 || c[0].ID != late[4] || c[1].ID != late[5] {
+		t.Fatalf("the next scan handed out %+v, want the last two late keys (%v)", c, late[4:])
+	}
+}
+
 // ShardFor draws from the cache's source, so a seeded run routes alike.
 func TestFleetCacheShardForDrawsFromRand(t *testing.T) {
 	ctx := context.Background()

@@ -10,7 +10,9 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/s3queue/s3queue/clock"
 	"github.com/s3queue/s3queue/internal/ratelimit"
+	"github.com/s3queue/s3queue/internal/taskio"
 	"github.com/s3queue/s3queue/producer"
 	"github.com/s3queue/s3queue/s3store"
 	"github.com/s3queue/s3queue/s3store/mem"
@@ -240,4 +242,72 @@ func TestRateLimitConfigChecked(t *testing.T) {
 			t.Errorf("%v: error %v, want %q", tc.limits, err, tc.want)
 		}
 	}
+}
+
+// Tasks that landed behind the scan's cursor (ids dated before keys it has
+// already passed: producers' clocks disagree by up to their uncertainty)
+// are found by the next scan that starts behind the cursor, which hands
+// out a listing's worth. When those are rate-limited tasks held for the
+// next window, the slots stay free, and a task of another type found by
+// the same scan but left out of its hand-out is claimed by the next poll,
+// not a scan lag (5 s) later at the next scan behind the cursor.
+func TestALateTaskBehindHeldRateLimitedTasksIsClaimedAtTheNextPoll(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		st := mem.New()
+		cfg := worker.Config{ID: "a", Shards: 1, OwnShards: []int{0}, Concurrency: 8, Logger: quiet,
+			RateLimits: map[string]worker.RateLimit{"api": {N: 1, Interval: time.Hour}}}
+		w, err := worker.New(ctx, st, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := func(context.Context, *task.Task) (json.RawMessage, error) { return nil, nil }
+		w.Handle("api", h)
+		w.Handle("job", h)
+		create := func(typ string, at time.Time, i int) string {
+			t.Helper()
+			id, err := task.NewID(at, strings.NewReader(strings.Repeat(string(rune('a'+i)), 16)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			tk, err := task.New(id, 0, task.Spec{Type: typ, AvailableAt: at}, at)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := taskio.Create(ctx, st, clock.System(), tk); err != nil {
+				t.Fatal(err)
+			}
+			return id
+		}
+		now := time.Now()
+		create("job", now.Add(-time.Second), 0)
+		// The first poll scans behind its cursor and claims the job: the
+		// cursor passes its id.
+		if n, err := w.Poll(ctx); n != 1 || err != nil {
+			t.Fatalf("first poll claimed %d (%v), want the job", n, err)
+		}
+		w.Wait()
+		// Twelve api tasks and a job land behind the cursor; the job's id
+		// sorts after theirs.
+		for i := range 12 {
+			create("api", now.Add(-3*time.Second), 1+i)
+		}
+		late := create("job", now.Add(-2*time.Second), 99)
+		// A scan lag later, a scan starts behind the cursor: it hands out
+		// a listing's worth (9, for 8 free slots), all api tasks: one
+		// claimed on the window's token, the others held.
+		time.Sleep(5 * time.Second) // the default scan_lag
+		if n, err := w.Poll(ctx); n != 1 || err != nil {
+			t.Fatalf("the scan behind the cursor claimed %d (%v), want one api task on the window's token", n, err)
+		}
+		w.Wait()
+		// The next poll, within the scan lag, claims the job.
+		if n, err := w.Poll(ctx); n != 1 || err != nil {
+			t.Fatalf("the next poll claimed %d (%v), want the job left out of the last hand-out: it waits a scan lag for the next scan behind the cursor", n, err)
+		}
+		w.Wait()
+		if got, err := taskio.Load(ctx, st, task.Key(0, late)); err != nil || got.Task.Status != task.Succeeded {
+			t.Fatalf("the late job: %+v, %v", got.Task, err)
+		}
+	})
 }
