@@ -156,14 +156,25 @@ func (d Definition) Compile() (Spec, error) {
 	if strings.TrimSpace(d.Type) == "" {
 		return fail("no task type")
 	}
+	// What task.New would refuse at every tick is refused here, once: a
+	// definition the producer cannot submit would fail each tick forever.
+	if err := task.ValidType(d.Type); err != nil {
+		return fail("%v", err)
+	}
 	if len(d.Input) > 0 && !json.Valid(d.Input) {
 		return fail("input is not valid JSON: %.40q", d.Input)
 	}
 	if d.MaxAttempts < 0 {
 		return fail("max_attempts %d is negative", d.MaxAttempts)
 	}
+	if d.MaxAttempts > task.MaxAttemptsLimit {
+		return fail("max_attempts %d is above %d", d.MaxAttempts, task.MaxAttemptsLimit)
+	}
 	if d.Timeout < 0 {
 		return fail("timeout %v is negative", d.Timeout)
+	}
+	if d.Timeout != 0 && (d.Timeout.D() < task.MinTimeout || d.Timeout.D() > task.MaxTimeout) {
+		return fail("timeout %v outside %v..%v", d.Timeout, task.MinTimeout, task.MaxTimeout)
 	}
 	if c := d.CatchUpMode(); c != CatchUpOne && c != CatchUpNone {
 		return fail("invalid catch_up %q (want %q or %q)", d.CatchUp, CatchUpOne, CatchUpNone)

@@ -43,6 +43,11 @@ func TestValidateNamesTheSchedule(t *testing.T) {
 		{schedule.Definition{Name: "a", Cron: "@hourly"}, `no task type`},
 		{schedule.Definition{Name: "a", Cron: "@hourly", Type: "t", Input: json.RawMessage("{")}, `not valid JSON`},
 		{schedule.Definition{Name: "a", Cron: "@hourly", Type: "t", CatchUp: "all"}, `invalid catch_up "all"`},
+		// What the producer would refuse at every tick is refused at once.
+		{schedule.Definition{Name: "a", Cron: "@hourly", Type: "t", MaxAttempts: 1001}, `max_attempts 1001 is above 1000`},
+		{schedule.Definition{Name: "a", Cron: "@hourly", Type: "t", Timeout: task.Duration(25 * time.Hour)}, `timeout 25h0m0s outside`},
+		{schedule.Definition{Name: "a", Cron: "@hourly", Type: "t", Timeout: task.Duration(time.Millisecond)}, `timeout 1ms outside`},
+		{schedule.Definition{Name: "a", Cron: "@hourly", Type: "a b"}, `may only contain`},
 	} {
 		err := tc.d.Validate()
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
