@@ -173,7 +173,7 @@ func TestReleaseOnDropWithTwoWorkers(t *testing.T) {
 	var held []task.Task
 	waitUntil(t, ctx, "A to swap its pending tasks again and B to run the released ones", time.Minute, func() bool {
 		ts := listCLI(t, ctx, bin, env)
-		held = slices.DeleteFunc(ts, func(tk task.Task) bool { return !slices.Contains(want, tk.ID) })
+		held = slices.DeleteFunc(slices.Clone(ts), func(tk task.Task) bool { return !slices.Contains(want, tk.ID) })
 		return slices.Equal(heldByA(ts), want) && succeeded(ts) == len(ids)-len(want)
 	})
 
