@@ -77,8 +77,10 @@ func TestReleaseOnDropWithTwoWorkers(t *testing.T) {
 	runs := func(name string) string { return filepath.Join(dir, "runs-"+name) }
 	record := `echo "$S3QUEUE_TASK_ID $S3QUEUE_ATTEMPT" >> "$RUNS"; `
 
-	// A: one handler, whose run outlasts the test (exec: the worker's
-	// death signal reaches sleep); two tasks claimed ahead.
+	// A: one handler, whose run lasts until the task's timeout
+	// (releaseTimeout), longer than the steps up to A's kill take (about
+	// 8 s), or until A dies (exec: the worker's death signal reaches
+	// sleep); two tasks claimed ahead.
 	procA := startCLI(t, bin, append(slices.Clone(env), "S3QUEUE_WORKER_ID=A", "RUNS="+runs("A"),
 		"S3QUEUE_WORKER_MAX_IN_FLIGHT=1", "S3QUEUE_WORKER_MAX_QUEUE_DEPTH=2",
 		"S3QUEUE_WORKER_QUEUE_POLICY=drop-oldest", "S3QUEUE_WORKER_POLL_MAX=1s"),
