@@ -35,19 +35,38 @@ import (
 // release, not the expiry, made the task available.
 const releaseTimeout = 30 * time.Second
 
+// idUncertainty bounds how far a task's id time may lie from the S3 time of
+// its submit. A one-shot `s3queue submit` has one sample of S3 time, a Date
+// header of 1 s resolution, and mints its id at the middle of that interval
+// (a second plus a round trip wide): tasks submitted within one S3 second
+// get ids within milliseconds of each other, in no particular order. A task
+// submitted once S3 time is past an id by more than this has a larger id
+// (ARCHITECTURE.md invariant 4).
+const idUncertainty = 2 * time.Second
+
 // TestReleaseOnDropWithTwoWorkers: worker A (one handler that never ends
 // while the test looks, max_queue_depth 2, drop-oldest, poll_max 1s) claims
 // ahead; once its oldest pending task has waited poll_max it claims newer
 // work and releases that task, which worker B (default settings, a fast
-// handler) then runs. A is then killed with SIGKILL while it holds pending
-// tasks, and the monitor brings them back when their leases expire.
+// handler) then runs, long before the released lease could have expired. A
+// is then killed with SIGKILL while it holds pending tasks, and the monitor
+// brings them back when their leases expire.
+//
+// Each step holds by construction, not by timing:
+//   - a batch is submitted only once S3 time (a response's Date) is past the
+//     ids of those before it by more than idUncertainty, so that it is newer
+//     work for A (checked: its ids sort after theirs);
+//   - A swaps its first pending tasks before B runs, and while B runs A swaps
+//     only for tasks of a type B does not run ("solo"): B cannot claim the
+//     new task between A's release and A's claim and leave A a task short.
+//     Only B runs "job"; worker C, started after A's death, runs "solo".
 //
 // Checked from A's --events file and from `s3queue list/get --json`:
-// every dropped pending task was released; each release was followed by a
-// claim long before the released lease could have expired; a released task
-// succeeds with attempt 1 (the release used no attempt); every task ends
-// succeeded exactly once, and none ran twice but the one A was running
-// when it died.
+// exactly the swapped-out pending tasks were dropped, each then released;
+// each release was followed by a claim long before the released lease could
+// have expired; a released task succeeds with attempt 1 (the release used
+// no attempt); every task ends succeeded exactly once, and none ran twice
+// but the one A was running when it died.
 func TestReleaseOnDropWithTwoWorkers(t *testing.T) {
 	q := newMinIOQueue(t, 1, 3*time.Minute)
 	ctx := q.ctx
@@ -58,59 +77,118 @@ func TestReleaseOnDropWithTwoWorkers(t *testing.T) {
 	runs := func(name string) string { return filepath.Join(dir, "runs-"+name) }
 	record := `echo "$S3QUEUE_TASK_ID $S3QUEUE_ATTEMPT" >> "$RUNS"; `
 
-	// A: one handler, whose run outlasts the test (exec: the worker's
-	// death signal reaches sleep); two tasks claimed ahead.
+	// A: one handler, whose run lasts until the task's timeout
+	// (releaseTimeout), longer than the steps up to A's kill take (about
+	// 8 s), or until A dies (exec: the worker's death signal reaches
+	// sleep); two tasks claimed ahead.
 	procA := startCLI(t, bin, append(slices.Clone(env), "S3QUEUE_WORKER_ID=A", "RUNS="+runs("A"),
 		"S3QUEUE_WORKER_MAX_IN_FLIGHT=1", "S3QUEUE_WORKER_MAX_QUEUE_DEPTH=2",
 		"S3QUEUE_WORKER_QUEUE_POLICY=drop-oldest", "S3QUEUE_WORKER_POLL_MAX=1s"),
-		"worker", "--exec", "job="+record+"exec sleep 300", "--events", eventsA)
+		"worker", "--exec", "job="+record+"exec sleep 300", "--exec", "solo="+record+"exec sleep 300", "--events", eventsA)
 
 	var ids []string
-	submit := func(n int) {
-		for range n {
-			ids = append(ids, submitCLI(t, ctx, bin, env, "job", fmt.Sprintf(`{"n":%d}`, len(ids)), releaseTimeout))
+	// submit submits n tasks of typ, newer than every task before them.
+	submit := func(typ string, n int) []string {
+		var last time.Time
+		for _, id := range ids {
+			if at, _ := task.IDTime(id); at.After(last) {
+				last = at
+			}
 		}
+		if len(ids) > 0 {
+			waitUntil(t, ctx, "S3 time to pass the submitted ids", 30*time.Second, func() bool {
+				now, err := q.st.Now(ctx) // the Date of a response: S3 time is at least this
+				if err != nil {
+					t.Fatal(err)
+				}
+				return now.Sub(last) > idUncertainty
+			})
+		}
+		var batch []string
+		for range n {
+			batch = append(batch, submitCLI(t, ctx, bin, env, typ, fmt.Sprintf(`{"n":%d}`, len(ids)+len(batch)), releaseTimeout))
+		}
+		for _, id := range batch {
+			if slices.ContainsFunc(ids, func(old string) bool { return old >= id }) {
+				at, _ := task.IDTime(id)
+				t.Fatalf("task %s (id time %s), submitted after S3 time passed %s by %v, does not sort after every earlier id %v: ids do not follow submit time (invariant 4)",
+					id, at.Format(time.RFC3339Nano), last.Format(time.RFC3339Nano), idUncertainty, ids)
+			}
+		}
+		ids = append(ids, batch...)
+		return batch
 	}
-	submit(3)
+	// heldByA is the ids, sorted, of the tasks A holds in ts: claimed by it
+	// and not finished, running or pending in its queue.
+	heldByA := func(ts []task.Task) []string {
+		var out []string
+		for _, tk := range ts {
+			if tk.Status == task.Running && tk.Claim.Worker == "A" {
+				out = append(out, tk.ID)
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	succeeded := func(ts []task.Task) int {
+		n := 0
+		for _, tk := range ts {
+			if tk.Status == task.Succeeded {
+				n++
+			}
+		}
+		return n
+	}
+
+	first := submit("job", 3)
 	waitUntil(t, ctx, "A to start the first task and claim two ahead", 30*time.Second, func() bool {
 		evs := readEvents(t, eventsA)
 		return len(evs.ids("claimed", "")) >= 3 && len(evs.ids("started", "")) == 1
 	})
-	// Newer work for a full A: once a pending task has waited poll_max,
-	// A claims a new one and releases the oldest.
-	submit(2)
-	waitUntil(t, ctx, "A to release a pending task for a newer one", 30*time.Second, func() bool {
-		return len(readEvents(t, eventsA).ids("released", "pending")) >= 1
+	running := readEvents(t, eventsA).ids("started", "")[0]
+	oldest := slices.DeleteFunc(slices.Clone(first), func(id string) bool { return id == running })
+
+	// Newer work for a full A: once a pending task has waited poll_max, A
+	// claims a new one and releases the oldest. B does not run yet, so
+	// each claim after a release succeeds: A swaps both.
+	second := submit("job", 2)
+	want := append([]string{running}, second...)
+	slices.Sort(want)
+	waitUntil(t, ctx, "A to swap both pending tasks for the newer two", 30*time.Second, func() bool {
+		return slices.Equal(heldByA(listCLI(t, ctx, bin, env)), want)
 	})
 
+	// B runs the two tasks A released, and is then idle.
 	startCLI(t, bin, append(slices.Clone(env), "S3QUEUE_WORKER_ID=B", "RUNS="+runs("B")),
 		"worker", "--exec", "job="+record+`echo '{"ok":true}'`)
-	submit(4)
+	waitUntil(t, ctx, "B to run the two tasks A released", time.Minute, func() bool {
+		return succeeded(listCLI(t, ctx, bin, env)) == len(oldest)
+	})
 
-	// Steady state: B has run everything but what A holds: its running
-	// task and two pending, which it keeps (nothing newer to swap them for).
+	// Newer work only A runs: A swaps its two pending tasks for it, and
+	// B, running, takes the two it released. Steady state: B has run
+	// everything but what A holds: its running task and the two newest,
+	// which it keeps (nothing newer to swap them for).
+	third := submit("solo", 2)
+	want = append([]string{running}, third...)
+	slices.Sort(want)
 	var held []task.Task
-	waitUntil(t, ctx, "B to run all but A's three tasks", time.Minute, func() bool {
-		held = held[:0]
-		done := 0
-		for _, tk := range listCLI(t, ctx, bin, env) {
-			switch {
-			case tk.Status == task.Succeeded:
-				done++
-			case tk.Status == task.Running && tk.Claim.Worker == "A":
-				held = append(held, tk)
-			}
-		}
-		return done == len(ids)-3 && len(held) == 3
+	waitUntil(t, ctx, "A to swap its pending tasks again and B to run the released ones", time.Minute, func() bool {
+		ts := listCLI(t, ctx, bin, env)
+		held = slices.DeleteFunc(slices.Clone(ts), func(tk task.Task) bool { return !slices.Contains(want, tk.ID) })
+		return slices.Equal(heldByA(ts), want) && succeeded(ts) == len(ids)-len(want)
 	})
 
 	// What A's events say so far (before the kill, which may lose the
-	// last lines): each drop of a pending task is followed by its release.
+	// last lines): exactly the swapped-out tasks were dropped from
+	// pending, each drop followed by its release.
 	evs := readEvents(t, eventsA)
 	drops, released := evs.ids("dropped", "pending"), evs.ids("released", "pending")
 	t.Logf("A dropped %d pending tasks, released %d (over %d distinct tasks)", len(drops), len(released), len(distinct(drops)))
-	if len(drops) == 0 {
-		t.Fatal("A dropped no pending task: the test proves nothing")
+	swapped := append(slices.Clone(oldest), second...)
+	slices.Sort(swapped)
+	if got := slices.Sorted(slices.Values(distinct(drops))); !slices.Equal(got, swapped) {
+		t.Errorf("A dropped from pending %v, want the tasks it swapped out %v", got, swapped)
 	}
 	if !slices.Equal(drops, released) {
 		t.Errorf("dropped from pending %v, released %v: want each drop released, in order", drops, released)
@@ -142,7 +220,8 @@ func TestReleaseOnDropWithTwoWorkers(t *testing.T) {
 	started := evs.ids("started", "")
 
 	// SIGKILL A while it holds pending tasks: the monitor takes them back
-	// as their leases expire, and B runs them.
+	// as their leases expire; B runs the "job" A was running, and C the
+	// two "solo" tasks.
 	var pending []string
 	for _, tk := range held {
 		if !slices.Contains(started, tk.ID) {
@@ -153,6 +232,8 @@ func TestReleaseOnDropWithTwoWorkers(t *testing.T) {
 		t.Fatalf("A holds %v, all started: want pending tasks at the kill", taskIDs(held))
 	}
 	procA.kill(t)
+	startCLI(t, bin, append(slices.Clone(env), "S3QUEUE_WORKER_ID=C", "RUNS="+runs("C")),
+		"worker", "--exec", "solo="+record+`echo '{"ok":true}'`)
 	eventsM := filepath.Join(dir, "events-M.jsonl")
 	procM := startCLI(t, bin, append(slices.Clone(env), "S3QUEUE_MONITOR_INTERVAL=500ms", "S3QUEUE_MONITOR_RETENTION=0"),
 		"monitor", "--events", eventsM)
@@ -244,7 +325,7 @@ func TestReleaseOnDropWithTwoWorkers(t *testing.T) {
 
 	// Handler runs: once each, but for the task A was running when killed.
 	ran := map[string]int{}
-	for _, name := range []string{"A", "B"} {
+	for _, name := range []string{"A", "B", "C"} {
 		for _, id := range readRuns(t, runs(name)) {
 			ran[id]++
 		}
