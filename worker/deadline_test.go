@@ -105,9 +105,15 @@ func TestAHandlerSeesItsDeadline(t *testing.T) {
 			mu.Lock()
 			left[tk.ID] = time.Until(d)
 			mu.Unlock()
-			<-ctx.Done() // runs until its context ends
+			// A context the handler derives ends with the same error.
+			inner, cancel := context.WithTimeout(ctx, time.Hour)
+			defer cancel()
+			<-inner.Done() // runs until its context ends
 			mu.Lock()
 			errs[tk.ID] = ctx.Err()
+			if inner.Err() != ctx.Err() {
+				t.Errorf("task %s: a derived context ended with %v, its handler's with %v", tk.ID, inner.Err(), ctx.Err())
+			}
 			mu.Unlock()
 			return nil, ctx.Err()
 		})

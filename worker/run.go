@@ -179,18 +179,36 @@ func (r *run) handlerDeadline() (d time.Duration, by string) {
 type deadlineContext struct {
 	context.Context // canceled with cause context.DeadlineExceeded at the deadline
 	at              time.Time
+	// done is closed once the embedded context is. A channel of its own
+	// hides the embedded cancelCtx from contexts derived from this one:
+	// they then learn its end through Err, DeadlineExceeded at the
+	// deadline, rather than the bare Canceled of the cancelCtx.
+	done chan struct{}
+}
+
+func newDeadlineContext(ctx context.Context, at time.Time) *deadlineContext {
+	c := &deadlineContext{Context: ctx, at: at, done: make(chan struct{})}
+	context.AfterFunc(ctx, func() { close(c.done) })
+	return c
 }
 
 // Deadline is the earlier of the run's deadline and the parent's.
-func (c deadlineContext) Deadline() (time.Time, bool) {
+func (c *deadlineContext) Deadline() (time.Time, bool) {
 	if d, ok := c.Context.Deadline(); ok && d.Before(c.at) {
 		return d, true
 	}
 	return c.at, true
 }
 
+func (c *deadlineContext) Done() <-chan struct{} { return c.done }
+
 // Err is context.DeadlineExceeded once the deadline ended the context.
-func (c deadlineContext) Err() error {
+func (c *deadlineContext) Err() error {
+	select {
+	case <-c.done:
+	default:
+		return nil
+	}
 	if err := c.Context.Err(); err == nil || context.Cause(c.Context) != context.DeadlineExceeded {
 		return err
 	}
@@ -235,7 +253,7 @@ func (r *run) execute() {
 	dctx, dcancel := context.WithCancelCause(hctx)
 	defer dcancel(nil)
 	until, by := r.handlerDeadline()
-	hdl := deadlineContext{Context: dctx, at: began.Add(until)}
+	hdl := newDeadlineContext(dctx, began.Add(until))
 	timesUp := w.local.NewTimer(until)
 	defer timesUp.Stop()
 	// returned takes the handler's outcome and notes how long it ran.
