@@ -712,9 +712,14 @@ func (m *Monitor) sweepPage(ctx context.Context, shard int, sw *sweep) (TickStat
 			return st, ctx.Err()
 		}
 	}
+	end := "" // the listing ended: the sweep covered every key
 	if page.Truncated && len(page.Objects) > 0 {
-		sw.cursor = page.Objects[len(page.Objects)-1].Key
-		return st, nil
+		last := page.Objects[len(page.Objects)-1].Key
+		if !m.overran(shard, sw, last, iv) {
+			sw.cursor = last
+			return st, nil
+		}
+		end = last
 	}
 	sw.mid = false
 	sw.floor = sw.settled
@@ -722,13 +727,30 @@ func (m *Monitor) sweepPage(ctx context.Context, shard int, sw *sweep) (TickStat
 		sw.floor = *sw.lower
 	}
 	st.SweepsCompleted++
-	m.sweepEnded(shard, sw, sw.started)
+	m.sweepEnded(shard, sw, sw.started, end)
 	every := m.cfg.Interval
 	if !sw.sawLive {
 		every = min(max(4*sw.every, m.cfg.Interval), m.cfg.SweepMax)
 	}
 	sw.every, sw.due = every, sw.started.Add(every)
 	return st, nil
+}
+
+// overran reports whether the sweep of shard in progress, whose cursor
+// would move to last, ends there though its listing goes on: it has run
+// for longer than RepairAfter and listed every key of a time before it
+// started. The keys after are pointers and tasks written since (and tasks
+// whose ids lie in the future), and they can be written faster than a
+// sweep lists them (one page a tick): the monitor's own repairs write a
+// fresh pointer ahead of the cursor for each old one they find. A sweep
+// that chased them would never end, and never list again the keys behind
+// its cursor: the running task of a dead worker there would wait forever
+// for its re-dispatch (seed 390163: a pause left a backlog whose pointers
+// the repairs renewed faster than a sweep listed them, for 14 minutes). The
+// next sweep starts over from the floor at once (the shard held live keys)
+// and lists what this one left.
+func (m *Monitor) overran(shard int, sw *sweep, last string, iv clock.Interval) bool {
+	return iv.After(sw.started.Add(m.cfg.RepairAfter)) && last >= shards.KeyBefore(shard, sw.started)
 }
 
 // fullPage lists the next page of the shard's full walk, from its first

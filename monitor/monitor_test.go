@@ -1058,3 +1058,39 @@ func TestMonitorRecoversADeadWorkersInbox(t *testing.T) {
 		t.Errorf("events %+v, want one inbox_recovered for w1's inbox", got)
 	}
 }
+
+// Keys written ahead of a sweep faster than it lists them (here new tasks;
+// in seed 390163 the pointers the monitor's own repairs renewed for a
+// backlog a pause left) must not keep it from ever listing again the keys
+// behind its cursor: a dead worker's task there is re-dispatched.
+func TestASweepChasedByNewKeysStillRedispatchesTheTasksBehindIt(t *testing.T) {
+	ctx := context.Background()
+	st, srv, clk := fakeTime()
+	p, _ := producer.New(ctx, st, producer.Config{Shards: 1, Clock: clk})
+	x, _ := p.Submit(ctx, "t", nil, producer.Options{Timeout: 10 * time.Second})
+	v, _ := taskio.LoadID(ctx, st, x, []int{1})
+	if err := v.Task.ClaimBy("w", "c1", srv.Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := taskio.Update(ctx, st, clock.System(), v.Task, v.ETag); err != nil {
+		t.Fatal(err)
+	}
+	// The worker dies at once.
+	const page = 5
+	m, _ := monitor.New(ctx, st, monitor.Config{Shards: 1, PageSize: page, Interval: 5 * time.Second, StaleAfter: 10 * time.Second,
+		RepairAfter: time.Minute, SweepMax: time.Minute, FullSweep: 6 * time.Hour, Clock: clk})
+	for i := range 60 { // 5 minutes
+		for range page + 1 { // more new keys a tick than a sweep lists
+			mustSubmit(t, p)
+		}
+		*srv = srv.Add(5 * time.Second)
+		if _, err := m.Tick(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := p.Get(ctx, x); got.Status != task.Running {
+			t.Logf("re-dispatched after %d ticks", i+1)
+			return
+		}
+	}
+	t.Fatal("a dead worker's task behind the cursor of a sweep that new keys kept ahead of was not re-dispatched within 5 minutes")
+}

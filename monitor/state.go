@@ -346,9 +346,27 @@ func (ob *shardObs) sweepStarted(floor string) {
 }
 
 // sweepEnded publishes a completed sweep's tallies: the finished run the
-// floor rose past moves below the floor.
-func (m *Monitor) sweepEnded(shard int, sw *sweep, startedAt time.Time) {
+// floor rose past moves below the floor. A sweep that ended before its
+// listing did (end, its last key; see Monitor.overran) listed nothing
+// after end: there, what the previous sweep listed stands for the count of
+// ended tasks, and the dead-letter list keeps its entries.
+func (m *Monitor) sweepEnded(shard int, sw *sweep, startedAt time.Time, end string) {
 	ob := &sw.obs
+	if end != "" && ob.prevDone {
+		for _, p := range ob.prevPages {
+			if p.last > end {
+				ob.curPages = append(ob.curPages, p)
+			}
+		}
+		for k := range ob.prevEdge {
+			if k > end {
+				if ob.curEdge == nil {
+					ob.curEdge = make(map[string]bool)
+				}
+				ob.curEdge[k] = true
+			}
+		}
+	}
 	ob.above = ob.cur
 	if sw.floor > ob.start && sw.floor == sw.settled {
 		ob.below = ob.below.plus(ob.settle)
@@ -359,7 +377,7 @@ func (m *Monitor) sweepEnded(shard int, sw *sweep, startedAt time.Time) {
 	// Dead tasks in the swept range not listed this time are gone
 	// (deleted, or requeued and listed under another size already).
 	for k, e := range m.obs.dead {
-		if e.task.Shard == shard && k > ob.start && e.sweepGen != ob.gen {
+		if e.task.Shard == shard && k > ob.start && (end == "" || k <= end) && e.sweepGen != ob.gen {
 			delete(m.obs.dead, k)
 		}
 	}

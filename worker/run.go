@@ -284,7 +284,24 @@ func (r *run) execute() {
 	defer renew.Stop()
 	deadline := w.local.NewTimer(r.untilLeaseLost())
 	defer deadline.Stop()
+	timeUp := func() {
+		if hctx.Err() == nil {
+			r.stoppedBy = by
+		}
+		dcancel(context.DeadlineExceeded)
+	}
 	for {
+		// A renewal that blocked lets the timers fire meanwhile: the
+		// handler's time and the lease's deadline may both be ready when
+		// it returns, and select picks among ready cases at random. The
+		// handler's time goes first, so that the attempt's outcome (timed
+		// out, not canceled by the lost lease) is the same at every run of
+		// a seed (seed 12 after the fix of seed 390163).
+		select {
+		case <-timesUp.C():
+			timeUp()
+		default:
+		}
 		select {
 		case <-w.stopped.Done():
 			// Run has returned and this handler ignored its shutdown: it
@@ -325,10 +342,7 @@ func (r *run) execute() {
 			}
 			renew.Reset(r.nextRenewal())
 		case <-timesUp.C():
-			if hctx.Err() == nil {
-				r.stoppedBy = by
-			}
-			dcancel(context.DeadlineExceeded)
+			timeUp()
 		case <-deadline.C():
 			// No renewal got through in time: by S3 time another worker may
 			// take the task over soon, so this one stops first.
