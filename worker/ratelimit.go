@@ -232,7 +232,7 @@ func (w *Worker) holdLimited(ctx context.Context, c shards.Candidate, t *task.Ta
 			return false
 		}
 	}
-	l.held[t.Key()] = heldTask{Type: t.Type, Shard: t.Shard, Version: t.Version, Avail: t.AvailableAt}
+	l.held[t.Key()] = heldOf(t)
 	return true
 }
 
