@@ -3,7 +3,9 @@ package worker_test
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -97,4 +99,50 @@ func TestHeldTaskEndsDeadAtItsDeadline(t *testing.T) {
 			})
 		})
 	}
+}
+
+// A rate limit for a type the worker has no handler for is logged as a
+// warning naming the type when Run starts (a typo in --rate-limit would
+// otherwise go unnoticed); a limit of a handled type is not.
+func TestRateLimitOfAnUnhandledTypeIsWarned(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var logs syncLog
+		st := mem.New()
+		f := newFleet(t, st, 1)
+		cfg := f.fast("a")
+		cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+		cfg.RateLimits = map[string]worker.RateLimit{"api": {N: 1, Interval: time.Second}, "typo": {N: 5, Interval: time.Second}}
+		w, err := worker.New(f.ctx, st, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Handle("api", func(context.Context, *task.Task) (json.RawMessage, error) { return nil, nil })
+		ctx, cancel := context.WithCancel(f.ctx)
+		cancel()
+		w.Run(ctx)
+		out := logs.String()
+		if !strings.Contains(out, "level=WARN") || !strings.Contains(out, "does not run") || !strings.Contains(out, "type=typo") {
+			t.Errorf("log\n%s\nwant a warning naming type typo", out)
+		}
+		if strings.Contains(out, "type=api") {
+			t.Errorf("log\n%s\nwarns about api, which the worker runs", out)
+		}
+	})
+}
+
+type syncLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *syncLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *syncLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

@@ -318,6 +318,7 @@ func (w *Worker) now() time.Time { return w.local.Now() }
 // sends no request for it, not even a lease renewal, so its lease expires
 // and the monitor re-dispatches the task.
 func (w *Worker) Run(ctx context.Context) error {
+	w.warnUnhandledLimits()
 	timer := w.local.NewTimer(0)
 	defer timer.Stop()
 
