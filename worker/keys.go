@@ -113,8 +113,8 @@ var ConfigKeys = &settings.Section[Config]{
 			"A handler's result up to this many bytes (compact JSON) is stored in the task object; a larger one in an object of its own under results/, written before the commit (one PUT more; 1024..262144).").
 			Must(settings.IntRange(1024, task.MaxResultBytes)),
 		settings.Int("max_result_bytes", func(c *Config) *int { return &c.MaxResultBytes }, 4<<20,
-			"The largest result a handler may return (compact JSON, bytes); a larger one ends the task dead. Above result_inline_max it is stored apart (1..67108864).").
-			Must(settings.IntRange(1, task.MaxExternalResultBytes)),
+			"The largest result a handler may return (compact JSON, bytes); a larger one ends the task dead. Above result_inline_max it is stored apart (1024..67108864).").
+			Must(settings.IntRange(1024, task.MaxExternalResultBytes)),
 		settings.Int("root_members", func(c *Config) *int { return &c.RootMembers }, shards.DefaultRootMembers,
 			"How many fleet members renew their entries in fleet.json itself; members that join beyond them renew a lease object of their own under fleet/leases/, so that writes to fleet.json, and their conflicts, stay flat as the fleet grows (1..1000).").
 			Must(settings.IntRange(1, 1000)),

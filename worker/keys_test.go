@@ -43,6 +43,7 @@ func TestValidateNamesTheKey(t *testing.T) {
 		want string
 	}{
 		{worker.Config{Concurrency: 20000}, "worker.concurrency: 20000 out of range 1..10000"},
+		{worker.Config{MaxResultBytes: 1}, "worker.max_result_bytes: 1 out of range 1024..67108864"},
 		{worker.Config{PollMin: -time.Second}, "worker.poll_min: duration -1s must be positive"},
 		{worker.Config{PollMin: time.Minute}, "worker.poll_min (1m0s) is more than worker.poll_max (5s)"},
 		{worker.Config{MemberTTL: 5 * time.Second}, "worker.member_ttl (5s) is less than 3 × worker.lease_margin"},

@@ -45,6 +45,15 @@ type heldTask struct {
 	Shard   int
 	Version int64
 	Avail   time.Time
+	// Deadline is the task's deadline, if any: a held task whose deadline
+	// passes is ended dead without waiting for its resume or its window
+	// (endLateHeld).
+	Deadline time.Time
+}
+
+// heldOf is what holding t keeps of it.
+func heldOf(t *task.Task) heldTask {
+	return heldTask{Type: t.Type, Shard: t.Shard, Version: t.Version, Avail: t.AvailableAt, Deadline: t.Deadline}
 }
 
 // pausedType reports whether tasks of typ must not be claimed now. Safe
@@ -108,7 +117,7 @@ func (w *Worker) hold(ctx context.Context, c shards.Candidate, t *task.Task, iv 
 			return false
 		}
 	}
-	w.keep(t.Key(), heldTask{Type: t.Type, Shard: t.Shard, Version: t.Version, Avail: t.AvailableAt})
+	w.keep(t.Key(), heldOf(t))
 	return true
 }
 
@@ -129,7 +138,7 @@ func (w *Worker) holdCrashed(t *task.Task) {
 	if w.crashed.tasks == nil {
 		w.crashed.tasks = make(map[string]heldTask)
 	}
-	w.crashed.tasks[t.Key()] = heldTask{Type: t.Type, Shard: t.Shard, Version: t.Version, Avail: t.AvailableAt}
+	w.crashed.tasks[t.Key()] = heldOf(t)
 }
 
 // takeCrashedHeld moves the tasks holdCrashed was handed into the held
@@ -196,7 +205,7 @@ func (w *Worker) announceHeld(ctx context.Context) (all bool) {
 			delete(w.held, key)
 			continue
 		}
-		t := &task.Task{ID: id, Shard: h.Shard, Type: h.Type, Version: h.Version, AvailableAt: h.Avail}
+		t := &task.Task{ID: id, Shard: h.Shard, Type: h.Type, Version: h.Version, AvailableAt: h.Avail, Deadline: h.Deadline}
 		if !w.forward(ctx, t, iv) {
 			if err := shards.Announce(ctx, w.st, t, iv.Latest, int(w.pointerShard.Load())); err != nil {
 				w.log.Warn("announce a resumed task; will try again", "task_id", id, "err", err)

@@ -94,6 +94,19 @@ func (w *Worker) newLimiters() {
 	}
 }
 
+// warnUnhandledLimits logs a warning, when Run starts, for each rate
+// limited type this worker has no handler for: most likely a typo in
+// --rate-limit or Config.RateLimits. Not an error: a Go program may
+// register the type's handler later (Handle while the worker runs), and
+// the limit applies from then.
+func (w *Worker) warnUnhandledLimits() {
+	for _, typ := range slices.Sorted(maps.Keys(w.cfg.RateLimits)) {
+		if w.handler(typ) == nil {
+			w.log.Warn("rate limit for a type this worker does not run (no handler registered yet); it applies once one is", "type", typ, "limit", w.cfg.RateLimits[typ].String())
+		}
+	}
+}
+
 // rateLimited reports whether typ has a rate limit. Safe from any
 // goroutine: the configuration does not change.
 func (w *Worker) rateLimited(typ string) bool {
@@ -232,7 +245,7 @@ func (w *Worker) holdLimited(ctx context.Context, c shards.Candidate, t *task.Ta
 			return false
 		}
 	}
-	l.held[t.Key()] = heldTask{Type: t.Type, Shard: t.Shard, Version: t.Version, Avail: t.AvailableAt}
+	l.held[t.Key()] = heldOf(t)
 	return true
 }
 

@@ -318,6 +318,7 @@ func (w *Worker) now() time.Time { return w.local.Now() }
 // sends no request for it, not even a lease renewal, so its lease expires
 // and the monitor re-dispatches the task.
 func (w *Worker) Run(ctx context.Context) error {
+	w.warnUnhandledLimits()
 	timer := w.local.NewTimer(0)
 	defer timer.Stop()
 
@@ -387,11 +388,12 @@ func (w *Worker) Run(ctx context.Context) error {
 // returns how long to wait before the next step.
 func (w *Worker) step(ctx context.Context) time.Duration {
 	w.checkPause(ctx)
+	late, ended := w.endLateHeld(ctx)
 	held, claimed := w.claimHeld(ctx)
-	if claimed > 0 {
+	if claimed > 0 || ended > 0 {
 		w.fleet.lastWork = w.now()
 	}
-	d := min(w.pauses.Until(), held)
+	d := min(w.pauses.Until(), held, late)
 	if w.direct == nil {
 		return min(d, w.stepShards(ctx))
 	}
@@ -469,6 +471,7 @@ func (w *Worker) pollOwn(ctx context.Context, now time.Time) {
 // paces its passes itself (step); tests drive poll directly instead of Run.
 func (w *Worker) poll(ctx context.Context) (int, error) {
 	w.checkPause(ctx)
+	w.endLateHeld(ctx)
 	_, held := w.claimHeld(ctx)
 	if w.static() {
 		p := w.pollShards(ctx, w.cfg.OwnShards, false)

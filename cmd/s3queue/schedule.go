@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/s3queue/s3queue"
+	"github.com/s3queue/s3queue/internal/schedule"
 	"github.com/s3queue/s3queue/task"
 )
 
@@ -75,6 +76,11 @@ var scheduleCommand = &command{
 					return usageError("schedule list: unexpected argument %q", rest[0])
 				}
 				return usageError("schedule %s: want NAME, got %d arguments", sub, len(rest))
+			}
+			if sub != "add" && sub != "list" {
+				if err := schedule.CheckName(rest[0]); err != nil {
+					return usageError("schedule %s: %v", sub, err)
+				}
 			}
 			if sub == "add" {
 				d := s3queue.ScheduleDefinition{Name: rest[0], Cron: *cronExpr, Every: task.Duration(*every), Timezone: *zone,

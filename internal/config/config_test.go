@@ -290,6 +290,7 @@ func TestInvalidValuesAreErrorsNamingTheKey(t *testing.T) {
 		{"[worker]\npoll_min = 5\n", `queue.toml: worker.poll_min: invalid duration integer 5`},
 		{"[worker]\nconcurrency = -1\n", `queue.toml: worker.concurrency: -1 must not be negative`},
 		{"[worker]\nconcurrency = 0\n", `queue.toml: worker.concurrency: 0 out of range 1..10000`},
+		{"[worker]\nmax_result_bytes = 1\n", `queue.toml: worker.max_result_bytes: 1 out of range 1024..67108864`},
 		{"[worker]\nconcurrency = \"4\"\n", `queue.toml: worker.concurrency: want an integer, got string "4"`},
 		{"[worker]\nmax_in_flight = -3\n", `queue.toml: worker.max_in_flight: invalid limit "-3"`},
 		{"[worker]\nmax_queue_depth = \"lots\"\n", `queue.toml: worker.max_queue_depth: invalid limit "lots"`},
