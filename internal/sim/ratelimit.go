@@ -18,7 +18,9 @@ import (
 // that it binds whenever several tasks are due at once. It draws from a
 // source of its own (the other seeds' plans stay as they were). The
 // slowest limit drawn, 1 per 5 s, still starts every task of a run (at most
-// 80, a few attempts each) well within the quiet tail.
+// 80, a few attempts each) well within the quiet tail. A snooze's claim is
+// a start too, so under a limit the handler snoozes a task only
+// limitedSnoozes times, not up to task.MaxSnoozes (51 starts a task).
 func planRateLimit(plan *Plan) {
 	rng := rand.New(rand.NewPCG(plan.Seed, 0x7a7e1))
 	if rng.IntN(4) != 0 {

@@ -746,6 +746,10 @@ func (w *world) producerConfig(p *proc) producer.Config {
 
 const taskType = "sim"
 
+// limitedSnoozes is how many times a task snoozes, at most, under a rate
+// limit (see the handler).
+const limitedSnoozes = 3
+
 // handler runs a task as its id and attempt say, so that what a handler
 // does never depends on which worker runs it or when.
 func (w *world) handler(workerName string) worker.Handler {
@@ -790,6 +794,18 @@ func (w *world) handler(workerName string) worker.Handler {
 		case p < 82:
 			return nil, worker.Permanent(errors.New("the handler failed for good"))
 		case p < 87:
+			// The draw is the same for every claim of an attempt, and a
+			// snooze gives the attempt back: the task snoozes until
+			// task.MaxSnoozes makes one a failed attempt, 51 claims. Under
+			// a rate limit each is a start, and two such tasks at 1 per
+			// 5 s would take most of the quiet tail's starts (seed 239):
+			// there the task snoozes a few times, then succeeds.
+			if w.plan.RateLimit != nil && t.Snoozes >= limitedSnoozes {
+				if w.plan.Results != nil {
+					return w.simResult(workerName, claim, x), nil
+				}
+				return json.RawMessage(fmt.Sprintf(`{"by":%q}`, workerName)), nil
+			}
 			return nil, worker.RetryAfter(2*time.Second, errors.New("not now"))
 		case p < 90:
 			// Most of its timeout, longer than its lease without a
