@@ -82,8 +82,12 @@ func (s *pointerWrites) Get(ctx context.Context, key string) (s3store.Object, er
 // task either. After the resume the pointer is dealt with as usual and the
 // task is announced.
 func TestAPointerToAPausedTaskIsLeftAloneWhilePaused(t *testing.T) {
-	for _, whole := range []bool{false, true} {
-		t.Run(map[bool]string{false: "type", true: "queue"}[whole], func(t *testing.T) {
+	for _, c := range []struct {
+		name         string
+		whole, fresh bool
+	}{{"type", false, false}, {"queue", true, false}, {"type, a monitor started during the pause", false, true}} {
+		whole := c.whole
+		t.Run(c.name, func(t *testing.T) {
 			ctx := context.Background()
 			mem, srv, clk := fakeTime()
 			st := &pointerWrites{Store: mem}
@@ -110,6 +114,11 @@ func TestAPointerToAPausedTaskIsLeftAloneWhilePaused(t *testing.T) {
 			}
 			if _, err := pause.Change(ctx, mem, *srv, "test", "", change); err != nil {
 				t.Fatal(err)
+			}
+			if c.fresh {
+				// It knows nothing of the task: it reads it once, at the
+				// pointer, and learns its type there.
+				m, _ = monitor.New(ctx, st, monitor.Config{Shards: 1, Interval: 5 * time.Second, RepairAfter: time.Minute, Clock: clk, Local: local})
 			}
 			st.puts, st.deletes, st.taskGets = 0, 0, 0
 			repaired := m.Stats().Repaired
