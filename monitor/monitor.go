@@ -966,6 +966,15 @@ func (m *Monitor) notDueYet(o s3store.ObjectInfo, iv clock.Interval) bool {
 // below its shard's floor (a requeue, a late PUT, a task completed from an
 // old idempotency record): workers keep such pointers when they claim the
 // task, and the floor is lowered under it before the pointer goes.
+//
+// A pointer to a pending task of a paused type (or of a paused queue) is
+// left where it is until the resume, like the repair of pending tasks
+// writes none for them: replacing it every RepairAfter cost a PUT and a
+// DELETE each time, and put a new key ahead of every scan and sweep (seed
+// 390163). Left in place, it still leads to the task after the resume,
+// whatever the workers remembered; deleting it would leave that to the
+// workers' memory and the repair. Once the task's type is known paused,
+// the pointer is passed over without a read.
 func (m *Monitor) inspectPointer(ctx context.Context, o s3store.ObjectInfo, iv clock.Interval, st *TickStats) error {
 	p, err := shards.ParsePointerKey(o.Key)
 	if err != nil {
@@ -976,6 +985,16 @@ func (m *Monitor) inspectPointer(ctx context.Context, o s3store.ObjectInfo, iv c
 	}
 	if !iv.After(p.At.Add(max(m.cfg.RepairAfter, shards.PointerGrace))) {
 		return nil // workers have not had their chance yet
+	}
+	if p.Shard >= 0 {
+		// Last read pending, of a paused type: nothing to do until the
+		// resume. (A task that has changed since is read again once its
+		// shard's sweep lists the change; the cover keeps it listed.)
+		key := task.Key(p.Shard, p.ID)
+		if k, ok := m.known[key]; ok && k.loaded && k.status == task.Pending && k.typ != "" && m.pausedType(ctx, k.typ) {
+			m.cover(p.Shard, key, iv)
+			return nil
+		}
 	}
 	// Decide on the task object itself: a cached view may be from before
 	// the task went back to pending.
@@ -997,6 +1016,16 @@ func (m *Monitor) inspectPointer(ctx context.Context, o s3store.ObjectInfo, iv c
 		// wrote the pointer first had landed, and settled it). Announce
 		// the task afresh; this pointer has done its part.
 		m.cover(v.Task.Shard, v.Task.Key(), iv)
+		if m.pausedType(ctx, v.Task.Type) {
+			// Paused: left for the resume (see above), and its type
+			// remembered so that the next look costs no read.
+			if k, ok := m.known[v.Task.Key()]; !ok {
+				m.known[v.Task.Key()] = remember(v)
+			} else if k.etag == v.ETag && !k.loaded {
+				m.known[v.Task.Key()] = remember(v)
+			}
+			return nil
+		}
 		if v.Task.Due(iv.Earliest) {
 			if _, err := m.announce(ctx, v.Task); err != nil {
 				return err
