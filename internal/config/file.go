@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strconv"
@@ -89,11 +90,7 @@ func (c *Config) decodeFile(path, text string, tables []settings.Table, src map[
 // decodePools reads the [pools.NAME] tables, in name order, each with
 // worker.PoolKeys and its list of types.
 func (c *Config) decodePools(path string, table map[string]any) error {
-	names := make([]string, 0, len(table))
-	for name := range table {
-		names = append(names, name)
-	}
-	sort.Strings(names)
+	names := slices.Sorted(maps.Keys(table))
 	c.WorkerSection.Pools = nil
 	for _, name := range names {
 		where := poolsTable + "." + quoteKey(name)
@@ -140,11 +137,7 @@ func (c *Config) decodeRateLimits(path string, table map[string]any) error {
 		return nil
 	}
 	limits := make(map[string]worker.RateLimit, len(table))
-	types := make([]string, 0, len(table))
-	for typ := range table {
-		types = append(types, typ)
-	}
-	sort.Strings(types)
+	types := slices.Sorted(maps.Keys(table))
 	for _, typ := range types {
 		key := rateLimitsTable + "." + quoteKey(typ)
 		v, ok := table[typ].(string)
@@ -282,11 +275,7 @@ func scheduleFrom(t map[string]any) (schedule.Definition, error) {
 }
 
 func (c *Config) decodeHandlers(path string, table map[string]any) error {
-	types := make([]string, 0, len(table))
-	for typ := range table {
-		types = append(types, typ)
-	}
-	sort.Strings(types)
+	types := slices.Sorted(maps.Keys(table))
 	for _, typ := range types {
 		key := handlersTable + "." + quoteKey(typ)
 		cmd, ok := table[typ].(string)
