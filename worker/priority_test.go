@@ -208,8 +208,12 @@ func TestALaneOvertakesABacklogDeeperThanAWindow(t *testing.T) {
 	for i, id := range next {
 		if slices.Contains(highs, id) {
 			lane++
-			if i >= 4 {
-				t.Errorf("high task started %d claims after its submit, want within 4", i+1)
+			// Two claims per poll, at most one of them the lane's: both
+			// start within the first three polls. (Under -race on a loaded
+			// machine CI once saw the second start 5th, not within 4: the
+			// timing of a poll can leave its lane share to the window.)
+			if i >= 6 {
+				t.Errorf("high task started %d claims after its submit, want within 6", i+1)
 			}
 		}
 	}
