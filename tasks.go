@@ -140,6 +140,17 @@ func (q *Queue) Get(ctx context.Context, id string) (*Task, error) {
 	return t, nil
 }
 
+// Lookup returns task id as its object holds it, with one GET: unlike
+// Get, a result stored apart is not read (Task.ResultRef names it). Use it
+// for a task's state or history.
+func (q *Queue) Lookup(ctx context.Context, id string) (*Task, error) {
+	t, err := q.producer.Lookup(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("s3queue: get: %w", err)
+	}
+	return t, nil
+}
+
 // History returns the task's transitions, oldest first (one GET). It keeps
 // the first transition and the last 31; Task.HistoryDropped counts the
 // others.

@@ -1006,11 +1006,10 @@ func (p *Producer) submitBatch(ctx context.Context, reqs []Request) []Result {
 // (Result empty) with an error wrapping ErrResultUnavailable that names the
 // task and the object.
 func (p *Producer) Get(ctx context.Context, id string) (*task.Task, error) {
-	v, err := p.load(ctx, id)
+	t, err := p.Lookup(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	t := v.Task
 	if t.ResultRef == nil {
 		return t, nil
 	}
@@ -1020,6 +1019,18 @@ func (p *Producer) Get(ctx context.Context, id string) (*task.Task, error) {
 	}
 	t.Result = res
 	return t, nil
+}
+
+// Lookup returns task id as its object holds it, with one GET (as Get
+// does, learning of a reshard on a miss): a result stored apart is not
+// read, Task.ResultRef names it. For callers that need the task's state
+// or history and not its result.
+func (p *Producer) Lookup(ctx context.Context, id string) (*task.Task, error) {
+	v, err := p.load(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return v.Task, nil
 }
 
 // ErrResultUnavailable reports a result stored apart that cannot be read

@@ -100,6 +100,15 @@ func TestALargeResultIsStoredApart(t *testing.T) {
 	if _, err := p.Get(ctx, id); !errors.Is(err, producer.ErrResultUnavailable) || !strings.Contains(err.Error(), "missing") {
 		t.Fatalf("Get of a missing result: %v", err)
 	}
+	// Lookup (what `history` reads) is the task object alone: one GET,
+	// whatever became of its result object.
+	gets := st.Counts().Of(s3store.OpGet)
+	if got, err := p.Lookup(ctx, id); err != nil || got.Status != task.Succeeded || got.ResultRef == nil || len(got.Result) != 0 {
+		t.Fatalf("Lookup of a task whose result object is missing: %+v %v", got, err)
+	}
+	if n := st.Counts().Of(s3store.OpGet) - gets; n != 1 {
+		t.Fatalf("Lookup made %d GETs, want 1", n)
+	}
 
 	small := mem.New()
 	p, _, id = runOne(t, small, cfg, func(context.Context, *task.Task) (json.RawMessage, error) { return json.RawMessage(`{"ok":true}`), nil })

@@ -89,7 +89,7 @@ var historyCommand = &command{
 			if err != nil {
 				return err
 			}
-			t, err := q.Get(ctx, id)
+			t, err := q.Lookup(ctx, id) // the history only: not a result stored apart
 			if err != nil {
 				return taskError(id, err)
 			}
@@ -199,7 +199,7 @@ var requeueCommand = &command{
 			}
 			err = q.Requeue(ctx, id)
 			if errors.Is(err, s3queue.ErrNotRequeueable) {
-				t, gerr := q.Get(ctx, id)
+				t, gerr := q.Lookup(ctx, id)
 				if gerr == nil {
 					return fmt.Errorf("task %s is %s: only dead or canceled tasks can be requeued", id, t.Status)
 				}
