@@ -69,7 +69,11 @@ func TestMonitorsSubmitOneTaskPerTick(t *testing.T) {
 				}
 				n++
 			}
-			if n < 15 || len(byKey) != n {
+			// The monitors may stop between a tick's submit and its record:
+			// that tick (the one after the cursor) has its task, unrecorded,
+			// which the next scheduler would submit again under the same key.
+			_, unrecorded := byKey[schedule.IdempotencyKey("beat", spec.Next(s.Cursor))]
+			if n < 15 || len(byKey) != n && !(unrecorded && len(byKey) == n+1) {
 				t.Errorf("leader %v: %d ticks recorded, %d tasks", leader, n, len(byKey))
 			}
 			if late > 1500*time.Millisecond {
