@@ -57,17 +57,15 @@ func List(ctx context.Context, st s3store.Store) ([]Listed, error) {
 	}
 }
 
-// maxRounds bounds Change's read-modify-write rounds under contention.
-const maxRounds = 20
-
 // Change applies change to schedule name's object by compare-and-swap: it
 // reads the object, applies change, and writes it with If-Match on the
 // ETag read, or with If-None-Match when it was missing (exists false); a
-// lost race reads again and applies change again. change reports whether
-// it changed anything (nothing is written when it did not) or an error to
-// return. Every write bumps Version. A malformed object is given to change
-// as missing, with its ETag, so that an add replaces it. It returns the
-// schedule now in the bucket and the ETag written (or read).
+// lost race reads again and applies change again (s3store.CAS.Retry, its
+// pauses on the host's clock). change reports whether it changed anything
+// (nothing is written when it did not) or an error to return. Every write
+// bumps Version. A malformed object is given to change as missing, with
+// its ETag, so that an add replaces it. It returns the schedule now in the
+// bucket and the ETag written (or read).
 func Change(ctx context.Context, st s3store.Store, name string, change func(s *Schedule, exists bool) (bool, error)) (Schedule, string, error) {
 	return changeFrom(ctx, st, name, nil, "", change)
 }
@@ -75,7 +73,9 @@ func Change(ctx context.Context, st s3store.Store, name string, change func(s *S
 // changeFrom is Change, whose first round starts from read, a schedule
 // just read at etag, instead of reading it again.
 func changeFrom(ctx context.Context, st s3store.Store, name string, read *Schedule, readETag string, change func(s *Schedule, exists bool) (bool, error)) (Schedule, string, error) {
-	for range maxRounds {
+	var out Schedule
+	var outETag string
+	err := s3store.CAS{}.Retry(ctx, func(int) (bool, error) {
 		var s Schedule
 		var etag string
 		var err error
@@ -90,25 +90,31 @@ func changeFrom(ctx context.Context, st s3store.Store, name string, read *Schedu
 		case errors.Is(err, ErrMalformed):
 			s = Schedule{}
 		default:
-			return Schedule{}, "", err
+			out, outETag = Schedule{}, ""
+			return false, err
 		}
 		ok, err := change(&s, exists)
 		if err != nil || !ok {
-			return s, etag, err
+			out, outETag = s, etag
+			return false, err
 		}
 		s.Version++
 		opts := s3store.PutOptions{IfMatch: etag, IfNoneMatch: etag == ""}
 		written, err := st.Put(ctx, Key(name), s.Encode(), opts)
 		switch {
 		case err == nil:
-			return s, written, nil
+			out, outETag = s, written
+			return false, nil
 		case s3store.LostRace(err), errors.Is(err, s3store.ErrNotFound):
-			continue // changed (or removed) meanwhile: apply ours to what is there now
+			// Changed (or removed) meanwhile: apply ours to what is there now.
+			out, outETag = Schedule{}, ""
+			return true, fmt.Errorf("write schedule %q: %w", name, err)
 		default:
-			return Schedule{}, "", fmt.Errorf("write schedule %q: %w", name, err)
+			out, outETag = Schedule{}, ""
+			return false, fmt.Errorf("write schedule %q: %w", name, err)
 		}
-	}
-	return Schedule{}, "", fmt.Errorf("write schedule %q: %d rounds lost to concurrent writers", name, maxRounds)
+	})
+	return out, outETag, err
 }
 
 // Put adds schedule d, or changes its definition, at S3 time now, by
