@@ -29,13 +29,15 @@ const DefaultDiscoveryTTL = 30 * time.Second
 type Config struct {
 	// ID names the worker in claims and logs; "" picks host-pid-random.
 	ID string
-	// Concurrency is how many handlers run at once in the default pool:
-	// MaxInFlight's default.
+	// Concurrency is how many handlers a pool runs at once unless it sets
+	// MaxInFlight: the default of the default pool's MaxInFlight and of
+	// each named pool's. The worker runs up to the sum over its pools.
 	Concurrency int
 	// MaxInFlight bounds the default pool's running handlers (0:
-	// Concurrency; Unbounded: none). MaxQueueDepth bounds its tasks found
-	// and waiting to start (0: a listing's worth, max(MaxInFlight,
-	// PollBatch) + 1; Unbounded: none), QueuePolicy says what happens to a
+	// Concurrency; Unbounded: none). MaxQueueDepth bounds its claimed tasks
+	// waiting to start under the policies that claim ahead (0: a listing's
+	// worth, max(MaxInFlight, PollBatch) + 1; Unbounded: none; unused
+	// under Block), QueuePolicy says what happens to a
 	// task found when it is full ("": Block). See dispatch.go and
 	// docs/flow-control.md.
 	MaxInFlight, MaxQueueDepth int
@@ -138,9 +140,9 @@ type Config struct {
 	// [PollMin, PollMax]. Under heavy load that is PollMin; at a task a
 	// second it is PollBatch seconds, one LIST per PollBatch tasks. Larger
 	// values trade pickup latency for fewer LISTs (the economy profile). A
-	// listing asks for up to max(Concurrency, PollBatch) + 1 due tasks;
-	// those beyond the free slots are held (for up to PollMax) and claimed
-	// as slots free up.
+	// listing asks for up to max(free handlers, the pools' capacity,
+	// PollBatch) + 1 due tasks; those beyond the free handlers are kept
+	// unclaimed (for up to PollMax) and claimed as handlers free up.
 	PollBatch float64
 	// ScanLag is how late a task may land and still be found by the shard
 	// scans: once per ScanLag a scan starts twice this far behind its

@@ -109,7 +109,9 @@ type Queued struct {
 	Shard   int
 	Type    string
 	Attempt int
-	// Phase the task was in: for a drop or a cancel, the phase it left.
+	// Phase the task was in: for a drop or a cancel, the phase it left;
+	// at OnDispatch always pending (a task claimed for a free handler
+	// passes through it at once).
 	Phase Phase
 	// Wait is how long the task took from discovery to dispatch (waiting
 	// included): the seeds' queue.wait_ms. Set at OnDispatch.
@@ -128,10 +130,10 @@ type Hooks struct {
 	// OnDrop: a task was dropped: the incoming one (DropLatest), or the
 	// oldest pending one, released to the bucket (DropOldest).
 	OnDrop func(Queued)
-	// OnCancel: a task was canceled in a phase of the queue (waiting: it
-	// was canceled before any worker claimed it; pending: before its
-	// handler started; in-flight: while it ran), or by the worker's
-	// shutdown.
+	// OnCancel: a task this worker had claimed was canceled, in the phase
+	// it was in (pending: before its handler started; in-flight: while it
+	// ran). A task canceled before any worker claimed it (waiting) never
+	// reaches a worker: Cancel tells its caller.
 	OnCancel func(Queued)
 	// OnStateChange: a pool's gauges changed.
 	OnStateChange func(QueueState)

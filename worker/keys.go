@@ -24,13 +24,13 @@ var ConfigKeys = &settings.Section[Config]{
 			"The worker's name in claims, task histories and logs; \"\" picks HOST-PID-RANDOM.").
 			Must(checkID),
 		settings.Int("concurrency", func(c *Config) *int { return &c.Concurrency }, 4,
-			"How many tasks one worker process runs at once (1..10000).").
+			"How many handlers each pool runs at once unless the pool sets max_in_flight (1..10000): the default pool's and each named pool's, so a worker runs up to the sum over its pools.").
 			Must(settings.IntRange(1, 10000)),
 		settings.Limit("max_in_flight", func(c *Config) *int { return &c.MaxInFlight }, Unbounded,
 			"Bounds the handlers running at once in the default pool: \"auto\" is concurrency; 0 or \"unbounded\" sets no bound (every task claimed starts at once). See docs/flow-control.md.").
 			Must(checkLimitKey),
 		settings.Limit("max_queue_depth", func(c *Config) *int { return &c.MaxQueueDepth }, Unbounded,
-			"Bounds the default pool's tasks found and waiting to start: \"auto\" is a listing's worth, max(max_in_flight, poll_batch) + 1; 0 or \"unbounded\" sets no bound.").
+			"Bounds the default pool's claimed tasks waiting to start (pending) under the policies that claim ahead (reject, drop-latest, drop-oldest): \"auto\" is a listing's worth, max(max_in_flight, poll_batch) + 1; 0 or \"unbounded\" sets no bound. Under block the worker claims only for a free handler, so nothing is pending and this key is not used.").
 			Must(checkLimitKey),
 		settings.Text("queue_policy", func(c *Config) *QueuePolicy { return &c.QueuePolicy }, Block, ParsePolicy,
 			func(p QueuePolicy) string { return string(p) },

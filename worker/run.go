@@ -696,7 +696,11 @@ func (r *run) commit(o outcome, cause error) {
 	case "released":
 		w.stats.released.Add(1)
 	}
-	w.emit(Event{Kind: Kind(kind), TaskID: t0.ID, Shard: t0.Shard, Type: t0.Type, Attempt: t0.Attempt, Err: o.err, Pool: r.pool.name, Phase: string(r.phase), Duration: r.ran})
+	phase := r.phase
+	if kind == "canceled" && phase == "" {
+		phase = PhaseInFlight // not handed back: its handler ran
+	}
+	w.emit(Event{Kind: Kind(kind), TaskID: t0.ID, Shard: t0.Shard, Type: t0.Type, Attempt: t0.Attempt, Err: o.err, Pool: r.pool.name, Phase: string(phase), Duration: r.ran})
 	if t := r.v.Task; deps.NeedsPassOn(t) {
 		w.passOn(t)
 	}

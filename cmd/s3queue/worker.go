@@ -48,7 +48,7 @@ var workerCommand = &command{
 		"docs/scheduling.md#rate-limits.",
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		eventsTo := eventsFlag(fs)
-		a.keyFlag(fs, "concurrency", "worker.concurrency", "run at most `N` tasks at once (wins over [worker] concurrency and S3QUEUE_WORKER_CONCURRENCY)")
+		a.keyFlag(fs, "concurrency", "worker.concurrency", "run `N` handlers at once in each pool that sets no max_in_flight (wins over [worker] concurrency and S3QUEUE_WORKER_CONCURRENCY)")
 		httpAddr := httpFlag(fs)
 		execs := map[string]string{}
 		fs.Func("exec", "run `TYPE=COMMAND` for tasks of TYPE (repeatable)", func(v string) error {
