@@ -512,7 +512,8 @@ var ErrDependencyNotMet = errors.New("a dependency has not succeeded")
 
 // depsMet checks, for a requeue, that every dependency of t has succeeded
 // by now (one GET each), and records it: a dependent never runs before its
-// dependencies succeeded, whoever asks.
+// dependencies succeeded, whoever asks. Its errors do not name t: modify
+// wraps them with the task's id.
 func (p *Producer) depsMet(ctx context.Context, t *task.Task) error {
 	for i, d := range t.Deps {
 		if d.Ended == task.Succeeded {
@@ -521,11 +522,11 @@ func (p *Producer) depsMet(ctx context.Context, t *task.Task) error {
 		v, err := taskio.Load(ctx, p.st, task.Key(d.Shard, d.ID))
 		switch {
 		case errors.Is(err, s3store.ErrNotFound):
-			return fmt.Errorf("requeue task %s: %w: dependency %s no longer exists", t.ID, ErrDependencyNotMet, d.ID)
+			return fmt.Errorf("%w: dependency %s no longer exists", ErrDependencyNotMet, d.ID)
 		case err != nil:
-			return fmt.Errorf("requeue task %s: read dependency %s: %w", t.ID, d.ID, err)
+			return fmt.Errorf("read dependency %s: %w", d.ID, err)
 		case v.Task.Status != task.Succeeded:
-			return fmt.Errorf("requeue task %s: %w: dependency %s is %s", t.ID, ErrDependencyNotMet, d.ID, v.Task.Status)
+			return fmt.Errorf("%w: dependency %s is %s", ErrDependencyNotMet, d.ID, v.Task.Status)
 		}
 		t.Deps = slices.Clone(t.Deps)
 		t.Deps[i].Ended = task.Succeeded

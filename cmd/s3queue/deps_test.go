@@ -2,6 +2,7 @@ package main
 
 import (
 	"crypto/rand"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -369,5 +370,97 @@ func TestSubmitSlot(t *testing.T) {
 	}
 	if code := stop(); code != 0 {
 		t.Errorf("worker exit %d; stderr:\n%s", code, stderr)
+	}
+}
+
+// history shows, below the transitions, each dependency with what the
+// task learned of it, and the ones it still waits on: a dependency that
+// succeeds while another still runs writes no transition.
+func TestHistoryShowsDependencies(t *testing.T) {
+	store, _ := newStore(t)
+	cfg := writeConfig(t, fastWorker)
+	done := submit(t, store, cfg, "x")
+	open := submit(t, store, cfg, "z") // no worker runs z
+	child := submit(t, store, cfg, "y", "--after", done+","+open)
+	_, stop := background(t, "worker", "--store", store, "--config", cfg, "--exec", "x=true")
+	waitFor(t, "the child to learn its first dependency succeeded", func() bool {
+		d := getTask(t, store, child).Deps
+		return len(d) == 2 && d[0].Ended == task.Succeeded
+	})
+	stop()
+
+	hist := must(t, "history", child, "--store", store)
+	for _, re := range []string{
+		`\(new\)→blocked .*submitted\n\n`,
+		`depends on:\s+` + done + `\s+succeeded\n\s+` + open + `\s+waiting\n`,
+		`waiting on:\s+1 of 2: ` + open + `\n`,
+	} {
+		if !regexp.MustCompile(re).MatchString(hist) {
+			t.Errorf("history of a child with one dependency succeeded lacks %s:\n%s", re, hist)
+		}
+	}
+	if n := strings.Count(hist, "→"); n != 1 {
+		t.Errorf("history has %d transitions, want 1 (the success of a dependency is not one):\n%s", n, hist)
+	}
+	// --json stays the list of transitions.
+	var tr []task.Transition
+	if err := json.Unmarshal([]byte(must(t, "history", child, "--json", "--store", store)), &tr); err != nil || len(tr) != 1 {
+		t.Errorf("history --json: %v, %d transitions", err, len(tr))
+	}
+	// A task without dependencies or slot prints the transitions alone.
+	if h := must(t, "history", done, "--store", store); strings.Contains(h, "depends on") || strings.HasSuffix(h, "\n\n") {
+		t.Errorf("history of a task without dependencies:\n%s", h)
+	}
+
+	if out := must(t, "cancel", open, "--store", store); strings.TrimSpace(out) != "canceled" {
+		t.Fatalf("cancel printed %q", out)
+	}
+	hist = must(t, "history", child, "--store", store)
+	for _, re := range []string{
+		`blocked→canceled .*dependency ` + open + ` ended canceled`,
+		`depends on:\s+` + done + `\s+succeeded\n\s+` + open + `\s+canceled\n`,
+	} {
+		if !regexp.MustCompile(re).MatchString(hist) {
+			t.Errorf("history of a canceled child lacks %s:\n%s", re, hist)
+		}
+	}
+	if strings.Contains(hist, "waiting on") {
+		t.Errorf("a canceled child still waits:\n%s", hist)
+	}
+
+	// The requeue of a child whose dependency failed is refused, naming
+	// the task once and the dependency.
+	r := cli(t, "", "requeue", child, "--store", store)
+	want := "s3queue: task " + child + ": a dependency has not succeeded: dependency " + open + " is canceled\n"
+	if r.code != 1 || r.stderr != want {
+		t.Errorf("requeue of the canceled child: exit %d, stderr %q, want exit 1 and %q", r.code, r.stderr, want)
+	}
+}
+
+// get names the task holding the slot a task waits for, and where the
+// task stands in line; history says it waits for its slot.
+func TestGetNamesTheSlotHolder(t *testing.T) {
+	store, _ := newStore(t)
+	cfg := writeConfig(t, fastWorker)
+	holder := submit(t, store, cfg, "job", "--slot", "customer-42")
+	first := submit(t, store, cfg, "job", "--slot", "customer-42")
+	second := submit(t, store, cfg, "job", "--slot", "customer-42")
+	for id, want := range map[string]string{
+		first:  `slot:\s+customer-42  \(waiting: held by ` + holder + `; 1 of 2 in line\)\n`,
+		second: `slot:\s+customer-42  \(waiting: held by ` + holder + `; 2 of 2 in line\)\n`,
+		holder: `slot:\s+customer-42\n`,
+	} {
+		if out := must(t, "get", id, "--store", store); !regexp.MustCompile(want).MatchString(out) {
+			t.Errorf("get %s lacks %s:\n%s", id, want, out)
+		}
+	}
+	if h := must(t, "history", second, "--store", store); !regexp.MustCompile(`\n\nslot:\s+customer-42  \(waiting for the task that holds it\)\n`).MatchString(h) {
+		t.Errorf("history of a task waiting for its slot:\n%s", h)
+	}
+	// The holder's cancel passes the slot on: the first is pending, the
+	// second next in line behind it.
+	must(t, "cancel", holder, "--store", store)
+	if out := must(t, "get", second, "--store", store); !regexp.MustCompile(`\(waiting: held by ` + first + `; 1 of 1 in line\)`).MatchString(out) {
+		t.Errorf("get of the second after the holder's cancel:\n%s", out)
 	}
 }

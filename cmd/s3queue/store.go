@@ -97,6 +97,16 @@ func (a *app) taskQueue(ctx context.Context, id string) (*s3queue.Queue, error) 
 	return q, err
 }
 
+// taskStoreQueue is taskQueue that also returns the store, for the
+// commands that read objects beside the task (get reads a slot).
+func (a *app) taskStoreQueue(ctx context.Context, id string) (s3store.Store, *s3queue.Queue, error) {
+	st, q, err := a.existingStoreQueue(ctx)
+	if errors.Is(err, s3queue.ErrNoQueue) {
+		return nil, nil, notFound(id)
+	}
+	return st, q, err
+}
+
 // cause is an error of the s3queue package as the command reports it. That
 // package wraps each of its errors once, as "s3queue: OP: cause"; the
 // command prints its own "s3queue: " before the cause alone, as it did

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/s3queue/s3queue"
+	"github.com/s3queue/s3queue/internal/deps"
+	"github.com/s3queue/s3queue/s3store"
 	"github.com/s3queue/s3queue/task"
 )
 
@@ -24,7 +26,9 @@ var getCommand = &command{
 		"s3queue get 01M8AHG5TJ57JN0X6S7S5PM513 --watch",
 	},
 	details: "One GET. A task submitted with --after lists its dependencies, what became of each, and\n" +
-		"those it still waits for. --json prints the task object as stored in the bucket.\n" +
+		"those it still waits for. A task waiting for its slot names the task that holds the slot and\n" +
+		"its own place in line (one GET more, of the slot object). --json prints the task object as\n" +
+		"stored in the bucket.\n" +
 		"A result stored apart (larger than the workers' result_inline_max) costs one GET more; get\n" +
 		"shows its first 1024 bytes ('s3queue result ID' prints it whole), --json includes it whole.\n" +
 		"A result dropped by the monitor's result_ttl shows as \"expired at T\". A result object\n" +
@@ -44,7 +48,7 @@ var getCommand = &command{
 			if *poll <= 0 {
 				return usageError("get: --poll-max %v must be positive", *poll)
 			}
-			q, err := a.taskQueue(ctx, id)
+			st, q, err := a.taskStoreQueue(ctx, id)
 			if err != nil {
 				return err
 			}
@@ -54,7 +58,7 @@ var getCommand = &command{
 				if a.jsonOut {
 					writeJSON(a.stdout, t)
 				} else {
-					printTask(a.stdout, t)
+					printTask(a.stdout, t, readSlotPlace(ctx, st, t))
 				}
 			}
 			if err != nil {
@@ -66,7 +70,7 @@ var getCommand = &command{
 			if a.jsonOut {
 				return writeJSON(a.stdout, t)
 			}
-			printTask(a.stdout, t)
+			printTask(a.stdout, t, readSlotPlace(ctx, st, t))
 			return nil
 		}
 	},
@@ -81,7 +85,11 @@ var historyCommand = &command{
 	},
 	details: "One GET: the history lives on the task object (at most 32 entries: the first transition and the last 31).\n" +
 		"A task submitted with --after starts blocked; its dependencies' outcome moves it on\n" +
-		"(blocked→pending \"dependencies succeeded\", or blocked→canceled \"dependency ID ended dead\").",
+		"(blocked→pending \"dependencies succeeded\", or blocked→canceled \"dependency ID ended dead\").\n" +
+		"Below the transitions, from the same GET: each dependency with what the task has learned of it\n" +
+		"(a dependency that succeeds while others still run writes no transition; it shows here as\n" +
+		"succeeded), the ones it still waits on, and its slot. --json prints the transitions only\n" +
+		"('s3queue get ID --json' has the task's deps).",
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		return func(ctx context.Context, args []string) error {
 			id := args[0]
@@ -229,7 +237,9 @@ func fmtTime(t time.Time) string {
 	return t.UTC().Format("2006-01-02T15:04:05.000Z")
 }
 
-func printTask(w io.Writer, t *task.Task) {
+// printTask prints get's rows of t; place, if not nil, is where t stands
+// in its slot (readSlotPlace).
+func printTask(w io.Writer, t *task.Task, place *slotPlace) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	row := func(k, v string) { printRow(tw, k, v) }
 	row("id", t.ID)
@@ -252,7 +262,7 @@ func printTask(w io.Writer, t *task.Task) {
 	if t.CancelRequested {
 		row("cancel", "requested")
 	}
-	printDeps(row, t)
+	printDeps(row, t, place)
 	if t.IdempotencyKey != "" {
 		row("idempotency key", t.IdempotencyKey)
 	}
@@ -282,19 +292,11 @@ func printTask(w io.Writer, t *task.Task) {
 
 // printDeps adds a task's dependencies to get's rows: one row per parent
 // with what became of it, the parents it still waits for, what a failed
-// one does, and whether other tasks wait for this one.
-func printDeps(row func(k, v string), t *task.Task) {
+// one does, whether other tasks wait for this one, and its slot (with
+// place, where it stands in it).
+func printDeps(row func(k, v string), t *task.Task, place *slotPlace) {
 	if len(t.Deps) > 0 {
-		for i, d := range t.Deps {
-			k := ""
-			if i == 0 {
-				k = "depends on"
-			}
-			row(k, d.ID+"  "+depOutcome(t, d))
-		}
-		if w := t.Waiting(); t.Status == task.Blocked && len(w) > 0 {
-			row("waiting on", fmt.Sprintf("%d of %d: %s", len(w), len(t.Deps), strings.Join(w, ", ")))
-		}
+		printWaits(row, t)
 		policy := "cancel (a dependency that ends dead or canceled cancels this task)"
 		if t.OnDepFailure == task.DepFail {
 			policy = "fail (a dependency that ends dead or canceled makes this task dead)"
@@ -305,12 +307,88 @@ func printDeps(row func(k, v string), t *task.Task) {
 		row("dependents", "yes: other tasks depend on this one")
 	}
 	if t.Slot != "" {
-		v := t.Slot
-		if t.Status == task.Blocked && len(t.Deps) == 0 {
-			v += "  (waiting for the task that holds it)"
-		}
-		row("slot", v)
+		row("slot", t.Slot+slotWait(t, place))
 	}
+}
+
+// printWaits adds one row per dependency of t with what became of it,
+// and the ones a blocked t still waits on.
+func printWaits(row func(k, v string), t *task.Task) {
+	for i, d := range t.Deps {
+		k := ""
+		if i == 0 {
+			k = "depends on"
+		}
+		row(k, d.ID+"  "+depOutcome(t, d))
+	}
+	if w := t.Waiting(); t.Status == task.Blocked && len(w) > 0 {
+		row("waiting on", fmt.Sprintf("%d of %d: %s", len(w), len(t.Deps), strings.Join(w, ", ")))
+	}
+}
+
+// slotPlace is where a task waiting for its slot stands, as the slot
+// object says.
+type slotPlace struct {
+	holder   string // the task that holds the slot ("" none: being passed on)
+	position int    // 1: next in line; 0: not in the line
+	waiting  int    // tasks in line
+	err      error  // the slot object could not be read
+}
+
+// readSlotPlace reads the slot of t, if t waits for it (blocked with a
+// slot and no dependencies): one GET of the slot object. Nil for any
+// other task.
+func readSlotPlace(ctx context.Context, st s3store.Store, t *task.Task) *slotPlace {
+	if t.Slot == "" || t.Status != task.Blocked || len(t.Deps) > 0 {
+		return nil
+	}
+	obj, err := st.Get(ctx, deps.SlotKey(t.Slot))
+	if errors.Is(err, s3store.ErrNotFound) {
+		return &slotPlace{}
+	}
+	if err != nil {
+		return &slotPlace{err: err}
+	}
+	var s deps.Slot
+	if err := json.Unmarshal(obj.Body, &s); err != nil || s.Key != t.Slot {
+		return &slotPlace{err: fmt.Errorf("corrupt slot object %s", deps.SlotKey(t.Slot))}
+	}
+	p := &slotPlace{waiting: len(s.Queue)}
+	if s.Holder != nil {
+		p.holder = s.Holder.ID
+	}
+	for i, m := range s.Queue {
+		if m.ID == t.ID {
+			p.position = i + 1
+		}
+	}
+	return p
+}
+
+// slotWait says what a task blocked for its slot waits for.
+func slotWait(t *task.Task, p *slotPlace) string {
+	switch {
+	case t.Status != task.Blocked || len(t.Deps) > 0:
+		return ""
+	case p == nil:
+		return "  (waiting for the task that holds it)"
+	case p.err != nil:
+		return fmt.Sprintf("  (waiting for the task that holds it; the slot could not be read: %s)", oneLine(p.err.Error()))
+	case p.holder == t.ID:
+		return "  (granted to this task: it becomes pending)"
+	}
+	var parts []string
+	if p.holder != "" {
+		parts = append(parts, "held by "+p.holder)
+	} else {
+		parts = append(parts, "no holder: being passed on")
+	}
+	if p.position > 0 {
+		parts = append(parts, fmt.Sprintf("%d of %d in line", p.position, p.waiting))
+	} else {
+		parts = append(parts, "not in its line (replaced, or passed over: the monitor cancels or admits it again)")
+	}
+	return "  (waiting: " + strings.Join(parts, "; ") + ")"
 }
 
 // depOutcome says what became of dependency d of t.
@@ -386,6 +464,9 @@ func rawOrDash(b json.RawMessage) string {
 	return string(b)
 }
 
+// printHistory prints t's transitions, then, from the same task object,
+// its dependencies and its slot: a dependency that succeeds while others
+// still run writes no transition, and this is where it shows.
 func printHistory(w io.Writer, t *task.Task) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TIME\tTRANSITION\tATTEMPT\tWORKER\tREASON")
@@ -402,6 +483,17 @@ func printHistory(w io.Writer, t *task.Task) {
 			worker = "-"
 		}
 		fmt.Fprintf(tw, "%s\t%s→%s\t%d\t%s\t%s\n", fmtTime(h.At), from, h.To, h.Attempt, worker, strings.ReplaceAll(oneLine(h.Reason), "\t", " "))
+	}
+	tw.Flush()
+	if len(t.Deps) == 0 && t.Slot == "" {
+		return
+	}
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	row := func(k, v string) { printRow(tw, k, v) }
+	printWaits(row, t)
+	if t.Slot != "" {
+		row("slot", t.Slot+slotWait(t, nil))
 	}
 	tw.Flush()
 }

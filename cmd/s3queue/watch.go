@@ -68,7 +68,7 @@ func (a *app) printWatched(old, t *task.Task) error {
 		return err
 	}
 	if old == nil {
-		printTask(a.stdout, t)
+		printTask(a.stdout, t, nil)
 		fmt.Fprintln(a.stdout)
 		return nil
 	}
