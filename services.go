@@ -106,30 +106,39 @@ func EventJSONLines(w io.Writer) func(Event) { return events.JSONLines(w) }
 
 // Event kinds (docs/events.md says who publishes each, and its fields).
 const (
-	EventSubmitted       = events.Submitted       // producer: a task was created
-	EventClaimed         = events.Claimed         // worker: a task was claimed
-	EventStarted         = events.Started         // worker: its handler began
-	EventSucceeded       = events.Succeeded       // worker: the handler succeeded
-	EventFailed          = events.Failed          // worker: an attempt failed
-	EventRetried         = events.Retried         // worker: the task went back to pending to run again
-	EventDead            = events.Dead            // worker or monitor: the task is dead
-	EventSnoozed         = events.Snoozed         // worker: RetryAfter, no attempt used
-	EventCanceled        = events.Canceled        // producer or worker: the task is canceled
-	EventCancelRequested = events.CancelRequested // producer: a running task was asked to stop
-	EventLeaseLost       = events.LeaseLost       // worker: the lease was lost; the handler was canceled
-	EventReleased        = events.Released        // worker: a claimed task was given back, its attempt unused
-	EventRejected        = events.Rejected        // worker: admission refused a task
-	EventDropped         = events.Dropped         // worker: the dispatch queue dropped a task
-	EventOutcomeRejected = events.OutcomeRejected // worker: the fence refused an outcome after a lease loss
-	EventCorrupt         = events.Corrupt         // worker or monitor: a corrupt object was skipped
-	EventRequeued        = events.Requeued        // producer: a dead or canceled task was requeued
-	EventRedispatched    = events.Redispatched    // monitor: an expired lease was taken back
-	EventRepaired        = events.Repaired        // monitor: a pending task was announced again
-	EventDeleted         = events.Deleted         // monitor: retention deleted a finished task
-	EventShardAcquired   = events.ShardAcquired   // worker: a shard became the member's own
-	EventShardReleased   = events.ShardReleased   // worker: a shard is no longer the member's own
-	EventFleetAsleep     = events.FleetAsleep     // worker: the fleet's only member went to sleep
-	EventFleetWoken      = events.FleetWoken      // worker: the sleeping member woke
+	EventSubmitted        = events.Submitted        // producer: a task was created
+	EventClaimed          = events.Claimed          // worker: a task was claimed
+	EventStarted          = events.Started          // worker: its handler began
+	EventSucceeded        = events.Succeeded        // worker: the handler succeeded
+	EventFailed           = events.Failed           // worker: an attempt failed
+	EventRetried          = events.Retried          // worker: the task went back to pending to run again
+	EventDead             = events.Dead             // worker or monitor: the task is dead
+	EventSnoozed          = events.Snoozed          // worker: RetryAfter, no attempt used
+	EventCanceled         = events.Canceled         // producer or worker: the task is canceled
+	EventCancelRequested  = events.CancelRequested  // producer: a running task was asked to stop
+	EventLeaseLost        = events.LeaseLost        // worker: the lease was lost; the handler was canceled
+	EventReleased         = events.Released         // worker: a claimed task was given back, its attempt unused
+	EventRejected         = events.Rejected         // worker: admission refused a task
+	EventDropped          = events.Dropped          // worker: the dispatch queue dropped a task
+	EventOutcomeRejected  = events.OutcomeRejected  // worker: the fence refused an outcome after a lease loss
+	EventCorrupt          = events.Corrupt          // worker or monitor: a corrupt object was skipped
+	EventRequeued         = events.Requeued         // producer: a dead or canceled task was requeued
+	EventRedispatched     = events.Redispatched     // monitor: an expired lease was taken back
+	EventRepaired         = events.Repaired         // monitor: a pending task was announced again
+	EventDeleted          = events.Deleted          // monitor: retention deleted a finished task
+	EventBlocked          = events.Blocked          // producer: a task was submitted waiting for its dependencies
+	EventUnblocked        = events.Unblocked        // worker, producer or monitor: its dependencies all succeeded
+	EventDependencyFailed = events.DependencyFailed // worker, producer or monitor: a dependency ended dead or canceled
+	EventSlotAcquired     = events.SlotAcquired     // producer: a submitted task took its free slot
+	EventSlotQueued       = events.SlotQueued       // producer: a submitted task waits behind its slot's holder
+	EventSlotReplaced     = events.SlotReplaced     // producer or monitor: a waiting task was replaced and canceled
+	EventSlotRefused      = events.SlotRefused      // producer: a drop-if-running submit found its slot busy
+	EventSlotGranted      = events.SlotGranted      // worker, producer or monitor: the slot passed to a waiting task
+	EventSlotFreed        = events.SlotFreed        // worker, producer or monitor: the holder ended with none waiting
+	EventShardAcquired    = events.ShardAcquired    // worker: a shard became the member's own
+	EventShardReleased    = events.ShardReleased    // worker: a shard is no longer the member's own
+	EventFleetAsleep      = events.FleetAsleep      // worker: the fleet's only member went to sleep
+	EventFleetWoken       = events.FleetWoken       // worker: the sleeping member woke
 )
 
 // WorkerPool is a set of task types a worker runs with handlers and limits

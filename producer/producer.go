@@ -437,6 +437,10 @@ func (p *Producer) submit(ctx context.Context, typ string, input any, opts Optio
 	p.publish(events.Submitted, t)
 	if t.Status == task.Blocked && len(t.Deps) > 0 {
 		p.publish(events.Blocked, t)
+	} else if t.Status.Terminal() && len(t.Deps) > 0 {
+		// Created canceled (or dead): a dependency had already ended dead
+		// or canceled.
+		p.publish(events.DependencyFailed, t)
 	}
 	if opts.Slot != "" {
 		p.afterAdmit(ctx, t, adm)

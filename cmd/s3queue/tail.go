@@ -38,7 +38,7 @@ var tailKinds = []events.Kind{
 	events.Rejected, events.Dropped, events.OutcomeRejected, events.Corrupt, events.Requeued,
 	events.Redispatched, events.Repaired, events.Deleted, events.Blocked, events.Unblocked,
 	events.DependencyFailed, events.SlotAcquired, events.SlotQueued, events.SlotReplaced, events.SlotRefused,
-	events.SlotGranted, events.RateLimited, events.ShardAcquired, events.ShardReleased, events.FleetAsleep, events.FleetWoken,
+	events.SlotGranted, events.SlotFreed, events.RateLimited, events.ShardAcquired, events.ShardReleased, events.FleetAsleep, events.FleetWoken,
 	events.WorkerLeaseLost, events.InboxAsleep, events.InboxWoken, events.InboxRecovered,
 }
 

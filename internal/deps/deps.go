@@ -91,8 +91,9 @@ type Env struct {
 	// a member polls and ring the doorbell); nil writes it in the task's
 	// own shard.
 	Announce func(ctx context.Context, t *task.Task) error
-	// Ended, if set, is told of each task that Settle moved to pending or
-	// ended (for events).
+	// Ended, if set, is told of each task that Settle or Advance moved to
+	// pending or ended, and of the ended holder whose end Advance found
+	// no task waiting for, freeing its slot (for events: EventOf).
 	Ended func(t *task.Task)
 	// Jitter draws a uniform float in [0,1) for the pauses between lost
 	// races (s3store.CAS); nil draws from math/rand/v2. Services pass

@@ -221,6 +221,7 @@ func (e Env) Advance(ctx context.Context, t *task.Task) error {
 		if err != nil {
 			return err
 		}
+		freed := false
 		if s.Holder != nil && s.Holder.ID == t.ID && s.Holder.Turn == t.SlotTurn {
 			// t's turn ends (a later turn of the same task, requeued
 			// meanwhile, is not ended by it).
@@ -245,8 +246,12 @@ func (e Env) Advance(ctx context.Context, t *task.Task) error {
 				}
 				return fmt.Errorf("slot %q: %w", t.Slot, err)
 			}
+			freed = s.Holder == nil
 		}
 		if s.Holder == nil {
+			if freed && e.Ended != nil {
+				e.Ended(t) // SlotFreed (EventOf), from the writer that freed it
+			}
 			return nil
 		}
 		ended, err := e.grant(ctx, t.Slot, *s.Holder, s.Since)
@@ -334,10 +339,13 @@ func (e Env) grant(ctx context.Context, key string, m Member, since time.Time) (
 }
 
 // EventOf is the event of a task that Settle or Advance moved on: one
-// granted its slot, one whose dependencies all succeeded (unblocked), or one
-// a failed dependency ended.
+// granted its slot, one whose dependencies all succeeded (unblocked), one
+// a failed dependency ended, or the ended holder whose end left its slot
+// free (a task has a slot or dependencies, never both).
 func EventOf(t *task.Task) events.Kind {
 	switch {
+	case t.Status.Terminal() && t.Slot != "":
+		return events.SlotFreed
 	case t.Status == task.Pending && t.Slot != "":
 		return events.SlotGranted
 	case t.Status == task.Pending:

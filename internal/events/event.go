@@ -103,6 +103,10 @@ const (
 	SlotRefused Kind = "slot_refused"
 	// SlotGranted: the slot passed to a waiting task (it is pending).
 	SlotGranted Kind = "slot_granted"
+	// SlotFreed: the slot's holder ended (the task of the event) with no
+	// task waiting: the slot is free (seed 004's Running → Idle), and the
+	// key's next submit takes it at once.
+	SlotFreed Kind = "slot_freed"
 )
 
 // RateLimited: a worker found a task of a rate-limited type due while the

@@ -227,7 +227,7 @@ var taskKinds = map[events.Kind]bool{
 	events.Redispatched: true, events.Repaired: true, events.Deleted: true,
 	events.Blocked: true, events.Unblocked: true, events.DependencyFailed: true,
 	events.SlotAcquired: true, events.SlotQueued: true, events.SlotReplaced: true, events.SlotRefused: true,
-	events.SlotGranted: true, events.RateLimited: true,
+	events.SlotGranted: true, events.SlotFreed: true, events.RateLimited: true,
 }
 
 // CountStore counts the requests of c in s3queue_s3_requests_total and
