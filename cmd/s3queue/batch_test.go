@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -304,4 +305,24 @@ func TestSubmitBatchRejectPolicy(t *testing.T) {
 		t.Errorf("%d lines submitted, want 1 or 2:\n%s", submitted, r.stdout)
 	}
 	wantExit(t, r, exitRuntime, fmt.Sprintf("%d of %d lines not submitted (0 malformed or invalid, %d failed)", lines-submitted, lines, lines-submitted))
+}
+
+// Every key a --batch line accepts is named in submit --help and in
+// docs/cli.md's table of batch fields.
+func TestBatchKeysAreDocumented(t *testing.T) {
+	help := must(t, "submit", "--help")
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "cli.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fields := reflect.TypeOf(batchLine{})
+	for i := range fields.NumField() {
+		key, _, _ := strings.Cut(fields.Field(i).Tag.Get("json"), ",")
+		if !strings.Contains(help, `"`+key+`":`) {
+			t.Errorf("submit --help does not list the batch key %q", key)
+		}
+		if !strings.Contains(string(doc), "| `"+key+"` | ") {
+			t.Errorf("docs/cli.md's batch fields lack %q", key)
+		}
+	}
 }

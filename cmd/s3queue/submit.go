@@ -40,14 +40,19 @@ var submitCommand = &command{
 		"opened, so bad input writes nothing (exit 2). Defaults come from [submit] in queue.toml.\n" +
 		"--batch FILE|- submits one task per JSON line, {\"type\": ..., \"input\": ..., \"delay\": ...,\n" +
 		"\"at\": ..., \"deadline\": ..., \"max_attempts\": ..., \"timeout\": ..., \"idempotency_key\": ..., \"unique\": true,\n" +
-		"\"unique_for\": \"1h\", \"key\": ..., \"after\": [ID, ...], \"on_dep_failure\": ..., \"priority\": ...}, through a\n" +
-		"bounded submitter ([producer] in queue.toml); the flags give the lines' defaults. It prints \"LINE ID\" or \"LINE error: MESSAGE\"\n" +
+		"\"unique_for\": \"1h\", \"key\": ..., \"after\": [ID, ...], \"on_dep_failure\": ..., \"slot\": ..., \"admission\": ...,\n" +
+		"\"priority\": ...}, through a bounded submitter ([producer] in queue.toml); the flags give the\n" +
+		"lines' defaults. It prints \"LINE ID\" or \"LINE error: MESSAGE\"\n" +
 		"per line as each finishes, and exits 1 if any line failed (2 if the only failures were\n" +
 		"malformed or invalid lines).\n" +
 		"--after ID (repeatable) keeps the task blocked until task ID has succeeded; if ID ends dead\n" +
 		"or canceled, the task is canceled (or dead, with --on-dep-failure fail). An --after that names\n" +
 		"no task of this queue is refused (exit 2) and the task is not created. See docs/cli.md and\n" +
 		"docs/dependencies.md.\n" +
+		"--slot KEY runs at most one task of KEY at a time: a task submitted while another holds the\n" +
+		"slot waits blocked and runs after it; --admission replace takes the place of the task waiting\n" +
+		"next (canceled) and asks the holder to stop; drop-if-running refuses the submit (exit 1) while\n" +
+		"the slot is busy. See docs/slots.md.\n" +
 		"--idempotency-key KEY makes a second submit with KEY print the first task's id; --unique does\n" +
 		"the same with a key derived from --type and the input (as Asynq's Unique). The key stays taken\n" +
 		"until retention deletes its task, or with --unique-for DUR (1s..720h) until DUR after its\n" +

@@ -78,7 +78,7 @@ var getCommand = &command{
 
 var historyCommand = &command{
 	name: "history", args: "ID", nargs: 1, json: true,
-	summary: "show a task's state transitions, oldest first",
+	summary: "show a task's state transitions, oldest first, and the dependencies it still waits on",
 	examples: []string{
 		"s3queue history 01M8AHG5TJ57JN0X6S7S5PM513",
 		"s3queue history 01M8AHG5TJ57JN0X6S7S5PM513 --json | jq -r '.[].reason'",
