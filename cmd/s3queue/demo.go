@@ -78,7 +78,9 @@ var demoCommand = &command{
 		"--workers workers and a monitor against it. Some tasks fail once and are retried, one task\n" +
 		"always fails and ends dead, and 7 more form a dependency graph (a build pipeline whose steps\n" +
 		"wait for each other, and a task canceled because the one it depends on failed for good);\n" +
-		"one worker is killed while it runs a task (from then on every\n" +
+		"6 more use slots (three that run one at a time, a drop-if-running refused while the slot is\n" +
+		"busy, and a replace that cancels the task waiting and the holder); one worker is killed while\n" +
+		"it runs a task (from then on every\n" +
 		"request it makes fails, as if its host died): the monitor re-dispatches that task after its\n" +
 		"lease expires. Ends with the final status of every task read back from the store, retries,\n" +
 		"duplicate executions, re-dispatches and the store requests by type. Exit 0 only if every task\n" +
@@ -233,6 +235,11 @@ func (a *app) demo(ctx context.Context, o demoOptions) (err error) {
 	for _, id := range slotIDs {
 		want[id] = task.Succeeded
 	}
+	replace, err := d.submitReplace(ctx, p, opts, o.tasks+len(demoGraph)+len(slotIDs)+1)
+	if err != nil {
+		return err
+	}
+	want[replace.holder], want[replace.replaced], want[replace.latest] = task.Canceled, task.Canceled, task.Succeeded
 	total := len(want)
 
 	progress := newProgress(a.stderr, total)
@@ -273,8 +280,8 @@ func (a *app) demo(ctx context.Context, o demoOptions) (err error) {
 	}
 	sum := d.summary(o, where, final, want, mon.Stats(), counts, elapsed)
 	sum.skipped = skipped
-	sum.graph = append(d.graphLines(final, graph), d.slotLines(final, slotIDs)...)
-	sum.graphProblems = d.checkGraph(rctx, p, graph)
+	sum.graph = append(d.graphLines(final, graph), d.slotLines(final, slotIDs, replace)...)
+	sum.graphProblems = append(d.checkGraph(rctx, p, graph), d.checkReplace(rctx, p, replace)...)
 	sum.print(a.stdout)
 	if stopped != nil {
 		return stopped
@@ -283,7 +290,7 @@ func (a *app) demo(ctx context.Context, o demoOptions) (err error) {
 		return fmt.Errorf("demo: %d of %d tasks did not reach their expected status", sum.wrong, total)
 	}
 	if len(sum.graphProblems) > 0 {
-		return fmt.Errorf("demo: the dependency graph went wrong: %s", sum.graphProblems[0])
+		return fmt.Errorf("demo: the dependency graph or a slot went wrong: %s", sum.graphProblems[0])
 	}
 	return nil
 }
@@ -589,7 +596,7 @@ func orNone(s task.Status) string {
 
 func (s *demoSummary) print(w io.Writer) {
 	n := s.total
-	fmt.Fprintf(w, "\ns3queue demo: %d tasks and %d in a dependency graph, 3 in a slot, %d workers and 1 killed mid-task, 1 monitor, %d shards\n",
+	fmt.Fprintf(w, "\ns3queue demo: %d tasks and %d in a dependency graph, 6 in two slots, %d workers and 1 killed mid-task, 1 monitor, %d shards\n",
 		s.opts.tasks, len(demoGraph), s.opts.workers, s.opts.shards)
 	fmt.Fprintf(w, "store: %s\n\n", s.store)
 

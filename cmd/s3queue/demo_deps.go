@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/s3queue/s3queue/producer"
 	"github.com/s3queue/s3queue/task"
@@ -164,6 +165,77 @@ func (d *demo) submitSlot(ctx context.Context, p *producer.Producer, opts produc
 	return ids, nil
 }
 
+// demoReplaceSlot is the slot key of the demo's replace step: renders of
+// one document, where only the latest matters (admission replace).
+const demoReplaceSlot = "doc-7"
+
+// demoReplace is the replace step's tasks: the holder of the slot, the
+// task waiting behind it, and the replace submit that takes its place.
+type demoReplace struct {
+	holder, replaced, latest string
+}
+
+// submitReplace submits three renders to demoReplaceSlot: the first takes
+// the slot but is due only in a minute (so it is still pending when the
+// third comes), the second waits behind it, and the third, with admission
+// replace, takes the second's place (canceled: replaced) and has the
+// holder canceled, pending, at once: the third runs, the first two never
+// do.
+func (d *demo) submitReplace(ctx context.Context, p *producer.Producer, opts producer.Options, n int) (demoReplace, error) {
+	var r demoReplace
+	o := opts
+	o.Slot = demoReplaceSlot
+	for i, id := range []*string{&r.holder, &r.replaced, &r.latest} {
+		o.Delay = 0
+		switch i {
+		case 0:
+			o.Delay = time.Minute
+		case 2:
+			o.Admission = "replace"
+		}
+		var err error
+		if *id, err = p.Submit(ctx, demoType, demoInput{N: n + i, Mode: modeOK, Step: fmt.Sprintf("render %d", i+1)}, o); err != nil {
+			return r, fmt.Errorf("demo: submit render %d: %w", i+1, err)
+		}
+	}
+	// The replace submit ended the first two (no worker reports them):
+	// look.
+	for _, id := range []string{r.holder, r.replaced} {
+		t, err := p.Lookup(ctx, id)
+		if err != nil {
+			return r, fmt.Errorf("demo: read render %s: %w", id, err)
+		}
+		if t.Status.Terminal() {
+			d.mu.Lock()
+			d.finished[id] = t.Status
+			d.mu.Unlock()
+		}
+	}
+	return r, nil
+}
+
+// checkReplace reads the replace step back: the replaced task records
+// what replaced it, and neither it nor the holder ran.
+func (d *demo) checkReplace(ctx context.Context, p *producer.Producer, r demoReplace) []string {
+	var problems []string
+	d.mu.Lock()
+	for _, id := range []string{r.holder, r.replaced} {
+		if n := d.execs[id]; n > 0 {
+			problems = append(problems, fmt.Sprintf("slot %s: %s ran %d times, though a replace canceled it", demoReplaceSlot, id, n))
+		}
+	}
+	d.mu.Unlock()
+	t, err := p.Lookup(ctx, r.replaced)
+	if err != nil {
+		return append(problems, fmt.Sprintf("slot %s: %s: %v", demoReplaceSlot, r.replaced, err))
+	}
+	want := "replaced in slot " + demoReplaceSlot + " by " + r.latest
+	if last := t.History[len(t.History)-1]; last.Reason != want {
+		problems = append(problems, fmt.Sprintf("slot %s: %s's last transition %q, want %q", demoReplaceSlot, r.replaced, last.Reason, want))
+	}
+	return problems
+}
+
 // startInSlot records that t's handler starts in its slot. Call with d.mu
 // held.
 func (d *demo) startInSlot(t *task.Task) {
@@ -188,8 +260,8 @@ func (d *demo) endInSlot(t *task.Task) {
 	}
 }
 
-// slotLines describes the slot's outcome for the summary.
-func (d *demo) slotLines(final map[string]task.Status, ids []string) [][2]string {
+// slotLines describes the slots' outcome for the summary.
+func (d *demo) slotLines(final map[string]task.Status, ids []string, r demoReplace) [][2]string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	ok := 0
@@ -205,5 +277,7 @@ func (d *demo) slotLines(final map[string]task.Status, ids []string) [][2]string
 	return [][2]string{
 		{"slot " + demoSlot + ": 3 tasks, one at a time", fmt.Sprintf("%d of 3 succeeded", ok)},
 		{"slot " + demoSlot + ": drop-if-running", refused},
+		{"slot " + demoReplaceSlot + ": replace (latest wins)", fmt.Sprintf("render 3 %s; render 2 %s, render 1 %s, neither ran",
+			orNone(final[r.latest]), orNone(final[r.replaced]), orNone(final[r.holder]))},
 	}
 }
