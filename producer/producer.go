@@ -379,8 +379,10 @@ func (p *Producer) submit(ctx context.Context, typ string, input any, opts Optio
 		return "", nil, fmt.Errorf("submit: %w: an idempotency key cannot be combined with dependencies or a slot", task.ErrInvalid)
 	}
 	if len(opts.DependsOn) > 0 {
-		// Checked before any edge is written, then the edges.
-		spec.OnDepFailure = opts.OnDepFailure
+		// Checked before any edge is written, then the edges. The slot is
+		// part of the check (a task may not have both), though it is taken
+		// only below.
+		spec.OnDepFailure, spec.Slot = opts.OnDepFailure, opts.Slot
 		for _, d := range opts.DependsOn {
 			spec.Deps = append(spec.Deps, task.Dep{ID: d})
 		}
