@@ -803,8 +803,13 @@ func (p *Producer) createOnce(ctx context.Context, t *task.Task) (string, error)
 // the fleet is asleep, and announces t in an active shard if t's own shard
 // is not polled at full speed or its PUT landed so late that scans may have
 // passed it. Nothing here is needed for safety: the monitor's repair finds
-// any pending task that is not picked up.
+// any pending task that is not picked up. A task created blocked (behind
+// its dependencies or its slot) or ended (a dependency had failed) is left
+// alone: no worker may claim it, and whoever makes it pending announces it.
 func (p *Producer) afterCreate(ctx context.Context, t *task.Task) {
+	if t.Status != task.Pending {
+		return
+	}
 	if p.dir != nil && t.Status == task.Pending && p.deliver(ctx, t) {
 		return
 	}

@@ -3,10 +3,13 @@ package producer_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/s3queue/s3queue/producer"
 	"github.com/s3queue/s3queue/s3store"
+	"github.com/s3queue/s3queue/shards"
 	"github.com/s3queue/s3queue/task"
 )
 
@@ -33,5 +36,63 @@ func TestASubmitWithDependenciesAndASlotIsRefusedBeforeAnyWrite(t *testing.T) {
 	if puts := st.Counts().Of(s3store.OpPut) - before; puts != 0 {
 		tk, _ := p.Get(ctx, parent)
 		t.Fatalf("the refused submit wrote %d objects first (the parent's dependents flag now %v)", puts, tk.Dependents)
+	}
+}
+
+// A task created blocked (waiting for a dependency or its slot) or ended at
+// submit (a dependency had already failed) is not announced: no worker
+// may claim it, and whoever makes it pending announces it then. A pointer
+// to it cost a PUT, and the worker that read it a GET and a DELETE. The
+// producer knows no live member here, so only shard 0 counts as served:
+// each child lies in another shard, where a pending task would be
+// announced.
+func TestATaskNotPendingAtSubmitIsNotAnnounced(t *testing.T) {
+	ctx := context.Background()
+	p, st := setup(t)
+	running, err := p.Submit(ctx, "t", nil, producer.Options{ShardKey: "s0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed, err := p.Submit(ctx, "t", nil, producer.Options{ShardKey: "s0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Cancel(ctx, failed); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Submit(ctx, "t", nil, producer.Options{Slot: "k", ShardKey: "s0"}); err != nil {
+		t.Fatal(err)
+	}
+	key := "s1"
+	for i := 0; task.ShardFor(key, 4) == 0; i++ {
+		key = fmt.Sprintf("s%d", i+2)
+	}
+	for _, tc := range []struct {
+		name string
+		opts producer.Options
+		want task.Status
+	}{
+		{"blocked on a dependency", producer.Options{DependsOn: []string{running}}, task.Blocked},
+		{"canceled at submit", producer.Options{DependsOn: []string{failed}}, task.Canceled},
+		{"blocked behind its slot's holder", producer.Options{Slot: "k"}, task.Blocked},
+	} {
+		tc.opts.ShardKey = key
+		id, err := p.Submit(ctx, "t", nil, tc.opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tk, err := p.Get(ctx, id)
+		if err != nil || tk.Status != tc.want {
+			t.Fatalf("%s: the child is %v (%v), want %s", tc.name, tk.Status, err, tc.want)
+		}
+		page, err := st.List(ctx, "tasks/", s3store.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range page.Objects {
+			if shards.IsPointer(o.Key) && strings.Contains(o.Key, id) {
+				t.Errorf("%s: a ready pointer announces a task no worker may claim: %s", tc.name, o.Key)
+			}
+		}
 	}
 }
