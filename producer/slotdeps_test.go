@@ -96,3 +96,43 @@ func TestATaskNotPendingAtSubmitIsNotAnnounced(t *testing.T) {
 		}
 	}
 }
+
+// What a replace costs through the producer (docs/slots.md, "What it
+// costs"), with a holder that is still pending and a task waiting behind
+// it: run with -v to print the counts. Besides its own submit (the slot's
+// GET and conditional PUT, the task's PUT), the replace cancels the
+// waiting task (CancelReplaced) and asks the holder to stop: a pending
+// holder is canceled at once, which ends it and passes its slot on to the
+// replacing task.
+func TestTheCostOfAReplace(t *testing.T) {
+	ctx := context.Background()
+	p, st := setup(t)
+	holder, err := p.Submit(ctx, "t", nil, producer.Options{Slot: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiting, err := p.Submit(ctx, "t", nil, producer.Options{Slot: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := st.Counts()
+	id, err := p.Submit(ctx, "t", nil, producer.Options{Slot: "k", Admission: "replace"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := st.Counts().Sub(before)
+	t.Logf("replace with a pending holder and one task waiting: PUT %d GET %d DELETE %d LIST %d HEAD %d (%s)",
+		c.Of(s3store.OpPut), c.Of(s3store.OpGet), c.Of(s3store.OpDelete), c.Of(s3store.OpList), c.Of(s3store.OpHead), c)
+	for _, w := range []struct {
+		id   string
+		want task.Status
+	}{{holder, task.Canceled}, {waiting, task.Canceled}, {id, task.Pending}} {
+		if tk, err := p.Get(ctx, w.id); err != nil || tk.Status != w.want {
+			t.Fatalf("task %s is %v (%v), want %s", w.id, tk.Status, err, w.want)
+		}
+	}
+	// As measured: keep docs/slots.md in step if these change.
+	if c.Of(s3store.OpPut) != 9 || c.Of(s3store.OpGet) != 7 || c.Of(s3store.OpDelete) != 2 {
+		t.Errorf("a replace made %s, want PUT 9, GET 7, DELETE 2 (docs/slots.md)", c)
+	}
+}
