@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/s3queue/s3queue/producer"
+	"github.com/s3queue/s3queue/s3store"
 	"github.com/s3queue/s3queue/s3store/mem"
 	"github.com/s3queue/s3queue/shards"
 	"github.com/s3queue/s3queue/task"
@@ -32,7 +33,8 @@ func TestAChildReleasedByAWorkerRunsWithinAPoll(t *testing.T) {
 		f := newFleet(t, st, 16)
 		f.ctx = ctx
 		p := f.producer(st)
-		f.start(worker.Config{ID: "a", Shards: 16, Logger: quiet}, nil, nil)
+		ws := &putsByKind{Store: st}
+		f.start(worker.Config{ID: "a", Shards: 16, Logger: quiet}, ws, nil)
 		var chain []string
 		for i := range 6 {
 			o := producer.Options{ShardKey: fmt.Sprintf("k%d", i)}
@@ -68,6 +70,14 @@ func TestAChildReleasedByAWorkerRunsWithinAPoll(t *testing.T) {
 					t.Errorf("hop %d: a child released by the worker ran %v after its parent (a retry is announced in a polled shard at once)", i, hop)
 				}
 			}
+		}
+		// Each release writes one pointer (the worker wrote none else: the
+		// first task was due when the worker's poll found it), and rings
+		// nothing: the worker is the fleet, awake.
+		pointers, rings := ws.counts()
+		t.Logf("the worker wrote %d ready pointers and %d fleet objects for %d releases", pointers, rings, len(chain)-1)
+		if pointers != len(chain)-1 {
+			t.Errorf("the worker wrote %d ready pointers for %d releases, want one each", pointers, len(chain)-1)
 		}
 	})
 }
@@ -123,7 +133,8 @@ func TestASlotGrantedByAWorkerWakesTheSleepingMemberThatRunsIt(t *testing.T) {
 				close(release)
 			}
 		}()
-		wb, err := worker.New(ctx, st, worker.Config{ID: "b", Shards: 16, Logger: quiet})
+		bs := &putsByKind{Store: st}
+		wb, err := worker.New(ctx, bs, worker.Config{ID: "b", Shards: 16, Logger: quiet})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -137,13 +148,44 @@ func TestASlotGrantedByAWorkerWakesTheSleepingMemberThatRunsIt(t *testing.T) {
 		if fl, _, err := shards.ReadFleet(ctx, st); err != nil || !fl.Asleep || len(fl.Members) != 2 {
 			t.Fatalf("want a fleet of a and b still marked asleep, got %+v (%v)", fl, err)
 		}
+		p0, f0 := bs.counts()
 		close(release)
 		ended := time.Now()
 		expectRun(t, started, next, time.Hour, func() string { return "the slot's next task never ran" })
 		took := time.Since(ended)
-		t.Logf("the next task started %v after the holder was released", took)
+		p1, f1 := bs.counts()
+		t.Logf("the next task started %v after the holder was released; b wrote %d ready pointers and %d fleet objects (the ring, and any renewal) meanwhile", took, p1-p0, f1-f0)
 		if took > 10*time.Second {
 			t.Errorf("the slot's next task started %v after its holder ended (bell_poll is 2s)", took)
 		}
 	})
+}
+
+// putsByKind counts the ready pointers and fleet objects written through
+// it.
+type putsByKind struct {
+	s3store.Store
+	mu              sync.Mutex
+	pointers, fleet int
+}
+
+func (s *putsByKind) Put(ctx context.Context, key string, body []byte, opts s3store.PutOptions) (string, error) {
+	etag, err := s.Store.Put(ctx, key, body, opts)
+	if err == nil {
+		s.mu.Lock()
+		switch {
+		case shards.IsPointer(key):
+			s.pointers++
+		case key == shards.FleetKey:
+			s.fleet++
+		}
+		s.mu.Unlock()
+	}
+	return etag, err
+}
+
+func (s *putsByKind) counts() (pointers, fleet int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pointers, s.fleet
 }
