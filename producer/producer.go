@@ -379,8 +379,10 @@ func (p *Producer) submit(ctx context.Context, typ string, input any, opts Optio
 		return "", nil, fmt.Errorf("submit: %w: an idempotency key cannot be combined with dependencies or a slot", task.ErrInvalid)
 	}
 	if len(opts.DependsOn) > 0 {
-		// Checked before any edge is written, then the edges.
-		spec.OnDepFailure = opts.OnDepFailure
+		// Checked before any edge is written, then the edges. The slot is
+		// part of the check (a task may not have both), though it is taken
+		// only below.
+		spec.OnDepFailure, spec.Slot = opts.OnDepFailure, opts.Slot
 		for _, d := range opts.DependsOn {
 			spec.Deps = append(spec.Deps, task.Dep{ID: d})
 		}
@@ -806,8 +808,13 @@ func (p *Producer) createOnce(ctx context.Context, t *task.Task) (string, error)
 // the fleet is asleep, and announces t in an active shard if t's own shard
 // is not polled at full speed or its PUT landed so late that scans may have
 // passed it. Nothing here is needed for safety: the monitor's repair finds
-// any pending task that is not picked up.
+// any pending task that is not picked up. A task created blocked (behind
+// its dependencies or its slot) or ended (a dependency had failed) is left
+// alone: no worker may claim it, and whoever makes it pending announces it.
 func (p *Producer) afterCreate(ctx context.Context, t *task.Task) {
+	if t.Status != task.Pending {
+		return
+	}
 	if p.dir != nil && t.Status == task.Pending && p.deliver(ctx, t) {
 		return
 	}

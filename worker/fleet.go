@@ -155,7 +155,8 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 			m.synced, m.standbyWait = now, w.standbyWait(shards.Fleet{})
 			return err
 		}
-		m.fleet, m.etag, m.synced, m.standbyWait = f, etag, now, w.standbyWait(f)
+		w.setFleet(f, etag, now)
+		m.standbyWait = w.standbyWait(f)
 		w.learnShards(ctx, f)
 	}
 	n := m.fleet.ShardCount(w.manifest.Shards)
@@ -216,7 +217,7 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 		if err != nil {
 			return err
 		}
-		m.fleet, m.etag, m.synced = f, etag, now
+		w.setFleet(f, etag, now)
 	}
 	applyInstead := false
 	f, etag, err := w.updateFleet(ctx, func(f *shards.Fleet) bool {
@@ -318,7 +319,7 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 	if err != nil {
 		return err
 	}
-	m.fleet, m.etag, m.synced = f, etag, now
+	w.setFleet(f, etag, now)
 	if leases != nil {
 		w.sweepLeases(ctx, f, leases, iv)
 	}
@@ -523,7 +524,7 @@ func (w *Worker) refreshView(ctx context.Context, now time.Time) error {
 	if err != nil {
 		return err
 	}
-	m.fleet, m.etag, m.synced = f, etag, now
+	w.setFleet(f, etag, now)
 	w.learnShards(ctx, f)
 	a, ok := f.Assign(w.cfg.ID, iv, w.cfg.LeaseMargin, f.ShardCount(w.manifest.Shards))
 	if !ok {
@@ -690,7 +691,7 @@ func (w *Worker) sleep(ctx context.Context, now time.Time) error {
 	if err != nil {
 		return err
 	}
-	m.fleet, m.etag, m.synced = f, etag, now
+	w.setFleet(f, etag, now)
 	if !mine {
 		return nil // asleep already, or our entry is gone: the next renewal decides
 	}
@@ -720,7 +721,7 @@ func (w *Worker) wake(ctx context.Context, now time.Time) {
 		return true
 	})
 	if err == nil {
-		m.fleet, m.etag, m.synced = f, etag, now
+		w.setFleet(f, etag, now)
 	}
 }
 
@@ -732,7 +733,7 @@ func (w *Worker) checkBell(ctx context.Context, now time.Time) error {
 	if err != nil {
 		return err
 	}
-	m.fleet, m.etag, m.synced = f, etag, now
+	w.setFleet(f, etag, now)
 	if !f.Asleep {
 		w.log.Debug("the doorbell rang")
 		m.asleep = false

@@ -99,6 +99,8 @@ type Worker struct {
 	view         atomic.Pointer[memberView]
 	cursors      atomic.Pointer[map[int]time.Time] // the scans' cursors after the last poll
 	pointerShard atomic.Int64                      // where retries are announced (-1: the task's own shard)
+	known        atomic.Pointer[knownFleet]        // the fleet as the scheduler last read or wrote it (release.go)
+	releasedOwn  atomic.Bool                       // a pass-on announced a task in pointerShard: poll it now
 
 	mu       sync.Mutex
 	handlers map[string]Handler
@@ -252,9 +254,13 @@ func taskEvent(kind Kind, t *task.Task, err error) Event {
 	return Event{Kind: kind, TaskID: t.ID, Type: t.Type, Attempt: t.Attempt, Shard: t.Shard, Err: err}
 }
 
-// deps is the worker's view of the dependency edges.
+// deps is the worker's view of the dependency edges. A task its pass-on
+// makes pending (a released dependent, a slot's next task) is announced
+// where a member polls, as a retry is, and wakes a sleeping fleet
+// (announceReleased).
 func (w *Worker) deps() deps.Env {
 	return deps.Env{Jitter: rnd.Locked(rnd.Keyed(w.cfg.ID + "/deps")), Store: w.st, Local: w.local, Now: w.clock.Now, Counts: w.manifest.Counts(),
+		Announce: w.announceReleased,
 		Ended: func(t *task.Task) {
 			w.emit(taskEvent(deps.EventOf(t), t, nil))
 		}}
@@ -407,6 +413,9 @@ func (w *Worker) step(ctx context.Context) time.Duration {
 // stepShards is step's share of the fleet and the shards.
 func (w *Worker) stepShards(ctx context.Context) time.Duration {
 	now := w.now()
+	if w.releasedOwn.Swap(false) && w.pace.next.After(now) {
+		w.pace.next = now // a task this worker's pass-on made pending waits in its own shard
+	}
 	if w.static() {
 		if now.Before(w.pace.next) {
 			return clock.Until(w.local, w.pace.next) // woken by a freed slot early
