@@ -242,3 +242,33 @@ func parseChildReport(out string) (created bool, retries int, err error) {
 	}
 	return false, 0, fmt.Errorf("no report in output %q", out)
 }
+
+// Deleting the last objects of a directory at once never fails: the delete
+// that prunes the emptied directory may do so before another delete of a
+// sibling has synced it (seen as an edge DELETE failing with "no such file
+// or directory" while a worker settled two dependents at once).
+func TestConcurrentDeletesOfSiblingsSucceed(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, t.TempDir())
+	for round := range 200 {
+		keys := make([]string, 4)
+		for i := range keys {
+			keys[i] = fmt.Sprintf("deps/p%d/c%d", round, i)
+			if _, err := s.Put(ctx, keys[i], nil, s3store.PutOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var wg sync.WaitGroup
+		errs := make(chan error, len(keys))
+		for _, k := range keys {
+			wg.Go(func() { errs <- s.Delete(ctx, k, s3store.DeleteOptions{}) })
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Fatalf("round %d: %v", round, err)
+			}
+		}
+	}
+}

@@ -274,7 +274,12 @@ func (s *Store) removeLocked(key, path string, opts s3store.DeleteOptions) (remo
 		}
 		return false, err
 	}
-	return true, syncDir(filepath.Dir(path))
+	if err := syncDir(filepath.Dir(path)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return true, err
+	}
+	// The directory is gone: a delete of its last other object pruned it
+	// once this removal had emptied it, and its removal is as durable.
+	return true, nil
 }
 
 // Now implements s3store.Store: a local store's server clock is this
