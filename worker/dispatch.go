@@ -262,9 +262,10 @@ const (
 
 // admit reserves room for one claim of the task id: a free handler first,
 // then (not under Block) a place in pending. A full DropOldest pool takes
-// its oldest pending task (the smallest id: ids grow with time) out for
-// the caller to release, if id is newer; it reserves its place. A task
-// older than every pending one is the oldest entry itself: refused.
+// its oldest pending task (the smallest id: ids grow with time) claimed
+// before the current discovery pass out for the caller to release, if id
+// is newer; it reserves its place. A task older than every such pending
+// one is the oldest entry itself: refused (left waiting).
 func (p *pool) admit(id string) (admission, *run) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -279,22 +280,51 @@ func (p *pool) admit(id string) (admission, *run) {
 	case bounded(p.maxDepth, len(p.pending)+p.ahead) > 0:
 		p.ahead++
 		return queueAhead, nil
-	case p.policy == DropOldest && len(p.pending) > 0:
-		i := 0
+	case p.policy == DropOldest:
+		// Only a run claimed before the current discovery pass may be
+		// evicted: a listing does not trade a task it just claimed (a
+		// released one claimed again has the oldest id) for a newer one
+		// it brings too, a release and a claim for nothing.
+		i := -1
 		for j, r := range p.pending {
-			if r.id < p.pending[i].id {
+			if r.poll < p.w.polls && (i < 0 || r.id < p.pending[i].id) {
 				i = j
 			}
 		}
-		r := p.pending[i]
-		if id <= r.id {
+		if i < 0 || id <= p.pending[i].id {
 			return refused, nil
 		}
+		r := p.pending[i]
 		p.pending = slices.Delete(p.pending, i, i+1)
 		p.ahead++
 		return evictOldest, r
 	}
 	return refused, nil
+}
+
+// wouldAdmit reports whether admit would now find room for the task id,
+// without reserving it: a refused candidate that it would refuse again is
+// not read again (refusals.go).
+func (p *pool) wouldAdmit(id string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case p.closed:
+		return false
+	case bounded(p.maxInFlight, p.running+p.reserved) > 0:
+		return true
+	case p.policy == Block:
+		return false
+	case bounded(p.maxDepth, len(p.pending)+p.ahead) > 0:
+		return true
+	case p.policy == DropOldest:
+		for _, r := range p.pending {
+			if r.poll < p.w.polls && r.id < id {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // markLooked records that a poll has looked for newer work for the
@@ -639,7 +669,7 @@ func (w *Worker) dispatch(p *pool, a admission, v taskio.Versioned, claimID stri
 func (w *Worker) newRun(v taskio.Versioned, claimID string, h Handler, found time.Time) *run {
 	now := w.now()
 	r := &run{w: w, v: v, claimID: claimID, handler: h, found: found, claimed: now, renewed: now, target: -1,
-		id: v.Task.ID, every: w.pendingRenewal(v.Task.Timeout.D())}
+		id: v.Task.ID, every: w.pendingRenewal(v.Task.Timeout.D()), poll: w.polls}
 	// Its context exists before the run is in w.running, where a shutdown
 	// may cancel it before its handler starts.
 	r.ctx, r.cancel = context.WithCancelCause(context.Background())
