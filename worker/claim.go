@@ -276,7 +276,8 @@ func (w *Worker) tryClaim(ctx context.Context, s settler, a *attempt, iv clock.I
 		return false
 	}
 	p := w.poolFor(t.Type)
-	adm, evicted := p.admit(t.ID)
+	_, before := w.refused.get(c.Key, c.ETag)
+	adm, evicted := p.admit(t.ID, !before)
 	if adm == refused {
 		w.refuse(p, c, t)
 		return false

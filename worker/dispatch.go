@@ -265,8 +265,11 @@ const (
 // its oldest pending task (the smallest id: ids grow with time) claimed
 // before the current discovery pass out for the caller to release, if id
 // is newer; it reserves its place. A task older than every such pending
-// one is the oldest entry itself: refused (left waiting).
-func (p *pool) admit(id string) (admission, *run) {
+// one is the oldest entry itself: refused (left waiting); so is any task
+// when evict is false (one this worker has refused before, unchanged: it
+// was waiting when the pending tasks were claimed, and is no newer work
+// for them to make way for).
+func (p *pool) admit(id string, evict bool) (admission, *run) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	switch {
@@ -280,7 +283,7 @@ func (p *pool) admit(id string) (admission, *run) {
 	case bounded(p.maxDepth, len(p.pending)+p.ahead) > 0:
 		p.ahead++
 		return queueAhead, nil
-	case p.policy == DropOldest:
+	case p.policy == DropOldest && evict:
 		// Only a run claimed before the current discovery pass may be
 		// evicted: a listing does not trade a task it just claimed (a
 		// released one claimed again has the oldest id) for a newer one
@@ -302,29 +305,20 @@ func (p *pool) admit(id string) (admission, *run) {
 	return refused, nil
 }
 
-// wouldAdmit reports whether admit would now find room for the task id,
-// without reserving it: a refused candidate that it would refuse again is
-// not read again (refusals.go).
-func (p *pool) wouldAdmit(id string) bool {
+// places is how many tasks the pool may take now without evicting one: a
+// free handler each, and under the load-shedding policies a place in
+// pending (room without a drop-oldest pool's look, see roomLocked).
+func (p *pool) places() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	switch {
-	case p.closed:
-		return false
-	case bounded(p.maxInFlight, p.running+p.reserved) > 0:
-		return true
-	case p.policy == Block:
-		return false
-	case bounded(p.maxDepth, len(p.pending)+p.ahead) > 0:
-		return true
-	case p.policy == DropOldest:
-		for _, r := range p.pending {
-			if r.poll < p.w.polls && r.id < id {
-				return true
-			}
-		}
+	if p.closed {
+		return 0
 	}
-	return false
+	n := bounded(p.maxInFlight, p.running+p.reserved)
+	if p.policy != Block {
+		n += bounded(p.maxDepth, len(p.pending)+p.ahead)
+	}
+	return n
 }
 
 // markLooked records that a poll has looked for newer work for the

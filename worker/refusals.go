@@ -15,10 +15,13 @@ import (
 // pool is idle while another is full would pay a GET per waiting task per
 // poll, for nothing. So the scheduler remembers each refused candidate at
 // the version (ETag) the listing showed, and does not read it again while
-// it is unchanged and its pool has no room: it is counted as waiting, as
-// it was. A full drop-oldest pool's look for newer work (pool.roomLocked)
-// reads only remembered candidates newer than a pending task it may
-// evict: the candidate's id says so without a read. Once its pool has room, as many of the remembered candidates as
+// it is unchanged and its pool has no place for it: it is counted as
+// waiting, as it was. Nor does it evict a drop-oldest pool's pending task
+// (pool.admit): it was waiting when they were claimed, and is no newer
+// work for them to make way for; a drop-oldest pool evicts for tasks that
+// arrive (or change) after its pending ones were claimed, so that a worker
+// does not trade the tasks of one backlog among themselves every
+// poll_max. Once its pool has room, as many of the remembered candidates as
 // the room are read again (the first in listing order); a candidate whose
 // ETag changed (released, canceled, claimed elsewhere) is read as any
 // other.
@@ -103,8 +106,8 @@ func (r *refusals) waitingFor(p *pool) bool { return r.inPool[p] > 0 }
 
 // skipRefused returns the candidates of batch to read: it leaves out, and
 // counts as waiting, each one remembered as refused at its current ETag
-// whose pool has no room for it (beyond the pool's room, in batch order,
-// or none that admits it: a drop-oldest pool's pending tasks all newer),
+// whose pool has no place for it (a free handler or pending place;
+// beyond the pool's places, in batch order),
 // unless its type is paused (read, to be held) or its deadline has passed
 // (read, to be written dead).
 func (w *Worker) skipRefused(batch []shards.Candidate, iv clock.Interval) []shards.Candidate {
@@ -119,7 +122,7 @@ func (w *Worker) skipRefused(batch []shards.Candidate, iv clock.Interval) []shar
 			if let == nil {
 				let = make(map[*pool]int)
 			}
-			if let[f.pool] >= f.pool.room() || !f.pool.wouldAdmit(c.ID) {
+			if let[f.pool] >= f.pool.places() {
 				if out == nil {
 					out = append(make([]shards.Candidate, 0, len(batch)), batch[:i]...)
 				}
