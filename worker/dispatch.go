@@ -48,10 +48,13 @@ const (
 	// DropLatest is Reject reported as a drop of the incoming task (an
 	// event "dropped").
 	DropLatest QueuePolicy = "drop-latest"
-	// DropOldest: the pool claims ahead up to MaxQueueDepth; a task found
-	// for a full pool evicts the oldest pending one, which is released (its
-	// claim undone by CAS: pending again, due at once, its attempt not
-	// used), and takes its place.
+	// DropOldest: the pool claims ahead up to MaxQueueDepth; newer work
+	// found for a full pool (a task newer than a pending one claimed by an
+	// earlier poll, which this worker has not refused before unchanged)
+	// evicts the oldest such pending one, which is released (its claim
+	// undone by CAS: pending again, due at once, its attempt not used), and
+	// takes its place. Any other task found is left waiting, as under
+	// Block, with no event.
 	DropOldest QueuePolicy = "drop-oldest"
 )
 
@@ -123,10 +126,13 @@ type Queued struct {
 type Hooks struct {
 	// OnDispatch: a task was handed to a handler.
 	OnDispatch func(Queued)
-	// OnReject: a task found for a full pool was refused (Reject).
+	// OnReject: a task found for a full pool was refused (Reject); once
+	// per task version (a task refused again unchanged is not reported
+	// again).
 	OnReject func(Queued)
-	// OnDrop: a task was dropped: the incoming one (DropLatest), or the
-	// oldest pending one, released to the bucket (DropOldest).
+	// OnDrop: a task was dropped: the incoming one (DropLatest, once per
+	// task version), or the oldest pending one, released to the bucket
+	// (DropOldest).
 	OnDrop func(Queued)
 	// OnCancel: a task was canceled in a phase of the queue (waiting: it
 	// was canceled before any worker claimed it; pending: before its
@@ -219,9 +225,9 @@ func (p *pool) roomLocked() int {
 		// A full DropOldest pool looks for newer work, once per poll_max,
 		// for each pending task that has waited poll_max: a newer task
 		// found replaces the oldest, which goes back to the fleet, where
-		// an idle worker may start it now. (Only a newer task evicts, so
-		// a look that finds older ones costs their reads, at most a
-		// depth's worth per poll_max, and changes nothing.)
+		// an idle worker may start it now. (Only a newer task evicts; a
+		// look reads only tasks it has not refused before unchanged, see
+		// refusals.go.)
 		now := p.w.now()
 		for _, r := range p.pending {
 			if now.Sub(r.claimed) >= p.w.cfg.PollMax && now.Sub(r.looked) >= p.w.cfg.PollMax {
