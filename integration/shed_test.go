@@ -25,8 +25,9 @@ import (
 // pinned to the queue's one shard (see dispatch_test.go).
 //
 // It also measures what a refusal costs the refusing worker: the refused
-// task is read (its type is in the object, not the key) at every poll that
-// lists it.
+// task is read once (its type is in the object, not the key), and not
+// again while it is unchanged and the io pool full, however many polls
+// list it; the refusal is reported once.
 func TestRejectLeavesTasksForOthers(t *testing.T) {
 	q := newMinIOQueue(t, 1, 2*time.Minute)
 	ctx := q.ctx
@@ -77,20 +78,38 @@ func TestRejectLeavesTasksForOthers(t *testing.T) {
 	slices.Sort(ios)
 	held, left := ios[:2], ios[2:]
 
-	waitUntil(t, ctx, "w1 to refuse the io tasks beyond two, twice each", 30*time.Second, func() bool {
+	waitUntil(t, ctx, "w1 to refuse the io tasks beyond two", 30*time.Second, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, id := range left {
-			if refused[id] < 2 {
+			if refused[id] < 1 {
 				return false
 			}
 		}
 		return true
 	})
+	// Five more listings (poll_max is 200ms) that bring the refused tasks
+	// again.
+	listsNow := func() int {
+		n := 0
+		for _, r := range rec1.snapshot() {
+			if r.op == s3store.OpList {
+				n++
+			}
+		}
+		return n
+	}
+	from := listsNow()
+	waitUntil(t, ctx, "w1 to list five more times", 30*time.Second, func() bool { return listsNow() >= from+5 })
 	mu.Lock()
 	for _, id := range held {
 		if refused[id] > 0 {
 			t.Errorf("w1 refused %s, one of the two io tasks it had room for", id)
+		}
+	}
+	for _, id := range left {
+		if refused[id] != 1 {
+			t.Errorf("w1 reported %d refusals of %s, want one: the task did not change", refused[id], id)
 		}
 	}
 	mu.Unlock()
@@ -121,8 +140,8 @@ func TestRejectLeavesTasksForOthers(t *testing.T) {
 	}
 	t.Logf("io pool gauges with its queue full: %+v", ioState)
 
-	// What a refusal costs w1: a GET of the refused task per poll that
-	// lists it.
+	// What a refusal costs w1: one GET of the refused task, whatever the
+	// polls that list it again.
 	reqs := rec1.snapshot()
 	lists, gets := 0, 0
 	for _, r := range reqs {
@@ -140,6 +159,9 @@ func TestRejectLeavesTasksForOthers(t *testing.T) {
 	}
 	mu.Unlock()
 	t.Logf("w1 so far: %d LISTs, %d GETs of the %d refused tasks, %d refusals (%.2f GETs per refusal)", lists, gets, len(left), n, float64(gets)/float64(max(n, 1)))
+	if gets != len(left) {
+		t.Errorf("%d GETs of the %d refused tasks over %d LISTs, want one each", gets, len(left), lists)
+	}
 
 	// Another worker runs what w1 refused.
 	w2, err := worker.New(ctx, q.st, worker.Config{ID: "w2", OwnShards: []int{0}, PollMin: 20 * time.Millisecond, PollMax: 200 * time.Millisecond})

@@ -139,6 +139,9 @@ func (w *Worker) claimBatch(ctx context.Context, s settler, batch []shards.Candi
 		// nothing (the candidates stay unsettled, for the next listing).
 		return 0
 	}
+	if batch = w.skipRefused(batch, iv); len(batch) == 0 {
+		return 0
+	}
 	as := make([]attempt, len(batch))
 	var counts []int
 	for i, c := range batch {
@@ -273,9 +276,10 @@ func (w *Worker) tryClaim(ctx context.Context, s settler, a *attempt, iv clock.I
 		return false
 	}
 	p := w.poolFor(t.Type)
-	adm, evicted := p.admit(t.ID)
+	_, before := w.refused.get(c.Key, c.ETag)
+	adm, evicted := p.admit(t.ID, !before)
 	if adm == refused {
-		w.refuse(p, t)
+		w.refuse(p, c, t)
 		return false
 	}
 	claimID := w.rand.Hex(12)
@@ -363,9 +367,24 @@ func taskAttrs(t *task.Task, id string) []attribute.KeyValue {
 }
 
 // refuse leaves a task due for the full pool p in the bucket, for this
-// worker's next poll or any other worker: counted as waiting (Block), or
-// refused (Reject) or dropped (DropLatest) with a hook and an event.
-func (w *Worker) refuse(p *pool, t *task.Task) {
+// worker's next poll or any other worker: counted as waiting (Block, and
+// DropOldest, which refuses only a task older than every pending task it
+// may evict: it was never claimed, so nothing was dropped), or refused
+// (Reject) or dropped (DropLatest) with a hook and an event. The candidate
+// c is remembered at its ETag (refusals.go): it is not read again while
+// unchanged and p is full, and a refusal of the same version again is not
+// reported again (logged at debug level).
+func (w *Worker) refuse(p *pool, c shards.Candidate, t *task.Task) {
+	w.blocked[p]++
+	_, again := w.refused.get(c.Key, c.ETag)
+	w.refused.put(c.Key, refusal{etag: c.ETag, pool: p, typ: t.Type, deadline: t.Deadline})
+	if p.policy == Block || p.policy == DropOldest {
+		return
+	}
+	if again {
+		w.log.Debug("refused again for a full pool", "task_id", t.ID, "pool", p.name, "policy", string(p.policy))
+		return
+	}
 	q := Queued{Pool: p.name, TaskID: t.ID, Shard: t.Shard, Type: t.Type, Attempt: t.Attempt, Phase: PhaseWaiting, Reason: "the pool's queue is full"}
 	switch p.policy {
 	case Reject:
@@ -374,15 +393,13 @@ func (w *Worker) refuse(p *pool, t *task.Task) {
 			h(q)
 		}
 		w.emit(Event{Kind: "rejected", TaskID: t.ID, Shard: t.Shard, Type: t.Type, Attempt: t.Attempt, Pool: p.name, Phase: string(PhaseWaiting)})
-	case DropLatest, DropOldest:
-		// DropOldest refuses only when nothing is pending to evict.
+	case DropLatest:
 		w.stats.dropped.Add(1)
 		if h := w.cfg.Hooks.OnDrop; h != nil {
 			h(q)
 		}
 		w.emit(Event{Kind: "dropped", TaskID: t.ID, Shard: t.Shard, Type: t.Type, Attempt: t.Attempt, Pool: p.name, Phase: string(PhaseWaiting)})
 	}
-	w.blocked[p]++
 }
 
 // drop releases a pending run evicted by a newer task (DropOldest): its
@@ -450,6 +467,9 @@ func (w *Worker) applyClaim(ctx context.Context, s settler, a *attempt, iv clock
 		if idt, err := task.IDTime(v.Task.ID); err == nil && v.Task.AvailableAt.After(idt) {
 			settledAt = v.ETag
 		}
+	}
+	if ok || settledAt != "" || v.Task.Status != task.Pending {
+		w.refused.forget(c.Key)
 	}
 	if settledAt != "" {
 		// A pointer has done its job once its task is claimed or no

@@ -209,7 +209,8 @@ type Stats struct {
 	// from pending (DropOldest).
 	Released, Corrupt, Panics int64
 	// Refused counts tasks the dispatch queue refused (Reject), Dropped
-	// those it dropped (DropLatest, DropOldest), Requeued those whose
+	// those it dropped (DropLatest, DropOldest), each refusal once per
+	// task version (refusals.go), Requeued those whose
 	// handler crashed and ran again at once (CrashRequeue).
 	Refused, Dropped, Requeued int64
 	// Renewed counts the task lease renewals written (of running tasks,

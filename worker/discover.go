@@ -48,6 +48,7 @@ func (w *Worker) publishCursors() {
 // pass is what one poll of some shards did.
 type pass struct {
 	claimed  int  // tasks claimed
+	refused  int  // candidates left waiting for a full pool (read and refused, or remembered as refused)
 	listed   int  // due candidates its LISTs returned: the arrivals since the last
 	lists    bool // it listed, rather than only claiming prefetched candidates
 	capped   bool // a listing returned as many as it asked for: more may be due
@@ -61,8 +62,14 @@ type pass struct {
 // if peek, it then learns whether due work waits (see peek).
 func (w *Worker) pollShards(ctx context.Context, list []int, peek bool) (p pass) {
 	defer w.publishCursors()
+	w.polls++
 	w.blocked = make(map[*pool]int)
 	defer w.publishWaiting()
+	defer func() {
+		for _, n := range w.blocked {
+			p.refused += n
+		}
+	}()
 	if w.stopping.Load() || len(list) == 0 || w.pausedAll() {
 		return p // paused: the cursors stay, and find everything at the resume
 	}

@@ -48,10 +48,13 @@ const (
 	// DropLatest is Reject reported as a drop of the incoming task (an
 	// event "dropped").
 	DropLatest QueuePolicy = "drop-latest"
-	// DropOldest: the pool claims ahead up to MaxQueueDepth; a task found
-	// for a full pool evicts the oldest pending one, which is released (its
-	// claim undone by CAS: pending again, due at once, its attempt not
-	// used), and takes its place.
+	// DropOldest: the pool claims ahead up to MaxQueueDepth; newer work
+	// found for a full pool (a task newer than a pending one claimed by an
+	// earlier poll, which this worker has not refused before unchanged)
+	// evicts the oldest such pending one, which is released (its claim
+	// undone by CAS: pending again, due at once, its attempt not used), and
+	// takes its place. Any other task found is left waiting, as under
+	// Block, with no event.
 	DropOldest QueuePolicy = "drop-oldest"
 )
 
@@ -125,10 +128,13 @@ type Queued struct {
 type Hooks struct {
 	// OnDispatch: a task was handed to a handler.
 	OnDispatch func(Queued)
-	// OnReject: a task found for a full pool was refused (Reject).
+	// OnReject: a task found for a full pool was refused (Reject); once
+	// per task version (a task refused again unchanged is not reported
+	// again).
 	OnReject func(Queued)
-	// OnDrop: a task was dropped: the incoming one (DropLatest), or the
-	// oldest pending one, released to the bucket (DropOldest).
+	// OnDrop: a task was dropped: the incoming one (DropLatest, once per
+	// task version), or the oldest pending one, released to the bucket
+	// (DropOldest).
 	OnDrop func(Queued)
 	// OnCancel: a task this worker had claimed was canceled, in the phase
 	// it was in (pending: before its handler started; in-flight: while it
@@ -221,9 +227,9 @@ func (p *pool) roomLocked() int {
 		// A full DropOldest pool looks for newer work, once per poll_max,
 		// for each pending task that has waited poll_max: a newer task
 		// found replaces the oldest, which goes back to the fleet, where
-		// an idle worker may start it now. (Only a newer task evicts, so
-		// a look that finds older ones costs their reads, at most a
-		// depth's worth per poll_max, and changes nothing.)
+		// an idle worker may start it now. (Only a newer task evicts; a
+		// look reads only tasks it has not refused before unchanged, see
+		// refusals.go.)
 		now := p.w.now()
 		for _, r := range p.pending {
 			if now.Sub(r.claimed) >= p.w.cfg.PollMax && now.Sub(r.looked) >= p.w.cfg.PollMax {
@@ -264,10 +270,14 @@ const (
 
 // admit reserves room for one claim of the task id: a free handler first,
 // then (not under Block) a place in pending. A full DropOldest pool takes
-// its oldest pending task (the smallest id: ids grow with time) out for
-// the caller to release, if id is newer; it reserves its place. A task
-// older than every pending one is the oldest entry itself: refused.
-func (p *pool) admit(id string) (admission, *run) {
+// its oldest pending task (the smallest id: ids grow with time) claimed
+// before the current discovery pass out for the caller to release, if id
+// is newer; it reserves its place. A task older than every such pending
+// one is the oldest entry itself: refused (left waiting); so is any task
+// when evict is false (one this worker has refused before, unchanged: it
+// was waiting when the pending tasks were claimed, and is no newer work
+// for them to make way for).
+func (p *pool) admit(id string, evict bool) (admission, *run) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	switch {
@@ -281,22 +291,42 @@ func (p *pool) admit(id string) (admission, *run) {
 	case bounded(p.maxDepth, len(p.pending)+p.ahead) > 0:
 		p.ahead++
 		return queueAhead, nil
-	case p.policy == DropOldest && len(p.pending) > 0:
-		i := 0
+	case p.policy == DropOldest && evict:
+		// Only a run claimed before the current discovery pass may be
+		// evicted: a listing does not trade a task it just claimed (a
+		// released one claimed again has the oldest id) for a newer one
+		// it brings too, a release and a claim for nothing.
+		i := -1
 		for j, r := range p.pending {
-			if r.id < p.pending[i].id {
+			if r.poll < p.w.polls && (i < 0 || r.id < p.pending[i].id) {
 				i = j
 			}
 		}
-		r := p.pending[i]
-		if id <= r.id {
+		if i < 0 || id <= p.pending[i].id {
 			return refused, nil
 		}
+		r := p.pending[i]
 		p.pending = slices.Delete(p.pending, i, i+1)
 		p.ahead++
 		return evictOldest, r
 	}
 	return refused, nil
+}
+
+// places is how many tasks the pool may take now without evicting one: a
+// free handler each, and under the load-shedding policies a place in
+// pending (room without a drop-oldest pool's look, see roomLocked).
+func (p *pool) places() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return 0
+	}
+	n := bounded(p.maxInFlight, p.running+p.reserved)
+	if p.policy != Block {
+		n += bounded(p.maxDepth, len(p.pending)+p.ahead)
+	}
+	return n
 }
 
 // markLooked records that a poll has looked for newer work for the
@@ -641,7 +671,7 @@ func (w *Worker) dispatch(p *pool, a admission, v taskio.Versioned, claimID stri
 func (w *Worker) newRun(v taskio.Versioned, claimID string, h Handler, found time.Time) *run {
 	now := w.now()
 	r := &run{w: w, v: v, claimID: claimID, handler: h, found: found, claimed: now, renewed: now, target: -1,
-		id: v.Task.ID, every: w.pendingRenewal(v.Task.Timeout.D())}
+		id: v.Task.ID, every: w.pendingRenewal(v.Task.Timeout.D()), poll: w.polls}
 	// Its context exists before the run is in w.running, where a shutdown
 	// may cancel it before its handler starts.
 	r.ctx, r.cancel = context.WithCancelCause(context.Background())

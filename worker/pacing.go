@@ -44,7 +44,7 @@ func (w *Worker) slotFreed() {
 	if w.static() {
 		own = w.cfg.OwnShards
 	}
-	if w.hasPrefetched(now, own) || w.pace.capped {
+	if w.hasPrefetched(now, own) || w.pace.capped || w.roomForRefused() {
 		// A prefetched candidate costs no LIST; after a listing that
 		// returned all it asked for, one LIST now brings a slot's worth
 		// and more of the backlog: waiting PollMin would idle the slot.
@@ -57,6 +57,19 @@ func (w *Worker) slotFreed() {
 	// nothing behind with a slot free says it is not (pollOwn). Were it
 	// reset here, a member whose handlers finish more often than
 	// saturatedAfter would never ask for help.
+}
+
+// roomForRefused reports whether a pool that tasks were refused for (they
+// wait in the bucket, see refusals.go) has room now: the poll that finds
+// them is due at once, however far the interval has grown while it was
+// full.
+func (w *Worker) roomForRefused() bool {
+	for _, p := range w.pools {
+		if w.refused.waitingFor(p) && p.room() > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // sweepDrainShards sweeps the member's inactive shards for leftovers, each on
@@ -107,9 +120,12 @@ func (w *Worker) adapt(p pass) time.Duration {
 	if p.lists {
 		m.lastPoll = now // the time of the last listing, which the pace is measured from
 	}
-	if p.lists && p.listed > 0 && since > 0 && since < time.Hour {
+	// Tasks refused for a full pool are not arrivals: the same ones are
+	// listed again by every poll until their pool has room.
+	arrived := p.listed - p.refused
+	if p.lists && arrived > 0 && since > 0 && since < time.Hour {
 		// The pace the work arrives at, from what listings find.
-		rate := float64(p.listed) / since.Seconds()
+		rate := float64(arrived) / since.Seconds()
 		if m.rate == 0 {
 			m.rate = rate
 		} else {
@@ -144,6 +160,13 @@ func (w *Worker) adapt(p pass) time.Duration {
 		if m.capped {
 			m.interval = w.cfg.PollMin
 		}
+	case p.claimed == 0 && p.refused >= p.listed:
+		// Nothing claimed, every task listed refused for a full pool
+		// while another has room: an empty poll as far as pacing goes (a
+		// slot freeing in that pool wakes Run, see slotFreed). Polling at
+		// the pace would list, and read, the same waiting tasks again and
+		// again.
+		m.interval = w.grow(m.interval)
 	case p.listed > 0:
 		// Reset on work, to the pace the work arrives at: polling faster
 		// than PollBatch tasks per poll only buys empty LISTs.

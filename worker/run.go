@@ -45,6 +45,9 @@ type run struct {
 	// looked: when (local time) a full drop-oldest pool last looked for
 	// newer work to replace this pending run (see pool.roomLocked).
 	looked time.Time
+	// poll is the discovery pass (Worker.polls) that claimed the task: a
+	// drop-oldest pool evicts it only in a later one (see pool.admit).
+	poll uint64
 	// release, when set, makes commit hand the task back (Release) with
 	// this reason instead of recording an outcome.
 	release string

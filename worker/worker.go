@@ -84,6 +84,8 @@ type Worker struct {
 	laneOdd    bool                // the odd free slot of the next busy poll goes to the lanes (lanes.go)
 	unhandled  map[string]string   // task key -> type: pending tasks seen that no known member could run
 	blocked    map[*pool]int       // tasks the current poll left for lack of room, by pool
+	refused    refusals            // candidates refused for a full pool, not read again while unchanged (refusals.go)
+	polls      uint64              // discovery passes so far (pollShards): a drop-oldest pool evicts no task claimed in the current one
 	direct     *inbox              // direct dispatch's state (direct.go); nil in the shared mode
 	pauses     *pause.Watch        // the queue's pause object, read every PauseCheckInterval (pause.go)
 	held       map[string]heldTask // task key -> paused task seen, for its resume

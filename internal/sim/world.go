@@ -104,6 +104,14 @@ type Plan struct {
 	// tasks are dropped, released at shutdown, canceled and renewed while
 	// they wait; and a handler that panics is requeued at once on some.
 	Queue QueuePlan
+	// Pools (a third of the seeds): the task type runs in a pool of its
+	// own ("jobs"), which Queue shapes (one handler, under block when
+	// Queue sets no policy), and the default pool, which runs no type of
+	// the sim's, has room: so every poll of a member whose jobs pool is
+	// full reads the tasks the listing brings for another pool's room, and
+	// refuses them (left waiting, remembered, not read again while
+	// unchanged), as a worker with an io and a compute pool does.
+	Pools bool
 	// Direct (a third of the seeds): the queue dispatches directly
 	// (shards.DispatchDirect): producers route new tasks to the inboxes of
 	// live workers, each worker holds a lease of its own (directLease,
@@ -202,6 +210,9 @@ func (p Plan) String() string {
 	}
 	if p.Queue.Policy != "" {
 		s += fmt.Sprintf(", queue %s depth %d crash %s", p.Queue.Policy, p.Queue.Depth, p.Queue.Crash)
+	}
+	if p.Pools {
+		s += ", pools"
 	}
 	if p.Direct {
 		s += ", direct dispatch"
@@ -517,6 +528,9 @@ func planLayout(plan *Plan, opts Options) {
 			plan.Queue.Crash = worker.CrashRequeue
 		}
 	}
+	if plan.Pools = rand.New(rand.NewPCG(plan.Seed, 0x9001)).IntN(3) == 0; plan.Pools && plan.Queue.InFlight == 0 {
+		plan.Queue.InFlight = 1 // the jobs pool's one handler (burst sizes by it)
+	}
 }
 
 // setup writes the queue's manifest, recording the provider as a real
@@ -663,6 +677,12 @@ func (w *world) startWorkerAs(id string) *proc {
 	}
 	if len(w.plan.Schedules) > 0 {
 		cfg.Pools = []worker.Pool{tickPool}
+	}
+	if q := w.plan.Queue; w.plan.Pools {
+		// The queue's plan shapes the jobs pool; the default pool, idle,
+		// keeps its defaults.
+		cfg.MaxInFlight, cfg.QueuePolicy, cfg.MaxQueueDepth = 0, "", 0
+		cfg.Pools = append(cfg.Pools, worker.Pool{Name: "jobs", Types: []string{taskType}, MaxInFlight: q.InFlight, MaxQueueDepth: q.Depth, QueuePolicy: q.Policy})
 	}
 	if w.plan.Direct {
 		cfg.DispatchMode = shards.DispatchDirect
