@@ -63,6 +63,9 @@ const (
 	InvSlotAdvance  = "a slot advances only after its holder ended"      // a waiting task is granted its slot only once the tasks granted before it ended
 	InvSlotStuck    = "no slot task is stuck"                            // at the end, no task waits for a slot whose other tasks all ended
 	InvDeadline     = "no handler starts after its task's deadline"      // not later than deadlineSlack after it; and no task is left pending or running past it
+	// InvPromptRelease: in the quiet tail a dependent a worker's pass-on
+	// made pending is claimed within Plan.promptBound (see chains.go).
+	InvPromptRelease = "a released dependent is claimed promptly"
 	// Direct dispatch (see checkDirect).
 	InvWorkerLease     = "one holder per worker lease"               // a worker's lease changes holder only after the last holder's expiry
 	InvLeaseStops      = "a worker without its lease claims nothing" // no claim lands long after its worker's own lease expired
@@ -93,6 +96,10 @@ type taskState struct {
 	succeeds int
 	// unblocked counts its moves from blocked to pending.
 	unblocked int
+	// released: when a worker's pass-on made it pending in the quiet
+	// tail (due from then), until its claim; releasedBy: that worker.
+	released   time.Time
+	releasedBy string
 }
 
 // deadlineSlack is how long after its deadline a handler may still start:
@@ -360,6 +367,7 @@ func (w *world) check() Result {
 				}
 			}
 		}
+		w.promptRelease(st, t, e, isWorker(e.Proc), &res, add)
 		if t.Status == task.Succeeded && (st.t == nil || st.t.Status != task.Succeeded) {
 			st.succeeds++
 			if st.succeeds > 1 {
@@ -408,6 +416,7 @@ func (w *world) check() Result {
 		if t == nil {
 			continue
 		}
+		w.promptReleaseEnd(id, tasks[id], end, add)
 		if t.Status == task.Blocked && t.Slot != "" && len(t.Deps) == 0 {
 			live := 0
 			for other, o := range tasks {

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/s3queue/s3queue/internal/sim"
 )
@@ -95,6 +96,9 @@ func TestSimulation(t *testing.T) {
 			sum.add(res)
 			if testing.Verbose() {
 				t.Logf("%s\ntasks %d, executions %d (duplicates %d), reshards %d, requests %v", res.Plan, res.Tasks, res.Executions, res.Duplicates, res.Reshards, res.Counts)
+				if res.QuietReleases > 0 {
+					t.Logf("RELEASES %d in the quiet tail, the longest wait for a claim %v", res.QuietReleases, res.ReleaseWait.Round(time.Millisecond))
+				}
 				if res.Plan.Direct {
 					t.Logf("direct dispatch: %d inbox entries, %d moved to the overflow, %d worker leases lost, %d taken over", res.Routed, res.Moved, res.LeaseLosses, res.Takeovers)
 				}
@@ -109,6 +113,8 @@ type summary struct {
 	seeds, failed, tasks, executions, duplicates  int
 	reshards, releases, unblocked, deadlineEnds   int
 	timedOut, schedSeeds, scheduled               int
+	chainSeeds, quietReleases                     int
+	releaseWait                                   time.Duration
 	direct, routed, moved, leaseLosses, takeovers int
 	requests                                      int
 	resultsApart, resultsExpired, orphans         int
@@ -137,6 +143,11 @@ func (s *summary) add(r sim.Result) {
 		s.schedSeeds++
 	}
 	s.scheduled += r.Scheduled
+	if r.Plan.Chains {
+		s.chainSeeds++
+	}
+	s.quietReleases += r.QuietReleases
+	s.releaseWait = max(s.releaseWait, r.ReleaseWait)
 	if r.Plan.Direct {
 		s.direct++
 	}
@@ -167,9 +178,9 @@ func (s *summary) String() string {
 	for _, k := range keys {
 		f = append(f, fmt.Sprintf("%s %d", k, s.faults[k]))
 	}
-	return fmt.Sprintf("SIM seeds %d (with violations %d), tasks acknowledged %d, handler runs %d (duplicates after a lost lease %d), reshards %d, releases %d, unblocked %d, requests served %d, faults: %s; direct dispatch: %d seeds, %d inbox entries, %d moved to the overflow, %d worker leases lost, %d taken over; results: %d stored apart, %d expired, %d orphans collected; schedules: %d seeds, %d ticks with a task; ended by their deadline %d, attempts timed out %d",
+	return fmt.Sprintf("SIM seeds %d (with violations %d), tasks acknowledged %d, handler runs %d (duplicates after a lost lease %d), reshards %d, releases %d, unblocked %d, requests served %d, faults: %s; direct dispatch: %d seeds, %d inbox entries, %d moved to the overflow, %d worker leases lost, %d taken over; results: %d stored apart, %d expired, %d orphans collected; schedules: %d seeds, %d ticks with a task; ended by their deadline %d, attempts timed out %d; chains: %d seeds, %d dependents released in the quiet tail, claimed within %v",
 		s.seeds, s.failed, s.tasks, s.executions, s.duplicates, s.reshards, s.releases, s.unblocked, s.requests, strings.Join(f, ", "),
-		s.direct, s.routed, s.moved, s.leaseLosses, s.takeovers, s.resultsApart, s.resultsExpired, s.orphans, s.schedSeeds, s.scheduled, s.deadlineEnds, s.timedOut)
+		s.direct, s.routed, s.moved, s.leaseLosses, s.takeovers, s.resultsApart, s.resultsExpired, s.orphans, s.schedSeeds, s.scheduled, s.deadlineEnds, s.timedOut, s.chainSeeds, s.quietReleases, s.releaseWait.Round(time.Millisecond))
 }
 
 // A seed replays exactly: two runs of one seed serve the same requests in

@@ -141,6 +141,11 @@ type Plan struct {
 	// Schedules (a quarter of the seeds): periodic tasks, scheduled by the
 	// monitors (see planSchedules).
 	Schedules []schedule.Definition
+	// Chains (see planChains): in the quiet tail a producer submits short
+	// chains of quick tasks, each depending on the one before, so that
+	// every child is released by a worker's pass-on (InvPromptRelease);
+	// ChainsAsleep: it waits for the fleet to go to sleep first.
+	Chains, ChainsAsleep bool
 }
 
 // The direct-dispatch settings of the workers, producers and monitors:
@@ -235,6 +240,12 @@ func (p Plan) String() string {
 	if len(p.Schedules) > 0 {
 		s += ", " + schedulesString(p.Schedules)
 	}
+	if p.Chains {
+		s += fmt.Sprintf(", %d chains of %d in the quiet tail", chainCount, chainLen)
+		if p.ChainsAsleep {
+			s += " once the fleet sleeps"
+		}
+	}
 	if p.Surge.Join > 0 {
 		s += fmt.Sprintf(", surge of %d workers at %v, %d leave at %v", p.Surge.Join, p.Surge.At.Round(time.Second), p.Surge.Leave, p.Surge.LeaveAt.Round(time.Second))
 	}
@@ -267,6 +278,11 @@ type Result struct {
 	// context ended at the task's timeout.
 	TimedOut  int
 	Unblocked int // tasks whose dependencies all succeeded, moved from blocked to pending
+	// QuietReleases counts the dependents a worker released in the quiet
+	// tail (InvPromptRelease), ReleaseWait the longest of their waits for
+	// a claim.
+	QuietReleases int
+	ReleaseWait   time.Duration
 	// ResultsApart counts commits that referenced a result stored apart,
 	// ResultsExpired results dropped by the result TTL, OrphansCollected
 	// result objects never referenced that a monitor deleted (results
@@ -318,6 +334,8 @@ type world struct {
 	scanLog map[string][]scanEvent
 	// schedAt: when the plan's schedules were written.
 	schedAt time.Time
+	// chainsAt: when the quiet tail's chains were submitted (Plan.Chains).
+	chainsAt time.Time
 }
 
 // proc is one running process: a worker, monitor or producer.
@@ -386,6 +404,7 @@ func Run(seed uint64, opts Options) Result {
 	planPriority(&plan, opts)
 	planResults(&plan, opts)
 	planSchedules(&plan)
+	planChains(&plan)
 	w := &world{opts: opts, plan: plan, rng: rng,
 		srv:   NewServer(plan.Provider, rand.New(rand.NewPCG(seed, 0x5e4e)), plan.MaxPage),
 		procs: make(map[string]*proc), dedicated: make(map[string]bool), nextID: make(map[string]int), acked: make(map[string]ack), spawned: make(map[string]int),
@@ -471,6 +490,9 @@ func Run(seed uint64, opts Options) Result {
 	w.finishReshard()
 	if plan.Burst {
 		w.burst()
+	}
+	if plan.Chains {
+		w.chains()
 	}
 	time.Sleep(opts.Quiet)
 	w.cursors = w.readCursors()
@@ -795,6 +817,9 @@ func (w *world) handler(workerName string) worker.Handler {
 		}
 		if scheduledTask(t.Input) {
 			return nil, sleep(100 * time.Millisecond)
+		}
+		if bytes.Contains(t.Input, []byte(`"chain"`)) {
+			return nil, sleep(time.Duration(100+x%1900) * time.Millisecond)
 		}
 		if bytes.Contains(t.Input, []byte(`"long"`)) {
 			return nil, sleep(8 * time.Minute)
