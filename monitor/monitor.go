@@ -1026,15 +1026,32 @@ func (m *Monitor) inspectPointer(ctx context.Context, o s3store.ObjectInfo, iv c
 			}
 			return nil
 		}
-		if v.Task.Due(iv.Earliest) {
-			if _, err := m.announce(ctx, v.Task); err != nil {
-				return err
-			}
-			st.Repaired++
-			m.publish(events.Repaired, v.Task, nil)
-		} else {
+		if !v.Task.Due(iv.Earliest) {
 			return nil
 		}
+		// One announcement per repair_after, whichever repair makes it:
+		// the task's own (inspect) or one of its stale pointers'. A
+		// pointer whose task was announced afresh within it is one too
+		// many and goes. Without this a task that stays pending gained a
+		// pointer each repair_after (the task's repair added one, and each
+		// stale pointer was replaced by a fresh one): seed 127's backlog
+		// of 18 held 150, and two tasks went unclaimed for 20 minutes.
+		key := v.Task.Key()
+		k, ok := m.known[key]
+		if ok && k.etag == v.ETag && !k.announced.IsZero() && !iv.After(k.announced.Add(m.cfg.RepairAfter)) {
+			break
+		}
+		at, err := m.announce(ctx, v.Task)
+		if err != nil {
+			return err
+		}
+		if !ok || k.etag != v.ETag || !k.loaded {
+			k = remember(v)
+		}
+		k.announced = at
+		m.known[key] = k
+		st.Repaired++
+		m.publish(events.Repaired, v.Task, nil)
 	case v.Task.Status == task.Running, v.Task.Status == task.Blocked:
 		// Blocked: requeued to wait for its slot. Its grant's own
 		// announcement may be lost; the sweeps then find it pending.

@@ -1094,3 +1094,54 @@ func TestASweepChasedByNewKeysStillRedispatchesTheTasksBehindIt(t *testing.T) {
 	}
 	t.Fatal("a dead worker's task behind the cursor of a sweep that new keys kept ahead of was not re-dispatched within 5 minutes")
 }
+
+// A pending task nobody claims keeps one ready pointer, however long it
+// waits: the repair of the task and the repair of its stale pointers are
+// one announcement each repair_after, not one each. Seed 127: each of a
+// backlog's tasks gained a pointer a minute (the task's repair wrote one,
+// and each stale pointer was replaced by a fresh one), 150 pointers for
+// 18 tasks, and two of them went unclaimed for 20 minutes. Extra pointers
+// (an inbox entry handed back, a resume's announcement) die out too.
+func TestAPendingTaskKeepsOneReadyPointer(t *testing.T) {
+	for _, extra := range []int{0, 2} {
+		t.Run(fmt.Sprintf("%d extra pointers", extra), func(t *testing.T) {
+			ctx := context.Background()
+			st, srv, clk := fakeTime()
+			// S3 time moves between requests, as it does: two
+			// announcements in one tick are two pointers.
+			st.SetNow(func() time.Time {
+				*srv = srv.Add(10 * time.Millisecond)
+				return *srv
+			})
+			local := clock.NewManual(time.Now())
+			p, _ := producer.New(ctx, st, producer.Config{Shards: 1})
+			id, _ := p.Submit(ctx, "t", nil, producer.Options{})
+			v, err := taskio.Load(ctx, st, task.Key(0, id))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range extra {
+				if err := shards.Announce(ctx, st, v.Task, srv.Add(time.Duration(i+1)*time.Second), -1); err != nil {
+					t.Fatal(err)
+				}
+			}
+			m, _ := monitor.New(ctx, st, monitor.Config{Shards: 1, Interval: 5 * time.Second, RepairAfter: time.Minute, Clock: clk, Local: local})
+			most := 0
+			for i := range 10 * time.Minute / (5 * time.Second) {
+				*srv = srv.Add(5 * time.Second)
+				local.Advance(5 * time.Second)
+				if _, err := m.Tick(ctx); err != nil {
+					t.Fatal(err)
+				}
+				n := pointersTo(ctx, st, id)
+				if i >= 36 { // 3 minutes: every pointer there was at the start is a repair_after old
+					most = max(most, n)
+				}
+			}
+			if r := m.Stats().Repaired; most != 1 || r == 0 || r > 10 {
+				t.Fatalf("up to %d pointers to the task after 3 of 10 minutes pending, %d repairs: want one pointer, announced at most once a repair_after",
+					most, r)
+			}
+		})
+	}
+}
