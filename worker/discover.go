@@ -69,6 +69,11 @@ func (w *Worker) pollShards(ctx context.Context, list []int, peek bool) (p pass)
 		for _, n := range w.blocked {
 			p.refused += n
 		}
+		// Due work refused for a full pool is left behind for lack of
+		// room, though another pool has some: as far as saturation goes
+		// the member is behind, and asks for help (a member of an io and
+		// a compute pool whose compute pool is full is saturated for it).
+		p.leftover = p.leftover || p.refused > 0
 	}()
 	if w.stopping.Load() || len(list) == 0 || w.pausedAll() {
 		return p // paused: the cursors stay, and find everything at the resume

@@ -12,6 +12,7 @@ import (
 	"github.com/s3queue/s3queue/producer"
 	"github.com/s3queue/s3queue/s3store"
 	"github.com/s3queue/s3queue/s3store/mem"
+	"github.com/s3queue/s3queue/shards"
 	"github.com/s3queue/s3queue/task"
 	"github.com/s3queue/s3queue/worker"
 )
@@ -290,6 +291,71 @@ func TestDropOldestTwoWorkersChurn(t *testing.T) {
 			if err := <-d; err != nil {
 				t.Fatal(err)
 			}
+		}
+	})
+}
+
+// A member whose slow pool is full, with due work of that pool left in its
+// shard, is behind its shards even though its idle default pool has room:
+// it says so in the fleet (busy) and asks for help, so that the work
+// reaches another member rather than waiting for its one handler (sim
+// seeds 500407, 500559: burst tasks waited 8 minutes behind a full pool).
+func TestAMemberWithOnePoolFullAsksForHelp(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		st := mem.New()
+		p, err := producer.New(ctx, st, producer.Config{Shards: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := worker.New(ctx, st, worker.Config{ID: "a", Shards: 1, Dedicated: true, Logger: quiet,
+			Pools: []worker.Pool{{Name: "slow", MaxInFlight: 1}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		release := make(chan struct{})
+		w.Handle("slow", func(ctx context.Context, _ *task.Task) (json.RawMessage, error) {
+			select {
+			case <-release:
+				return nil, nil
+			case <-ctx.Done():
+				return nil, context.Cause(ctx)
+			}
+		})
+		w.Handle("job", func(context.Context, *task.Task) (json.RawMessage, error) { return nil, nil })
+		runCtx, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- w.Run(runCtx) }()
+		time.Sleep(3 * time.Second) // a member of the fleet
+		for i := range 4 {
+			if _, err := p.Submit(ctx, "slow", map[string]int{"i": i}, producer.Options{Timeout: 10 * time.Minute}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		asked := false
+		for range 30 {
+			time.Sleep(time.Second)
+			synctest.Wait()
+			f, _, err := shards.ReadFleet(ctx, st)
+			if err != nil {
+				t.Fatal(err)
+			}
+			busy := false
+			for _, m := range f.Members {
+				busy = busy || m.ID == "a" && m.Busy
+			}
+			if busy || f.Want > 0 {
+				asked = true
+				break
+			}
+		}
+		if !asked {
+			t.Error("30 s with the slow pool full and 3 of its tasks waiting: the member never said it was busy nor asked for help")
+		}
+		close(release)
+		stop()
+		if err := <-done; err != nil {
+			t.Fatal(err)
 		}
 	})
 }
