@@ -106,30 +106,25 @@ func (r *refusals) waitingFor(p *pool) bool { return r.inPool[p] > 0 }
 
 // skipRefused returns the candidates of batch to read: it leaves out, and
 // counts as waiting, each one remembered as refused at its current ETag
-// whose pool has no place for it (a free handler or pending place;
-// beyond the pool's places, in batch order),
+// while its pool has no place at all (a free handler or pending place),
 // unless its type is paused (read, to be held) or its deadline has passed
-// (read, to be written dead).
+// (read, to be written dead). Once the pool has a place, every remembered
+// one is read again and competes in batch order (priority, then age) with
+// the rest: letting through only as many as the places, after the new
+// candidates had taken them, starved the oldest (sim seed 501033).
 func (w *Worker) skipRefused(batch []shards.Candidate, iv clock.Interval) []shards.Candidate {
 	if len(w.refused.byKey) == 0 {
 		return batch
 	}
 	var out []shards.Candidate
-	var let map[*pool]int
 	for i, c := range batch {
 		f, ok := w.refused.get(c.Key, c.ETag)
-		if ok && !w.pausedType(f.typ) && (f.deadline.IsZero() || !iv.Earliest.After(f.deadline)) {
-			if let == nil {
-				let = make(map[*pool]int)
+		if ok && !w.pausedType(f.typ) && (f.deadline.IsZero() || !iv.Earliest.After(f.deadline)) && f.pool.places() == 0 {
+			if out == nil {
+				out = append(make([]shards.Candidate, 0, len(batch)), batch[:i]...)
 			}
-			if let[f.pool] >= f.pool.places() {
-				if out == nil {
-					out = append(make([]shards.Candidate, 0, len(batch)), batch[:i]...)
-				}
-				w.blocked[f.pool]++
-				continue
-			}
-			let[f.pool]++
+			w.blocked[f.pool]++
+			continue
 		}
 		if out != nil {
 			out = append(out, c)
