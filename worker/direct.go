@@ -12,6 +12,7 @@ import (
 	"github.com/s3queue/s3queue/clock"
 	"github.com/s3queue/s3queue/internal/direct"
 	"github.com/s3queue/s3queue/internal/events"
+	"github.com/s3queue/s3queue/internal/rnd"
 	"github.com/s3queue/s3queue/lease"
 	"github.com/s3queue/s3queue/s3store"
 	"github.com/s3queue/s3queue/shards"
@@ -86,6 +87,9 @@ type inbox struct {
 	dir     *direct.Directory
 	look    time.Time
 	waiting map[string]bool
+	// ringRand draws the doorbell bytes of a released task's ring
+	// (deliverReleased, on a run's goroutine: not the scheduler's source).
+	ringRand func() float64
 
 	// The doorbell: asleepAt is when the mark landed (local time), zero
 	// while awake; bell is the doorbell's ETag then ("" for none).
@@ -128,8 +132,12 @@ func (w *Worker) openInbox(ctx context.Context) error {
 		w.log.Warn("the inbox cursor is older than 24h: scanning from 24h ago; older entries are left to the monitor's repair", "cursor", cursor, "from", d.scan.Cursor())
 	}
 	d.over, _ = direct.NewScan(direct.OverflowPrefix, "", iv.Latest, 0, true)
+	// The view is shared by the scheduler's hand-on and the runs'
+	// releases (deliverReleased): its draws are not the scheduler's.
+	dirRand := rnd.Locked(rnd.Keyed(w.cfg.ID + "/workers"))
 	d.dir = &direct.Directory{St: w.st, Local: w.local, TTL: w.cfg.DiscoveryTTL, Margin: w.cfg.LeaseMargin,
-		Selection: direct.RoundRobin, IntN: w.rand.IntN}
+		Selection: direct.RoundRobin, IntN: func(n int) int { return int(dirRand() * float64(n)) }}
+	d.ringRand = rnd.Locked(rnd.Keyed(w.cfg.ID + "/release-ring"))
 	now := w.now()
 	d.renewed, d.lastWork, d.interval = now, now, w.cfg.PollMin
 	d.scavenge = now.Add(w.cfg.OverflowScavengeInterval)
