@@ -87,8 +87,14 @@ type inbox struct {
 	dir     *direct.Directory
 	look    time.Time
 	waiting map[string]bool
-	// ringRand draws the doorbell bytes of a released task's ring
-	// (deliverReleased, on a run's goroutine: not the scheduler's source).
+	// The routing of released tasks (deliverReleased), from the runs'
+	// goroutines: a view of the leases of its own (a Directory holds its
+	// lock across its reads, and the scheduler must not wait for a run's,
+	// nor a run on a mutex: the simulator's bubble could not tell it
+	// blocked), taken in turn by relTurn (a channel: a durable wait), and
+	// draws of its own (not the scheduler's source).
+	relDir   *direct.Directory
+	relTurn  chan struct{}
 	ringRand func() float64
 
 	// The doorbell: asleepAt is when the mark landed (local time), zero
@@ -132,12 +138,12 @@ func (w *Worker) openInbox(ctx context.Context) error {
 		w.log.Warn("the inbox cursor is older than 24h: scanning from 24h ago; older entries are left to the monitor's repair", "cursor", cursor, "from", d.scan.Cursor())
 	}
 	d.over, _ = direct.NewScan(direct.OverflowPrefix, "", iv.Latest, 0, true)
-	// The view is shared by the scheduler's hand-on and the runs'
-	// releases (deliverReleased): its draws are not the scheduler's.
-	dirRand := rnd.Locked(rnd.Keyed(w.cfg.ID + "/workers"))
 	d.dir = &direct.Directory{St: w.st, Local: w.local, TTL: w.cfg.DiscoveryTTL, Margin: w.cfg.LeaseMargin,
-		Selection: direct.RoundRobin, IntN: func(n int) int { return int(dirRand() * float64(n)) }}
-	d.ringRand = rnd.Locked(rnd.Keyed(w.cfg.ID + "/release-ring"))
+		Selection: direct.RoundRobin, IntN: w.rand.IntN}
+	relRand := rnd.Locked(rnd.Keyed(w.cfg.ID + "/release"))
+	d.relDir = &direct.Directory{St: w.st, Local: w.local, TTL: w.cfg.DiscoveryTTL, Margin: w.cfg.LeaseMargin,
+		Selection: direct.RoundRobin, IntN: func(n int) int { return int(relRand() * float64(n)) }}
+	d.relTurn, d.ringRand = make(chan struct{}, 1), relRand
 	now := w.now()
 	d.renewed, d.lastWork, d.interval = now, now, w.cfg.PollMin
 	d.scavenge = now.Add(w.cfg.OverflowScavengeInterval)

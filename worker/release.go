@@ -72,11 +72,17 @@ func (w *Worker) announceReleased(ctx context.Context, t *task.Task) error {
 // 20660: a released child waited four minutes behind them). An inbox
 // holds only what is routed to its worker, deleted once handled.
 // Requests: the entry's PUT, and the doorbell's if its worker sleeps; the
-// leases are read at most once per DiscoveryTTL, in the view the busy
-// worker's hand-on shares.
+// leases are read at most once per DiscoveryTTL (a LIST and a GET per
+// lease), in a view of the releases' own.
 func (w *Worker) deliverReleased(ctx context.Context, t *task.Task, iv clock.Interval) bool {
 	d := w.direct
-	to, ok, err := d.dir.Pick(ctx, iv, t.Type, t.ID)
+	select {
+	case d.relTurn <- struct{}{}:
+	case <-ctx.Done():
+		return false
+	}
+	defer func() { <-d.relTurn }()
+	to, ok, err := d.relDir.Pick(ctx, iv, t.Type, t.ID)
 	if err != nil {
 		w.log.Warn("read the worker leases", "err", err)
 	}
