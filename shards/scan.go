@@ -39,7 +39,16 @@ type Scan struct {
 	// finished one is).
 	PointersOnly bool
 
-	cursor    time.Time            // keys up to here are settled
+	cursor time.Time // keys up to here are settled
+	// resume is a key of the cursor's time (resumeAt) up to which every
+	// key of that time is settled: a listing from the cursor starts after
+	// it, not before the first key of that time. A millisecond can hold
+	// more keys than one Next lists (MaxPages pages: a pause lifted writes
+	// a pointer per task at one instant, kept until the monitor lowers its
+	// floor), and a cursor that is only a time would list the same
+	// settled keys at every poll and never reach the ones after them.
+	resume    string
+	resumeAt  time.Time
 	lagged    time.Time            // S3 time of the last scan that started behind the cursor
 	seen      map[string]string    // key -> ETag last settled
 	unsettled map[string]time.Time // handed out, not yet settled: the cursor waits for them
@@ -140,12 +149,22 @@ func (s *Scan) Next(ctx context.Context, st s3store.Store, now time.Time, max in
 	// next scan behind the cursor a Lag later: that scan hands out a
 	// listing's worth, and with slots free (the others held for a rate
 	// limit's window) the rest of what it found must not wait a Lag each.
+	fromResume := start.Equal(s.cursor) && s.resume != "" && s.resumeAt.Equal(s.cursor)
 	for _, at := range s.unsettled {
 		if at.Before(start) {
 			start = at
 		}
+		if !at.After(s.cursor) {
+			fromResume = false // it may sort before resume: list it again
+		}
 	}
 	after := TasksPrefix(s.Shard) + lowID(start)
+	if fromResume {
+		// A key of the cursor's time that lands before resume, late, is
+		// found by the next scan behind the cursor, as one that lands
+		// behind the cursor's time is.
+		after = s.resume
+	}
 	l := listing{after: after}
 	if len(s.unsettled) > 0 {
 		l.waiting = make(map[string]bool, len(s.unsettled))
@@ -155,6 +174,14 @@ func (s *Scan) Next(ctx context.Context, st s3store.Store, now time.Time, max in
 	}
 	defer s.settleGone(&l)
 	var out []Candidate
+	// contiguous: every key this listing returned so far was settled, so
+	// a settled key of the cursor's time may move resume.
+	contiguous := true
+	settled := func(c Candidate) {
+		if contiguous && c.Avail.Equal(s.cursor) && c.Key > s.resume {
+			s.resume, s.resumeAt = c.Key, s.cursor
+		}
+	}
 	s.window = s.window[:0]
 	// handOut orders the window and keeps the first max of it.
 	handOut := func(out []Candidate) []Candidate {
@@ -184,12 +211,15 @@ func (s *Scan) Next(ctx context.Context, st s3store.Store, now time.Time, max in
 			if e, ok := s.seen[o.Key]; ok && (e == o.ETag || e == Settled) {
 				delete(s.unsettled, o.Key)
 				s.advance(c.Avail)
+				settled(c)
 				continue
 			}
 			if !c.Pointer && (s.PointersOnly || task.FinishedBySize(o.Size)) {
 				s.Seen(c, Settled)
+				settled(c)
 				continue
 			}
+			contiguous = false
 			s.unsettled[o.Key] = c.Avail
 			out = append(out, c)
 			if pages > 0 && len(out) >= max {

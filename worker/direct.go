@@ -12,6 +12,7 @@ import (
 	"github.com/s3queue/s3queue/clock"
 	"github.com/s3queue/s3queue/internal/direct"
 	"github.com/s3queue/s3queue/internal/events"
+	"github.com/s3queue/s3queue/internal/rnd"
 	"github.com/s3queue/s3queue/lease"
 	"github.com/s3queue/s3queue/s3store"
 	"github.com/s3queue/s3queue/shards"
@@ -86,6 +87,15 @@ type inbox struct {
 	dir     *direct.Directory
 	look    time.Time
 	waiting map[string]bool
+	// The routing of released tasks (deliverReleased), from the runs'
+	// goroutines: a view of the leases of its own (a Directory holds its
+	// lock across its reads, and the scheduler must not wait for a run's,
+	// nor a run on a mutex: the simulator's bubble could not tell it
+	// blocked), taken in turn by relTurn (a channel: a durable wait), and
+	// draws of its own (not the scheduler's source).
+	relDir   *direct.Directory
+	relTurn  chan struct{}
+	ringRand func() float64
 
 	// The doorbell: asleepAt is when the mark landed (local time), zero
 	// while awake; bell is the doorbell's ETag then ("" for none).
@@ -130,6 +140,10 @@ func (w *Worker) openInbox(ctx context.Context) error {
 	d.over, _ = direct.NewScan(direct.OverflowPrefix, "", iv.Latest, 0, true)
 	d.dir = &direct.Directory{St: w.st, Local: w.local, TTL: w.cfg.DiscoveryTTL, Margin: w.cfg.LeaseMargin,
 		Selection: direct.RoundRobin, IntN: w.rand.IntN}
+	relRand := rnd.Locked(rnd.Keyed(w.cfg.ID + "/release"))
+	d.relDir = &direct.Directory{St: w.st, Local: w.local, TTL: w.cfg.DiscoveryTTL, Margin: w.cfg.LeaseMargin,
+		Selection: direct.RoundRobin, IntN: func(n int) int { return int(relRand() * float64(n)) }}
+	d.relTurn, d.ringRand = make(chan struct{}, 1), relRand
 	now := w.now()
 	d.renewed, d.lastWork, d.interval = now, now, w.cfg.PollMin
 	d.scavenge = now.Add(w.cfg.OverflowScavengeInterval)

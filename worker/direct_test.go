@@ -928,3 +928,46 @@ func stallPastTheLease(t *testing.T, takenOver bool) {
 		t.Errorf("a claim without the lease: %s", l)
 	}
 }
+
+// Under direct dispatch a child released by its parent's pass-on goes to a
+// live worker's inbox, as a producer routes a new task, not to a ready
+// pointer behind whatever the shards hold (the simulator's seed 20660: a
+// child waited four minutes behind a shard's kept pointers), and runs
+// within a poll or two.
+func TestDirectDispatchRoutesAReleasedChildToAnInbox(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := mem.New()
+		f := newFleet(t, st, 4)
+		ws := &putsByKind{Store: st}
+		ran := make(chan string, 4)
+		for _, id := range []string{"a", "b"} {
+			f.start(f.directWorker(id), ws, func(_ context.Context, tk *task.Task) (json.RawMessage, error) {
+				ran <- tk.ID
+				return nil, nil
+			})
+		}
+		waitLive(t, st, 2)
+		p := f.directProducer(st)
+		parent, err := p.Submit(f.ctx, "job", nil, producer.Options{Delay: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		child, err := p.Submit(f.ctx, "job", nil, producer.Options{DependsOn: []string{parent}, ShardKey: "other"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		expectRun(t, ran, parent, time.Minute, func() string { return "the parent never ran" })
+		done := time.Now()
+		expectRun(t, ran, child, time.Minute, func() string { return "the released child never ran" })
+		if took := time.Since(done); took > 3*time.Second {
+			t.Errorf("the released child ran %v after its parent", took)
+		}
+		if pointers, _ := ws.counts(); pointers != 0 {
+			t.Errorf("the workers wrote %d ready pointers; want the child routed to an inbox", pointers)
+		}
+		waitStatus(t, p, child, task.Succeeded)
+		if n := len(keysUnder(t, st, direct.InboxPrefix)); n != 0 {
+			t.Errorf("%d inbox entries left", n)
+		}
+	})
+}

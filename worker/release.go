@@ -2,10 +2,13 @@ package worker
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/s3queue/s3queue/clock"
+	"github.com/s3queue/s3queue/internal/direct"
 	"github.com/s3queue/s3queue/internal/rnd"
+	"github.com/s3queue/s3queue/s3store"
 	"github.com/s3queue/s3queue/shards"
 	"github.com/s3queue/s3queue/task"
 )
@@ -39,6 +42,9 @@ func (w *Worker) announceReleased(ctx context.Context, t *task.Task) error {
 	if err != nil {
 		return err
 	}
+	if w.direct != nil && w.deliverReleased(ctx, t, iv) {
+		return nil
+	}
 	k := w.known.Load()
 	in := w.releaseShard(t, iv, k)
 	if err := shards.Announce(ctx, w.st, t, iv.Latest, in); err != nil {
@@ -53,6 +59,55 @@ func (w *Worker) announceReleased(ctx context.Context, t *task.Task) error {
 		w.ring(ctx, k, t.ID)
 	}
 	return nil
+}
+
+// deliverReleased routes t, released by this worker's pass-on under direct
+// dispatch, to a live worker's inbox as a producer routes a new task
+// (ringing that worker's doorbell if it sleeps), and reports false when no
+// live worker runs t's type or the entry could not be written: t then
+// takes the shared path, a ready pointer. The shards hand out pointers
+// only, but a member lists them behind whatever its shard holds: pointers
+// the monitor keeps until it lowers its floor, tasks refused and
+// re-announced, hundreds after a pause is lifted (the simulator's seed
+// 20660: a released child waited four minutes behind them). An inbox
+// holds only what is routed to its worker, deleted once handled.
+// Requests: the entry's PUT, and the doorbell's if its worker sleeps; the
+// leases are read at most once per DiscoveryTTL (a LIST and a GET per
+// lease), in a view of the releases' own.
+func (w *Worker) deliverReleased(ctx context.Context, t *task.Task, iv clock.Interval) bool {
+	d := w.direct
+	select {
+	case d.relTurn <- struct{}{}:
+	case <-ctx.Done():
+		return false
+	}
+	defer func() { <-d.relTurn }()
+	to, ok, err := d.relDir.Pick(ctx, iv, t.Type, t.ID)
+	if err != nil {
+		w.log.Warn("read the worker leases", "err", err)
+	}
+	if !ok {
+		return false
+	}
+	// The entry's bucket must not lie behind the worker's inbox cursor,
+	// which trails now by ScanLag and a minute: a dependent submitted
+	// long ago was due since.
+	at := t.AvailableAt
+	if at.Before(iv.Earliest) {
+		at = iv.Earliest
+	}
+	if _, err := w.st.Put(ctx, direct.EntryKey(to.Worker, at, t.ID, t.Shard), nil, s3store.PutOptions{}); err != nil {
+		w.log.Warn("write the inbox entry of a released task; announcing it instead", "task_id", t.ID, "worker_id", to.Worker, "err", err)
+		return false
+	}
+	if to.Asleep {
+		// Distinct bytes per ring, so the worker sees its ETag change.
+		bell := fmt.Sprintf("%s %08x", t.ID, uint32(d.ringRand()*(1<<32)))
+		if _, err := w.st.Put(ctx, direct.BellKey(to.Worker), []byte(bell), s3store.PutOptions{}); err != nil {
+			w.log.Warn("ring a worker's doorbell", "worker_id", to.Worker, "task_id", t.ID, "err", err)
+		}
+	}
+	return true
 }
 
 // releaseShard is the shard announceReleased writes t's pointer in (-1:
