@@ -3,6 +3,7 @@ package shards_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -450,4 +451,41 @@ func TestScanWindowHandsOutHigherPrioritiesFirst(t *testing.T) {
 			t.Fatalf("second listing handed out %v: the low task of the window must come before the next page's", got(c))
 		}
 	})
+}
+
+// More keys settled at one instant than one Next lists (a pause lifted
+// writes a ready pointer per task at one instant, kept for the monitor
+// once their tasks ran) must not pin the scan there: the next Next lists
+// after the last settled key of that instant and reaches the keys behind
+// (sim seed 20660: a member's scan stuck for 7 minutes behind 31 pointers).
+func TestAScanPassesMoreSettledKeysAtOneInstantThanOneNextLists(t *testing.T) {
+	ctx := context.Background()
+	st := mem.New()
+	now := time.Now()
+	at := now.Add(-time.Minute).Truncate(time.Millisecond)
+	for i := range 30 {
+		id, _ := task.NewID(at.Add(-time.Hour), strings.NewReader(fmt.Sprintf("%010d%06d", i, i)))
+		if err := shards.Announce(ctx, st, &task.Task{ID: id, Shard: 0, AvailableAt: at}, at, -1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	later, _ := task.NewID(now.Add(-time.Second), strings.NewReader(strings.Repeat("l", 16)))
+	if _, err := st.Put(ctx, task.Key(0, later), []byte("{}"), s3store.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s := shards.NewScan(0, at.Add(-time.Second), time.Hour)
+	s.PageSize = 3
+	for range 20 {
+		c, err := s.Next(ctx, st, now, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, x := range c {
+			if x.ID == later {
+				return
+			}
+			s.Seen(x, shards.Settled) // its task already ran: settled
+		}
+	}
+	t.Fatal("20 scans never reached the task behind 30 settled pointers of one instant")
 }
