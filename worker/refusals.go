@@ -1,10 +1,12 @@
 package worker
 
 import (
+	"strings"
 	"time"
 
 	"github.com/s3queue/s3queue/clock"
 	"github.com/s3queue/s3queue/shards"
+	"github.com/s3queue/s3queue/task"
 )
 
 // A worker with more than one pool reads the tasks a listing brings while
@@ -40,6 +42,7 @@ type refusal struct {
 	pool     *pool     // the pool it was refused for
 	typ      string    // its task's type
 	deadline time.Time // its task's deadline (zero: none)
+	shard    int       // the shard whose listing brings it (-1: none)
 	seq      uint64    // its place in order
 }
 
@@ -103,6 +106,40 @@ func (r *refusals) forget(key string) {
 // waitingFor reports whether refusals for p are remembered: tasks wait for
 // a slot of p.
 func (r *refusals) waitingFor(p *pool) bool { return r.inPool[p] > 0 }
+
+// shardsWithRoom returns the shards whose listings bring remembered
+// refusals for a pool that has room now, or nil.
+func (r *refusals) shardsWithRoom() map[int]bool {
+	var out map[int]bool
+	for _, f := range r.byKey {
+		if f.shard >= 0 && f.pool.room() > 0 {
+			if out == nil {
+				out = make(map[int]bool)
+			}
+			out[f.shard] = true
+		}
+	}
+	return out
+}
+
+// listedShard returns the shard whose listing brought key (a task object
+// or a ready pointer in tasks/{shard}/), or -1 for another key (an inbox
+// or overflow entry, a held task's).
+func listedShard(key string) int {
+	rest, ok := strings.CutPrefix(key, "tasks/")
+	if !ok {
+		return -1
+	}
+	name, _, ok := strings.Cut(rest, "/")
+	if !ok {
+		return -1
+	}
+	n, err := task.ParseShardName(name)
+	if err != nil {
+		return -1
+	}
+	return n
+}
 
 // skipRefused returns the candidates of batch to read: it leaves out, and
 // counts as waiting, each one remembered as refused at its current ETag
