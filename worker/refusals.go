@@ -26,7 +26,10 @@ import (
 // poll_max. Once its pool has room, as many of the remembered candidates as
 // the room are read again (the first in listing order); a candidate whose
 // ETag changed (released, canceled, claimed elsewhere) is read as any
-// other.
+// other. A refused task in a drain shard (an inactive one, swept on a
+// back-off up to drain_max) is found again by a sweep made due at once when
+// a slot of its pool frees (sweepRefusedNow), which is why each refusal
+// notes the shard that listed it.
 //
 // A refusal is reported (event, hook, Stats) once per task version: a task
 // refused again at the same ETag is logged at debug level only.
