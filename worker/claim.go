@@ -377,7 +377,7 @@ func taskAttrs(t *task.Task, id string) []attribute.KeyValue {
 func (w *Worker) refuse(p *pool, c shards.Candidate, t *task.Task) {
 	w.blocked[p]++
 	_, again := w.refused.get(c.Key, c.ETag)
-	w.refused.put(c.Key, refusal{etag: c.ETag, pool: p, typ: t.Type, deadline: t.Deadline})
+	w.refused.put(c.Key, refusal{etag: c.ETag, pool: p, typ: t.Type, deadline: t.Deadline, shard: listedShard(c.Key)})
 	if p.policy == Block || p.policy == DropOldest {
 		return
 	}

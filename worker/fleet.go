@@ -824,6 +824,17 @@ func (w *Worker) atTheDoorbell(ctx context.Context, now time.Time, wait time.Dur
 // the fleet to sleep. It reports whether the member is now leaving.
 func (w *Worker) idle(ctx context.Context, now time.Time, iv clock.Interval) (leaving bool) {
 	m := &w.fleet
+	if w.busy() || w.holdingLimited() {
+		// Running handlers are work, and so are tasks waiting for a rate
+		// limit's window: such a member is not idle. Asked here, after the
+		// step's polls: a handler the step started (a sleeping member's
+		// safety scan, a drain sweep) is work too, though the member's
+		// last work before was long ago (sim seed 510535: the member slept
+		// again 0.1 s after its safety scan's claim, and swept no drain
+		// shard for the tasks it had refused for the pool that claim
+		// filled).
+		m.lastWork = now
+	}
 	live := m.fleet.Live(iv, w.cfg.LeaseMargin)
 	// Idle means no work for a while and for two polls: a member paced to
 	// list once a minute (poll_batch at a trickle) is not idle between

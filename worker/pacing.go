@@ -44,6 +44,7 @@ func (w *Worker) slotFreed() {
 	if w.static() {
 		own = w.cfg.OwnShards
 	}
+	w.sweepRefusedNow(now)
 	if w.hasPrefetched(now, own) || w.pace.capped || w.roomForRefused() {
 		// A prefetched candidate costs no LIST; after a listing that
 		// returned all it asked for, one LIST now brings a slot's worth
@@ -70,6 +71,25 @@ func (w *Worker) roomForRefused() bool {
 		}
 	}
 	return false
+}
+
+// sweepRefusedNow makes the sweep of each drain shard that holds tasks
+// refused for a pool that has room now due at once, however far its
+// back-off has grown: its sweep found them due, but claimed none (so it
+// backed off as from an empty shard), and nothing else lists them before
+// the back-off, up to DrainMax, ends (sim seed 510535: two chain heads in
+// a drain shard waited 7 minutes after the one handler of their pool
+// freed up).
+func (w *Worker) sweepRefusedNow(now time.Time) {
+	sw := &w.sweep
+	if len(sw.next) == 0 || !w.roomForRefused() {
+		return
+	}
+	for s := range w.refused.shardsWithRoom() {
+		if next, ok := sw.next[s]; ok && next.After(now) {
+			sw.next[s] = now
+		}
+	}
 }
 
 // sweepDrainShards sweeps the member's inactive shards for leftovers, each on

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -357,5 +359,179 @@ func TestAMemberWithOnePoolFullAsksForHelp(t *testing.T) {
 		if err := <-done; err != nil {
 			t.Fatal(err)
 		}
+	})
+}
+
+// Tasks refused for a full pool in a drain shard (an inactive one, swept
+// now and then on a back-off that grows to drain_max while its sweeps
+// claim nothing) start once the pool's slot frees, not at the next sweep
+// minutes later, nor never: a member idle for sleep_after puts the fleet
+// to sleep, and a sleeping member sweeps no drain shard (sim seed 510535:
+// two chain heads waited 7 minutes in a drain shard behind a pool of one
+// handler, until the run ended). One member, default timings, a pool
+// "jobs" of one handler; three jobs in a drain shard: the first runs for
+// three minutes, and the second must start within a second of its end.
+func TestRefusedTasksInADrainShardStartWhenThePoolFrees(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Hour)
+		defer cancel()
+		st := mem.New()
+		f := newFleet(t, st, 4)
+		f.ctx = ctx
+		p := f.producer(st)
+		key := ""
+		for i := 0; key == ""; i++ {
+			if k := fmt.Sprintf("k%d", i); task.ShardFor(k, 4) == 3 {
+				key = k
+			}
+		}
+		var ids []string
+		for range 3 {
+			id, err := p.Submit(ctx, "job", nil, producer.Options{ShardKey: key, Timeout: 10 * time.Minute})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, id)
+		}
+		// As if written while their shard was active: no ready pointer
+		// announces them in a shard the member polls.
+		page, err := st.List(ctx, "tasks/", s3store.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range page.Objects {
+			if strings.HasSuffix(o.Key, ".ready") {
+				if err := st.Delete(ctx, o.Key, s3store.DeleteOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		started := make(chan string, len(ids))
+		release := make(chan struct{})
+		w := f.start(worker.Config{ID: "a", Shards: 4, Logger: quiet, Pools: []worker.Pool{{Name: "jobs", Types: []string{"job"}, MaxInFlight: 1}}},
+			nil, func(ctx context.Context, tk *task.Task) (json.RawMessage, error) {
+				started <- tk.ID
+				select {
+				case <-release:
+					return nil, nil
+				case <-ctx.Done():
+					return nil, context.Cause(ctx)
+				}
+			})
+		var first string
+		select {
+		case first = <-started:
+		case <-time.After(time.Minute):
+			t.Fatal("no job started within a minute")
+		}
+		time.Sleep(3 * time.Minute) // the drain sweeps back off, the other two refused
+		synctest.Wait()
+		if member, a := w.Member(); !member || !slices.Contains(a.Drain, 3) {
+			t.Fatalf("member %v, assignment %+v: want shard 3 a drain shard", member, a)
+		}
+		select {
+		case id := <-started:
+			t.Fatalf("%s started while %s held the pool's one handler", id, first)
+		default:
+		}
+		release <- struct{}{}
+		select {
+		case <-started:
+		case <-time.After(time.Second):
+			t.Fatal("the pool's slot freed with two of its tasks refused in a drain shard: none started within a second")
+		}
+		close(release)
+	})
+}
+
+// A sleeping member whose safety scan (sleep_scan) finds and claims a task
+// is not idle in that step: it does not put the fleet back to sleep at
+// once, though its last work was long ago, while the task runs. Asleep
+// again, it would sweep no drain shard: the tasks its sweep in that step
+// found due and refused for the pool the claim filled would never start
+// (sim seed 510535: the member slept 0.1 s after the safety scan's claim;
+// two chain heads it had refused waited 7m39s, until the run ended). One
+// member, default timings, a pool "jobs" of one handler: a job in its own
+// shard and two in a drain shard, all due two minutes on, the fleet asleep
+// by then; the first to start holds the handler for 20 s.
+func TestAMemberWokenByItsSafetyScanSweepsItsRefusedTasks(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Hour)
+		defer cancel()
+		st := mem.New()
+		f := newFleet(t, st, 4)
+		f.ctx = ctx
+		p := f.producer(st)
+		key := ""
+		for i := 0; key == ""; i++ {
+			if k := fmt.Sprintf("k%d", i); task.ShardFor(k, 4) == 3 {
+				key = k
+			}
+		}
+		var ids []string
+		for i := range 3 {
+			o := producer.Options{Delay: 2 * time.Minute, Timeout: 10 * time.Minute}
+			if i > 0 {
+				o.ShardKey = key
+			}
+			id, err := p.Submit(ctx, "job", nil, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, id)
+		}
+		// Written while the fleet was awake: no pointer announces them.
+		page, err := st.List(ctx, "tasks/", s3store.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range page.Objects {
+			if strings.HasSuffix(o.Key, ".ready") {
+				if err := st.Delete(ctx, o.Key, s3store.DeleteOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		started := make(chan string, len(ids))
+		release := make(chan struct{})
+		w := f.start(worker.Config{ID: "a", Shards: 4, Logger: quiet, Pools: []worker.Pool{{Name: "jobs", Types: []string{"job"}, MaxInFlight: 1}}},
+			nil, func(ctx context.Context, tk *task.Task) (json.RawMessage, error) {
+				started <- tk.ID
+				select {
+				case <-release:
+					return nil, nil
+				case <-ctx.Done():
+					return nil, context.Cause(ctx)
+				}
+			})
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if fl, _, err := shards.ReadFleet(ctx, st); err != nil || !fl.Asleep {
+			t.Fatalf("a minute on, the idle fleet is not asleep (%v)", err)
+		}
+		if member, a := w.Member(); !member || !slices.Contains(a.Drain, 3) || slices.Contains(a.Drain, task.ShardFor(ids[0], 4)) {
+			t.Fatalf("member %v, assignment %+v: want shard 3 a drain shard, and the first job's shard %d its own", member, a, task.ShardFor(ids[0], 4))
+		}
+		var first string
+		select {
+		case first = <-started:
+		case <-time.After(3 * time.Minute):
+			t.Fatal("no job started within three minutes of their due time")
+		}
+		time.Sleep(20 * time.Second)
+		synctest.Wait()
+		select {
+		case id := <-started:
+			t.Fatalf("%s started while %s held the pool's one handler", id, first)
+		default:
+		}
+		release <- struct{}{}
+		select {
+		case <-started:
+		case <-time.After(time.Second):
+			fl, _, _ := shards.ReadFleet(ctx, st)
+			t.Fatalf("the pool's slot freed with two of its tasks refused in a drain shard: none started within a second (fleet asleep: %v)", fl.Asleep)
+		}
+		close(release)
 	})
 }

@@ -1,10 +1,12 @@
 package worker
 
 import (
+	"strings"
 	"time"
 
 	"github.com/s3queue/s3queue/clock"
 	"github.com/s3queue/s3queue/shards"
+	"github.com/s3queue/s3queue/task"
 )
 
 // A worker with more than one pool reads the tasks a listing brings while
@@ -24,7 +26,10 @@ import (
 // poll_max. Once its pool has room, as many of the remembered candidates as
 // the room are read again (the first in listing order); a candidate whose
 // ETag changed (released, canceled, claimed elsewhere) is read as any
-// other.
+// other. A refused task in a drain shard (an inactive one, swept on a
+// back-off up to drain_max) is found again by a sweep made due at once when
+// a slot of its pool frees (sweepRefusedNow), which is why each refusal
+// notes the shard that listed it.
 //
 // A refusal is reported (event, hook, Stats) once per task version: a task
 // refused again at the same ETag is logged at debug level only.
@@ -40,6 +45,7 @@ type refusal struct {
 	pool     *pool     // the pool it was refused for
 	typ      string    // its task's type
 	deadline time.Time // its task's deadline (zero: none)
+	shard    int       // the shard whose listing brings it (-1: none)
 	seq      uint64    // its place in order
 }
 
@@ -103,6 +109,40 @@ func (r *refusals) forget(key string) {
 // waitingFor reports whether refusals for p are remembered: tasks wait for
 // a slot of p.
 func (r *refusals) waitingFor(p *pool) bool { return r.inPool[p] > 0 }
+
+// shardsWithRoom returns the shards whose listings bring remembered
+// refusals for a pool that has room now, or nil.
+func (r *refusals) shardsWithRoom() map[int]bool {
+	var out map[int]bool
+	for _, f := range r.byKey {
+		if f.shard >= 0 && f.pool.room() > 0 {
+			if out == nil {
+				out = make(map[int]bool)
+			}
+			out[f.shard] = true
+		}
+	}
+	return out
+}
+
+// listedShard returns the shard whose listing brought key (a task object
+// or a ready pointer in tasks/{shard}/), or -1 for another key (an inbox
+// or overflow entry, a held task's).
+func listedShard(key string) int {
+	rest, ok := strings.CutPrefix(key, "tasks/")
+	if !ok {
+		return -1
+	}
+	name, _, ok := strings.Cut(rest, "/")
+	if !ok {
+		return -1
+	}
+	n, err := task.ParseShardName(name)
+	if err != nil {
+		return -1
+	}
+	return n
+}
 
 // skipRefused returns the candidates of batch to read: it leaves out, and
 // counts as waiting, each one remembered as refused at its current ETag

@@ -436,11 +436,6 @@ func (w *Worker) stepShards(ctx context.Context) time.Duration {
 		// Our entry may have lapsed: poll nothing until a renewal lands.
 		return max(w.cfg.PollMin, time.Second)
 	}
-	if w.busy() || w.holdingLimited() {
-		// Running handlers are work, and so are tasks waiting for a rate
-		// limit's window: such a member is not idle.
-		m.lastWork = now
-	}
 	// Until the renewal is due, or, if it is overdue, until its retry.
 	wait := max(w.memberTTL()/3-clock.Since(w.local, m.renewed), m.retry.until(now))
 	if d, asleep := w.atTheDoorbell(ctx, now, wait); asleep {
