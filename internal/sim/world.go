@@ -551,7 +551,7 @@ func planLayout(plan *Plan, opts Options) {
 		}
 	}
 	if plan.Pools = rand.New(rand.NewPCG(plan.Seed, 0x9001)).IntN(3) == 0; plan.Pools && plan.Queue.InFlight == 0 {
-		plan.Queue.InFlight = 1 // the jobs pool's one handler (burst sizes by it)
+		plan.Queue.InFlight = 2 // the jobs pool's two handlers (burst sizes by it)
 	}
 }
 
