@@ -328,7 +328,20 @@ func (r *run) execute() {
 			r.commit(o, context.Cause(hctx))
 			return
 		case <-renew.C():
-			switch err := r.renew(); {
+			err := r.renew()
+			if w.stopped.Err() != nil {
+				// Run returned during the renewal (its requests failed on
+				// the canceled context, or it paused between them): as
+				// above, the worker sends nothing more for this handler.
+				// Timing the next renewal reads the S3 clock, which may
+				// ask the server (sim seed 520235: a clock request after
+				// Run returned).
+				renew.Stop()
+				deadline.Stop()
+				<-done
+				return
+			}
+			switch {
 			case errors.Is(err, ErrLeaseLost):
 				r.lost(cancel)
 				// The slot stays busy until the handler returns; its
