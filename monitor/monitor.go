@@ -86,7 +86,8 @@ type Config struct {
 	// ago once (default FullSweep and an hour; no queue.toml keys).
 	OrphanCheck, OrphanAge time.Duration
 	// StaleAfter: a task object is read only once its ETag has stayed the
-	// same this long by S3 time. Tasks that finish quickly, and live ones
+	// same this long by S3 time (since its last write, or since the monitor
+	// first listed it, whichever is earlier). Tasks that finish quickly, and live ones
 	// whose workers renew them, are never read by the monitor; finished
 	// ones are known from their size (see task.FinishedBySize).
 	StaleAfter time.Duration
@@ -852,11 +853,22 @@ func (m *Monitor) inspect(ctx context.Context, o s3store.ObjectInfo, iv clock.In
 		}
 		return nil
 	}
-	switch {
-	case !ok || k.etag != o.ETag:
+	if !ok || k.etag != o.ETag {
 		// New to us, or changed since: wait and see whether it settles.
+		// Its ETag has stayed the same since its last write, which a
+		// sweep may list long after: one that listed a running task for
+		// the first time 7 minutes after its worker's last write (a sweep
+		// of a long shard, pages of 3, overran before the task's key and
+		// the next one took 3 minutes to reach it) waited for yet another
+		// sweep before reading it, and its expired lease was never seen
+		// (seed 510504). Such an object is read at once.
 		k = known{etag: o.ETag, seen: iv.Earliest, updated: o.LastModified}
+		if !o.LastModified.IsZero() {
+			k.seen = minTime(k.seen, o.LastModified)
+		}
 		m.known[o.Key] = k
+	}
+	switch {
 	case !k.loaded && !k.status.Terminal() && iv.After(k.seen.Add(m.cfg.StaleAfter)) && !m.notDueYet(o, iv):
 		// Unchanged for StaleAfter and not finished: read what it is.
 		v, err := taskio.Load(ctx, m.st, o.Key)

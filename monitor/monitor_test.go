@@ -169,6 +169,38 @@ func TestExpiredLeaseIsRedispatchedOnlyAfterTheMargin(t *testing.T) {
 	}
 }
 
+// A running task a sweep lists for the first time long after its last
+// write has been unchanged that long: it is read at once, and its expired
+// lease re-dispatched by that sweep, not by the next one to list it (seed
+// 510504: sweeps of a long shard took minutes each, and the second sighting
+// never came before the end).
+func TestARunningTaskFirstListedLongAfterItsLastWriteIsReadAtOnce(t *testing.T) {
+	ctx := context.Background()
+	st, srv, clk := fakeTime()
+	p, _ := producer.New(ctx, st, producer.Config{Shards: 1})
+	id, _ := p.Submit(ctx, "t", nil, producer.Options{Timeout: 10 * time.Second})
+	v, _ := taskio.LoadID(ctx, st, id, []int{1})
+	*srv = srv.Add(2 * time.Second)
+	if err := v.Task.ClaimBy("w", "claim-1", *srv); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := taskio.Update(ctx, st, clock.System(), v.Task, v.ETag); err != nil {
+		t.Fatal(err)
+	}
+	// Its worker dies; the sweep reaches its key 7 minutes later.
+	*srv = srv.Add(7 * time.Minute)
+	m, _ := monitor.New(ctx, st, monitor.Config{Shards: 1, Interval: 5 * time.Second, StaleAfter: 10 * time.Second,
+		RepairAfter: time.Minute, LeaseMargin: 2 * time.Second, Clock: clk})
+	s, err := m.Tick(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := p.Get(ctx, id)
+	if got.Status != task.Pending || s.Redispatched != 1 {
+		t.Fatalf("after the first sweep to list it: %s, %d re-dispatched; want pending, 1", got.Status, s.Redispatched)
+	}
+}
+
 func TestWithALeaderLeaseOnlyOneMonitorSweeps(t *testing.T) {
 	ctx := context.Background()
 	st, srv, clk := fakeTime()
@@ -1031,7 +1063,8 @@ func TestMonitorRecoversADeadWorkersInbox(t *testing.T) {
 	var got []events.Event
 	bus.Subscribe("test", 16, func(e events.Event) { mu.Lock(); got = append(got, e); mu.Unlock() })
 	m, err := monitor.New(ctx, st, monitor.Config{Shards: 1, DispatchMode: shards.DispatchDirect, LeaseMargin: 2 * time.Second,
-		RepairAfter: time.Nanosecond, Clock: clk, Events: bus}) // every tick: the test's ticks are a moment apart on the local clock
+		RepairAfter: time.Nanosecond, Clock: clk, Events: bus, // every tick: the test's ticks are a moment apart on the local clock
+		StaleAfter: time.Hour}) // the tasks are not read (their repair would announce them): this test is about the inbox
 	if err != nil {
 		t.Fatal(err)
 	}

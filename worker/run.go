@@ -328,7 +328,20 @@ func (r *run) execute() {
 			r.commit(o, context.Cause(hctx))
 			return
 		case <-renew.C():
-			switch err := r.renew(); {
+			err := r.renew()
+			if w.stopped.Err() != nil {
+				// Run returned during the renewal (its requests failed on
+				// the canceled context, or it paused between them): as
+				// above, the worker sends nothing more for this handler.
+				// Timing the next renewal reads the S3 clock, which may
+				// ask the server (sim seed 520235: a clock request after
+				// Run returned).
+				renew.Stop()
+				deadline.Stop()
+				<-done
+				return
+			}
+			switch {
 			case errors.Is(err, ErrLeaseLost):
 				r.lost(cancel)
 				// The slot stays busy until the handler returns; its
@@ -443,6 +456,20 @@ func (r *run) update(ctx context.Context, change func(*task.Task, time.Time) err
 	cur := r.v
 	var failed *task.Task // the last write, if it failed
 	cas := s3store.CAS{Jitter: rnd.Keyed(r.claimID), Sleep: w.pause}
+	// again decides on a request that failed (not a lost race): the store
+	// already retried; one more round after a pause rides out a short
+	// outage, and the re-read of the next round decides whether a write
+	// landed after all.
+	again := func(attempt int, id string, err error) (bool, error) {
+		if attempt >= 3 || ctx.Err() != nil || errors.Is(err, s3store.ErrUnusable) {
+			return false, err
+		}
+		w.log.Warn("update task; will retry", "task_id", id, "err", err)
+		if w.pause(ctx, 500*time.Millisecond<<attempt) != nil {
+			return false, err
+		}
+		return true, err
+	}
 	err := cas.Retry(ctx, func(attempt int) (bool, error) {
 		if failed != nil {
 			// Someone else wrote the task (a cancel request, the monitor),
@@ -453,7 +480,14 @@ func (r *run) update(ctx context.Context, change func(*task.Task, time.Time) err
 				return false, ErrLeaseLost
 			}
 			if err != nil {
-				return false, err
+				// The re-read failed too: it is tried again like a
+				// failed write. Giving up at once left an outcome that
+				// was one GET away from landing to the lease's expiry
+				// and the monitor (sim seed 510504: the commit's PUT
+				// failed, its read-back said it had not landed, the
+				// re-read half a second later failed, and the task
+				// stayed running).
+				return again(attempt, failed.ID, err)
 			}
 			if v.Task.Version == failed.Version && v.Task.UpdatedAt.Equal(failed.UpdatedAt) {
 				// Our write landed; only its response was lost.
@@ -485,17 +519,7 @@ func (r *run) update(ctx context.Context, change func(*task.Task, time.Time) err
 		if s3store.LostRace(err) || errors.Is(err, s3store.ErrNotFound) {
 			return true, err
 		}
-		// The store already retried; one more round after a pause rides
-		// out a short outage. The re-read decides whether our write
-		// landed after all.
-		if attempt >= 3 || ctx.Err() != nil || errors.Is(err, s3store.ErrUnusable) {
-			return false, err
-		}
-		w.log.Warn("write task; will retry", "task_id", t.ID, "err", err)
-		if w.pause(ctx, 500*time.Millisecond<<attempt) != nil {
-			return false, err
-		}
-		return true, err
+		return again(attempt, t.ID, err)
 	})
 	if errors.Is(err, s3store.ErrContended) {
 		return fmt.Errorf("update task %s: %w", r.v.Task.ID, err)

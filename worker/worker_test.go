@@ -499,3 +499,47 @@ func TestTheLocalClockPacesPolls(t *testing.T) {
 		<-ran
 	})
 }
+
+// An outcome whose PUT failed, whose read-back said it had not landed, and
+// whose re-read before the next try failed too, is tried again like a
+// failed write: it lands, instead of leaving the task running under a
+// lease nobody renews until the monitor re-dispatches it (sim seed 510504).
+func TestACommitWhoseReReadFailsIsTriedAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		st := s3store.NewFaults(mem.New())
+		p, err := producer.New(ctx, st, producer.Config{Shards: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, err := p.Submit(ctx, "job", nil, producer.Options{Timeout: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := worker.New(ctx, st, worker.Config{Shards: 1, OwnShards: []int{0}, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Handle("job", func(_ context.Context, tk *task.Task) (json.RawMessage, error) {
+			// The commit's PUT fails without landing; its read-back
+			// succeeds; the next read of the task fails.
+			key := tk.Key()
+			st.Inject(s3store.Fault{Op: s3store.OpPut, KeyPrefix: key, Err: s3store.ErrInjected503, Times: 1})
+			st.Inject(s3store.Fault{Op: s3store.OpGet, KeyPrefix: key, Times: 1, Hook: func(string) {
+				st.Inject(s3store.Fault{Op: s3store.OpGet, KeyPrefix: key, Err: s3store.ErrInjected500, Times: 1})
+			}})
+			return nil, nil
+		})
+		if n, err := w.Poll(ctx); n != 1 || err != nil {
+			t.Fatalf("poll claimed %d: %v", n, err)
+		}
+		w.Wait()
+		tk, err := p.Get(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tk.Status != task.Succeeded {
+			t.Fatalf("task %s after its commit met a failed PUT and a failed re-read, want succeeded", tk.Status)
+		}
+	})
+}
