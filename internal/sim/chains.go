@@ -143,38 +143,42 @@ func (w *world) chains() {
 	})
 }
 
-// A released task waits its turn. A worker takes the work it has in line
-// oldest first: the tasks it holds for a rate limit's window by id (ids
-// sort by due time; worker/ratelimit.go heldOrder), its inbox in time
-// order (under direct dispatch priorities do not order claims), and a
-// ready pointer is ordered as a default task. So a dependent released
-// while its claimant still has a backlog of older tasks in line (the chaos
-// phase's leftovers: under a rate limit, with a handler or two and
-// attempts that run to their timeout, they can outlast chainSettle) is
-// claimed once that backlog is worked off, at the pace of its handlers
-// and the limit: that is load, not a lost announcement (seed 540314: one
-// worker of one slot under 1/2s, 45 older tasks held ahead of a child it
-// released, which it claimed 3m48s later, 6 s after the last of them
-// started). The clock of InvPromptRelease therefore starts again at each
-// start and each end of an attempt, by the worker that claims the task,
-// of a task ahead of it: one due before its release, or of an older id.
-// While that worker keeps working the tasks ahead, the released one is
-// not passed over; once it stops, the released one is next within
-// promptBound. A task passed over for newer work, or announced where that
-// worker does not look while it has nothing older to do (defect 35: it
-// waits for the monitor's repair, 30-65 s), is still caught.
+// Under a rate limit a released task waits its turn. A worker holds the
+// due tasks of a limited type it has no token for, and claims them as
+// windows open and slots free up oldest first by id (ids sort by due time;
+// worker/ratelimit.go heldOrder), whatever their priority; its claims of
+// held tasks come before it reads its inbox or its shards again
+// (worker/worker.go step). So a dependent released while its claimant
+// still holds a backlog of older tasks (the chaos phase's leftovers: with
+// a handler or two and attempts that run to their timeout, they can
+// outlast chainSettle) is claimed once that backlog is worked off, at the
+// pace of its handlers and the limit: that is load, not a lost announcement (seed 540314: one worker of one
+// slot under 1/2s, 45 older tasks held ahead of a child it released,
+// which it claimed 3m48s later, 0.3 s after the last of them ended). Under
+// a rate limit the clock of InvPromptRelease therefore starts again at
+// each start and each end of an attempt, by the worker that claims the
+// task, of a task of an older id. While that worker keeps working the
+// tasks ahead, the released one is not passed over; once it stops, the
+// released one is next within promptBound. A task passed over for newer
+// work, or announced where its claimant does not look while it has
+// nothing older to do (defect 35: it waits for the monitor's repair,
+// 30-65 s), is still caught. Without a rate limit nothing holds tasks in
+// id order: a worker's claims follow its listings' windows (priority,
+// then age) and its inbox, and a released task that waits behind older
+// tasks there is a bug of that order (a remembered refusal never read
+// again in a one-handler pool, seed 20660 before 50acf60): the clock runs
+// from the release.
 
-// promptAhead notes, for each task released and not claimed yet, a
-// worker's start or end of an attempt of a task ahead of it (the write e
-// of t over st's last state).
-func promptAhead(waiting map[string]*taskState, st *taskState, t *task.Task, e Entry, worker bool) {
-	prev := st.t
-	if !worker || prev == nil || len(waiting) == 0 ||
+// promptAhead notes, under a rate limit, for each task released and not
+// claimed yet, a worker's start or end of an attempt of a task of an
+// older id (the write e of t over prev, its last state).
+func (w *world) promptAhead(waiting map[string]*taskState, prev, t *task.Task, e Entry, worker bool) {
+	if w.plan.RateLimit == nil || !worker || prev == nil || len(waiting) == 0 ||
 		!(prev.Status == task.Pending && t.Status == task.Running || prev.Status == task.Running && t.Status != task.Running) {
 		return
 	}
 	for id, c := range waiting {
-		if id == t.ID || !(t.ID < id || !st.dueAt.After(c.released)) {
+		if t.ID >= id {
 			continue
 		}
 		if c.ahead == nil {
@@ -186,7 +190,8 @@ func promptAhead(waiting map[string]*taskState, st *taskState, t *task.Task, e E
 
 // promptFrom is when the clock of InvPromptRelease started for st as
 // claimed by proc ("": by any worker): its release, or the last start or
-// end of a task ahead of it by that worker, whichever is later.
+// end of a task ahead of it by that worker (promptAhead), whichever is
+// later.
 func promptFrom(st *taskState, proc string) time.Time {
 	from := st.released
 	for p, at := range st.ahead {
@@ -218,9 +223,9 @@ func (w *world) promptRelease(waiting map[string]*taskState, st *taskState, t *t
 			res.ReleaseWait = wait
 		}
 		if from := promptFrom(st, e.Proc); t.Status == task.Running && e.At.Sub(from) > w.plan.promptBound() {
-			add(InvPromptRelease, t.ID, "%s released it at %s in the quiet tail, claimed only at %s by %s, %v later, %v after its last start or end of a task ahead of it (bound %v)",
+			add(InvPromptRelease, t.ID, "%s released it at %s in the quiet tail, claimed only at %s by %s, %v later%s (bound %v)",
 				st.releasedBy, st.released.Format("15:04:05.000"), e.At.Format("15:04:05.000"), e.Proc, e.At.Sub(st.released).Round(time.Millisecond),
-				e.At.Sub(from).Round(time.Millisecond), w.plan.promptBound())
+				aheadNote(st.released, from, e.At), w.plan.promptBound())
 		}
 		st.released, st.ahead = time.Time{}, nil
 		delete(waiting, t.ID)
@@ -231,8 +236,17 @@ func (w *world) promptRelease(waiting map[string]*taskState, st *taskState, t *t
 // is still pending at the end, Plan.promptBound after its release and
 // after any worker's last start or end of a task ahead of it.
 func (w *world) promptReleaseEnd(id string, st *taskState, end time.Time, add func(inv, id, format string, args ...any)) {
-	if st.t != nil && st.t.Status == task.Pending && !st.released.IsZero() && end.Sub(promptFrom(st, "")) > w.plan.promptBound() {
-		add(InvPromptRelease, id, "%s released it at %s in the quiet tail, still pending at the end, %v later, %v after the last start or end of a task ahead of it (bound %v)",
-			st.releasedBy, st.released.Format("15:04:05.000"), end.Sub(st.released).Round(time.Second), end.Sub(promptFrom(st, "")).Round(time.Second), w.plan.promptBound())
+	if from := promptFrom(st, ""); st.t != nil && st.t.Status == task.Pending && !st.released.IsZero() && end.Sub(from) > w.plan.promptBound() {
+		add(InvPromptRelease, id, "%s released it at %s in the quiet tail, still pending at the end, %v later%s (bound %v)",
+			st.releasedBy, st.released.Format("15:04:05.000"), end.Sub(st.released).Round(time.Second), aheadNote(st.released, from, end), w.plan.promptBound())
 	}
+}
+
+// aheadNote says, when the clock started again after the release, how
+// long before at the last start or end of a task ahead of it was.
+func aheadNote(released, from, at time.Time) string {
+	if !from.After(released) {
+		return ""
+	}
+	return fmt.Sprintf(", %v after the last start or end of a task ahead of it", at.Sub(from).Round(time.Millisecond))
 }

@@ -100,8 +100,8 @@ type taskState struct {
 	// tail (due from then), until its claim; releasedBy: that worker.
 	released   time.Time
 	releasedBy string
-	// ahead: while released, each worker's last start or end of an
-	// attempt of a task ahead of it in line (promptAhead).
+	// ahead: while released, under a rate limit, each worker's last
+	// start or end of an attempt of a task of an older id (promptAhead).
 	ahead map[string]time.Time
 }
 
@@ -371,7 +371,7 @@ func (w *world) check() Result {
 				}
 			}
 		}
-		promptAhead(waiting, st, t, e, isWorker(e.Proc))
+		w.promptAhead(waiting, st.t, t, e, isWorker(e.Proc))
 		w.promptRelease(waiting, st, t, e, isWorker(e.Proc), &res, add)
 		if t.Status == task.Succeeded && (st.t == nil || st.t.Status != task.Succeeded) {
 			st.succeeds++
