@@ -100,6 +100,9 @@ type taskState struct {
 	// tail (due from then), until its claim; releasedBy: that worker.
 	released   time.Time
 	releasedBy string
+	// ahead: while released, under a rate limit, each worker's last
+	// start or end of an attempt of a task of an older id (promptAhead).
+	ahead map[string]time.Time
 }
 
 // deadlineSlack is how long after its deadline a handler may still start:
@@ -151,6 +154,7 @@ func (w *world) check() Result {
 	// direct dispatch a later process may run under a dead one's worker
 	// id: only the process that made a claim may write under it.
 	claimedBy := make(map[string]string)
+	waiting := make(map[string]*taskState) // released in the quiet tail, not claimed yet (InvPromptRelease)
 	retention := func(t *task.Task) time.Duration {
 		return max(w.opts.Retention, t.MinRetention())
 	}
@@ -367,7 +371,8 @@ func (w *world) check() Result {
 				}
 			}
 		}
-		w.promptRelease(st, t, e, isWorker(e.Proc), &res, add)
+		w.promptAhead(waiting, st.t, t, e, isWorker(e.Proc))
+		w.promptRelease(waiting, st, t, e, isWorker(e.Proc), &res, add)
 		if t.Status == task.Succeeded && (st.t == nil || st.t.Status != task.Succeeded) {
 			st.succeeds++
 			if st.succeeds > 1 {
