@@ -49,7 +49,7 @@ func TestPromptReleaseCountsFromTheLastTaskAhead(t *testing.T) {
 		write("00B", task.Running, claimant, claimAt)
 		return got
 	}
-	limit := &worker.RateLimit{N: 1, Interval: 2 * time.Second} // bound 20 + (3+1)×2 = 28 s
+	limit := &worker.RateLimit{N: 1, Interval: 2 * time.Second} // bound 20 + (3+2)×2 = 30 s
 	for _, c := range []struct {
 		name              string
 		limit             *worker.RateLimit
@@ -58,7 +58,7 @@ func TestPromptReleaseCountsFromTheLastTaskAhead(t *testing.T) {
 		violations        int
 	}{
 		{"limited, 25 s after the older task ended", limit, "w1", "w1", 85, 0},
-		{"limited, 30 s after the older task ended", limit, "w1", "w1", 90, 1},
+		{"limited, 33 s after the older task ended", limit, "w1", "w1", 93, 1},
 		{"limited, the older task worked by another worker", limit, "w2", "w1", 85, 1},
 		{"unlimited, 25 s after the older task ended", nil, "w1", "w1", 85, 1},
 	} {
