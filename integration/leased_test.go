@@ -22,7 +22,8 @@ import (
 // apply through lease objects and are admitted by it, and renew their
 // leases by PUT. One leased worker is killed (SIGKILL): its entry is pruned
 // and its lease object deleted, by the S3 time of the lease's
-// LastModified as MinIO lists it; every task succeeds.
+// LastModified as MinIO lists it; every task succeeds (a monitor re-dispatches
+// the one the victim may have held).
 func TestLeasedMembersOnMinIO(t *testing.T) {
 	q := newMinIOQueue(t, 8, 4*time.Minute)
 	ctx, srv, bucket, url, st, prod := q.ctx, q.srv, q.bucket, q.url, q.st, q.prod
@@ -59,6 +60,10 @@ func TestLeasedMembersOnMinIO(t *testing.T) {
 			break
 		}
 	}
+	// A task the victim held when it was killed is re-dispatched by the
+	// monitor once its lease expires, as in production: without one the
+	// test passed only when the kill found the victim between tasks.
+	startCLI(t, bin, append(append([]string(nil), env...), "S3QUEUE_MONITOR_INTERVAL=1s"), "monitor")
 	var ids []string
 	for i := range 40 {
 		id, err := prod.Submit(ctx, "job", map[string]int{"i": i}, producer.Options{})
