@@ -877,16 +877,13 @@ func (p *Producer) deliver(ctx context.Context, t *task.Task) bool {
 	if !ok {
 		return false
 	}
-	if _, err := p.st.Put(ctx, direct.EntryKey(w.Worker, t.AvailableAt, t.ID, t.Shard), nil, s3store.PutOptions{}); err != nil {
+	ringErr, err := direct.Route(ctx, p.st, w, t.AvailableAt, t.ID, t.Shard, func() string { return p.rand.Hex(4) })
+	if err != nil {
 		p.log.Warn("write the inbox entry; announcing the task instead", "task_id", t.ID, "worker_id", w.Worker, "err", err)
 		return false
 	}
-	if w.Asleep {
-		// Distinct bytes per ring, so the worker sees its ETag change.
-		if _, err := p.st.Put(ctx, direct.BellKey(w.Worker), []byte(t.ID+" "+p.rand.Hex(4)), s3store.PutOptions{}); err != nil {
-			// It still lists its inbox every sleep_scan.
-			p.log.Warn("ring the worker's doorbell", "worker_id", w.Worker, "task_id", t.ID, "err", err)
-		}
+	if ringErr != nil {
+		p.log.Warn("ring the worker's doorbell", "worker_id", w.Worker, "task_id", t.ID, "err", ringErr)
 	}
 	return true
 }

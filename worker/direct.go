@@ -431,14 +431,13 @@ func (w *Worker) handOnInbox(ctx context.Context, now time.Time) {
 		if !ok {
 			break
 		}
-		if _, err := w.st.Put(ctx, direct.EntryKey(to.Worker, c.Avail, c.ID, c.Shard), nil, s3store.PutOptions{}); err != nil {
+		ringErr, err := direct.Route(ctx, w.st, to, c.Avail, c.ID, c.Shard, func() string { return w.rand.Hex(4) })
+		if err != nil {
 			w.log.Warn("hand an inbox entry on", "task_id", c.ID, "to", to.Worker, "err", err)
 			break
 		}
-		if to.Asleep {
-			if _, err := w.st.Put(ctx, direct.BellKey(to.Worker), []byte(c.ID+" "+w.rand.Hex(4)), s3store.PutOptions{}); err != nil {
-				w.log.Warn("ring a worker's doorbell", "worker_id", to.Worker, "err", err)
-			}
+		if ringErr != nil {
+			w.log.Warn("ring a worker's doorbell", "worker_id", to.Worker, "err", ringErr)
 		}
 		if err := w.st.Delete(ctx, c.Key, s3store.DeleteOptions{}); err != nil {
 			// Both entries stand: the task's CAS decides who runs it.

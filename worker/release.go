@@ -8,7 +8,6 @@ import (
 	"github.com/s3queue/s3queue/clock"
 	"github.com/s3queue/s3queue/internal/direct"
 	"github.com/s3queue/s3queue/internal/rnd"
-	"github.com/s3queue/s3queue/s3store"
 	"github.com/s3queue/s3queue/shards"
 	"github.com/s3queue/s3queue/task"
 )
@@ -96,16 +95,15 @@ func (w *Worker) deliverReleased(ctx context.Context, t *task.Task, iv clock.Int
 	if at.Before(iv.Earliest) {
 		at = iv.Earliest
 	}
-	if _, err := w.st.Put(ctx, direct.EntryKey(to.Worker, at, t.ID, t.Shard), nil, s3store.PutOptions{}); err != nil {
+	ringErr, err := direct.Route(ctx, w.st, to, at, t.ID, t.Shard, func() string {
+		return fmt.Sprintf("%08x", uint32(d.ringRand()*(1<<32)))
+	})
+	if err != nil {
 		w.log.Warn("write the inbox entry of a released task; announcing it instead", "task_id", t.ID, "worker_id", to.Worker, "err", err)
 		return false
 	}
-	if to.Asleep {
-		// Distinct bytes per ring, so the worker sees its ETag change.
-		bell := fmt.Sprintf("%s %08x", t.ID, uint32(d.ringRand()*(1<<32)))
-		if _, err := w.st.Put(ctx, direct.BellKey(to.Worker), []byte(bell), s3store.PutOptions{}); err != nil {
-			w.log.Warn("ring a worker's doorbell", "worker_id", to.Worker, "task_id", t.ID, "err", err)
-		}
+	if ringErr != nil {
+		w.log.Warn("ring a worker's doorbell", "worker_id", to.Worker, "task_id", t.ID, "err", ringErr)
 	}
 	return true
 }

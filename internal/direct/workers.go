@@ -254,3 +254,19 @@ func (d *Directory) Forget() {
 	d.read = time.Time{}
 	d.mu.Unlock()
 }
+
+// Route routes task id (in shard, due at at) to worker to: the inbox
+// entry's PUT, then, if to sleeps, its doorbell's (a nonce makes the
+// bell's bytes, so its ETag, differ per ring). err is the entry's: the task is not
+// routed, announce it otherwise. ringErr is the doorbell's: the task is
+// routed anyway, and the worker still lists its inbox every sleep_scan.
+// nonce is called only for a ring (a draw from the caller's source).
+func Route(ctx context.Context, st s3store.Store, to Worker, at time.Time, id string, shard int, nonce func() string) (ringErr, err error) {
+	if _, err := st.Put(ctx, EntryKey(to.Worker, at, id, shard), nil, s3store.PutOptions{}); err != nil {
+		return nil, err
+	}
+	if to.Asleep {
+		_, ringErr = st.Put(ctx, BellKey(to.Worker), []byte(id+" "+nonce()), s3store.PutOptions{})
+	}
+	return ringErr, nil
+}
