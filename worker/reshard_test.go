@@ -192,9 +192,11 @@ func TestAProducerOpenedBeforeAReshardKeepsSubmitting(t *testing.T) {
 		if _, err := shards.Reshard(f.ctx, st, 4); err != nil {
 			t.Fatal(err)
 		}
-		for range 20 {
+		for range 40 {
 			submit(1)
-			time.Sleep(200 * time.Millisecond) // virtual: the producer's fleet view ages
+			// Virtual: the producer's fleet view ages, and the members take
+			// the new shards (over 4 s, none had in about 1 run in 12).
+			time.Sleep(500 * time.Millisecond)
 		}
 		if n := p.Manifest().Shards; n != 4 {
 			t.Fatalf("the producer still places tasks with %d shards, want 4", n)
