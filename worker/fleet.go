@@ -349,6 +349,7 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 		m.member = true
 		m.lastWork = now
 		w.pace.reset(w.cfg.PollMin, now)
+		w.readPauseOnJoin(ctx)
 	}
 	me, _ := f.Member(w.cfg.ID)
 	switch {
@@ -998,6 +999,7 @@ func (w *Worker) admitted(ctx context.Context, now time.Time, iv clock.Interval,
 	m.member = true
 	m.lastWork = now
 	w.pace.reset(w.cfg.PollMin, now)
+	w.readPauseOnJoin(ctx)
 	return w.takePlace(ctx, now, iv, f, true)
 }
 

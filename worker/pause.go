@@ -63,6 +63,39 @@ func (w *Worker) pausedType(typ string) bool { return w.pauseState.Load().Paused
 // pausedAll reports whether the whole queue is paused.
 func (w *Worker) pausedAll() bool { return w.pauseState.Load().All }
 
+// checkPauseIfClaiming is checkPause for a worker that may claim: a
+// member, a worker pinned to its shards, any worker under direct dispatch,
+// or one that holds paused tasks for their resume. A standby claims
+// nothing, so it does not read the pause object at all: one GET per
+// standby per PauseCheckInterval was most of an idle fleet's bill (50
+// standbys: 5 GET/s, $5/month). A standby that joins reads it before its
+// first claim (takePlace). It returns how long until the next read is
+// due (the longest wait for a standby).
+func (w *Worker) checkPauseIfClaiming(ctx context.Context) time.Duration {
+	if !w.claiming() {
+		w.takeCrashedHeld()
+		return time.Hour
+	}
+	w.checkPause(ctx)
+	return w.pauses.Until()
+}
+
+// readPauseOnJoin reads the pause object for a standby that has just
+// joined: it read none while it stood by, and claims from its next poll.
+func (w *Worker) readPauseOnJoin(ctx context.Context) {
+	if w.static() || w.direct != nil {
+		return // it has been reading all along
+	}
+	w.pauses.Expire()
+	w.checkPause(ctx)
+}
+
+// claiming reports whether the worker may claim tasks now (see
+// checkPauseIfClaiming).
+func (w *Worker) claiming() bool {
+	return w.static() || w.direct != nil || w.fleet.member || len(w.held) > 0
+}
+
 // checkPause reads the pause object when its interval has passed, and
 // announces the held tasks of the types resumed since. An announcement
 // that failed (the clock, a PUT) is tried again at each later read of the

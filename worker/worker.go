@@ -395,13 +395,13 @@ func (w *Worker) Run(ctx context.Context) error {
 // direct dispatch the worker's lease, its inbox and the overflow — and
 // returns how long to wait before the next step.
 func (w *Worker) step(ctx context.Context) time.Duration {
-	w.checkPause(ctx)
+	d := w.checkPauseIfClaiming(ctx)
 	late, ended := w.endLateHeld(ctx)
 	held, claimed := w.claimHeld(ctx)
 	if claimed > 0 || ended > 0 {
 		w.fleet.lastWork = w.now()
 	}
-	d := min(w.pauses.Until(), held, late)
+	d = min(d, held, late)
 	if w.direct == nil {
 		return min(d, w.stepShards(ctx))
 	}

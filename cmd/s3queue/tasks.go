@@ -35,7 +35,7 @@ var getCommand = &command{
 		"that is missing or does not match the task's sha256 is an error (exit 1), after the task.\n" +
 		"--watch prints the task, then one line per change (status, attempt, error) until it finishes\n" +
 		"or Ctrl-C (--json: the task as one JSON line, again at each change); it polls with one GET\n" +
-		"per poll, every 250ms growing to --poll-max (5s), and exits as 's3queue wait' does: 0\n" +
+		"per poll, every 250ms growing to --poll-max (1s), and exits as 's3queue wait' does: 0\n" +
 		"succeeded, 6 dead, 7 canceled, 1 interrupted.",
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		watch := fs.Bool("watch", false, "print each change of the task until it finishes (one GET per poll)")

@@ -239,6 +239,11 @@ func (w *Watch) Refresh(ctx context.Context) (changed bool) {
 	return changed
 }
 
+// Expire makes the next Refresh read the object, however recent the last
+// read: a reader that has not been reading (a standby that joins the
+// fleet) must not act on an old state.
+func (w *Watch) Expire() { w.next = time.Time{} }
+
 // State is the last state read.
 func (w *Watch) State() State { return w.state }
 
