@@ -1201,7 +1201,7 @@ func (m *Monitor) announce(ctx context.Context, t *task.Task) (time.Time, error)
 	if err := shards.Announce(ctx, m.st, t, iv.Latest, m.fleet.ShardFor(ctx, t.Type, iv, n)); err != nil {
 		return time.Time{}, err
 	}
-	if _, err := m.fleet.RingIfAsleep(ctx); err != nil {
+	if _, err := m.fleet.RingIfAsleep(ctx, iv, time.Time{}); err != nil {
 		m.log.Warn("ring the doorbell", "task_id", t.ID, "err", err)
 	}
 	return iv.Latest, nil

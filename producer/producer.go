@@ -572,7 +572,7 @@ func (p *Producer) deps() deps.Env {
 	return deps.Env{Jitter: rnd.Locked(rnd.Keyed("producer/deps")),
 		Announce: func(ctx context.Context, t *task.Task) error {
 			err := p.announce(ctx, t)
-			p.ring(ctx, t.ID)
+			p.ring(ctx, t.ID, t.AvailableAt)
 			return err
 		},
 		Store: p.st, Local: p.local, Now: p.clock.Now, Counts: p.Manifest().Counts(),
@@ -780,7 +780,7 @@ func (p *Producer) createOnce(ctx context.Context, t *task.Task) (string, error)
 			if announced.IsZero() || clock.Since(p.local, announced) > shards.PointerGrace/2 {
 				p.afterCreate(ctx, t)
 			} else {
-				p.ring(ctx, t.ID)
+				p.ring(ctx, t.ID, t.AvailableAt)
 			}
 			return t.ID, nil
 		case errors.Is(err, s3store.ErrPreconditionFailed):
@@ -818,7 +818,7 @@ func (p *Producer) afterCreate(ctx context.Context, t *task.Task) {
 	if p.dir != nil && t.Status == task.Pending && p.deliver(ctx, t) {
 		return
 	}
-	defer p.ring(ctx, t.ID) // after any pointer write, so a woken member sees both
+	defer p.ring(ctx, t.ID, t.AvailableAt) // after any pointer write, so a woken member sees both
 	now, err := p.clock.Now(ctx)
 	if err != nil {
 		return
@@ -888,9 +888,15 @@ func (p *Producer) deliver(ctx context.Context, t *task.Task) bool {
 	return true
 }
 
-// ring rings the doorbell if the fleet is asleep.
-func (p *Producer) ring(ctx context.Context, id string) {
-	if _, err := p.fleet.RingIfAsleep(ctx); err != nil {
+// ring rings the doorbell if the fleet is asleep, for task id due at due:
+// at once if it is due, else by setting the sleeping fleet's wake time.
+func (p *Producer) ring(ctx context.Context, id string, due time.Time) {
+	now, err := p.clock.Now(ctx)
+	if err != nil {
+		p.log.Warn("ring the doorbell", "task_id", id, "err", err)
+		return
+	}
+	if _, err := p.fleet.RingIfAsleep(ctx, now, due); err != nil {
 		p.log.Warn("ring the doorbell", "task_id", id, "err", err)
 	}
 }
@@ -1248,7 +1254,7 @@ func (p *Producer) RequeueIf(ctx context.Context, id string, only ...task.Status
 			p.log.Warn("announce requeued task", "task_id", id, "err", err)
 		}
 	}
-	p.ring(ctx, id)
+	p.ring(ctx, id, t.AvailableAt)
 	return nil
 }
 

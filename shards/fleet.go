@@ -52,6 +52,27 @@ type Fleet struct {
 	// applicants, or what departed ones left behind), so the keeper lists
 	// them at its renewals; it clears this when a listing finds none.
 	Leases bool `json:"leases,omitempty"`
+	// WakeAt is when a sleeping fleet must wake by itself (S3 time): the
+	// earliest delayed task, retry or ready pointer its last member saw,
+	// or a producer submitted, while it slept. Zero: none known.
+	WakeAt time.Time `json:"wake_at,omitzero"`
+	// Waiting lists the task types of pending tasks that no member could
+	// run when the fleet went to sleep: a standby that runs one of them
+	// joins the sleeping fleet (and wakes it), as it would join an awake
+	// one whose members do not run its type.
+	Waiting []string `json:"waiting,omitempty"`
+	// Standbys is the roster of workers that are not members: they take
+	// turns reading this object (the watch, standby.go), so that the
+	// fleet as a whole reads it at a steady pace whatever its size.
+	Standbys []Standby `json:"standbys,omitempty"`
+}
+
+// Standby is one worker in the roster of those that stand by.
+type Standby struct {
+	ID string `json:"id"`
+	// Until is when the entry lapses (S3 time) unless renewed: a worker
+	// killed while it stood by leaves a gap in the watch until then.
+	Until time.Time `json:"until"`
 }
 
 // ShardCount is the shard count to assign and route by for a process
@@ -83,6 +104,29 @@ type Member struct {
 	// of the lease objects (Fleet.Keep); TTL is the member's own.
 	Leased bool          `json:"leased,omitempty"`
 	TTL    time.Duration `json:"ttl,omitempty"`
+	// Renewed is the S3 time of a root member's last renewal (the latest
+	// the clock could be when it wrote): with ExpiresAt it says when the
+	// next renewal is due, a third of the way (Suspect).
+	Renewed time.Time `json:"renewed,omitzero"`
+	// Slots is how many tasks the member runs at once: how much of a
+	// backlog it takes (the ask for more members and the hand-off).
+	Slots int `json:"slots,omitempty"`
+}
+
+// Suspect reports whether root member m's renewal is certainly overdue at
+// now, by more than margin: renewals come every third of the entry's life,
+// so a member that misses one by more than the margin has most likely
+// died. Its entry stays until it expires, but it serves no shard and gets
+// no new task meanwhile (Serving): its shards move on within a renewal
+// interval and a margin of its death, not after the whole entry's life.
+// A member that was only slow renews, and takes its shards back. Leased
+// members are judged by their lease (the keeper prunes them).
+func (m Member) Suspect(now clock.Interval, margin time.Duration) bool {
+	if m.Leased || m.Renewed.IsZero() || !m.ExpiresAt.After(m.Renewed) {
+		return false
+	}
+	due := m.Renewed.Add(m.ExpiresAt.Sub(m.Renewed) / 3)
+	return now.After(due.Add(margin))
 }
 
 // Handles reports whether the member runs tasks of type typ.
@@ -96,9 +140,18 @@ func (m Member) Handles(typ string) bool {
 }
 
 // ShardsFor returns the active shards whose member handles typ (nil when no
-// live member does).
+// serving member does). A sleeping fleet takes new tasks in shard 0,
+// where the worker that answers the doorbell looks first.
 func (f Fleet) ShardsFor(typ string, now clock.Interval, margin time.Duration, n int) []int {
-	live := f.Live(now, margin)
+	live := f.Serving(now, margin)
+	if f.Asleep {
+		for _, m := range live {
+			if m.Handles(typ) {
+				return []int{0}
+			}
+		}
+		return nil
+	}
 	k := Active(len(live), n)
 	var out []int
 	for s := 0; s < k && s < len(live); s++ {
@@ -109,9 +162,9 @@ func (f Fleet) ShardsFor(typ string, now clock.Interval, margin time.Duration, n
 	return out
 }
 
-// Covers reports whether some live member handles typ.
+// Covers reports whether some serving member handles typ.
 func (f Fleet) Covers(typ string, now clock.Interval, margin time.Duration) bool {
-	for _, m := range f.Live(now, margin) {
+	for _, m := range f.Serving(now, margin) {
 		if m.Handles(typ) {
 			return true
 		}
@@ -137,6 +190,19 @@ func (f Fleet) Live(now clock.Interval, margin time.Duration) []Member {
 	return live
 }
 
+// Serving returns the live members that are not Suspect at now: those
+// that poll shards and receive new tasks. Order: as Live's.
+func (f Fleet) Serving(now clock.Interval, margin time.Duration) []Member {
+	live := f.Live(now, margin)
+	out := live[:0]
+	for _, m := range live {
+		if !m.Suspect(now, margin) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
 // Active is how many shards receive new tasks: one per live member, at
 // least one, at most n. New tasks go to shards [0, Active).
 func Active(live int, n int) int {
@@ -155,7 +221,7 @@ type Assignment struct {
 // live member. Every member computes it from the same object, so shares
 // never overlap for one version of the fleet.
 func (f Fleet) Assign(id string, now clock.Interval, margin time.Duration, n int) (Assignment, bool) {
-	live := f.Live(now, margin)
+	live := f.Serving(now, margin)
 	k := Active(len(live), n)
 	for i, m := range live {
 		if m.ID != id {
@@ -383,14 +449,22 @@ func (c *FleetCache) ShardsFor(ctx context.Context, typ string, now clock.Interv
 	defer c.mu.Unlock()
 	r := c.routes
 	if r == nil || r.n != n || now.Earliest.After(r.until) {
-		live := c.f.Live(now, c.margin)
+		live := c.f.Serving(now, c.margin)
 		r = &routes{n: n, until: time.Unix(1<<40, 0), active: make([]int, Active(len(live), n)), byType: map[string][]int{}}
+		if c.f.Asleep {
+			r.active = r.active[:1] // a sleeping fleet takes new tasks in shard 0
+		}
 		for i := range r.active {
 			r.active[i] = i
 		}
 		for _, m := range live {
-			if e := m.ExpiresAt.Add(c.margin); e.Before(r.until) {
-				r.until = e
+			// The routes hold until a member may turn suspect or expire.
+			until := m.ExpiresAt.Add(c.margin)
+			if !m.Leased && !m.Renewed.IsZero() && m.ExpiresAt.After(m.Renewed) {
+				until = m.Renewed.Add(m.ExpiresAt.Sub(m.Renewed) / 3).Add(c.margin)
+			}
+			if until.Before(r.until) {
+				r.until = until
 			}
 		}
 		for s := 0; s < len(r.active) && s < len(live); s++ {
@@ -415,13 +489,17 @@ func (c *FleetCache) Serves(ctx context.Context, typ string, now clock.Interval,
 			return true
 		}
 	}
-	return len(f.Live(now, c.margin)) == 0 && shard == 0
+	return (f.Asleep || len(f.Serving(now, c.margin)) == 0) && shard == 0
 }
 
-// RingIfAsleep rings the doorbell if the (cached) fleet is asleep: it clears
-// Asleep by CAS, so the sleeping member's next read wakes it. It reports
-// whether it rang.
-func (c *FleetCache) RingIfAsleep(ctx context.Context) (bool, error) {
+// RingIfAsleep rings the doorbell if the (cached) fleet is asleep, for work
+// due at due (zero: now): it clears Asleep by CAS, so the next read of the
+// fleet object by the standby whose turn it is (or by a member asleep at
+// the doorbell) wakes the fleet. Work not yet due instead sets the
+// sleeping fleet's WakeAt, if it is earlier than the one set: the fleet
+// wakes when it comes due, not now to find nothing. It reports whether it
+// wrote. now is the caller's S3 time.
+func (c *FleetCache) RingIfAsleep(ctx context.Context, now clock.Interval, due time.Time) (bool, error) {
 	f, err := c.Get(ctx)
 	if err != nil || !f.Asleep {
 		return false, err
@@ -435,8 +513,16 @@ func (c *FleetCache) RingIfAsleep(ctx context.Context) (bool, error) {
 	c.mu.Unlock()
 	rang := false
 	nf, etag, err := UpdateFleet(ctx, c.st, c.cas, cur, curETag, func(f *Fleet) bool {
+		rang = false
 		if !f.Asleep {
 			return false // someone else rang first
+		}
+		if due.After(now.Latest.Add(RingAhead)) {
+			if !f.WakeAt.IsZero() && !due.Before(f.WakeAt) {
+				return false // it wakes by then anyway
+			}
+			f.WakeAt, rang = due, true
+			return true
 		}
 		f.Asleep, f.Ring, rang = false, f.Ring+1, true
 		return true
@@ -447,3 +533,8 @@ func (c *FleetCache) RingIfAsleep(ctx context.Context) (bool, error) {
 	c.store(nf, etag)
 	return rang, nil
 }
+
+// RingAhead: work due within this long of now rings the doorbell at once
+// rather than setting the sleeping fleet's wake time (a fleet that wakes
+// polls for a while before it can sleep again).
+const RingAhead = 5 * time.Second

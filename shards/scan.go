@@ -55,6 +55,7 @@ type Scan struct {
 	failed    map[string]readFailures
 	pruneAt   int // size of seen that triggers the next pruning
 	window    []Candidate
+	nextDue   time.Time // the time of the first key not yet due that the last listing reached
 }
 
 // readFailures counts the failed reads of one candidate at one ETag.
@@ -202,6 +203,7 @@ func (s *Scan) Next(ctx context.Context, st s3store.Store, now time.Time, max in
 				continue // foreign object; the monitor reports it
 			}
 			if c.Avail.After(now) {
+				s.nextDue = c.Avail
 				if pages == 0 {
 					out = handOut(out)
 				}
@@ -231,6 +233,7 @@ func (s *Scan) Next(ctx context.Context, st s3store.Store, now time.Time, max in
 		}
 		if !page.Truncated || len(page.Objects) == 0 {
 			l.end = true
+			s.nextDue = time.Time{} // nothing after: no key waits to come due
 			break
 		}
 		after = page.Objects[len(page.Objects)-1].Key
@@ -265,6 +268,29 @@ func (s *Scan) settleGone(l *listing) {
 		// Every key up to l.due is now settled, or handed out and waiting.
 		s.advance(l.due)
 	}
+}
+
+// FirstDue returns the first key of shard, listed from the time from on,
+// that stands for due work at now: a pending task object (by its size)
+// or a ready pointer; "" if one LIST finds none. It reads no object.
+func FirstDue(ctx context.Context, st s3store.Store, shard int, from, now time.Time) (string, error) {
+	page, err := st.List(ctx, TasksPrefix(shard), s3store.ListOptions{StartAfter: KeyBefore(shard, from), MaxKeys: s3store.DefaultMaxKeys})
+	if err != nil {
+		return "", fmt.Errorf("list shard %d: %w", shard, err)
+	}
+	for _, o := range page.Objects {
+		c, ok := parseCandidate(o)
+		if !ok {
+			continue
+		}
+		if c.Avail.After(now) {
+			break
+		}
+		if c.Pointer || task.PendingBySize(o.Size) {
+			return o.Key, nil
+		}
+	}
+	return "", nil
 }
 
 func parseCandidate(o s3store.ObjectInfo) (Candidate, bool) {
@@ -348,6 +374,12 @@ func (s *Scan) advance(at time.Time) {
 // order, handed out or not: what its priority order chose from. It is
 // valid until the next Next.
 func (s *Scan) Window() []Candidate { return s.window }
+
+// NextDue is the time of the first key not yet due that the last listing
+// to reach one found (a delayed task, a retry's pointer), zero if the last
+// listing that reached the end of the shard found none: when a sleeping
+// fleet must look again.
+func (s *Scan) NextDue() time.Time { return s.nextDue }
 
 // Cursor reports how far the scan has got.
 func (s *Scan) Cursor() time.Time { return s.cursor }

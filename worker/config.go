@@ -78,18 +78,20 @@ type Config struct {
 	// members renew every third of it. It bounds failover: a dead member's
 	// shards move on within MemberTTL + LeaseMargin + a renewal interval.
 	MemberTTL time.Duration
-	// StandbyPoll is how often a standby reads the fleet object; five times
-	// less often while the fleet is asleep. A sleeping member's entry lasts
-	// twice MemberTTL.
+	// StandbyPoll is how often the standbys of an awake fleet, taking
+	// turns, read the fleet object: once per StandbyPoll fleet-wide, each
+	// of N standbys every N × StandbyPoll (standby.go). A dedicated
+	// member asleep renews its entry for twice MemberTTL.
 	StandbyPoll time.Duration
 	// IdleLeave: a member other than the first leaves the fleet after this
 	// long without finding work.
 	IdleLeave time.Duration
-	// SleepAfter: the only member goes to sleep at the doorbell after this
-	// long without finding work; BellPoll is how often it then reads the
-	// doorbell, SleepScan how often it still scans its shard, AwakeGrace
-	// how long it keeps scanning after marking itself asleep, covering
-	// producers' cached view.
+	// SleepAfter: the only member puts the fleet to sleep after this long
+	// without finding work, keeps scanning for AwakeGrace (covering
+	// producers' cached view), then, elastic, leaves it for the standbys'
+	// turns. BellPoll is how often the sleeping fleet reads its doorbell,
+	// fleet-wide (the standbys' turns; a dedicated member asleep reads it
+	// itself), SleepScan how often it still lists shard 0.
 	SleepAfter, BellPoll, SleepScan, AwakeGrace time.Duration
 	// DrainMax caps the back-off of sweeps of inactive shards.
 	DrainMax time.Duration

@@ -34,6 +34,7 @@ type membership struct {
 	lastWork    time.Time // local time a poll last found work
 	behindSince time.Time // local time the member fell behind its shards (zero: it is not)
 	backlog     bool      // the listing that filled the slots left due work behind
+	backlogSeen int       // due tasks the last pass of the own shards left behind (a lower bound)
 	asked       time.Time // local time the member last asked for more members
 	handed      time.Time // local time the member last looked to hand work off
 	asleep      bool
@@ -42,9 +43,14 @@ type membership struct {
 	shutdown    bool // leaving because Run ends: even the last member goes
 
 	standbyWait time.Duration // a standby's wait before its next read
-	learnt      int           // the fleet's shard count the manifest was last re-read for
-	leaseKey    string        // a leased member's lease object, as last written
-	grew        time.Time     // local time of the last automatic reshard tried
+	started     time.Time     // local time the worker was opened: a new standby reads often (standby.go)
+	slot        int64         // the watch's slot of the standby's next read (-1: a read of its own)
+	// waking: the standby joins to wake the sleeping fleet, whose safety
+	// scan found due work nobody rang for.
+	waking   bool
+	learnt   int       // the fleet's shard count the manifest was last re-read for
+	leaseKey string    // a leased member's lease object, as last written
+	grew     time.Time // local time of the last automatic reshard tried
 
 	// applied is the local time a standby last wrote its application
 	// (zero: none stands); appliedExpiry the lease that write gives it.
@@ -60,9 +66,13 @@ type membership struct {
 // its shards for a while (every poll leaving due work unclaimed, or every
 // slot busy), with due work left behind, and has not asked for help in the
 // last while.
-func (m *membership) saturated(now time.Time) bool {
-	return m.backlog && !m.behindSince.IsZero() && now.Sub(m.behindSince) >= saturatedAfter &&
-		now.Sub(m.asked) >= saturatedAfter
+func (m *membership) saturated(now time.Time, capacity int) bool {
+	if !m.backlog || m.behindSince.IsZero() || now.Sub(m.asked) < saturatedAfter {
+		return false
+	}
+	// A backlog of two sets of slots or more is no passing bunch: ask at
+	// once, sized to it.
+	return now.Sub(m.behindSince) >= saturatedAfter || m.backlogSeen >= 2*max(1, capacity)
 }
 
 // noteBehind records what a pass of the member's own shards, at local time
@@ -127,17 +137,6 @@ func (w *Worker) memberTTL() time.Duration {
 	return w.cfg.MemberTTL
 }
 
-// standbyWait is how long a standby waits before it reads fleet f again:
-// StandbyPoll, or asleepStandby times that while f sleeps, with ±10 %
-// jitter so that standbys started together spread their reads.
-func (w *Worker) standbyWait(f shards.Fleet) time.Duration {
-	d := w.cfg.StandbyPoll
-	if f.Asleep {
-		d *= asleepStandby
-	}
-	return time.Duration(float64(d) * (0.9 + 0.2*w.rand.Float64()))
-}
-
 // static reports that the worker polls a fixed set of shards and takes no
 // part in the fleet.
 func (w *Worker) static() bool { return w.cfg.OwnShards != nil }
@@ -151,12 +150,11 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 	if !m.member {
 		f, etag, err := w.readFleet(ctx)
 		if err != nil {
-			// Try again a standby poll later, not at once.
-			m.synced, m.standbyWait = now, w.standbyWait(shards.Fleet{})
+			// Try again a turn later, not at once.
+			m.synced, m.standbyWait, m.slot = now, w.failedStandbyWait(), -1
 			return err
 		}
 		w.setFleet(f, etag, now)
-		m.standbyWait = w.standbyWait(f)
 		w.learnShards(ctx, f)
 	}
 	n := m.fleet.ShardCount(w.manifest.Shards)
@@ -167,14 +165,21 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 	}
 	if !m.member {
 		f := m.fleet
+		turn := m.slot // the turn this read was, before the next is planned
+		m.standbyWait = w.standbyWait(f, iv, now)
 		if me, ok := f.Member(w.cfg.ID); ok && me.Leased && !m.applied.IsZero() {
 			return w.admitted(ctx, now, iv, f, me)
 		}
-		live := f.Live(iv, margin)
-		join := w.cfg.Dedicated || len(live) == 0 || f.Want > len(live) || !w.covered(f, iv)
-		if !join || len(live) >= n && !w.cfg.Dedicated {
+		m.waking = false
+		if !w.needed(f, iv, n) {
 			w.withdraw(ctx)
-			return nil
+			if !w.safetyScan(ctx, f, iv, turn) {
+				if w.mustRegister(f, iv) || w.hasDead(f, iv) {
+					return w.registerStandby(ctx, now, iv)
+				}
+				return nil
+			}
+			m.waking = true // due work in a sleeping fleet's shard 0: wake it
 		}
 		if f.RootLive(iv, margin) >= w.cfg.RootMembers {
 			return w.apply(ctx, now, iv)
@@ -182,8 +187,8 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 		m.joined = iv.Latest
 	}
 	want := 0
-	if m.saturated(w.now()) {
-		want = w.want(n, len(m.fleet.Live(iv, margin)))
+	if m.saturated(w.now(), w.capacity()) {
+		want = w.want(n, len(m.fleet.Serving(iv, margin)))
 		m.asked = now
 	}
 	leaving, shutdown := m.leaving, m.shutdown
@@ -220,10 +225,22 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 		w.setFleet(f, etag, now)
 	}
 	applyInstead := false
+	waking := m.waking
 	f, etag, err := w.updateFleet(ctx, func(f *shards.Fleet) bool {
 		live := f.Live(iv, margin)
-		if joining && !(w.cfg.Dedicated || len(live) == 0 || f.Want > len(live) || !w.covered(*f, iv)) {
-			return false // decided on the object as it is now: not needed after all
+		if joining && !(waking && f.Asleep || w.needed(*f, iv, n)) {
+			// Decided on the object as it is now: not needed after all.
+			// It stands by, in the roster.
+			return w.register(f, iv)
+		}
+		if joining {
+			unregister(f, w.cfg.ID)
+			if f.Asleep && len(f.Serving(iv, margin)) == 0 {
+				// The first standby to read a ring (or the wake time,
+				// or due work in its safety scan) answers it: the
+				// fleet is awake again, with it as its member.
+				f.Asleep, f.WakeAt, f.Waiting = false, time.Time{}, nil
+			}
 		}
 		if leaving && !shutdown && !w.mayLeave(live) {
 			leaving = false // the fleet changed: stay rather than empty it
@@ -252,8 +269,9 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 					mem.Leased, mem.TTL = false, 0
 				}
 				stayLeased = mem.Leased
+				mem.Slots = w.capacity()
 				if !mem.Leased {
-					mem.ExpiresAt, mem.Busy = rootExpiry, busy
+					mem.ExpiresAt, mem.Renewed, mem.Busy = rootExpiry, iv.Latest, busy
 				} else if e := leasedExpiry(mem); e.After(mem.ExpiresAt) {
 					// As the keeper would set it after the PUT below.
 					mem.ExpiresAt = e
@@ -266,14 +284,21 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 			kept = append(kept, mem)
 		}
 		if !found && !leaving {
-			me := shards.Member{ID: w.cfg.ID, Joined: m.joined, ExpiresAt: rootExpiry, Types: w.types(), Dedicated: w.cfg.Dedicated, Busy: busy}
+			me := shards.Member{ID: w.cfg.ID, Joined: m.joined, ExpiresAt: rootExpiry, Renewed: iv.Latest, Types: w.types(),
+				Dedicated: w.cfg.Dedicated, Busy: busy, Slots: w.capacity()}
 			if !rootFree {
 				// A leased member back after its entry was pruned: the PUT
 				// of its lease follows this write.
-				me.Leased, me.TTL, me.Busy = true, ttl, false
+				me.Leased, me.TTL, me.Busy, me.Renewed = true, ttl, false, time.Time{}
 				me.ExpiresAt = leasedExpiry(me)
 			}
 			kept = append(kept, me)
+		}
+		if leaving && !shutdown && found {
+			w.register(f, iv) // an idle member that leaves stands by, in the roster
+		}
+		if shutdown {
+			unregister(f, w.cfg.ID)
 		}
 		if stayLeased && leases == nil && want <= max(len(live), f.Want) && !w.renewsAsk(*f, iv, want, f.ShardCount(w.manifest.Shards)) {
 			return false // nothing to write: the lease object renews us
@@ -338,7 +363,7 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 		w.dropLease(ctx)
 		w.log.Info("left the fleet", "members", len(f.Members))
 		m.member, m.leaving, m.asleep, m.shutdown = false, false, false, false
-		m.standbyWait = w.standbyWait(f)
+		m.standbyWait = w.standbyWait(f, iv, now)
 		w.setAssign(shards.Assignment{})
 		w.pointerShard.Store(-1)
 		w.view.Store(&memberView{})
@@ -349,6 +374,7 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 		m.member = true
 		m.lastWork = now
 		w.pace.reset(w.cfg.PollMin, now)
+		w.sweep = sweeps{} // a new assignment: its drain shards are swept at once
 		w.readPauseOnJoin(ctx)
 	}
 	me, _ := f.Member(w.cfg.ID)
@@ -425,18 +451,29 @@ func (w *Worker) updateFleet(ctx context.Context, change func(*shards.Fleet) boo
 		if f.Shards < w.manifest.Shards {
 			f.Shards = w.manifest.Shards
 		}
-		return change(f)
+		if !change(f) {
+			return false
+		}
+		if iv, err := w.clock.Now(ctx); err == nil {
+			pruneRoster(f, iv, w.cfg.LeaseMargin)
+		}
+		return true
 	})
 }
 
 // want is how many members a saturated member asks for, with n shards and
-// live members: twice as many, and beyond the shard count only while the
-// automatic reshard may grow it.
+// live members serving: as many more as its backlog needs, a set of slots
+// like its own each (at least one more), and beyond the shard count only
+// while the automatic reshard may grow it. The backlog it saw is a lower
+// bound (a listing's worth); while it stays behind it asks again every
+// second, from the fleet as it has grown.
 func (w *Worker) want(n, live int) int {
+	need := max(1, (w.fleet.backlogSeen+w.capacity()-1)/max(1, w.capacity()))
+	want := max(1, live) + need
 	if !w.mayGrow(n) {
-		return min(n, 2*max(1, live))
+		return min(n, want)
 	}
-	return min(w.cfg.MaxShards, 2*max(1, live))
+	return min(w.cfg.MaxShards, want)
 }
 
 // mayGrow reports whether the automatic reshard may grow n shards: when
@@ -454,7 +491,7 @@ func (w *Worker) mayGrow(n int) bool {
 // next renewal (the automatic reshard waits for such an ask to last).
 func (w *Worker) mustAsk(ctx context.Context, now time.Time) bool {
 	m := &w.fleet
-	if !m.member || !m.saturated(now) {
+	if !m.member || !m.saturated(now, w.capacity()) {
 		return false
 	}
 	iv, err := w.clock.Now(ctx)
@@ -462,7 +499,7 @@ func (w *Worker) mustAsk(ctx context.Context, now time.Time) bool {
 		return false
 	}
 	f := m.fleet
-	live := len(f.Live(iv, w.cfg.LeaseMargin))
+	live := len(f.Serving(iv, w.cfg.LeaseMargin))
 	n := f.ShardCount(w.manifest.Shards)
 	want := w.want(n, live)
 	return want > max(live, f.Want) || w.renewsAsk(f, iv, want, n)
@@ -675,6 +712,7 @@ func (w *Worker) sleep(ctx context.Context, now time.Time) error {
 		return err
 	}
 	expiry := iv.Latest.Add(asleepTTL * w.cfg.MemberTTL)
+	wakeAt := w.nextDue(iv)
 	mine := false
 	f, etag, err := w.updateFleet(ctx, func(f *shards.Fleet) bool {
 		mine = false
@@ -683,10 +721,15 @@ func (w *Worker) sleep(ctx context.Context, now time.Time) error {
 		}
 		for i := range f.Members {
 			if f.Members[i].ID == w.cfg.ID {
-				f.Members[i].ExpiresAt, mine = expiry, true
+				f.Members[i].ExpiresAt, f.Members[i].Renewed, mine = expiry, iv.Latest, true
 			}
 		}
 		f.Asleep = mine
+		if mine {
+			// Any wake time in the object is of an earlier sleep: the
+			// member's scans know what is due next now.
+			f.WakeAt, f.Waiting = wakeAt, w.waitingTypes()
+		}
 		return mine
 	})
 	if err != nil {
@@ -705,6 +748,78 @@ func (w *Worker) sleep(ctx context.Context, now time.Time) error {
 	return nil
 }
 
+// doze ends an elastic member's going to sleep: once its awake grace has
+// passed with no work found and no ring, it leaves the fleet for the
+// roster, with the fleet still asleep, and from then on watches the
+// doorbell by taking its turns with the other standbys (standby.go). A
+// sleeping fleet then has no member: nobody renews an entry, and the
+// standbys' turns, one read per BellPoll fleet-wide, are its doorbell; the
+// first to read a ring answers it by joining. One CAS write; if a ring
+// came first, the member wakes instead.
+func (w *Worker) doze(ctx context.Context, now time.Time) error {
+	m := &w.fleet
+	iv, err := w.clock.Now(ctx)
+	if err != nil {
+		return err
+	}
+	wakeAt := w.nextDue(iv)
+	rang := false
+	f, etag, err := w.updateFleet(ctx, func(f *shards.Fleet) bool {
+		rang = !f.Asleep
+		if rang {
+			return false
+		}
+		f.Members = slices.DeleteFunc(slices.Clone(f.Members), func(mem shards.Member) bool { return mem.ID == w.cfg.ID })
+		w.register(f, iv)
+		f.WakeAt = earliest(f.WakeAt, wakeAt)
+		for _, t := range w.waitingTypes() {
+			if !slices.Contains(f.Waiting, t) {
+				f.Waiting = append(f.Waiting, t)
+			}
+		}
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	w.setFleet(f, etag, now)
+	if rang {
+		w.log.Debug("the doorbell rang")
+		m.asleep = false
+		w.emit(Event{Kind: events.FleetWoken})
+		w.pace.reset(w.cfg.PollMin, now)
+		return nil
+	}
+	m.member, m.asleep = false, false
+	w.setAssign(shards.Assignment{})
+	w.pointerShard.Store(-1)
+	w.view.Store(&memberView{})
+	m.standbyWait = w.standbyWait(f, iv, now)
+	w.log.Debug("asleep: left the fleet to take turns at the doorbell", "wake_at", f.WakeAt)
+	return nil
+}
+
+// nextDue is the earliest time, after iv, at which a key this worker's
+// scans have seen comes due (a delayed task, a retry's pointer): when a
+// fleet it puts to sleep must wake by itself. Zero if none.
+func (w *Worker) nextDue(iv clock.Interval) time.Time {
+	var at time.Time
+	for _, s := range w.scans {
+		if d := s.NextDue(); d.After(iv.Earliest) {
+			at = earliest(at, d)
+		}
+	}
+	return at
+}
+
+// earliest is the earlier of a and b, a zero time counting as none.
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || !b.IsZero() && b.Before(a) {
+		return b
+	}
+	return a
+}
+
 // wake clears the doorbell after this member found work itself.
 func (w *Worker) wake(ctx context.Context, now time.Time) {
 	m := &w.fleet
@@ -718,7 +833,7 @@ func (w *Worker) wake(ctx context.Context, now time.Time) {
 		if !f.Asleep {
 			return false
 		}
-		f.Asleep = false
+		f.Asleep, f.WakeAt, f.Waiting = false, time.Time{}, nil
 		return true
 	})
 	if err == nil {
@@ -735,6 +850,15 @@ func (w *Worker) checkBell(ctx context.Context, now time.Time) error {
 		return err
 	}
 	w.setFleet(f, etag, now)
+	iv, err := w.clock.Now(ctx)
+	if err != nil {
+		return err
+	}
+	if f.Asleep && !f.WakeAt.IsZero() && !iv.Latest.Before(f.WakeAt) {
+		// Its wake time came: a delayed task or a retry is due.
+		w.wake(ctx, now)
+		return nil
+	}
 	if !f.Asleep {
 		w.log.Debug("the doorbell rang")
 		m.asleep = false
@@ -779,9 +903,22 @@ func (w *Worker) tendFleet(ctx context.Context, now time.Time) {
 		// The last fleet request failed: it backs off.
 	case due:
 		w.fleetOp(ctx, now, "fleet", func() error { return w.syncFleet(ctx, now) })
-	case m.member && !m.asleep && now.Sub(m.synced) >= w.cfg.MemberTTL/6:
+	case m.member && !m.asleep && now.Sub(m.synced) >= w.refreshEvery():
 		w.fleetOp(ctx, now, "fleet", func() error { return w.refreshView(ctx, now) })
 	}
+}
+
+// refreshEvery is how often a member re-reads the fleet object between its
+// renewals: every sixth of MemberTTL, or every startupPoll while it is
+// behind with its ask out, or holds tasks no member it knows of runs: it
+// learns of the members that join for them within a second, and hands
+// them work at once.
+func (w *Worker) refreshEvery() time.Duration {
+	m := &w.fleet
+	if m.backlog && !m.behindSince.IsZero() && m.fleet.Want > 0 || len(w.unhandled) > 0 {
+		return min(w.cfg.MemberTTL/6, startupPoll)
+	}
+	return w.cfg.MemberTTL / 6
 }
 
 // atTheDoorbell runs the member's step while it sleeps: it reads the
@@ -795,6 +932,20 @@ func (w *Worker) atTheDoorbell(ctx context.Context, now time.Time, wait time.Dur
 	graceDone := now.Sub(m.sleptAt) >= w.cfg.AwakeGrace && w.pace.lastPoll.After(m.sleptAt.Add(shards.FleetCacheTTL))
 	if !m.asleep || !graceDone {
 		return 0, false
+	}
+	if !w.cfg.Dedicated {
+		// An elastic member leaves the sleeping fleet: the standbys'
+		// turns watch the doorbell, itself among them.
+		if m.retry.ready(now) {
+			w.fleetOp(ctx, now, "leave the sleeping fleet", func() error { return w.doze(ctx, now) })
+		}
+		switch {
+		case !m.member:
+			return max(m.standbyWait, 10*time.Millisecond), true
+		case !m.asleep:
+			return 0, false
+		}
+		return max(m.retry.until(now), 10*time.Millisecond), true
 	}
 	if now.Sub(m.synced) >= w.cfg.BellPoll && m.retry.ready(now) {
 		w.fleetOp(ctx, now, "read the doorbell", func() error { return w.checkBell(ctx, now) })
@@ -999,6 +1150,7 @@ func (w *Worker) admitted(ctx context.Context, now time.Time, iv clock.Interval,
 	m.member = true
 	m.lastWork = now
 	w.pace.reset(w.cfg.PollMin, now)
+	w.sweep = sweeps{}
 	w.readPauseOnJoin(ctx)
 	return w.takePlace(ctx, now, iv, f, true)
 }

@@ -213,44 +213,72 @@ func TestShardsSpreadEvenlyAndRebalanceAsWorkersJoinAndLeave(t *testing.T) {
 	})
 }
 
-func TestADeadMembersShardsMoveOnOnlyAfterItsEntryExpires(t *testing.T) {
+// A member that stops renewing (killed, or cut off from the bucket) loses
+// its shards once its renewal is overdue by more than the lease margin,
+// not only once its entry expires: the others re-read the fleet and take
+// them over, and producers stop routing to it. Not before: a member is
+// given its whole renewal interval and the margin.
+func TestADeadMembersShardsMoveOnOnceItsRenewalIsOverdue(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		st := mem.New()
 		f := newFleet(t, st, 4)
 		a := f.fast("a")
-		a.Dedicated = true
+		a.Dedicated, a.MemberTTL = true, 3*time.Second
 		faulty := s3store.NewFaults(st)
 		wa := f.start(a, faulty, nil)
 		waitFor(t, "a to join", 10*time.Second, func() bool { m, _ := wa.Member(); return m })
 		b := f.fast("b")
-		b.Dedicated = true
+		b.Dedicated, b.MemberTTL = true, 3*time.Second
 		wb := f.start(b, nil, nil)
 		waitFor(t, "b to join", 10*time.Second, func() bool { _, as := wb.Member(); return len(as.Own) == 1 && as.Active == 2 })
 
-		fl, _, _ := shards.ReadFleet(f.ctx, st)
-		var expiry time.Time
-		for _, m := range fl.Members {
-			if m.ID == "a" {
-				expiry = m.ExpiresAt
-			}
-		}
-		// a is cut off from the bucket: it can no longer renew.
+		// a is cut off from the bucket: it can no longer renew. Its entry,
+		// as it last wrote it, says when its next renewal was due.
 		for _, op := range s3store.Ops() {
 			faulty.Inject(s3store.Fault{Op: op, Err: s3store.ErrInjected503})
 		}
+		fl, _, _ := shards.ReadFleet(f.ctx, st)
+		me, _ := fl.Member("a")
+		due := me.Renewed.Add(me.ExpiresAt.Sub(me.Renewed) / 3)
 		waitFor(t, "b to take every shard", 20*time.Second, func() bool {
 			_, as := wb.Member()
 			return as.Active == 1 && len(as.Own)+len(as.Drain) == 4
 		})
 		now, _ := st.Now(f.ctx)
-		if !now.After(expiry.Add(100 * time.Millisecond)) {
-			t.Fatalf("b took a's shards at %v, before a's entry expired at %v plus the margin", now, expiry)
+		if !now.After(due.Add(a.LeaseMargin)) {
+			t.Fatalf("b took a's shards at %v, before a's renewal due at %v was overdue by the margin", now, due)
 		}
-		if m, _ := wa.Member(); m {
-			// a still believes it is a member, but must have stopped polling:
-			// its entry is past expiry - margin by any clock.
-			t.Log("a has not noticed yet; it polls nothing once its entry lapses")
+		if !now.Before(me.ExpiresAt) {
+			t.Fatalf("b took a's shards at %v, only after a's entry expired at %v: want them once its renewal is overdue", now, me.ExpiresAt)
 		}
+	})
+}
+
+// A member whose renewal is late but lands (a slow request) takes its
+// shards back: being suspect costs a shard for a while, never the entry.
+func TestASlowMemberTakesItsShardsBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := mem.New()
+		f := newFleet(t, st, 4)
+		a := f.fast("a")
+		a.Dedicated, a.MemberTTL = true, 3*time.Second
+		faulty := s3store.NewFaults(st)
+		wa := f.start(a, faulty, nil)
+		waitFor(t, "a to join", 10*time.Second, func() bool { m, _ := wa.Member(); return m })
+		b := f.fast("b")
+		b.Dedicated, b.MemberTTL = true, 3*time.Second
+		wb := f.start(b, nil, nil)
+		waitFor(t, "b to join", 10*time.Second, func() bool { _, as := wb.Member(); return len(as.Own) == 1 && as.Active == 2 })
+		for _, op := range s3store.Ops() {
+			faulty.Inject(s3store.Fault{Op: op, Err: s3store.ErrInjected503})
+		}
+		waitFor(t, "b to take every shard", 20*time.Second, func() bool { _, as := wb.Member(); return as.Active == 1 })
+		faulty.Clear()
+		waitFor(t, "a to take its shard back", 20*time.Second, func() bool {
+			_, aa := wa.Member()
+			_, ab := wb.Member()
+			return aa.Active == 2 && ab.Active == 2 && len(aa.Own) == 1 && len(ab.Own) == 1
+		})
 	})
 }
 

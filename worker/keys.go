@@ -70,21 +70,21 @@ var ConfigKeys = &settings.Section[Config]{
 		settings.Duration("member_ttl", func(c *Config) *time.Duration { return &c.MemberTTL }, 30*time.Second,
 			"How long a member's fleet entry lasts without renewal; members renew every third of it. At least 3 × lease_margin.").
 			Economy(90 * time.Second).Must(settings.Positive),
-		settings.Duration("standby_poll", func(c *Config) *time.Duration { return &c.StandbyPoll }, 25*time.Second,
-			"How often a standby reads the fleet object to see whether it is needed.").
-			Economy(2 * time.Minute).Must(settings.Positive),
+		settings.Duration("standby_poll", func(c *Config) *time.Duration { return &c.StandbyPoll }, time.Second,
+			"How often the standbys of an awake fleet, taking turns, read the fleet object: once per standby_poll fleet-wide (each of N standbys every N × standby_poll), so a fleet that asks for members gets about one per standby_poll. A worker started less than 30s ago reads every second.").
+			Economy(10 * time.Second).Must(settings.Positive),
 		settings.Duration("idle_leave", func(c *Config) *time.Duration { return &c.IdleLeave }, time.Minute,
 			"A member other than the first leaves the fleet after this long without finding work.").
 			Must(settings.Positive),
 		settings.Duration("sleep_after", func(c *Config) *time.Duration { return &c.SleepAfter }, 30*time.Second,
-			"The last member goes to sleep at the doorbell after this long without finding work.").
+			"The last member puts the fleet to sleep after this long without finding work; an elastic one then leaves it, and the standbys' turns watch the doorbell.").
 			Must(settings.Positive),
-		settings.Duration("bell_poll", func(c *Config) *time.Duration { return &c.BellPoll }, 2*time.Second,
-			"How often a sleeping member reads the doorbell.").
+		settings.Duration("bell_poll", func(c *Config) *time.Duration { return &c.BellPoll }, 1250*time.Millisecond,
+			"How often a sleeping fleet reads its doorbell: its standbys take turns, once per bell_poll fleet-wide, and the first to read a ring answers it (a dedicated member asleep reads it itself this often). The first task after idle is claimed about bell_poll / 2 after its submit.").
 			Economy(30 * time.Second).Must(settings.Positive),
-		settings.Duration("sleep_scan", func(c *Config) *time.Duration { return &c.SleepScan }, time.Minute,
-			"How often a sleeping member still scans its shard.").
-			Economy(5 * time.Minute).Must(settings.Positive),
+		settings.Duration("sleep_scan", func(c *Config) *time.Duration { return &c.SleepScan }, 10*time.Minute,
+			"How often a sleeping fleet still lists shard 0 for work nobody rang for (one standby's turn in sleep_scan / bell_poll; a dedicated member asleep lists its shard this often).").
+			Economy(time.Hour).Must(settings.Positive),
 		settings.Duration("awake_grace", func(c *Config) *time.Duration { return &c.AwakeGrace }, 5*time.Second,
 			"How long a member that has just marked itself asleep keeps scanning (more than 2s).").
 			Must(checkAwakeGrace),

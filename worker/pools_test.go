@@ -444,17 +444,18 @@ func TestRefusedTasksInADrainShardStartWhenThePoolFrees(t *testing.T) {
 	})
 }
 
-// A sleeping member whose safety scan (sleep_scan) finds and claims a task
-// is not idle in that step: it does not put the fleet back to sleep at
-// once, though its last work was long ago, while the task runs. Asleep
-// again, it would sweep no drain shard: the tasks its sweep in that step
-// found due and refused for the pool the claim filled would never start
-// (sim seed 510535: the member slept 0.1 s after the safety scan's claim;
-// two chain heads it had refused waited 7m39s, until the run ended). One
-// member, default timings, a pool "jobs" of one handler: a job in its own
-// shard and two in a drain shard, all due two minutes on, the fleet asleep
-// by then; the first to start holds the handler for 20 s.
-func TestAMemberWokenByItsSafetyScanSweepsItsRefusedTasks(t *testing.T) {
+// A member woken by the sleeping fleet's wake time (the delayed tasks it
+// saw coming due) that claims a task is not idle in that step: it does not
+// put the fleet back to sleep at once, though its last work was long ago,
+// while the task runs. Asleep again, it would sweep no drain shard: the
+// tasks its sweep in that step found due and refused for the pool the
+// claim filled would never start (sim seed 510535: the member slept 0.1 s
+// after its safety scan's claim; two chain heads it had refused waited
+// 7m39s, until the run ended). One worker, default timings, a pool "jobs"
+// of one handler: a job in its own shard and two in a drain shard, all due
+// two minutes on, the fleet asleep by then; the first to start holds the
+// handler for 20 s.
+func TestAMemberWokenByItsWakeTimeSweepsItsRefusedTasks(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Hour)
 		defer cancel()
@@ -506,11 +507,15 @@ func TestAMemberWokenByItsSafetyScanSweepsItsRefusedTasks(t *testing.T) {
 			})
 		time.Sleep(time.Minute)
 		synctest.Wait()
-		if fl, _, err := shards.ReadFleet(ctx, st); err != nil || !fl.Asleep {
-			t.Fatalf("a minute on, the idle fleet is not asleep (%v)", err)
+		fl, _, err := shards.ReadFleet(ctx, st)
+		if err != nil || !fl.Asleep || len(fl.Members) != 0 {
+			t.Fatalf("a minute on, want the idle fleet asleep with no member, got %+v (%v)", fl, err)
 		}
-		if member, a := w.Member(); !member || !slices.Contains(a.Drain, 3) || slices.Contains(a.Drain, task.ShardFor(ids[0], 4)) {
-			t.Fatalf("member %v, assignment %+v: want shard 3 a drain shard, and the first job's shard %d its own", member, a, task.ShardFor(ids[0], 4))
+		if due, _ := task.IDTime(ids[0]); fl.WakeAt.IsZero() || fl.WakeAt.After(due.Add(time.Second)) {
+			t.Fatalf("the sleeping fleet wakes at %v, want by the jobs' due time %v", fl.WakeAt, due)
+		}
+		if member, _ := w.Member(); member {
+			t.Fatal("the worker that put the fleet to sleep is still a member")
 		}
 		var first string
 		select {

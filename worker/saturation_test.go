@@ -16,11 +16,11 @@ func TestAFullPassThatLeftNothingBehindStartsNoSaturation(t *testing.T) {
 	var m membership
 	m.noteBehind(t0, false, true)                   // 4 listed, 4 claimed, slots full
 	m.noteBehind(t0.Add(2*time.Second), true, true) // 5 listed, 4 claimed, 1 left
-	if now := t0.Add(2*time.Second + 114*time.Millisecond); m.saturated(now) {
+	if now := t0.Add(2*time.Second + 114*time.Millisecond); m.saturated(now, 4) {
 		t.Fatalf("saturated one pass after falling behind, %v after a full pass that left nothing behind", now.Sub(t0))
 	}
 	m.noteBehind(t0.Add(2*time.Second+115*time.Millisecond), false, false) // the one left claimed, slots free
-	if m.saturated(t0.Add(3 * time.Second)) {
+	if m.saturated(t0.Add(3*time.Second), 4) {
 		t.Fatal("saturated after a pass that left nothing behind with slots free")
 	}
 }
@@ -34,10 +34,31 @@ func TestAMemberBehindForASecondIsSaturated(t *testing.T) {
 	m.noteBehind(t0, true, false)
 	m.noteBehind(t0.Add(500*time.Millisecond), true, false)
 	m.noteBehind(t0.Add(900*time.Millisecond), false, true)
-	if m.saturated(t0.Add(900 * time.Millisecond)) {
+	if m.saturated(t0.Add(900*time.Millisecond), 4) {
 		t.Fatal("saturated before saturatedAfter")
 	}
-	if !m.saturated(t0.Add(saturatedAfter)) {
+	if !m.saturated(t0.Add(saturatedAfter), 4) {
 		t.Fatalf("not saturated %v after falling behind, with every pass since behind or full", saturatedAfter)
+	}
+}
+
+// A member whose pass leaves a backlog of two sets of slots or more behind
+// asks at once, sized to it: waiting a second for such a backlog only
+// delays the members it needs.
+func TestABacklogOfTwoSetsOfSlotsIsSaturationAtOnce(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	var m membership
+	m.noteBehind(t0, true, true)
+	m.backlogSeen = 7
+	if m.saturated(t0, 4) {
+		t.Fatal("saturated at once behind 7 tasks with 4 slots: not two sets of slots")
+	}
+	m.backlogSeen = 8
+	if !m.saturated(t0, 4) {
+		t.Fatal("not saturated at once behind 8 tasks with 4 slots")
+	}
+	m.asked = t0
+	if m.saturated(t0.Add(saturatedAfter/2), 4) {
+		t.Fatal("asked again within saturatedAfter of its last ask")
 	}
 }

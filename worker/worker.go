@@ -188,6 +188,7 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Worker, error) {
 	w.newLimiters()
 	w.pointerShard.Store(-1)
 	w.view.Store(&memberView{})
+	w.fleet.started, w.fleet.slot = cfg.Local.Now(), -1
 	w.stopped, w.stopCancel = context.WithCancel(context.Background())
 	w.logEvent = events.Log(w.log)
 	if m.Direct() {
@@ -464,6 +465,10 @@ func (w *Worker) pollOwn(ctx context.Context, now time.Time) {
 		}
 	}
 	m.noteBehind(now, p.leftover || p.lists && p.capped, p.full)
+	m.backlogSeen = 0
+	for _, s := range m.assign.Own {
+		m.backlogSeen += len(w.prefetched[s].cands)
+	}
 	if m.backlog && (p.full || p.leftover) {
 		w.handOffOwn(ctx, now)
 	}

@@ -48,8 +48,8 @@ func TestDefaultsMatchTheServices(t *testing.T) {
 	wantWorker := worker.Config{
 		Concurrency: 4, QueuePolicy: worker.Block, CrashPolicy: worker.CrashFail, PollMin: 200 * time.Millisecond, PollMax: 5 * time.Second, PollMultiplier: 2, PollBatch: 3,
 		ScanLag: 5 * time.Second, ScanLookback: time.Hour, LeaseMargin: 2 * time.Second, ShutdownGrace: 30 * time.Second,
-		MemberTTL: 30 * time.Second, StandbyPoll: 25 * time.Second, IdleLeave: time.Minute, SleepAfter: 30 * time.Second,
-		BellPoll: 2 * time.Second, SleepScan: time.Minute, AwakeGrace: 5 * time.Second, DrainMax: 10 * time.Minute,
+		MemberTTL: 30 * time.Second, StandbyPoll: time.Second, IdleLeave: time.Minute, SleepAfter: 30 * time.Second,
+		BellPoll: 1250 * time.Millisecond, SleepScan: 10 * time.Minute, AwakeGrace: 5 * time.Second, DrainMax: 10 * time.Minute,
 		MaxShards: 256, ReshardAfter: time.Minute, RootMembers: 16, PauseCheckInterval: 10 * time.Second,
 		ResultInlineMax: task.MaxResultBytes, MaxResultBytes: 4 << 20,
 		DispatchMode: shards.DispatchShared, DiscoveryTTL: 30 * time.Second,
@@ -118,7 +118,7 @@ var keyCases = []keyCase{
 	{"worker.poll_multiplier", `1.5`, "1.5", func(c Config) bool { return c.Worker().PollMultiplier == 1.5 }},
 	{"worker.poll_batch", `60.0`, "60", func(c Config) bool { return c.Worker().PollBatch == 60 }},
 	{"profile", `"economy"`, "economy", func(c Config) bool {
-		return c.Worker().PollBatch == 30 && c.Monitor().RepairAfter == 3*time.Minute && c.Worker().StandbyPoll == 2*time.Minute && c.Monitor().Interval == 30*time.Second
+		return c.Worker().PollBatch == 30 && c.Monitor().RepairAfter == 3*time.Minute && c.Worker().StandbyPoll == 10*time.Second && c.Monitor().Interval == 30*time.Second
 	}},
 	{"worker.scan_lag", `"3s"`, "3s", func(c Config) bool { return c.Worker().ScanLag == 3*time.Second }},
 	{"worker.scan_lookback", `"2h"`, "2h", func(c Config) bool { return c.Worker().ScanLookback == 2*time.Hour }},
@@ -130,7 +130,7 @@ var keyCases = []keyCase{
 	{"worker.own_shards", `[1, 3]`, "1,3", func(c Config) bool { return reflect.DeepEqual(c.Worker().OwnShards, []int{1, 3}) }},
 	{"worker.dedicated", `true`, "true", func(c Config) bool { return c.Worker().Dedicated }},
 	{"worker.member_ttl", `"45s"`, "45s", func(c Config) bool { return c.Worker().MemberTTL == 45*time.Second }},
-	{"worker.standby_poll", `"10s"`, "10s", func(c Config) bool { return c.Worker().StandbyPoll == 10*time.Second }},
+	{"worker.standby_poll", `"3s"`, "3s", func(c Config) bool { return c.Worker().StandbyPoll == 3*time.Second }},
 	{"worker.idle_leave", `"5m"`, "5m", func(c Config) bool { return c.Worker().IdleLeave == 5*time.Minute }},
 	{"worker.sleep_after", `"2m"`, "2m", func(c Config) bool { return c.Worker().SleepAfter == 2*time.Minute }},
 	{"worker.bell_poll", `"500ms"`, "500ms", func(c Config) bool { return c.Worker().BellPoll == 500*time.Millisecond }},
@@ -599,7 +599,7 @@ func TestEconomyProfile(t *testing.T) {
 	want := def
 	want.WorkerSection.PollMax, want.WorkerSection.PollBatch = time.Minute, 30
 	want.WorkerSection.BellPoll, want.WorkerSection.MemberTTL = 30*time.Second, 90*time.Second
-	want.WorkerSection.StandbyPoll, want.WorkerSection.SleepScan = 2*time.Minute, 5*time.Minute
+	want.WorkerSection.StandbyPoll, want.WorkerSection.SleepScan = 10*time.Second, time.Hour
 	want.MonitorSection.Interval, want.MonitorSection.FullSweep, want.MonitorSection.RepairAfter = 30*time.Second, 24*time.Hour, 3*time.Minute
 	if !reflect.DeepEqual(eco, want) {
 		t.Errorf("economy profile:\n got %+v\nwant %+v", eco, want)

@@ -242,7 +242,12 @@ func (w *Watch) Refresh(ctx context.Context) (changed bool) {
 // Expire makes the next Refresh read the object, however recent the last
 // read: a reader that has not been reading (a standby that joins the
 // fleet) must not act on an old state.
-func (w *Watch) Expire() { w.next = time.Time{} }
+// Until a read answers, Known is false again, so that the reader acts on
+// no state older than that (a worker whose first read fails claims nothing
+// for up to an Interval; see Settled).
+func (w *Watch) Expire() {
+	w.next, w.known, w.read, w.giveUp = time.Time{}, false, false, time.Time{}
+}
 
 // State is the last state read.
 func (w *Watch) State() State { return w.state }
