@@ -100,6 +100,9 @@ type Candidate struct {
 	// (task.PriorityBySize); the default for a pointer or an object whose
 	// size does not say pending.
 	Priority task.Priority
+	// Pending: the listed size says the task object is pending
+	// (task.PendingBySize); false for a pointer.
+	Pending bool
 }
 
 // TaskKey returns the key of the task c stands for, and false for a ready
@@ -307,7 +310,7 @@ func parseCandidate(o s3store.ObjectInfo) (Candidate, bool) {
 	}
 	at, _ := task.IDTime(id)
 	p, _ := task.PriorityBySize(o.Size)
-	return Candidate{Key: o.Key, ID: id, ETag: o.ETag, Avail: at, Shard: -1, Priority: p}, true
+	return Candidate{Key: o.Key, ID: id, ETag: o.ETag, Avail: at, Shard: -1, Priority: p, Pending: task.PendingBySize(o.Size)}, true
 }
 
 // Settled, passed to Seen, means "whatever its ETag, never hand this key
@@ -374,6 +377,19 @@ func (s *Scan) advance(at time.Time) {
 // order, handed out or not: what its priority order chose from. It is
 // valid until the next Next.
 func (s *Scan) Window() []Candidate { return s.window }
+
+// UnsettledAfter returns the earliest time after `after` of a key the scan
+// handed out and has not settled (zero if none): a delayed task listed
+// while its time may have come, not claimed because it certainly had not.
+func (s *Scan) UnsettledAfter(after time.Time) time.Time {
+	var at time.Time
+	for _, u := range s.unsettled {
+		if u.After(after) && (at.IsZero() || u.Before(at)) {
+			at = u
+		}
+	}
+	return at
+}
 
 // NextDue is the time of the first key not yet due that the last listing
 // to reach one found (a delayed task, a retry's pointer), zero if the last

@@ -415,7 +415,7 @@ func (w *Worker) drop(ctx context.Context, r *run) {
 	// finds the task at its next poll.
 	if iv, err := w.clock.Now(ctx); err == nil {
 		if targets := w.handOffTargets(iv); len(targets) > 0 {
-			r.target = targets[0]
+			r.target = targets[0].shard
 		}
 	}
 	r.giveBack(ctx, PhasePending, "dropped from a full queue for a newer task")

@@ -160,7 +160,7 @@ func (w *Worker) peek(ctx context.Context, list []int, iv clock.Interval, p *pas
 // tells whether work is left behind.
 // extra asks for that many more, to hand off.
 func (w *Worker) list(ctx context.Context, shard int, iv clock.Interval, p *pass, extra int) ([]shards.Candidate, error) {
-	want := max(w.free(), w.capacity(), int(math.Ceil(w.cfg.PollBatch)), w.backlogProbe()) + 1 + extra
+	want := max(w.free(), w.capacity(), int(math.Ceil(w.cfg.PollBatch))) + 1 + extra
 	s := w.scan(shard, iv)
 	cands, err := s.Next(ctx, w.st, iv.Latest, want)
 	if err != nil {
@@ -174,22 +174,6 @@ func (w *Worker) list(ctx context.Context, shard int, iv clock.Interval, p *pass
 	p.lists = true
 	return cands, nil
 }
-
-// backlogProbe is how many due tasks a member behind a backlog lists at
-// once: many sets of slots, so that what it asks the fleet for is sized to
-// the backlog (want), and what it hands off comes from one listing. A LIST
-// costs the same whatever it returns; the tasks beyond the free slots are
-// prefetched and claimed as slots free up.
-func (w *Worker) backlogProbe() int {
-	m := &w.fleet
-	if !m.member || !m.backlog || !w.pace.capped {
-		return 0
-	}
-	return min(maxBacklogProbe, 16*w.capacity())
-}
-
-// maxBacklogProbe bounds backlogProbe: one page of a LIST.
-const maxBacklogProbe = 1000
 
 func (w *Worker) scan(shard int, iv clock.Interval) *shards.Scan {
 	s, ok := w.scans[shard]

@@ -785,7 +785,7 @@ func (w *Worker) doze(ctx context.Context, now time.Time) error {
 	w.setFleet(f, etag, now)
 	if rang {
 		w.log.Debug("the doorbell rang")
-		m.asleep = false
+		m.asleep, m.lastWork = false, now
 		w.emit(Event{Kind: events.FleetWoken})
 		w.pace.reset(w.cfg.PollMin, now)
 		return nil
@@ -808,6 +808,9 @@ func (w *Worker) nextDue(iv clock.Interval) time.Time {
 		if d := s.NextDue(); d.After(iv.Earliest) {
 			at = earliest(at, d)
 		}
+		// A delayed task listed while it may have been due, but not
+		// certainly (dueNow), is due soon.
+		at = earliest(at, s.UnsettledAfter(iv.Earliest))
 	}
 	return at
 }
@@ -824,6 +827,7 @@ func earliest(a, b time.Time) time.Time {
 func (w *Worker) wake(ctx context.Context, now time.Time) {
 	m := &w.fleet
 	m.asleep = false
+	m.lastWork = now // awake for sleep_after at least: what woke it may not be claimable yet
 	w.emit(Event{Kind: events.FleetWoken})
 	w.pace.reset(w.cfg.PollMin, now)
 	if !m.fleet.Asleep {
@@ -854,14 +858,14 @@ func (w *Worker) checkBell(ctx context.Context, now time.Time) error {
 	if err != nil {
 		return err
 	}
-	if f.Asleep && !f.WakeAt.IsZero() && !iv.Latest.Before(f.WakeAt) {
+	if f.Asleep && !f.WakeAt.IsZero() && iv.After(f.WakeAt) {
 		// Its wake time came: a delayed task or a retry is due.
 		w.wake(ctx, now)
 		return nil
 	}
 	if !f.Asleep {
 		w.log.Debug("the doorbell rang")
-		m.asleep = false
+		m.asleep, m.lastWork = false, now
 		w.emit(Event{Kind: events.FleetWoken})
 		w.pace.reset(w.cfg.PollMin, now)
 	}

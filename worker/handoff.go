@@ -6,84 +6,115 @@ import (
 	"time"
 
 	"github.com/s3queue/s3queue/clock"
-	"github.com/s3queue/s3queue/internal/taskio"
 	"github.com/s3queue/s3queue/shards"
 	"github.com/s3queue/s3queue/task"
 )
 
 // Hand-off: a shard has one member, so a backlog waits for the member whose
-// shard it landed in (all of it in shard 0 when it was submitted before any
-// worker joined), however many members join or shards are added later. A
-// busy member (every slot taken, due work left behind) therefore hands the
-// due tasks it cannot start to members that are not busy: a ready pointer
-// to each in the other member's shard, which that member's next listing
-// finds. It keeps a set of slots' worth for itself, and hands each other
-// member at most as many as it has slots per look, a look at most every
-// PollMax while it is full. A look lists the shard again (one LIST) when
-// what it has prefetched is not enough for the others too. Each task
-// handed off costs a GET (is it still pending and due?) and a PUT (the
-// pointer); with no idle member, or no backlog, it costs nothing.
+// shard it landed in (all of it in shard 0 when it was submitted while the
+// fleet slept or had no member), however many members join or shards are
+// added later. A member behind a backlog therefore looks at it, at most
+// every handOffEvery: one listing of its shard of up to maxBacklogProbe due
+// tasks (probeBacklog), which sizes what it asks the fleet for (fleet.go,
+// want), and splits that backlog with the members that are not busy, each
+// getting a share in proportion to its slots (the member keeps its own): a
+// ready pointer per task in that member's shard, which its next listing
+// finds. A task handed off costs one PUT (its pointer; the listed size
+// says it is pending and its key that it is due, so it is not read) and
+// its pointer's DELETE (free) when the taker claims it; a task that was
+// claimed meanwhile costs the taker a GET. With no member that is not busy,
+// or no backlog, the hand-off costs nothing but the look's LIST, once a
+// second while the member is behind.
+
+// handOffEvery paces the looks: a second, so that members that join a
+// busy fleet get work within a second or two of joining.
+const handOffEvery = time.Second
+
+// maxBacklogProbe bounds a look's listing: one page of a LIST, which costs
+// the same whatever it returns.
+const maxBacklogProbe = 1000
+
+// probeBacklog is the look of a member behind its shards, at most every
+// handOffEvery: one listing of each own shard for up to maxBacklogProbe
+// due tasks, kept as its prefetch (claimed as its slots free up, or handed
+// off), whose size sizes its ask for more members. It reports whether it
+// looked.
+func (w *Worker) probeBacklog(ctx context.Context, now time.Time, iv clock.Interval) bool {
+	m := &w.fleet
+	if !m.handed.IsZero() && now.Sub(m.handed) < handOffEvery || w.pausedAll() {
+		return false
+	}
+	m.handed = now
+	m.backlogSeen = 0
+	for _, shard := range m.assign.Own {
+		pf := w.prefetched[shard]
+		if len(pf.cands) < maxBacklogProbe/2 {
+			var p pass
+			cands, err := w.list(ctx, shard, iv, &p, max(0, maxBacklogProbe-w.capacity()-1))
+			if err != nil {
+				w.log.Warn("list a shard to size its backlog", "shard", shard, "err", err)
+				continue
+			}
+			pf = w.relisted(pf, cands)
+			w.prefetched[shard] = pf
+		}
+		m.backlogSeen += len(pf.cands)
+	}
+	return true
+}
 
 // handOffOwn is the busy member's look: after a poll of its own shards
-// that left every slot busy and due work behind, it hands some of that
-// work to the members that are not busy.
+// that left every slot busy and due work behind, it sizes its backlog and
+// hands a share of it to each member that is not busy.
 func (w *Worker) handOffOwn(ctx context.Context, now time.Time) {
-	m := &w.fleet
-	if !m.handed.IsZero() && now.Sub(m.handed) < w.cfg.PollMax || w.pausedAll() {
-		return
-	}
 	iv, err := w.clock.Now(ctx)
-	if err != nil {
+	if err != nil || !w.probeBacklog(ctx, now, iv) {
 		return
 	}
 	targets := w.handOffTargets(iv)
 	if len(targets) == 0 {
 		return
 	}
-	m.handed = now
-	keep := w.capacity()
-	for _, shard := range m.assign.Own {
-		if pf := w.prefetched[shard]; len(pf.cands) < keep*(1+len(targets)) {
-			var p pass
-			cands, err := w.list(ctx, shard, iv, &p, keep*len(targets))
-			if err != nil {
-				w.log.Warn("list a shard to hand work off", "shard", shard, "err", err)
-				continue
-			}
-			w.prefetched[shard] = w.relisted(w.prefetched[shard], cands)
-		}
+	for _, shard := range w.fleet.assign.Own {
 		w.handOff(ctx, shard, iv, targets)
 	}
 }
 
-// handOffTargets returns the active shards of the live members, other than
-// this worker, that were not busy at their last write and run every type
-// this worker runs, in the member's view of the fleet.
-func (w *Worker) handOffTargets(iv clock.Interval) []int {
+// handOffTarget is a member that may take a share of a backlog: the shard
+// it polls and its slots.
+type handOffTarget struct {
+	shard, slots int
+}
+
+// handOffTargets returns the active shards of the serving members, other
+// than this worker, that were not busy at their last write and run every
+// type this worker runs, in the member's view of the fleet.
+func (w *Worker) handOffTargets(iv clock.Interval) []handOffTarget {
 	v := w.view.Load()
-	if !v.member {
+	if !v.member || v.fleet.Asleep {
 		return nil
 	}
-	live := v.fleet.Live(iv, w.cfg.LeaseMargin)
+	live := v.fleet.Serving(iv, w.cfg.LeaseMargin)
 	k := shards.Active(len(live), v.fleet.ShardCount(w.manifest.Shards))
 	types := w.types()
-	var out []int
+	var out []handOffTarget
 	for i, m := range live[:min(k, len(live))] {
 		if m.ID == w.cfg.ID || m.Busy || slices.ContainsFunc(types, func(t string) bool { return !m.Handles(t) }) {
 			continue
 		}
-		out = append(out, i)
+		out = append(out, handOffTarget{shard: i, slots: max(1, m.Slots)})
 	}
 	return out
 }
 
-// handOff hands the candidates prefetched from shard beyond a set of slots'
-// worth to the members polling targets, keep (a set of slots) to each. As
-// claims do (claim.go), it loads and announces up to maxClaimBatch tasks at
-// once, and decides and settles them on the scheduler in candidate order:
-// handed off one by one, the look kept a busy member from claiming for
-// seconds (a GET and a PUT each, for up to keep tasks per idle member).
-func (w *Worker) handOff(ctx context.Context, shard int, iv clock.Interval, targets []int) {
+// handOff splits what the member has prefetched from shard beyond a set
+// of its own slots with targets: each gets a share of the backlog in
+// proportion to its slots, the member keeping its own. Only task objects
+// whose listed size says pending are handed (a pointer, or an object of
+// another state, stays with the member, which reads it). The pointers are
+// written up to maxClaimBatch at a time; a task whose pointer was written
+// is settled in the member's scan.
+func (w *Worker) handOff(ctx context.Context, shard int, iv clock.Interval, targets []handOffTarget) {
 	pf := w.prefetched[shard]
 	keep := w.capacity()
 	if len(targets) == 0 || len(pf.cands) <= keep {
@@ -91,45 +122,49 @@ func (w *Worker) handOff(ctx context.Context, shard int, iv clock.Interval, targ
 	}
 	s := w.scan(shard, iv)
 	tail := pf.cands[keep:]
-	gone := make([]bool, len(tail)) // handed off
-	// planned counts the tasks sent (targets[planned/keep] gets the next),
-	// handed those that got there.
-	quota, planned, handed := keep*len(targets), 0, 0
-	for i := 0; i < len(tail) && handed < quota; {
-		var batch []int // indexes in tail of the tasks (not pointers) to look at
-		for ; i < len(tail) && len(batch) < min(maxClaimBatch, quota-handed); i++ {
-			if !tail[i].Pointer {
-				batch = append(batch, i)
-			}
+	var movable []int // indexes in tail
+	for i, c := range tail {
+		if !c.Pointer && c.Pending {
+			movable = append(movable, i)
 		}
-		vs := make([]taskio.Versioned, len(batch))
+	}
+	slots := keep
+	for _, t := range targets {
+		slots += t.slots
+	}
+	type send struct {
+		i, to int
+	}
+	var sends []send
+	next := 0
+	for _, t := range targets {
+		for n := len(movable) * t.slots / slots; n > 0 && next < len(movable); n-- {
+			sends = append(sends, send{i: movable[next], to: t.shard})
+			next++
+		}
+	}
+	gone := make([]bool, len(tail))
+	handed := 0
+	for start := 0; start < len(sends); start += maxClaimBatch {
+		batch := sends[start:min(len(sends), start+maxClaimBatch)]
 		errs := make([]error, len(batch))
-		concurrently(len(batch), func(j int) { vs[j], errs[j] = taskio.Load(ctx, w.st, tail[batch[j]].Key) })
-		var send []int // indexes in batch of the tasks to hand off
-		for j := range batch {
-			// One that is not pending and due is left to pollShard, which
-			// decides.
-			// A paused one is held there (pause.go), not handed off.
-			if errs[j] == nil && vs[j].Task.Status == task.Pending && dueNow(vs[j].Task, iv) && !w.pausedType(vs[j].Task.Type) {
-				send = append(send, j)
-			}
-		}
-		clear(errs)
-		concurrently(len(send), func(k int) {
-			j := send[k]
-			errs[j] = shards.Announce(ctx, w.st, vs[j].Task, iv.Latest, targets[min((planned+k)/keep, len(targets)-1)])
+		concurrently(len(batch), func(j int) {
+			c := tail[batch[j].i]
+			// Due at once: the key says the task is due, and the taker
+			// reads it before it claims.
+			t := &task.Task{ID: c.ID, Shard: shard, AvailableAt: c.Avail}
+			errs[j] = shards.Announce(ctx, w.st, t, iv.Latest, batch[j].to)
 		})
-		for _, j := range send {
-			c := tail[batch[j]]
+		for j, b := range batch {
+			c := tail[b.i]
 			if errs[j] != nil {
 				w.log.Warn("hand a task off", "task_id", c.ID, "err", errs[j])
 				continue
 			}
-			s.Seen(c, vs[j].ETag)
-			gone[batch[j]] = true
+			s.Seen(c, c.ETag)
+			gone[b.i] = true
 			handed++
 		}
-		planned += len(send)
 	}
 	rest := slices.Clone(pf.cands[:keep])
 	for i, c := range tail {
@@ -140,6 +175,6 @@ func (w *Worker) handOff(ctx context.Context, shard int, iv clock.Interval, targ
 	pf.cands = rest
 	w.prefetched[shard] = pf
 	if handed > 0 {
-		w.log.Debug("handed tasks off to idle members", "shard", shard, "tasks", handed, "members", min((planned-1)/keep+1, len(targets)))
+		w.log.Debug("handed tasks off to members that are not busy", "shard", shard, "tasks", handed, "members", len(targets))
 	}
 }

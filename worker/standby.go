@@ -200,7 +200,9 @@ func (w *Worker) needed(f shards.Fleet, iv clock.Interval, n int) bool {
 	serving := len(f.Serving(iv, w.cfg.LeaseMargin))
 	switch {
 	case f.Asleep:
-		return serving == 0 && (!f.WakeAt.IsZero() && !iv.Latest.Before(f.WakeAt) || w.runsAny(f.Waiting))
+		// The wake time by the earliest the clock can be: a delayed task
+		// is claimed only once it is certainly due (dueNow).
+		return serving == 0 && (!f.WakeAt.IsZero() && iv.After(f.WakeAt) || w.runsAny(f.Waiting))
 	case serving >= n:
 		return false
 	}

@@ -82,6 +82,13 @@ func TestSimulation(t *testing.T) {
 			t.Parallel()
 			var res sim.Result
 			synctest.Test(t, func(t *testing.T) { res = sim.Run(seed, sim.Options{}) })
+			if f := os.Getenv("S3QUEUE_SIM_TRACE"); f != "" {
+				// The whole trace of the run, one request a line, for a
+				// replayed seed: S3QUEUE_SIM_SEED=N S3QUEUE_SIM_TRACE=FILE.
+				if err := os.WriteFile(fmt.Sprintf("%s.%d", f, seed), []byte(strings.Join(res.Trace, "\n")+"\n"), 0o644); err != nil {
+					t.Error(err)
+				}
+			}
 			if len(res.Violations) > 0 {
 				// Say whether the seed replays the same break (see
 				// TestASeedReplaysExactly on why one may not). The second
