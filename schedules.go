@@ -136,7 +136,11 @@ func (q *Queue) RemoveSchedule(ctx context.Context, name string) error {
 	if err := schedule.CheckName(name); err != nil {
 		return fmt.Errorf("s3queue: %w", err)
 	}
-	if err := schedule.Remove(ctx, q.store, name); err != nil {
+	iv, err := q.clock.Now(ctx)
+	if err != nil {
+		return fmt.Errorf("s3queue: remove schedule %q: %w", name, err)
+	}
+	if err := schedule.Remove(ctx, q.store, name, iv.Latest, operator()); err != nil {
 		return fmt.Errorf("s3queue: %w", err)
 	}
 	return nil

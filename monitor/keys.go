@@ -61,7 +61,7 @@ var ConfigKeys = &settings.Section[Config]{
 			"true: this monitor submits the tasks of the queue's schedules, one per tick fleet-wide (with leader = true, only the leader does); false: it leaves them to other monitors.").
 			Unset(func(c *Config) bool { return !c.Scheduler && !c.NoScheduler }),
 		settings.Duration("schedule_refresh", func(c *Config) *time.Duration { return &c.ScheduleRefresh }, schedule.DefaultRefresh,
-			"How often the scheduler lists schedules/ to learn of added, changed and removed schedules (one LIST, and a GET per changed one; 1s..24h).").
+			"How often the scheduler looks for added, changed and removed schedules: one GET of control/schedules.json, which every such change rewrites, and a LIST of schedules/ (with a GET per changed schedule) when it changed, or once an hour whatever it says (1s..24h).").
 			Must(settings.Within(time.Second, 24*time.Hour)),
 	},
 }

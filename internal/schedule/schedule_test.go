@@ -239,7 +239,7 @@ func TestTwoSchedulersOneTaskPerTick(t *testing.T) {
 	if len(q.byKey) != n {
 		t.Errorf("paused, yet %d tasks more", len(q.byKey)-n)
 	}
-	if err := schedule.Remove(ctx, st, "every5"); err != nil {
+	if err := schedule.Remove(ctx, st, "every5", local.Now(), "test"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := schedule.SetPaused(ctx, st, "every5", false, local.Now(), "test"); err == nil {
@@ -279,5 +279,54 @@ func TestRequestsPerTick(t *testing.T) {
 	t.Logf("per tick: GET %.2f PUT %.2f LIST %.2f", float64(gets)/ticks, float64(puts)/ticks, float64(after.Of(s3store.OpList)-before.Of(s3store.OpList))/ticks)
 	if len(q.byKey) != ticks || gets != ticks || puts != ticks {
 		t.Errorf("%d ticks: %d tasks, %d GET, %d PUT; want one task, one GET and one PUT per tick", ticks, len(q.byKey), gets, puts)
+	}
+}
+
+// A scheduler with nothing changed costs one GET per refresh (the change
+// marker), not a LIST of schedules/ (12.5 times the price): it lists once
+// every ListEvery, and at the first refresh after a schedule is added,
+// changed or removed.
+func TestAnUnchangedScheduleCostsAGetPerRefresh(t *testing.T) {
+	ctx := context.Background()
+	base := mem.New()
+	local := clock.NewManual(time.Now())
+	base.SetNow(local.Now)
+	st := s3store.NewCounter(base)
+	q := &fakeQueue{}
+	s := &schedule.Scheduler{Store: st, Clock: clock.New(st, clock.Config{Local: local}), Local: local, Submit: q.submit,
+		Refresh: time.Minute, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if _, err := s.Step(ctx); err != nil { // the first listing
+		t.Fatal(err)
+	}
+	before := st.Counts()
+	for range 30 {
+		local.Advance(time.Minute)
+		if _, err := s.Step(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := st.Counts().Sub(before)
+	if d.Of(s3store.OpList) != 0 || d.Of(s3store.OpGet) != 30 {
+		t.Fatalf("30 refreshes with no schedule and nothing changed: %s; want 30 GET of the marker and no LIST", d)
+	}
+	if _, _, err := schedule.Put(ctx, base, schedule.Definition{Name: "m", Every: task.Duration(time.Minute), Type: "t"}, local.Now(), "test"); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		local.Advance(time.Minute)
+		if _, err := s.Step(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(q.byKey) == 0 {
+		t.Fatal("a schedule added was not seen at the next refresh: no tick submitted in 3 minutes")
+	}
+	before = st.Counts()
+	local.Advance(schedule.ListEvery)
+	if _, err := s.Step(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := st.Counts().Sub(before).Of(s3store.OpList); n != 1 {
+		t.Fatalf("after ListEvery with nothing changed: %d LIST, want the hourly one", n)
 	}
 }

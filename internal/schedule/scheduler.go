@@ -35,15 +35,22 @@ type SubmitFunc func(ctx context.Context, s Submission) (string, error)
 // or "" when catch_up skipped the ticks), and the ticks skipped.
 type Fired func(name string, tick time.Time, id string, skipped int64)
 
-// DefaultRefresh is how often a scheduler lists schedules/ by default.
+// DefaultRefresh is how often a scheduler looks for changed schedules by
+// default.
 const DefaultRefresh = time.Minute
+
+// ListEvery is how often a scheduler lists schedules/ whatever the change
+// marker says: a change whose marker write failed (or made by a binary
+// from before the marker) is seen within it.
+const ListEvery = time.Hour
 
 // Scheduler submits the tasks of the queue's schedules, one per tick. One
 // goroutine owns it: call Step, then wait what it says (on the local
 // clock), and again.
 //
-// Every Refresh it lists schedules/ (one LIST) and reads the objects whose
-// ETag changed (one GET each). At each tick due by S3 time it reads the
+// Every Refresh it reads the schedules' change marker (ChangedKey, one
+// GET), and when it changed, or at least every ListEvery, lists schedules/
+// (one LIST) and reads the objects whose ETag changed (one GET each). At each tick due by S3 time it reads the
 // schedule again (one GET), submits the tick's task with the tick's
 // idempotency key, and records the tick by CAS (one PUT): a lost CAS means
 // another scheduler recorded it. A crash between the submit and the CAS
@@ -60,8 +67,10 @@ type Scheduler struct {
 	Fired Fired
 
 	known    map[string]*entry
-	listNext time.Time // local time of the next LIST
+	listNext time.Time // local time of the next look for changes
 	listed   bool
+	mark     string    // the change marker's ETag at the last listing ("": none)
+	listedAt time.Time // local time of the last listing
 }
 
 type entry struct {
@@ -145,12 +154,26 @@ func (s *Scheduler) now(ctx context.Context) (time.Time, error) {
 	return iv.Earliest, err
 }
 
-// refresh lists schedules/ and reads the objects new or changed since.
+// refresh lists schedules/ and reads the objects new or changed since,
+// when the change marker moved since the last listing or ListEvery has
+// passed: otherwise it costs one GET.
 func (s *Scheduler) refresh(ctx context.Context) error {
+	mark := ""
+	switch obj, err := s.Store.Get(ctx, ChangedKey); {
+	case err == nil:
+		mark = obj.ETag
+	case !errors.Is(err, s3store.ErrNotFound):
+		return fmt.Errorf("read the schedules' change marker: %w", err)
+	}
+	now := s.Local.Now()
+	if s.listed && mark == s.mark && now.Sub(s.listedAt) < ListEvery {
+		return nil
+	}
 	listed, err := List(ctx, s.Store)
 	if err != nil {
 		return err
 	}
+	s.mark, s.listedAt = mark, now
 	seen := make(map[string]bool, len(listed))
 	var errs error
 	for _, l := range listed {

@@ -30,6 +30,27 @@ func Read(ctx context.Context, st s3store.Store, name string) (Schedule, Spec, s
 	return s, spec, obj.ETag, nil
 }
 
+// ChangedKey is the schedules' change marker: every add, change of
+// definition, pause, resume and removal writes it after its own write, so
+// that a scheduler learns of changes with one GET of it per refresh
+// instead of a LIST of schedules/ (a tick's record, which schedulers write
+// themselves, does not touch it).
+const ChangedKey = "control/schedules.json"
+
+// markChanged writes the change marker after a change made at S3 time now
+// by by: one PUT, tried up to three times. A marker that cannot be written
+// fails nothing: the change itself stands, and schedulers list schedules/
+// once every ListEvery whatever the marker says, so the change is seen
+// within that.
+func markChanged(ctx context.Context, st s3store.Store, now time.Time, by string) {
+	body := fmt.Appendf(nil, "{\"changed_at\":%q,\"by\":%q}\n", now.UTC().Format(time.RFC3339Nano), by)
+	for range 3 {
+		if _, err := st.Put(ctx, ChangedKey, body, s3store.PutOptions{}); err == nil || ctx.Err() != nil {
+			return
+		}
+	}
+}
+
 // Listed is one schedule object found by List.
 type Listed struct {
 	Name, ETag string
@@ -138,6 +159,9 @@ func Put(ctx context.Context, st s3store.Store, d Definition, now time.Time, by 
 		wrote = true
 		return true, nil
 	})
+	if err == nil && wrote {
+		markChanged(ctx, st, now, by)
+	}
 	return s, wrote, err
 }
 
@@ -159,13 +183,16 @@ func SetPaused(ctx context.Context, st s3store.Store, name string, paused bool, 
 		s.UpdatedAt, s.UpdatedBy = now.UTC(), by
 		return true, nil
 	})
+	if err == nil {
+		markChanged(ctx, st, now, by)
+	}
 	return s, err
 }
 
-// Remove deletes schedule name's object: no tick after it is submitted
+// Remove deletes schedule name's object (at S3 time now, by by): no tick after it is submitted
 // (a scheduler's CAS on a missing object fails, and it forgets the
 // schedule). Tasks already submitted stay.
-func Remove(ctx context.Context, st s3store.Store, name string) error {
+func Remove(ctx context.Context, st s3store.Store, name string, now time.Time, by string) error {
 	if _, err := st.Head(ctx, Key(name)); errors.Is(err, s3store.ErrNotFound) {
 		return fmt.Errorf("schedule %q: %w", name, ErrNotFound)
 	} else if err != nil {
@@ -174,5 +201,6 @@ func Remove(ctx context.Context, st s3store.Store, name string) error {
 	if err := st.Delete(ctx, Key(name), s3store.DeleteOptions{}); err != nil && !errors.Is(err, s3store.ErrNotFound) {
 		return fmt.Errorf("remove schedule %q: %w", name, err)
 	}
+	markChanged(ctx, st, now, by)
 	return nil
 }
