@@ -322,12 +322,12 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 		n := f.ShardCount(w.manifest.Shards)
 		switch {
 		case want > f.Want:
-			f.Want, f.WantUntil = want, iv.Latest.Add(2*w.cfg.StandbyPoll)
+			f.Want, f.WantUntil = want, iv.Latest.Add(w.askLasts(*f))
 		case want > n:
 			// An ask beyond the shard count renews the standing one, so
 			// that it lasts without a break while members keep asking:
 			// the automatic reshard waits for that (growShards).
-			f.WantUntil = iv.Latest.Add(2 * w.cfg.StandbyPoll)
+			f.WantUntil = iv.Latest.Add(w.askLasts(*f))
 		}
 		if f.Want > 0 && (len(f.Live(iv, margin)) >= f.Want || iv.After(f.WantUntil)) {
 			// Met, or nobody came in time: stop asking.
@@ -482,6 +482,14 @@ func (w *Worker) want(n, live int) int {
 // with a layout mismatch).
 func (w *Worker) mayGrow(n int) bool {
 	return w.cfg.Shards == 0 && w.cfg.MaxShards > n
+}
+
+// askLasts is how long an ask for more members stands in fleet f unless
+// renewed: long enough for every standby to read it at its turn (twice
+// the turns' period) and past the next renewal, which renews it while the
+// member stays saturated.
+func (w *Worker) askLasts(f shards.Fleet) time.Duration {
+	return max(2*time.Duration(len(f.Standbys)+1)*w.cfg.StandbyPoll, w.cfg.MemberTTL/3+w.cfg.LeaseMargin)
 }
 
 // mustAsk reports whether a saturated member writes the fleet object now
@@ -878,11 +886,12 @@ func (w *Worker) checkBell(ctx context.Context, now time.Time) error {
 // then joins at once rather than after the entry expires.
 func (w *Worker) leave() {
 	if !w.fleet.member {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
 		if !w.fleet.applied.IsZero() {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
 			w.withdraw(ctx)
 		}
+		w.leaveRoster(ctx)
 		return
 	}
 	// Leaving is bounded on host time: a context deadline cannot run on
@@ -934,7 +943,17 @@ func (w *Worker) refreshEvery() time.Duration {
 func (w *Worker) atTheDoorbell(ctx context.Context, now time.Time, wait time.Duration) (d time.Duration, asleep bool) {
 	m := &w.fleet
 	graceDone := now.Sub(m.sleptAt) >= w.cfg.AwakeGrace && w.pace.lastPoll.After(m.sleptAt.Add(shards.FleetCacheTTL))
-	if !m.asleep || !graceDone {
+	if m.asleep && !graceDone {
+		// Its grace's last scan comes when the grace ends, not a poll
+		// interval (up to PollMax) later: until the member dozes off, a
+		// ring of the doorbell is not read, and what it announces waits
+		// for a scan.
+		if end := m.sleptAt.Add(max(w.cfg.AwakeGrace, shards.FleetCacheTTL+time.Millisecond)); end.Before(w.pace.next) && w.pace.lastPoll.Before(end) {
+			w.pace.next = end
+		}
+		return 0, false
+	}
+	if !m.asleep {
 		return 0, false
 	}
 	if !w.cfg.Dedicated {

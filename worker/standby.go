@@ -288,3 +288,15 @@ func (w *Worker) waitingTypes() []string {
 	slices.Sort(out)
 	return out
 }
+
+// leaveRoster removes a standby that stops from the roster (one CAS write,
+// if its last view lists it), so that its turns are not a gap in the
+// watch until its entry lapses.
+func (w *Worker) leaveRoster(ctx context.Context) {
+	if _, ok := w.rosterEntry(w.fleet.fleet); !ok {
+		return
+	}
+	if _, _, err := w.updateFleet(ctx, func(f *shards.Fleet) bool { return unregister(f, w.cfg.ID) }); err != nil {
+		w.log.Warn("leave the standbys' roster; the entry will lapse", "err", err)
+	}
+}

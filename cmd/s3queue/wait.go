@@ -17,14 +17,16 @@ import (
 )
 
 // The pace of a wait's polls: one GET per unfinished task per poll, the
-// first after pollFirst, each interval pollGrowth times the one before,
+// first after pollFirst, each interval pollGrowth times the one before
+// (back to pollFirst when a task changes: a task just claimed may end
+// soon),
 // up to --poll-max (pollMax by default). The default cap is a second, so a
 // wait returns within about a second of the task's end: a task that runs
 // ten minutes costs about 600 GETs (a quarter of a thousandth of a dollar
 // on S3 Standard), and a longer cap trades that for a later answer.
 const (
 	pollFirst  = 250 * time.Millisecond
-	pollGrowth = 1.5
+	pollGrowth = 1.25
 	pollMax    = time.Second
 )
 
@@ -56,7 +58,7 @@ func (p *poller) reset() { p.next = min(pollFirst, p.max) }
 
 // pollMaxFlag defines --poll-max on fs.
 func pollMaxFlag(fs *flag.FlagSet) *time.Duration {
-	return fs.Duration("poll-max", pollMax, "longest `interval` between two polls (they start at 250ms and grow by half each time); each poll is one GET per unfinished task")
+	return fs.Duration("poll-max", pollMax, "longest `interval` between two polls (they start at 250ms and grow by a quarter each time); each poll is one GET per unfinished task")
 }
 
 // outcome is one task's line in the output of wait and submit --wait; its
@@ -86,7 +88,7 @@ var waitCommand = &command{
 		"s3queue wait 01M8AHG5TJ57JN0X6S7S5PM513 01M8AHG5VV8F97G35HQPT2NKJV --json | jq -r '.[].status'",
 	},
 	details: "Polls each unfinished task with one GET per poll; the interval starts at 250ms and grows by\n" +
-		"half each poll up to --poll-max (1s). A blocked, pending or running task is waited on.\n" +
+		"a quarter each poll up to --poll-max (1s). A blocked, pending or running task is waited on.\n" +
 		"Prints one line per task (--json: an array of {id, type, status, finished, attempt,\n" +
 		"max_attempts, updated_at, result, last_error}). Exit 0 when every task succeeded, 6 when one\n" +
 		"ended dead, 7 when one was canceled (and none dead), 8 when --timeout passed first (the\n" +
