@@ -119,17 +119,19 @@ func (m *membership) stale(now time.Time, iv clock.Interval, renew, margin time.
 // asks for more members.
 const saturatedAfter = time.Second
 
-// While the fleet sleeps, its standbys read the fleet object asleepStandby
-// times less often than StandbyPoll, and the sleeping member's entry lasts
-// asleepTTL times MemberTTL. Standbys are most of an idle fleet's bill, and
-// a sleeping fleet has no work to scale up for; the price is a slower
-// failover when the sleeping member itself dies (docs/shards.md).
+// While a dedicated member sleeps at the doorbell its entry lasts
+// asleepTTL times MemberTTL, and the standbys read the fleet object
+// asleepStandby times less often than StandbyPoll (it reads the doorbell
+// itself).
 const (
 	asleepStandby = 5
 	asleepTTL     = 2
 )
 
 // memberTTL is how long our entry lasts per renewal: longer while asleep.
+// (Renewing more often among other members, for a faster failover, was
+// tried: two root members renewing every 5 s had half their writes refused
+// by each other's, and took no more renewals a second than at 10 s.)
 func (w *Worker) memberTTL() time.Duration {
 	if w.fleet.asleep {
 		return asleepTTL * w.cfg.MemberTTL
@@ -922,14 +924,20 @@ func (w *Worker) tendFleet(ctx context.Context, now time.Time) {
 }
 
 // refreshEvery is how often a member re-reads the fleet object between its
-// renewals: every sixth of MemberTTL, or every startupPoll while it is
-// behind with its ask out, or holds tasks no member it knows of runs: it
-// learns of the members that join for them within a second, and hands
-// them work at once.
+// renewals (a GET): every sixth of MemberTTL alone, every twelfth among
+// other members (it takes a dead member's shards within that of the
+// member turning suspect), and every startupPoll while it is behind with
+// its ask out, or holds tasks no member it knows of runs: it learns of the
+// members that join for them within a second, and hands them work at once.
 func (w *Worker) refreshEvery() time.Duration {
 	m := &w.fleet
 	if m.backlog && !m.behindSince.IsZero() && m.fleet.Want > 0 || len(w.unhandled) > 0 {
-		return min(w.cfg.MemberTTL/6, startupPoll)
+		return min(w.cfg.MemberTTL/12, startupPoll)
+	}
+	if len(m.fleet.Members) > 1 {
+		// Among other members: a dead one's shards, free once its
+		// renewal is overdue, are taken over within this.
+		return w.cfg.MemberTTL / 12
 	}
 	return w.cfg.MemberTTL / 6
 }
@@ -942,19 +950,28 @@ func (w *Worker) refreshEvery() time.Duration {
 // asleep.
 func (w *Worker) atTheDoorbell(ctx context.Context, now time.Time, wait time.Duration) (d time.Duration, asleep bool) {
 	m := &w.fleet
+	if !m.asleep {
+		return 0, false
+	}
+	// From the moment it marks the fleet asleep the member reads the
+	// doorbell every BellPoll, its grace included: a producer that sees
+	// the fleet asleep rings rather than counting on its scans.
+	if now.Sub(m.synced) >= w.cfg.BellPoll && m.retry.ready(now) {
+		w.fleetOp(ctx, now, "read the doorbell", func() error { return w.checkBell(ctx, now) })
+		if !m.asleep {
+			return 0, false
+		}
+	}
+	bell := max(10*time.Millisecond, w.cfg.BellPoll-clock.Since(w.local, m.synced), m.retry.until(now))
 	graceDone := now.Sub(m.sleptAt) >= w.cfg.AwakeGrace && w.pace.lastPoll.After(m.sleptAt.Add(shards.FleetCacheTTL))
-	if m.asleep && !graceDone {
-		// Its grace's last scan comes when the grace ends, not a poll
-		// interval (up to PollMax) later: until the member dozes off, a
-		// ring of the doorbell is not read, and what it announces waits
-		// for a scan.
+	if !graceDone {
+		// It keeps scanning for producers whose view did not show it
+		// asleep yet, and the grace's last scan comes when the grace
+		// ends, not a poll interval (up to PollMax) later.
 		if end := m.sleptAt.Add(max(w.cfg.AwakeGrace, shards.FleetCacheTTL+time.Millisecond)); end.Before(w.pace.next) && w.pace.lastPoll.Before(end) {
 			w.pace.next = end
 		}
-		return 0, false
-	}
-	if !m.asleep {
-		return 0, false
+		return bell, false
 	}
 	if !w.cfg.Dedicated {
 		// An elastic member leaves the sleeping fleet: the standbys'
@@ -969,12 +986,6 @@ func (w *Worker) atTheDoorbell(ctx context.Context, now time.Time, wait time.Dur
 			return 0, false
 		}
 		return max(m.retry.until(now), 10*time.Millisecond), true
-	}
-	if now.Sub(m.synced) >= w.cfg.BellPoll && m.retry.ready(now) {
-		w.fleetOp(ctx, now, "read the doorbell", func() error { return w.checkBell(ctx, now) })
-	}
-	if !m.asleep {
-		return 0, false
 	}
 	if now.Sub(m.sleptAt) >= w.cfg.SleepScan && !now.Before(w.pace.next) {
 		// A slow safety scan: a producer that crashed between its PUT and

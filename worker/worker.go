@@ -441,6 +441,8 @@ func (w *Worker) stepShards(ctx context.Context) time.Duration {
 	wait := max(w.memberTTL()/3-clock.Since(w.local, m.renewed), m.retry.until(now))
 	if d, asleep := w.atTheDoorbell(ctx, now, wait); asleep {
 		return d
+	} else if d > 0 {
+		wait = min(wait, d) // its grace: the doorbell is read meanwhile
 	}
 	if !now.Before(w.pace.next) {
 		w.pollOwn(ctx, now)
