@@ -430,8 +430,19 @@ func (w *Worker) takePlace(ctx context.Context, now time.Time, iv clock.Interval
 // shard_acquired for each new one.
 func (w *Worker) setAssign(a shards.Assignment) {
 	m := &w.fleet
-	was := m.assign.Own
+	was, wasDrain := m.assign.Own, m.assign.Drain
 	m.assign = a
+	for _, s := range a.Drain {
+		if !slices.Contains(wasDrain, s) {
+			// A shard this member sweeps anew, often one that was active
+			// until now, where producers whose view is a few seconds old
+			// still put tasks: swept at once, its back-off starting over
+			// (not at the back-off an older sweep of it left, up to
+			// DrainMax).
+			delete(w.sweep.next, s)
+			delete(w.sweep.every, s)
+		}
+	}
 	for _, s := range was {
 		if !slices.Contains(a.Own, s) {
 			w.emit(Event{Kind: events.ShardReleased, Shard: s})
