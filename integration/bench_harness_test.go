@@ -33,6 +33,7 @@ package integration
 //	S3QUEUE_BENCH_MEMBER_TASKS  tasks of each phase of BenchmarkMemberThroughput (default 3000)
 //	S3QUEUE_BENCH_MEMBER_SLOTS  slots of BenchmarkMemberThroughput's member (default 64)
 //	S3QUEUE_BENCH_MEMBER_WORK   its handler's duration (default 10ms)
+//	S3QUEUE_BENCH_MEMBER_LATENCY latency added to each of its requests (default 0)
 //	S3QUEUE_BENCH_LOG           log level of the queue's components (default error)
 
 import (
