@@ -255,9 +255,10 @@ type claimRun struct {
 	// more, if set, lists ahead under a backlog: called once every
 	// candidate is under way and slots are free, while claims are still
 	// in flight, it returns the next listing's candidates less those in
-	// busy (the keys under way), and whether that listing too was cut
-	// short (more may be due: it is called again).
-	more func(busy map[string]bool) ([]shards.Candidate, bool)
+	// busy (the keys under way), the clock's reading it listed at (the
+	// decisions from then on use it), and whether that listing too was
+	// cut short (more may be due: it is called again).
+	more func(busy map[string]bool) ([]shards.Candidate, clock.Interval, bool)
 }
 
 // claimPipelined claims the candidates of r in order, with up to
@@ -294,6 +295,9 @@ func (w *Worker) claimPipelined(ctx context.Context, r claimRun) (claimed int, r
 	)
 	cands := r.cands
 	more := r.more
+	// freed: the pipeline took a wake-up of Run's (a slot freed), which
+	// Run gets back when the pipeline ends.
+	freed := false
 	open := func() bool {
 		return len(busy) < maxClaimsInFlight && w.free() > undecided && !w.stopping.Load() && ctx.Err() == nil
 	}
@@ -337,15 +341,39 @@ func (w *Worker) claimPipelined(ctx context.Context, r claimRun) (claimed int, r
 			steps = append(steps, step{a: a})
 		}
 	}
+	// await waits for a step's request, starting the next candidates'
+	// loads when a slot frees meanwhile. The request's end is looked at
+	// first: a slot freed at the same time must not decide which comes
+	// first (select picks among ready cases at random).
+	await := func(done chan struct{}) {
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			select {
+			case <-done:
+				return
+			case <-w.freed:
+				freed = true
+				launch()
+			}
+		}
+	}
 	for {
 		launch()
 		if len(cands) == 0 && more != nil && launched && len(busy) > 0 && open() && w.now().Sub(began) < min(pipelineFor, w.cfg.PollMax) {
 			// Under a backlog the next listing is made while the claims
 			// of this one are in flight, not after them.
 			var capped bool
+			var iv clock.Interval
 			launched = false
-			if cands, capped = more(busy); !capped {
+			if cands, iv, capped = more(busy); !capped {
 				more = nil
+			}
+			if len(cands) > 0 {
+				r.iv = iv
 			}
 			launch()
 		}
@@ -356,7 +384,7 @@ func (w *Worker) claimPipelined(ctx context.Context, r claimRun) (claimed int, r
 		steps = steps[1:]
 		a := st.a
 		if !st.outcome {
-			<-a.loaded
+			await(a.loaded)
 			undecided--
 			if w.tryClaim(ctx, r.s, a, r.iv) {
 				if a.evicted != nil {
@@ -377,7 +405,7 @@ func (w *Worker) claimPipelined(ctx context.Context, r claimRun) (claimed int, r
 			continue
 		}
 		if a.claimed != nil {
-			<-a.claimed
+			await(a.claimed)
 		}
 		delete(busy, a.c.Key)
 		ids[a.c.ID]--
@@ -405,6 +433,9 @@ func (w *Worker) claimPipelined(ctx context.Context, r claimRun) (claimed int, r
 			// entry is listed again and deleted then.
 			w.log.Warn("delete a pointer that has done its job", "key", a.c.Key, "err", a.dropErr)
 		}
+	}
+	if freed {
+		w.roomFreed()
 	}
 	return claimed, cands
 }

@@ -283,13 +283,21 @@ func (w *Worker) pollShard(ctx context.Context, shard int, iv clock.Interval, p 
 	var listErr error
 	r := claimRun{s: s, iv: iv, shard: shard, cands: cands, found: func(id string) time.Time { return pf.seen[id] }}
 	if pf.capped {
-		r.more = func(busy map[string]bool) ([]shards.Candidate, bool) {
+		r.more = func(busy map[string]bool) ([]shards.Candidate, clock.Interval, bool) {
+			// A pipeline runs for up to pipelineFor: the clock is read
+			// again (for free, while responses flow), so that the
+			// listing and the claims see what is due now.
+			iv, err := w.clock.Now(ctx)
+			if err != nil {
+				listErr = err
+				return nil, iv, false
+			}
 			// The listing returns the candidates under way too (their
 			// keys are not settled yet): it asks for as many more.
 			cands, capped, err := w.listShard(ctx, shard, iv, p, len(busy))
 			if err != nil {
 				listErr = err
-				return nil, false
+				return nil, iv, false
 			}
 			next := make([]shards.Candidate, 0, len(cands))
 			for _, c := range cands {
@@ -300,7 +308,7 @@ func (w *Worker) pollShard(ctx context.Context, shard int, iv clock.Interval, p 
 			p.listed -= len(cands) - len(next) // not arrivals
 			pf = w.relisted(pf, next)
 			pf.capped = capped
-			return next, capped
+			return next, iv, capped
 		}
 	}
 	n, rest := w.claimPipelined(ctx, r)
