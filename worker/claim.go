@@ -252,21 +252,32 @@ type claimRun struct {
 	cands []shards.Candidate // in the order to attempt them
 	// found, if set, is when discovery first listed a task, by id.
 	found func(id string) time.Time
-	// more, if set, lists ahead under a backlog: called once every
-	// candidate is under way and slots are free, while claims are still
-	// in flight, it returns the next listing's candidates less those in
-	// busy (the keys under way), the clock's reading it listed at (the
-	// decisions from then on use it), and whether that listing too was
-	// cut short (more may be due: it is called again).
-	more func(busy map[string]bool) ([]shards.Candidate, clock.Interval, bool)
+	// send and take, if set, list ahead under a backlog (see
+	// claimPipelined). send sends the next listing's first LIST (nil: it
+	// could not). take, once that LIST has answered, returns the
+	// listing's candidates less those in busy (the keys under way), the
+	// clock's reading it was sent at (the decisions from then on use it),
+	// and whether it too was cut short (more may be due); the listing
+	// asks for held more than a listing's worth: the keys under way and
+	// the candidates not attempted yet, which it returns again.
+	send func() *shards.Ahead
+	take func(a *shards.Ahead, busy map[string]bool, held int) ([]shards.Candidate, clock.Interval, bool)
 }
 
 // claimPipelined claims the candidates of r in order, with up to
 // min(free slots, maxClaimsInFlight) of them under way at once (see the
-// pipeline above), and lists ahead (r.more) for at most pipelineFor. It
-// returns how many it claimed and the candidates it did not attempt, for
-// lack of room. Not for a worker with rate limits (claimBatch reserves
-// their tokens).
+// pipeline above). It returns how many it claimed and the candidates it
+// did not attempt, for lack of room. Not for a worker with rate limits
+// (claimBatch reserves their tokens).
+//
+// Under a backlog (r.send), for at most pipelineFor, it lists ahead: once
+// no more candidates are left than half the claims under way, the next
+// listing's LIST is sent, and taken, in its turn among the steps, when it
+// has answered; its candidates, less those under way, replace what is
+// left (the listing returns those too, as their keys are not settled
+// yet). The claims go on meanwhile, and each listing still brings a full
+// set of slots' worth: as many LISTs per task as a listing made after
+// the last claim.
 func (w *Worker) claimPipelined(ctx context.Context, r claimRun) (claimed int, rest []shards.Candidate) {
 	if !w.ownLeaseHeld(ctx) {
 		// Under direct dispatch, a worker without its own lease claims
@@ -274,10 +285,12 @@ func (w *Worker) claimPipelined(ctx context.Context, r claimRun) (claimed int, r
 		return 0, r.cands
 	}
 	// step is one of an attempt's steps on the scheduler: its decision,
-	// once its load has ended, or its outcome, once its claim's has.
+	// once its load has ended, or its outcome, once its claim's has; or
+	// the listing ahead, once its LIST has answered.
 	type step struct {
 		a       *attempt
 		outcome bool
+		list    *shards.Ahead
 	}
 	var (
 		steps     []step              // in the order their requests were sent
@@ -292,9 +305,10 @@ func (w *Worker) claimPipelined(ctx context.Context, r claimRun) (claimed int, r
 		// under way. A listing whose candidates all wait for a full pool
 		// (or are under way already) is not followed by another.
 		launched bool
+		listing  bool // a listing ahead is under way
 	)
 	cands := r.cands
-	more := r.more
+	send := r.send
 	// freed: the pipeline took a wake-up of Run's (a slot freed), which
 	// Run gets back when the pipeline ends.
 	freed := false
@@ -345,7 +359,7 @@ func (w *Worker) claimPipelined(ctx context.Context, r claimRun) (claimed int, r
 	// loads when a slot frees meanwhile. The request's end is looked at
 	// first: a slot freed at the same time must not decide which comes
 	// first (select picks among ready cases at random).
-	await := func(done chan struct{}) {
+	await := func(done <-chan struct{}) {
 		for {
 			select {
 			case <-done:
@@ -363,25 +377,36 @@ func (w *Worker) claimPipelined(ctx context.Context, r claimRun) (claimed int, r
 	}
 	for {
 		launch()
-		if len(cands) == 0 && more != nil && launched && len(busy) > 0 && open() && w.now().Sub(began) < min(pipelineFor, w.cfg.PollMax) {
-			// Under a backlog the next listing is made while the claims
-			// of this one are in flight, not after them.
-			var capped bool
-			var iv clock.Interval
-			launched = false
-			if cands, iv, capped = more(busy); !capped {
-				more = nil
+		if send != nil && !listing && launched && len(cands) <= len(busy)/2 && (len(cands) > 0 || open()) &&
+			!w.stopping.Load() && ctx.Err() == nil && w.now().Sub(began) < min(pipelineFor, w.cfg.PollMax) {
+			// With no candidate left, only for a free slot: a listing
+			// made while every slot is busy would be held until one
+			// frees, and a task of higher priority submitted meanwhile
+			// would wait behind it.
+			if a := send(); a != nil {
+				listing, launched = true, false
+				steps = append(steps, step{list: a})
+			} else {
+				send = nil
 			}
-			if len(cands) > 0 {
-				r.iv = iv
-			}
-			launch()
 		}
 		if len(steps) == 0 {
 			break
 		}
 		st := steps[0]
 		steps = steps[1:]
+		if st.list != nil {
+			await(st.list.Done())
+			listing = false
+			next, iv, capped := r.take(st.list, busy, len(busy)+len(cands))
+			if !capped {
+				send = nil
+			}
+			if next != nil {
+				cands, r.iv = next, iv
+			}
+			continue
+		}
 		a := st.a
 		if !st.outcome {
 			await(a.loaded)

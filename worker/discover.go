@@ -144,7 +144,7 @@ func (w *Worker) peek(ctx context.Context, list []int, iv clock.Interval, p *pas
 			p.leftover = true
 			continue
 		}
-		cands, capped, err := w.listShard(ctx, shard, iv, p, 0)
+		cands, capped, err := w.listShard(ctx, shard, iv, p, 0, nil)
 		if err != nil {
 			return err
 		}
@@ -162,16 +162,17 @@ func (w *Worker) peek(ctx context.Context, list []int, iv clock.Interval, p *pas
 // tells whether work is left behind.
 // extra asks for that many more, to hand off.
 func (w *Worker) list(ctx context.Context, shard int, iv clock.Interval, p *pass, extra int) ([]shards.Candidate, error) {
-	cands, _, err := w.listShard(ctx, shard, iv, p, extra)
+	cands, _, err := w.listShard(ctx, shard, iv, p, extra, nil)
 	return cands, err
 }
 
-// listShard is list, and reports whether the listing returned all it
+// listShard is list, its first LIST the one ahead sent (nil: none, see
+// shards.Scan.NextAhead), and reports whether the listing returned all it
 // asked for (more may be due: a backlog).
-func (w *Worker) listShard(ctx context.Context, shard int, iv clock.Interval, p *pass, extra int) ([]shards.Candidate, bool, error) {
+func (w *Worker) listShard(ctx context.Context, shard int, iv clock.Interval, p *pass, extra int, ahead *shards.Ahead) ([]shards.Candidate, bool, error) {
 	want := max(w.free(), w.capacity(), int(math.Ceil(w.cfg.PollBatch))) + 1 + extra
 	s := w.scan(shard, iv)
-	cands, err := s.Next(ctx, w.st, iv.Latest, want)
+	cands, err := s.NextAhead(ctx, w.st, iv.Latest, want, ahead)
 	if err != nil {
 		return nil, false, err
 	}
@@ -254,7 +255,7 @@ func (w *Worker) pollShard(ctx context.Context, shard int, iv clock.Interval, p 
 		// again).
 		var capped bool
 		var err error
-		if cands, capped, err = w.listShard(ctx, shard, iv, p, 0); err != nil {
+		if cands, capped, err = w.listShard(ctx, shard, iv, p, 0, nil); err != nil {
 			return err
 		}
 		pf = w.relisted(pf, cands)
@@ -283,21 +284,23 @@ func (w *Worker) pollShard(ctx context.Context, shard int, iv clock.Interval, p 
 	var listErr error
 	r := claimRun{s: s, iv: iv, shard: shard, cands: cands, found: func(id string) time.Time { return pf.seen[id] }}
 	if pf.capped {
-		r.more = func(busy map[string]bool) ([]shards.Candidate, clock.Interval, bool) {
+		var at clock.Interval // the clock's reading the listing ahead is sent at
+		r.send = func() *shards.Ahead {
 			// A pipeline runs for up to pipelineFor: the clock is read
 			// again (for free, while responses flow), so that the
 			// listing and the claims see what is due now.
-			iv, err := w.clock.Now(ctx)
-			if err != nil {
+			var err error
+			if at, err = w.clock.Now(ctx); err != nil {
 				listErr = err
-				return nil, iv, false
+				return nil
 			}
-			// The listing returns the candidates under way too (their
-			// keys are not settled yet): it asks for as many more.
-			cands, capped, err := w.listShard(ctx, shard, iv, p, len(busy))
+			return s.ListAhead(ctx, w.st, at.Latest)
+		}
+		r.take = func(a *shards.Ahead, busy map[string]bool, held int) ([]shards.Candidate, clock.Interval, bool) {
+			cands, capped, err := w.listShard(ctx, shard, at, p, held, a)
 			if err != nil {
 				listErr = err
-				return nil, iv, false
+				return nil, at, false
 			}
 			next := make([]shards.Candidate, 0, len(cands))
 			for _, c := range cands {
@@ -308,7 +311,7 @@ func (w *Worker) pollShard(ctx context.Context, shard int, iv clock.Interval, p 
 			p.listed -= len(cands) - len(next) // not arrivals
 			pf = w.relisted(pf, next)
 			pf.capped = capped
-			return next, iv, capped
+			return next, at, capped
 		}
 	}
 	n, rest := w.claimPipelined(ctx, r)
