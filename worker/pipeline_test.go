@@ -3,6 +3,8 @@ package worker_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -276,4 +278,53 @@ func TestPipelinedAttemptsFollowTheWindowOrder(t *testing.T) {
 			t.Errorf("%d candidates attempted before one their window ranks ahead of them: %v", len(bad), bad)
 		}
 	})
+}
+
+// TestMemberThroughputWithS3Latencies measures, in virtual time, how many
+// short tasks one member runs a second when each request takes what it
+// takes on S3 (GET 30 ms, PUT 35 ms, LIST 40 ms): 2,000 tasks waiting, a
+// 10 ms handler, 16 and 64 slots (docs/performance.md, "One member's
+// throughput"). The in-memory store serves everything else at once, so it
+// shows what the claim pipeline keeps up, not what a server does; it
+// checks only that every task ran once. Opt-in, as the figures are for
+// the docs:
+//
+//	S3QUEUE_MEASURE=1 go test ./worker -run TestMemberThroughputWithS3Latencies -v
+func TestMemberThroughputWithS3Latencies(t *testing.T) {
+	if os.Getenv("S3QUEUE_MEASURE") == "" {
+		t.Skip("set S3QUEUE_MEASURE=1 to measure")
+	}
+	for _, slots := range []int{16, 64} {
+		t.Run(fmt.Sprintf("%d slots", slots), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				const tasks = 2000
+				var succeeded atomic.Int64
+				done := make(chan struct{})
+				cfg := worker.Config{Concurrency: slots, OnEvent: func(e worker.Event) {
+					if e.Kind == "succeeded" && succeeded.Add(1) == tasks {
+						close(done)
+					}
+				}}
+				w, f := pipelineSetup(t, cfg, tasks, func(context.Context, int) { time.Sleep(10 * time.Millisecond) })
+				f.Store.(*s3store.Faults).Inject(s3store.Fault{Op: s3store.OpList, Latency: 40 * time.Millisecond})
+				ctx, cancel := context.WithCancel(context.Background())
+				ran := make(chan error, 1)
+				began := time.Now()
+				go func() { ran <- w.Run(ctx) }()
+				<-done
+				took := time.Since(began)
+				cancel()
+				if err := <-ran; err != nil {
+					t.Fatal(err)
+				}
+				if s := w.Stats(); s.Claimed != tasks || s.Succeeded != tasks {
+					t.Errorf("stats %+v: want %d claimed and succeeded", s, tasks)
+				}
+				f.mu.Lock()
+				defer f.mu.Unlock()
+				t.Logf("%d slots: %d tasks in %v of virtual time: %.0f tasks/s; task requests per task: GET %.3f, PUT %.3f; at most %d in flight",
+					slots, tasks, took, tasks/took.Seconds(), float64(f.gets)/tasks, float64(f.puts)/tasks, f.most)
+			})
+		})
+	}
 }
