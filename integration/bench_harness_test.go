@@ -30,6 +30,10 @@ package integration
 //	S3QUEUE_BENCH_HEAVY_TASKS   tasks of BenchmarkHeavyLoad's burst (default 3000)
 //	S3QUEUE_BENCH_HEAVY_WORKERS workers of BenchmarkHeavyLoad (default 4)
 //	S3QUEUE_BENCH_HEAVY_SLOTS   slots per worker of BenchmarkHeavyLoad (default 32)
+//	S3QUEUE_BENCH_MEMBER_TASKS  tasks of each phase of BenchmarkMemberThroughput (default 3000)
+//	S3QUEUE_BENCH_MEMBER_SLOTS  slots of BenchmarkMemberThroughput's member (default 64)
+//	S3QUEUE_BENCH_MEMBER_WORK   its handler's duration (default 10ms)
+//	S3QUEUE_BENCH_MEMBER_LATENCY latency added to each of its requests (default 0)
 //	S3QUEUE_BENCH_LOG           log level of the queue's components (default error)
 
 import (

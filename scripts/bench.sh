@@ -14,6 +14,7 @@
 #   S3QUEUE_BENCH_SEGMENT=5m       also report the window in segments (default off)
 #   S3QUEUE_BENCH_IDLE_WARMUP=10m  idle time before the idle benchmark's window (which is at least 10m)
 #   S3QUEUE_BENCH_HEAVY_TASKS=3000 tasks of the heavy-load burst
+#   S3QUEUE_BENCH_MEMBER_TASKS=3000 tasks of each phase of the one-member benchmark
 #   S3QUEUE_BENCH_LOG=error        log level of the queue's components
 set -euo pipefail
 

@@ -143,9 +143,43 @@ func (c Candidate) TaskKey() (string, bool) {
 // deleted), and settles it; a key whose read keeps failing is given up by
 // Failed.
 func (s *Scan) Next(ctx context.Context, st s3store.Store, now time.Time, max int) ([]Candidate, error) {
+	return s.NextAhead(ctx, st, now, max, nil)
+}
+
+// Ahead is the first LIST of a Next, sent ahead of it (ListAhead) while
+// the caller still handles what the last Next returned.
+type Ahead struct {
+	after  string
+	lagged bool      // it starts behind the cursor (see Next)
+	at     time.Time // the S3 time it was sent at
+	done   chan struct{}
+	page   s3store.ListPage
+	err    error
+}
+
+// Done is closed once the LIST has answered.
+func (a *Ahead) Done() <-chan struct{} { return a.done }
+
+// ListAhead sends the first LIST of the next Next now, from where that
+// Next would start at S3 time now, and returns without waiting for it.
+// The caller hands it to NextAhead before it calls Next or ListAhead
+// again; it may call Seen and Failed meanwhile.
+func (s *Scan) ListAhead(ctx context.Context, st s3store.Store, now time.Time) *Ahead {
+	after, lagged := s.start(now)
+	a := &Ahead{after: after, lagged: lagged, at: now, done: make(chan struct{})}
+	go func() {
+		defer close(a.done)
+		a.page, a.err = st.List(ctx, TasksPrefix(s.Shard), s3store.ListOptions{StartAfter: after, MaxKeys: s.PageSize})
+	}()
+	return a
+}
+
+// start is where a Next at S3 time now starts listing (after that key),
+// and whether it is the scan behind the cursor due once per Lag.
+func (s *Scan) start(now time.Time) (after string, lagged bool) {
 	start := s.cursor
 	if !now.Before(s.lagged.Add(s.Lag)) {
-		start, s.lagged = s.cursor.Add(-2*s.Lag), now
+		start, lagged = s.cursor.Add(-2*s.Lag), true
 	}
 	// A candidate left unsettled behind the cursor (one that landed late,
 	// found by a scan that started behind it and not handed out, or handed
@@ -162,12 +196,36 @@ func (s *Scan) Next(ctx context.Context, st s3store.Store, now time.Time, max in
 			fromResume = false // it may sort before resume: list it again
 		}
 	}
-	after := TasksPrefix(s.Shard) + lowID(start)
 	if fromResume {
 		// A key of the cursor's time that lands before resume, late, is
 		// found by the next scan behind the cursor, as one that lands
 		// behind the cursor's time is.
-		after = s.resume
+		return s.resume, lagged
+	}
+	return TasksPrefix(s.Shard) + lowID(start), lagged
+}
+
+// NextAhead is Next, with its first LIST the one a sent ahead (nil: none),
+// judged as a Next made when a was sent. Since then the scan has only
+// settled keys (Seen, Failed), so a starts no later than where this Next
+// would: it covers every key this one would list (the keys between are
+// settled, and skipped as in any listing). A scan behind the cursor that
+// came due meanwhile waits for the next Next. Should a start later all
+// the same, its page is dropped and the shard listed afresh.
+func (s *Scan) NextAhead(ctx context.Context, st s3store.Store, now time.Time, max int, a *Ahead) ([]Candidate, error) {
+	after, lagged := s.start(now)
+	var first *s3store.ListPage
+	if a != nil {
+		<-a.done
+		if a.err != nil {
+			return nil, fmt.Errorf("scan shard %d: %w", s.Shard, a.err)
+		}
+		if a.after <= after || lagged && !a.lagged {
+			after, lagged, first, now = a.after, a.lagged, &a.page, a.at
+		}
+	}
+	if lagged {
+		s.lagged = now
 	}
 	l := listing{after: after}
 	if len(s.unsettled) > 0 {
@@ -194,9 +252,14 @@ func (s *Scan) Next(ctx context.Context, st s3store.Store, now time.Time, max in
 		return out[:min(len(out), max)]
 	}
 	for pages := 0; pages < MaxPages && len(out) < max; pages++ {
-		page, err := st.List(ctx, TasksPrefix(s.Shard), s3store.ListOptions{StartAfter: after, MaxKeys: s.PageSize})
-		if err != nil {
-			return out, fmt.Errorf("scan shard %d: %w", s.Shard, err)
+		var page s3store.ListPage
+		if pages == 0 && first != nil {
+			page = *first
+		} else {
+			var err error
+			if page, err = st.List(ctx, TasksPrefix(s.Shard), s3store.ListOptions{StartAfter: after, MaxKeys: s.PageSize}); err != nil {
+				return out, fmt.Errorf("scan shard %d: %w", s.Shard, err)
+			}
 		}
 		for _, o := range page.Objects {
 			l.through = o.Key

@@ -489,3 +489,55 @@ func TestAScanPassesMoreSettledKeysAtOneInstantThanOneNextLists(t *testing.T) {
 	}
 	t.Fatal("20 scans never reached the task behind 30 settled pointers of one instant")
 }
+
+// A listing sent ahead (ListAhead) while the candidates of the last one
+// are still being settled hands out what a Next made when it was sent
+// would: none of the keys settled meanwhile, the ones still under way
+// again (the caller knows them), the next ones after them; and it costs no
+// LIST of its own.
+func TestScanListedAheadIsTheNextListing(t *testing.T) {
+	ctx := context.Background()
+	st := s3store.NewCounter(mem.New())
+	now := time.Now()
+	var ids []string
+	for i := range 10 {
+		id, _ := task.NewID(now.Add(time.Duration(i-20)*time.Second), strings.NewReader(strings.Repeat("a", 16)))
+		if _, err := st.Put(ctx, task.Key(0, id), []byte("{}"), s3store.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	s := shards.NewScan(0, now.Add(-time.Minute), 5*time.Second)
+	first, err := s.Next(ctx, st, now, 4)
+	if err != nil || len(first) != 4 || first[0].ID != ids[0] || first[3].ID != ids[3] {
+		t.Fatalf("first listing = %+v %v, want the 4 oldest", first, err)
+	}
+	a := s.ListAhead(ctx, st, now)
+	<-a.Done()
+	// Settled while the listing ran: the first three; the fourth is
+	// still under way.
+	for _, c := range first[:3] {
+		s.Seen(c, shards.Settled)
+	}
+	lists := st.Counts().Of(s3store.OpList)
+	next, err := s.NextAhead(ctx, st, now, 4, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, c := range next {
+		got = append(got, c.ID)
+	}
+	if want := ids[3:7]; !slices.Equal(got, want) {
+		t.Errorf("listing ahead handed out %v, want %v: the one under way, then the next three", got, want)
+	}
+	if n := st.Counts().Of(s3store.OpList); n != lists {
+		t.Errorf("NextAhead made %d LISTs of its own, want none", n-lists)
+	}
+	for _, c := range next {
+		s.Seen(c, shards.Settled)
+	}
+	if rest, _ := s.Next(ctx, st, now, 10); len(rest) != 3 || rest[0].ID != ids[7] {
+		t.Errorf("the listing after it = %+v, want the last 3", rest)
+	}
+}

@@ -18,13 +18,26 @@ import (
 	"github.com/s3queue/s3queue/task"
 )
 
-// maxClaimBatch caps how many candidates a member claims at once. A claim
-// is two requests in a row (the task's GET, then its conditional PUT: about
-// 65 ms on S3), so a member claiming one candidate at a time tops out near
-// 14 tasks a second whatever its slots; a batch of k costs about the same
-// time as one claim. Eight keeps a poll's burst of requests small next to
-// a shard partition's rate.
+// maxClaimBatch caps how many candidates a batch claims at once
+// (claimBatch): the lanes, held tasks and a worker with rate limits claim
+// in batches (a batch's tokens are reserved together, with one write of
+// the limit's counter). A claim is two requests in a row (the task's GET,
+// then its conditional PUT: about 65 ms on S3); a batch of k costs about
+// the time of one.
 const maxClaimBatch = 8
+
+// maxClaimsInFlight caps the claims the pipeline (claimPipelined) has
+// under way at once, each one request at a time: with S3's tens of
+// milliseconds per request, 64 keep a member's slots full at several
+// hundred short tasks a second, while the free slots bound them below
+// that (a member with 4 slots has at most 4 under way).
+const maxClaimsInFlight = 64
+
+// pipelineFor bounds how long the pipeline of one poll of a shard keeps
+// listing ahead under a backlog: the scheduler's other duties (the fleet
+// renewal every member_ttl/3, the pause object, pending tasks' leases)
+// wait until the poll ends (never longer than poll_max either).
+const pipelineFor = time.Second
 
 // A claim of a batch of candidates runs in three steps (claimBatch): the
 // loads, concurrently; then, in candidate order on the scheduler, the
@@ -36,6 +49,15 @@ const maxClaimBatch = 8
 // from w.rand, reserves a slot or touches the scans runs on the
 // scheduler, in candidate order, so a seeded run replays exactly. A batch
 // of one is the sequential claim.
+//
+// The pipeline (claimPipelined) runs the same steps without the batches'
+// barriers: a candidate's load starts as soon as a slot is free for it,
+// and its claim's PUT as soon as its decision is made, so a slow request
+// holds up only its own candidate's steps, not a batch's. The decisions
+// and outcomes are still applied on the scheduler, each in candidate
+// order, and in the order their requests were sent (a decision waits for
+// its load, an outcome for its PUT): a fixed order, whatever order the
+// responses come back in.
 
 // attempt is one candidate's way through a claim.
 type attempt struct {
@@ -73,6 +95,13 @@ type attempt struct {
 	// pointer).
 	drop    bool
 	dropErr error
+
+	// The pipeline's (claimPipelined): found is when discovery first
+	// listed the candidate; loaded is closed once the load has ended,
+	// claimed (nil when no claim is sent) once the claim's PUT has.
+	found   time.Time
+	loaded  chan struct{}
+	claimed chan struct{}
 }
 
 // settler is what a claim reports each candidate to: the shard scan that
@@ -213,6 +242,227 @@ func (w *Worker) claimBatch(ctx context.Context, s settler, batch []shards.Candi
 		}
 	}
 	return claimed
+}
+
+// claimRun is what claimPipelined claims.
+type claimRun struct {
+	s     settler
+	iv    clock.Interval
+	shard int                // the scan's shard, for Hooks.OnAttempt; -1 for none
+	cands []shards.Candidate // in the order to attempt them
+	// found, if set, is when discovery first listed a task, by id.
+	found func(id string) time.Time
+	// send and take, if set, list ahead under a backlog (see
+	// claimPipelined). send sends the next listing's first LIST (nil: it
+	// could not). take, once that LIST has answered, returns the
+	// listing's candidates less those in busy (the keys under way), the
+	// clock's reading it was sent at (the decisions from then on use it),
+	// and whether it too was cut short (more may be due); the listing
+	// asks for held more than a listing's worth: the keys under way and
+	// the candidates not attempted yet, which it returns again.
+	send func() *shards.Ahead
+	take func(a *shards.Ahead, busy map[string]bool, held int) ([]shards.Candidate, clock.Interval, bool)
+}
+
+// claimPipelined claims the candidates of r in order, with up to
+// min(free slots, maxClaimsInFlight) of them under way at once (see the
+// pipeline above). It returns how many it claimed and the candidates it
+// did not attempt, for lack of room. Not for a worker with rate limits
+// (claimBatch reserves their tokens).
+//
+// Under a backlog (r.send), for at most pipelineFor, it lists ahead: once
+// no more candidates are left than half the claims under way, the next
+// listing's LIST is sent, and taken, in its turn among the steps, when it
+// has answered; its candidates, less those under way, replace what is
+// left (the listing returns those too, as their keys are not settled
+// yet). The claims go on meanwhile, and each listing still brings a full
+// set of slots' worth: as many LISTs per task as a listing made after
+// the last claim.
+func (w *Worker) claimPipelined(ctx context.Context, r claimRun) (claimed int, rest []shards.Candidate) {
+	if !w.ownLeaseHeld(ctx) {
+		// Under direct dispatch, a worker without its own lease claims
+		// nothing (the candidates stay unsettled, for the next listing).
+		return 0, r.cands
+	}
+	// step is one of an attempt's steps on the scheduler: its decision,
+	// once its load has ended, or its outcome, once its claim's has; or
+	// the listing ahead, once its LIST has answered.
+	type step struct {
+		a       *attempt
+		outcome bool
+		list    *shards.Ahead
+	}
+	var (
+		steps     []step              // in the order their requests were sent
+		busy      = map[string]bool{} // the keys under way
+		ids       = map[string]int{}  // their tasks' ids
+		undecided int                 // loads whose decision is still to come: each may take a slot
+		deletes   sync.WaitGroup
+		drops     []*attempt
+		counts    []int
+		began     = w.now()
+		// launched: a candidate of the last listing (or of r.cands) is
+		// under way. A listing whose candidates all wait for a full pool
+		// (or are under way already) is not followed by another.
+		launched bool
+		listing  bool // a listing ahead is under way
+	)
+	cands := r.cands
+	send := r.send
+	// freed: the pipeline took a wake-up of Run's (a slot freed), which
+	// Run gets back when the pipeline ends.
+	freed := false
+	open := func() bool {
+		return len(busy) < maxClaimsInFlight && w.free() > undecided && !w.stopping.Load() && ctx.Err() == nil
+	}
+	// launch starts the loads of the next candidates while slots are free
+	// for them.
+	launch := func() {
+		for len(cands) > 0 && open() {
+			c := cands[0]
+			if ids[c.ID] > 0 {
+				// A task's key and a ready pointer to it: the second waits
+				// for the outcome of the first's claim, as a sequential
+				// claim would (one claim PUT, not a second that loses).
+				return
+			}
+			cands = cands[1:]
+			if w.waitsRefused(c, r.iv) {
+				continue
+			}
+			if h := w.cfg.Hooks.OnAttempt; h != nil && r.shard >= 0 {
+				h(r.shard, c)
+			}
+			a := &attempt{c: c, loaded: make(chan struct{})}
+			if r.found != nil {
+				a.found = r.found(c.ID)
+			}
+			if a.key, a.named = c.TaskKey(); !a.named {
+				// A pointer from before pointers named their task's shard.
+				a.key = c.Key
+				if counts == nil {
+					counts = w.manifest.Counts()
+				}
+			}
+			go func(counts []int) {
+				defer close(a.loaded)
+				w.load(ctx, a, counts)
+			}(counts)
+			busy[c.Key] = true
+			launched = true
+			ids[c.ID]++
+			undecided++
+			steps = append(steps, step{a: a})
+		}
+	}
+	// await waits for a step's request, starting the next candidates'
+	// loads when a slot frees meanwhile. The request's end is looked at
+	// first: a slot freed at the same time must not decide which comes
+	// first (select picks among ready cases at random).
+	await := func(done <-chan struct{}) {
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			select {
+			case <-done:
+				return
+			case <-w.freed:
+				freed = true
+				launch()
+			}
+		}
+	}
+	for {
+		launch()
+		if send != nil && !listing && launched && len(cands) <= len(busy)/2 && (len(cands) > 0 || open()) &&
+			!w.stopping.Load() && ctx.Err() == nil && w.now().Sub(began) < min(pipelineFor, w.cfg.PollMax) {
+			// With no candidate left, only for a free slot: a listing
+			// made while every slot is busy would be held until one
+			// frees, and a task of higher priority submitted meanwhile
+			// would wait behind it.
+			if a := send(); a != nil {
+				listing, launched = true, false
+				steps = append(steps, step{list: a})
+			} else {
+				send = nil
+			}
+		}
+		if len(steps) == 0 {
+			break
+		}
+		st := steps[0]
+		steps = steps[1:]
+		if st.list != nil {
+			await(st.list.Done())
+			listing = false
+			next, iv, capped := r.take(st.list, busy, len(busy)+len(cands))
+			if !capped {
+				send = nil
+			}
+			if next != nil {
+				cands, r.iv = next, iv
+			}
+			continue
+		}
+		a := st.a
+		if !st.outcome {
+			await(a.loaded)
+			undecided--
+			if w.tryClaim(ctx, r.s, a, r.iv) {
+				if a.evicted != nil {
+					// A pending task evicted for this claim (DropOldest)
+					// is released first.
+					w.drop(ctx, a.evicted)
+				}
+				// A claim that landed with its response lost is
+				// recognised by taskio.Update, which reads the object
+				// back: it is ours to run.
+				a.claimed = make(chan struct{})
+				go func() {
+					defer close(a.claimed)
+					a.nv, a.claimErr = w.claim(ctx, a)
+				}()
+			}
+			steps = append(steps, step{a: a, outcome: true})
+			continue
+		}
+		if a.claimed != nil {
+			await(a.claimed)
+		}
+		delete(busy, a.c.Key)
+		ids[a.c.ID]--
+		if w.applyClaim(ctx, r.s, a, r.iv, a.found) {
+			claimed++
+			if t := a.v.Task; t.Priority == task.PriorityHigh && t.Attempt == 1 && !a.c.Pointer && w.direct == nil {
+				// Its first claim, found in a window: the lane entry its
+				// producer may have written (lanes.go) has done its job.
+				// Deleting is free, and a missing entry is no error; one
+				// left by a failure is deleted by the next busy listing
+				// of the lane.
+				lane := shards.LaneKey(t.Shard, t.ID)
+				deletes.Go(func() { _ = w.st.Delete(ctx, lane, s3store.DeleteOptions{}) })
+			}
+		}
+		if a.drop {
+			drops = append(drops, a)
+			deletes.Go(func() { a.dropErr = w.st.Delete(ctx, a.c.Key, s3store.DeleteOptions{}) })
+		}
+	}
+	deletes.Wait()
+	for _, a := range drops {
+		if a.dropErr != nil {
+			// A ready pointer stays for the monitor; an inbox or overflow
+			// entry is listed again and deleted then.
+			w.log.Warn("delete a pointer that has done its job", "key", a.c.Key, "err", a.dropErr)
+		}
+	}
+	if freed {
+		w.roomFreed()
+	}
+	return claimed, cands
 }
 
 // tryClaim decides what to do with a loaded candidate: it settles one that

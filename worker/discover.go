@@ -144,11 +144,13 @@ func (w *Worker) peek(ctx context.Context, list []int, iv clock.Interval, p *pas
 			p.leftover = true
 			continue
 		}
-		cands, err := w.list(ctx, shard, iv, p, 0)
+		cands, capped, err := w.listShard(ctx, shard, iv, p, 0, nil)
 		if err != nil {
 			return err
 		}
-		w.prefetched[shard] = w.relisted(w.prefetched[shard], cands)
+		pf := w.relisted(w.prefetched[shard], cands)
+		pf.capped = capped
+		w.prefetched[shard] = pf
 		p.leftover = p.leftover || len(cands) > 0
 	}
 	return nil
@@ -160,19 +162,28 @@ func (w *Worker) peek(ctx context.Context, list []int, iv clock.Interval, p *pas
 // tells whether work is left behind.
 // extra asks for that many more, to hand off.
 func (w *Worker) list(ctx context.Context, shard int, iv clock.Interval, p *pass, extra int) ([]shards.Candidate, error) {
+	cands, _, err := w.listShard(ctx, shard, iv, p, extra, nil)
+	return cands, err
+}
+
+// listShard is list, its first LIST the one ahead sent (nil: none, see
+// shards.Scan.NextAhead), and reports whether the listing returned all it
+// asked for (more may be due: a backlog).
+func (w *Worker) listShard(ctx context.Context, shard int, iv clock.Interval, p *pass, extra int, ahead *shards.Ahead) ([]shards.Candidate, bool, error) {
 	want := max(w.free(), w.capacity(), int(math.Ceil(w.cfg.PollBatch))) + 1 + extra
 	s := w.scan(shard, iv)
-	cands, err := s.Next(ctx, w.st, iv.Latest, want)
+	cands, err := s.NextAhead(ctx, w.st, iv.Latest, want, ahead)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if h := w.cfg.Hooks.OnWindow; h != nil {
 		h(shard, slices.Clone(s.Window()))
 	}
-	p.capped = p.capped || len(cands) >= want
+	capped := len(cands) >= want
+	p.capped = p.capped || capped
 	p.listed += len(cands)
 	p.lists = true
-	return cands, nil
+	return cands, capped, nil
 }
 
 func (w *Worker) scan(shard int, iv clock.Interval) *shards.Scan {
@@ -191,6 +202,9 @@ func (w *Worker) scan(shard int, iv clock.Interval) *shards.Scan {
 type prefetch struct {
 	at    time.Time // local time of the listing
 	cands []shards.Candidate
+	// capped: the listing returned all it asked for (a backlog): the
+	// pipeline lists ahead once cands are under way.
+	capped bool
 	// seen is when this worker first listed each candidate still held,
 	// by id: where a task's wait for dispatch (queue.wait_ms) starts.
 	seen map[string]time.Time
@@ -229,7 +243,8 @@ func (pf prefetch) fresh(now time.Time, maxAge time.Duration) bool {
 }
 
 // pollShard claims what shard offers, its prefetched candidates or a new
-// listing's, while slots are free, and prefetches the rest.
+// listing's, while slots are free, and prefetches the rest. Under a
+// backlog it lists ahead while it claims (claimPipelined).
 func (w *Worker) pollShard(ctx context.Context, shard int, iv clock.Interval, p *pass) error {
 	s := w.scan(shard, iv)
 	pf := w.prefetched[shard]
@@ -238,29 +253,73 @@ func (w *Worker) pollShard(ctx context.Context, shard int, iv clock.Interval, p 
 		// Candidates prefetched longer than PollMax ago are listed afresh
 		// (they stay unsettled in the scan, so the listing returns them
 		// again).
+		var capped bool
 		var err error
-		if cands, err = w.list(ctx, shard, iv, p, 0); err != nil {
+		if cands, capped, err = w.listShard(ctx, shard, iv, p, 0, nil); err != nil {
 			return err
 		}
 		pf = w.relisted(pf, cands)
+		pf.capped = capped
 	}
-	// Up to maxClaimBatch candidates, no more than the free slots, are
-	// claimed at once (claim.go); one free slot claims one at a time.
-	i := 0
-	for i < len(cands) && w.free() > 0 {
-		n := nextBatch(cands[i:], min(w.free(), maxClaimBatch))
-		if h := w.cfg.Hooks.OnAttempt; h != nil {
-			for _, c := range cands[i : i+n] {
-				h(shard, c)
+	if len(w.limits) > 0 {
+		// Up to maxClaimBatch candidates, no more than the free slots, are
+		// claimed at once, their tokens reserved together (claimBatch);
+		// one free slot claims one at a time.
+		i := 0
+		for i < len(cands) && w.free() > 0 {
+			n := nextBatch(cands[i:], min(w.free(), maxClaimBatch))
+			if h := w.cfg.Hooks.OnAttempt; h != nil {
+				for _, c := range cands[i : i+n] {
+					h(shard, c)
+				}
 			}
+			p.claimed += w.claimBatch(ctx, s, cands[i:i+n], iv, pf.seen)
+			i += n
 		}
-		p.claimed += w.claimBatch(ctx, s, cands[i:i+n], iv, pf.seen)
-		i += n
+		pf.cands = append([]shards.Candidate(nil), cands[i:]...)
+		w.prefetched[shard] = pf
+		p.leftover = p.leftover || len(pf.cands) > 0
+		return nil
 	}
-	pf.cands = append([]shards.Candidate(nil), cands[i:]...)
+	var listErr error
+	r := claimRun{s: s, iv: iv, shard: shard, cands: cands, found: func(id string) time.Time { return pf.seen[id] }}
+	if pf.capped {
+		var at clock.Interval // the clock's reading the listing ahead is sent at
+		r.send = func() *shards.Ahead {
+			// A pipeline runs for up to pipelineFor: the clock is read
+			// again (for free, while responses flow), so that the
+			// listing and the claims see what is due now.
+			var err error
+			if at, err = w.clock.Now(ctx); err != nil {
+				listErr = err
+				return nil
+			}
+			return s.ListAhead(ctx, w.st, at.Latest)
+		}
+		r.take = func(a *shards.Ahead, busy map[string]bool, held int) ([]shards.Candidate, clock.Interval, bool) {
+			cands, capped, err := w.listShard(ctx, shard, at, p, held, a)
+			if err != nil {
+				listErr = err
+				return nil, at, false
+			}
+			next := make([]shards.Candidate, 0, len(cands))
+			for _, c := range cands {
+				if !busy[c.Key] {
+					next = append(next, c)
+				}
+			}
+			p.listed -= len(cands) - len(next) // not arrivals
+			pf = w.relisted(pf, next)
+			pf.capped = capped
+			return next, at, capped
+		}
+	}
+	n, rest := w.claimPipelined(ctx, r)
+	p.claimed += n
+	pf.cands = append([]shards.Candidate(nil), rest...)
 	w.prefetched[shard] = pf
 	p.leftover = p.leftover || len(pf.cands) > 0
-	return nil
+	return listErr
 }
 
 // reportLoad logs a failed load and reports whether the object is settled

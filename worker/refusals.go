@@ -158,12 +158,10 @@ func (w *Worker) skipRefused(batch []shards.Candidate, iv clock.Interval) []shar
 	}
 	var out []shards.Candidate
 	for i, c := range batch {
-		f, ok := w.refused.get(c.Key, c.ETag)
-		if ok && !w.pausedType(f.typ) && (f.deadline.IsZero() || !iv.Earliest.After(f.deadline)) && f.pool.places() == 0 {
+		if w.waitsRefused(c, iv) {
 			if out == nil {
 				out = append(make([]shards.Candidate, 0, len(batch)), batch[:i]...)
 			}
-			w.blocked[f.pool]++
 			continue
 		}
 		if out != nil {
@@ -174,4 +172,15 @@ func (w *Worker) skipRefused(batch []shards.Candidate, iv clock.Interval) []shar
 		return batch
 	}
 	return out
+}
+
+// waitsRefused reports whether c is left unread, and counts it as
+// waiting, as skipRefused leaves a candidate out.
+func (w *Worker) waitsRefused(c shards.Candidate, iv clock.Interval) bool {
+	f, ok := w.refused.get(c.Key, c.ETag)
+	if ok && !w.pausedType(f.typ) && (f.deadline.IsZero() || !iv.Earliest.After(f.deadline)) && f.pool.places() == 0 {
+		w.blocked[f.pool]++
+		return true
+	}
+	return false
 }
