@@ -145,8 +145,14 @@ func TestBlockClaimsOnlyForFreeHandlers(t *testing.T) {
 		}
 		close(s.release)
 		s.w.Wait()
-		if n := s.poll(t); n != 2 {
-			t.Errorf("after the handlers freed up, claimed %d, want 2", n)
+		// The three left, two free handlers: two claims, and a third if
+		// one of those handlers (released now, it returns at once) ended
+		// while the poll's pipeline was still claiming. Never one pending.
+		if n := s.poll(t); n < 2 || n > 3 {
+			t.Errorf("after the handlers freed up, claimed %d, want 2 (or 3, one handler having ended meanwhile)", n)
+		}
+		if q := s.state("default"); q.Pending != 0 {
+			t.Errorf("gauges %+v: under block nothing is claimed ahead of a free handler", q)
 		}
 		s.w.Wait()
 	})

@@ -108,6 +108,16 @@ func (w *Worker) sweepDrainShards(ctx context.Context, now time.Time) time.Durat
 		}
 		p := w.pollShards(ctx, []int{s}, false)
 		n, err := p.claimed, p.err
+		if p.full && !p.lists && n == 0 {
+			// Not swept: every slot was busy. That is no sign the shard
+			// is empty, so its back-off does not grow; it is swept at a
+			// step once a slot frees (a task that landed there just
+			// before it stopped being active waited 25 s otherwise,
+			// behind the member's own backlog).
+			sw.next[s] = now.Add(w.cfg.PollMin)
+			wait = min(wait, w.cfg.PollMin)
+			continue
+		}
 		if err != nil && ctx.Err() == nil {
 			// Back off as if empty: the shard's leftovers wait for the
 			// next sweep, or the monitor's repair.
