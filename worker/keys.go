@@ -79,7 +79,7 @@ var ConfigKeys = &settings.Section[Config]{
 		settings.Duration("sleep_after", func(c *Config) *time.Duration { return &c.SleepAfter }, 30*time.Second,
 			"The last member puts the fleet to sleep after this long without finding work; an elastic one then leaves it, and the standbys' turns watch the doorbell.").
 			Must(settings.Positive),
-		settings.Duration("bell_poll", func(c *Config) *time.Duration { return &c.BellPoll }, 1250*time.Millisecond,
+		settings.Duration("bell_poll", func(c *Config) *time.Duration { return &c.BellPoll }, 1500*time.Millisecond,
 			"How often a sleeping fleet reads its doorbell: its standbys take turns, once per bell_poll fleet-wide, and the first to read a ring answers it (a dedicated member asleep reads it itself this often). The first task after idle is claimed about bell_poll / 2 after its submit.").
 			Economy(30 * time.Second).Must(settings.Positive),
 		settings.Duration("sleep_scan", func(c *Config) *time.Duration { return &c.SleepScan }, 10*time.Minute,

@@ -49,7 +49,7 @@ func TestDefaultsMatchTheServices(t *testing.T) {
 		Concurrency: 4, QueuePolicy: worker.Block, CrashPolicy: worker.CrashFail, PollMin: 200 * time.Millisecond, PollMax: 5 * time.Second, PollMultiplier: 2, PollBatch: 3,
 		ScanLag: 5 * time.Second, ScanLookback: time.Hour, LeaseMargin: 2 * time.Second, ShutdownGrace: 30 * time.Second,
 		MemberTTL: 30 * time.Second, StandbyPoll: time.Second, IdleLeave: time.Minute, SleepAfter: 30 * time.Second,
-		BellPoll: 1250 * time.Millisecond, SleepScan: 10 * time.Minute, AwakeGrace: 5 * time.Second, DrainMax: 10 * time.Minute,
+		BellPoll: 1500 * time.Millisecond, SleepScan: 10 * time.Minute, AwakeGrace: 5 * time.Second, DrainMax: 10 * time.Minute,
 		MaxShards: 256, ReshardAfter: time.Minute, RootMembers: 16, PauseCheckInterval: 10 * time.Second,
 		ResultInlineMax: task.MaxResultBytes, MaxResultBytes: 4 << 20,
 		DispatchMode: shards.DispatchShared, DiscoveryTTL: 30 * time.Second,
