@@ -57,8 +57,7 @@ submit_n() { for _ in $(seq "$1"); do echo '{"type":"job","input":{}}'; done | "
 case "$what" in
 backlog | burst)
 	W=${W:-8}
-	D=${D:-0.3}
-	[[ $what == burst ]] && D=${D:-0.5}
+	if [[ $what == burst ]]; then D=${D:-0.5}; else D=${D:-0.3}; fi
 	N=${N:-160}
 	submit_n "$N"
 	start=$(now)

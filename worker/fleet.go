@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sort"
 	"time"
@@ -169,6 +170,11 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 		f := m.fleet
 		turn := m.slot // the turn this read was, before the next is planned
 		m.standbyWait = w.standbyWait(f, iv, now)
+		if w.log.Enabled(ctx, slog.LevelDebug) {
+			rank, of := w.turn(f)
+			w.log.Debug("standing by", "rank", rank, "of", of, "next_read_in", m.standbyWait, "asleep", f.Asleep,
+				"serving", len(f.Serving(iv, margin)), "want", f.Want)
+		}
 		if me, ok := f.Member(w.cfg.ID); ok && me.Leased && !m.applied.IsZero() {
 			return w.admitted(ctx, now, iv, f, me)
 		}
@@ -482,6 +488,11 @@ func (w *Worker) updateFleet(ctx context.Context, change func(*shards.Fleet) boo
 // second, from the fleet as it has grown.
 func (w *Worker) want(n, live int) int {
 	need := max(1, (w.fleet.backlogSeen+w.capacity()-1)/max(1, w.capacity()))
+	// No more than the fleet's standbys can bring (a standby not yet in
+	// the roster counts as one): a backlog of thousands must not ask for
+	// thousands of members, and the automatic reshard must not grow the
+	// shard count for members that do not exist.
+	need = min(need, max(1, len(w.fleet.fleet.Standbys)))
 	want := max(1, live) + need
 	if !w.mayGrow(n) {
 		return min(n, want)

@@ -108,17 +108,21 @@ func pruneRoster(f *shards.Fleet, iv clock.Interval, margin time.Duration) {
 }
 
 // watchSpacing is the fleet-wide interval between two standbys' reads of
-// fleet f: BellPoll while it sleeps with no member serving (the turns are
-// its doorbell), StandbyPoll × asleepStandby while a member sleeps at the
-// doorbell itself (a dedicated one), else StandbyPoll.
+// fleet f: StandbyPoll while it is awake, StandbyPoll × asleepStandby while
+// a dedicated member sleeps at the doorbell itself, else BellPoll (the
+// turns are its doorbell).
 func (w *Worker) watchSpacing(f shards.Fleet, iv clock.Interval) time.Duration {
-	switch {
-	case f.Asleep && len(f.Serving(iv, w.cfg.LeaseMargin)) == 0:
-		return w.cfg.BellPoll
-	case f.Asleep:
-		return w.cfg.StandbyPoll * asleepStandby
+	if !f.Asleep {
+		return w.cfg.StandbyPoll
 	}
-	return w.cfg.StandbyPoll
+	for _, m := range f.Serving(iv, w.cfg.LeaseMargin) {
+		if m.Dedicated {
+			return w.cfg.StandbyPoll * asleepStandby
+		}
+	}
+	// No member, or an elastic one about to leave the sleeping fleet to
+	// the turns (its grace): the turns are the doorbell.
+	return w.cfg.BellPoll
 }
 
 // turn returns this standby's place in f's turns: its rank among n
