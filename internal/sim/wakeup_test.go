@@ -1,0 +1,162 @@
+package sim
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// wakeupOptions are the report's settings for a fleet of workers: one
+// shard per worker (16 for 10), the bucket pre-partitioned as the scale
+// grid's (reportOptions), seed 1.
+func wakeupOptions(workers int, variant string) WakeupOptions {
+	shards := max(16, workers)
+	return WakeupOptions{Variant: variant, Workers: workers, Shards: shards, Seed: 1,
+		Model: reportOptions(workers, shards).Model}
+}
+
+// runWakeup runs one wake-up run in a synctest bubble of its own.
+func runWakeup(t *testing.T, opts WakeupOptions) WakeupResult {
+	t.Helper()
+	var res WakeupResult
+	synctest.Test(t, func(t *testing.T) {
+		var err error
+		if res, err = Wakeup(opts); err != nil {
+			t.Fatal(err)
+		}
+	})
+	return res
+}
+
+const wakeupHeader = "WAKEUP | workers | variant | at backlog: members/standbys/asleep | tasks | submitted in | first claim | 50% joined | 90% joined | 100% joined | 50% busy | 90% busy | 100% busy | busy | makespan | ideal | PUT | GET | HEAD | LIST | DELETE | fleet share | $ | 503s | idle req/h (fleet) | wall"
+
+func wakeupRow(r WakeupResult, wall time.Duration) string {
+	s := func(d time.Duration) string {
+		if d < 0 {
+			return "never"
+		}
+		return fmt.Sprintf("%.1fs", d.Seconds())
+	}
+	q := r.Requests
+	share := 0.0
+	if q.Total() > 0 {
+		share = r.Fleet.Total() / q.Total()
+	}
+	return strings.Join([]string{"WAKEUP", fmt.Sprint(r.Options.Workers), r.Options.Variant,
+		fmt.Sprintf("%d/%d/%v", r.Members, r.Standbys, r.Asleep), fmt.Sprint(r.Tasks), s(r.Submitted),
+		s(r.FirstClaim), s(r.Joined50), s(r.Joined90), s(r.Joined100), s(r.Busy50), s(r.Busy90), s(r.Busy100), fmt.Sprintf("%d/%d", r.Busy, r.Options.Workers),
+		s(r.Makespan), s(r.Ideal),
+		fmt.Sprintf("%.0f", q.PUT), fmt.Sprintf("%.0f", q.GET), fmt.Sprintf("%.0f", q.HEAD), fmt.Sprintf("%.0f", q.LIST), fmt.Sprintf("%.0f", q.DELETE),
+		fmt.Sprintf("%.0f%%", 100*share), fmt.Sprintf("$%.4f", r.Dollars), fmt.Sprint(r.SlowDowns),
+		fmt.Sprintf("%.0f (%.0f)", r.IdlePerHour.Total(), r.IdleFleetPerHour.Total()), fmt.Sprintf("%.0fs", wall.Seconds())}, " | ")
+}
+
+// Ten elastic workers that slept are all at work within 15 s of a backlog
+// appearing (issue 24). The bound from the design: the first standby to
+// read the ring joins within bell_poll (1.25 s) of it, its first listing
+// sees a backlog of many sets of slots and asks at once for members sized
+// to it, and the standbys, taking turns, read the ask once per
+// standby_poll (1 s) fleet-wide: nine more joins in about 9 s, each given
+// work by the hand-off within a second of joining (a look once a second)
+// or by the producers' next routes. 1.25 + 9 + 2 s, and a little for the
+// requests: 15 s. The fleet before the roster (5e44086) took 30 s and more:
+// its standbys each read every 25 s.
+func TestWakeupSmallFleetIsBusySoon(t *testing.T) {
+	res := runWakeup(t, wakeupOptions(10, WakeAsleep))
+	t.Log(wakeupRow(res, 0))
+	t.Logf("members by second: %v", res.MembersBySecond)
+	if !res.Asleep || res.Members > 1 {
+		t.Errorf("the fleet met the backlog with %d members, asleep %v: want it asleep", res.Members, res.Asleep)
+	}
+	if res.FirstClaim < 0 || res.FirstClaim > 5*time.Second {
+		t.Errorf("first claim %v after the first submit, want within a few seconds (bell_poll is 1.25 s)", res.FirstClaim)
+	}
+	if res.Busy100 < 0 || res.Busy100 > 15*time.Second {
+		t.Errorf("every worker busy after %v (%d of %d ever): want within 15 s", res.Busy100, res.Busy, res.Options.Workers)
+	}
+	if res.Makespan < 0 {
+		t.Errorf("%d of %d tasks done within %v", res.Done, res.Tasks, res.Options.Limit)
+	}
+}
+
+// TestWakeupReport measures how soon an elastic fleet is at work on a
+// backlog (docs/scale.md, "Waking a fleet on a backlog"): fleets of 10,
+// 100 and 1,000 workers, asleep, awake and started on the backlog.
+//
+//	S3QUEUE_SCALE=1 go test ./internal/sim -run TestWakeupReport -timeout 120m -v | grep ^WAKEUP
+//	S3QUEUE_SCALE=1 S3QUEUE_WAKE_SIZES=1000 S3QUEUE_WAKE_VARIANTS=asleep go test ./internal/sim -run TestWakeupReport -timeout 60m -v
+func TestWakeupReport(t *testing.T) {
+	if os.Getenv("S3QUEUE_SCALE") == "" {
+		t.Skip("set S3QUEUE_SCALE=1 to run the wake-up report (tens of minutes on 2 cores)")
+	}
+	defer scaleRuntime()()
+	sizes := []int{10, 100, 1000}
+	if s := os.Getenv("S3QUEUE_WAKE_SIZES"); s != "" {
+		sizes = nil
+		for _, f := range strings.Split(s, ",") {
+			n, err := strconv.Atoi(f)
+			if err != nil {
+				t.Fatalf("S3QUEUE_WAKE_SIZES=%q: %v", s, err)
+			}
+			sizes = append(sizes, n)
+		}
+	}
+	variants := []string{WakeAsleep, WakeAwake, WakeCold}
+	if s := os.Getenv("S3QUEUE_WAKE_VARIANTS"); s != "" {
+		variants = strings.Split(s, ",")
+	}
+	fmt.Println(wakeupHeader)
+	for _, n := range sizes {
+		for _, v := range variants {
+			began := time.Now()
+			res := runWakeup(t, wakeupOptions(n, v))
+			fmt.Println(wakeupRow(res, time.Since(began)))
+			fmt.Printf("WAKEDETAIL workers=%d variant=%s at=%v members-by-second=%v requests=%v fleet=%v submit-errors=%d done=%d\n",
+				n, v, res.At, res.MembersBySecond, res.Requests, res.Fleet, res.SubmitErrors, res.Done)
+		}
+	}
+}
+
+// TestWakeupTrace writes one wake-up run's trace (the workers' events and
+// debug logs) to S3QUEUE_WAKE_TRACE: S3QUEUE_WAKE_RUN=10/asleep (workers/variant)
+// and S3QUEUE_WAKE_SEED pick the run.
+func TestWakeupTrace(t *testing.T) {
+	name := os.Getenv("S3QUEUE_WAKE_TRACE")
+	if name == "" {
+		t.Skip("set S3QUEUE_WAKE_TRACE=FILE to trace a wake-up run")
+	}
+	n, v := 10, WakeAsleep
+	if s := os.Getenv("S3QUEUE_WAKE_SEEDS"); s != "" {
+		// A sweep of seeds 1..N, no trace.
+		seeds, _ := strconv.Atoi(s)
+		for seed := 1; seed <= seeds; seed++ {
+			for _, v := range []string{WakeAsleep, WakeAwake, WakeCold} {
+				o := wakeupOptions(n, v)
+				o.Seed = uint64(seed)
+				fmt.Printf("seed %d %s\n", seed, wakeupRow(runWakeup(t, o), 0))
+			}
+		}
+		return
+	}
+	if s := os.Getenv("S3QUEUE_WAKE_RUN"); s != "" {
+		if _, err := fmt.Sscanf(strings.Replace(s, "/", " ", 1), "%d %s", &n, &v); err != nil {
+			t.Fatalf("S3QUEUE_WAKE_RUN=%q: %v", s, err)
+		}
+	}
+	opts := wakeupOptions(n, v)
+	if seed, ok := envInt(t, "S3QUEUE_WAKE_SEED"); ok {
+		opts.Seed = uint64(seed)
+	}
+	f, err := os.Create(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	opts.Trace = f
+	res := runWakeup(t, opts)
+	fmt.Println(wakeupRow(res, 0))
+}
