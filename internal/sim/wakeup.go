@@ -62,18 +62,22 @@ type WakeupOptions struct {
 	// Spread: workers start spread over this long (default 3 s; 1 s for
 	// WakeCold, started together).
 	Spread time.Duration
-	// Settle is how long after the last worker started the backlog
-	// appears (WakeAsleep; default 2 min). WakeAwake waits from 31 s after
-	// the last start for the first second with one member, awake, up to
-	// Settle.
+	// Settle bounds the wait for the fleet's state before the backlog
+	// (default 5 min after the last worker started). WakeAsleep waits
+	// from 30 s after the last start for the first second the fleet
+	// object says asleep with at most one member, then a minute more;
+	// WakeAwake waits from 31 s after the last start for the first second
+	// with one member, awake.
 	Settle time.Duration
-	// Limit bounds the episode (default 10 min of virtual time): what is
+	// Limit bounds the episode (default 15 min of virtual time): what is
 	// not done by then is reported as not done.
 	Limit time.Duration
 	// Seed draws the service times, the start times and every process's ids.
 	Seed uint64
 	// Model configures the modelled S3.
 	Model S3ModelConfig
+	// Progress, if set, gets a line every 30 s of the episode.
+	Progress io.Writer
 	// Trace, if set, gets the workers' events and debug logs, one line
 	// each, stamped with the virtual time since the run began.
 	Trace io.Writer
@@ -108,10 +112,10 @@ func (o *WakeupOptions) fill() {
 		}
 	}
 	if o.Settle == 0 {
-		o.Settle = 2 * time.Minute
+		o.Settle = 5 * time.Minute
 	}
 	if o.Limit == 0 {
-		o.Limit = 10 * time.Minute
+		o.Limit = 15 * time.Minute
 	}
 }
 
@@ -253,8 +257,17 @@ func Wakeup(opts WakeupOptions) (WakeupResult, error) {
 		lastStart := began.Add(opts.Spread)
 		switch opts.Variant {
 		case WakeAsleep:
-			// The minute before the backlog: what the sleeping fleet costs.
-			time.Sleep(time.Until(lastStart.Add(opts.Settle - time.Minute)))
+			// Until the fleet object says asleep, with at most one member
+			// (a sleeping member at the doorbell, as older commits keep;
+			// none once it dozed off), then a minute more: what the
+			// sleeping fleet costs.
+			time.Sleep(time.Until(lastStart.Add(30 * time.Second)))
+			for time.Since(lastStart) < opts.Settle-time.Minute {
+				if f := r.fleet(); f.Asleep && len(f.Members) <= 1 {
+					break
+				}
+				time.Sleep(time.Second)
+			}
 			idle := sr.counts.snapshot()
 			time.Sleep(time.Minute)
 			d := sr.counts.snapshot().sub(idle)
@@ -294,6 +307,12 @@ func Wakeup(opts WakeupOptions) (WakeupResult, error) {
 	for time.Since(t0) < opts.Limit {
 		time.Sleep(time.Second)
 		res.MembersBySecond = append(res.MembersBySecond, r.members())
+		if opts.Progress != nil && len(res.MembersBySecond)%30 == 0 {
+			r.mu.Lock()
+			fmt.Fprintf(opts.Progress, "wake-up %d/%s: %v into the episode, %d members, %d workers busy, %d of %d tasks done\n",
+				opts.Workers, opts.Variant, time.Since(t0), res.MembersBySecond[len(res.MembersBySecond)-1], len(r.firstStart), len(r.done), opts.tasks())
+			r.mu.Unlock()
+		}
 		r.mu.Lock()
 		finished := len(r.done) >= opts.tasks()
 		r.mu.Unlock()
