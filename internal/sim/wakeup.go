@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -149,11 +150,14 @@ type WakeupResult struct {
 	Done            int
 	Makespan, Ideal time.Duration
 	MembersBySecond []int // members sampled each second of the episode
-	SubmitErrors    int
-	SlowDowns       int
-	Requests        cost.Requests // the episode's, every process's
-	Fleet           cost.Requests // of them, on fleet.json and fleet/leases/
-	Dollars         float64
+	// Left says where the tasks not done at the end were (shard, status,
+	// the shard's member), when some were not.
+	Left         string
+	SubmitErrors int
+	SlowDowns    int
+	Requests     cost.Requests // the episode's, every process's
+	Fleet        cost.Requests // of them, on fleet.json and fleet/leases/
+	Dollars      float64
 	// IdlePerHour: the sleeping fleet's requests (every process's) per
 	// hour, over the minute before the backlog (WakeAsleep);
 	// IdleFleetPerHour those on the fleet's objects.
@@ -183,7 +187,7 @@ func Wakeup(opts WakeupOptions) (WakeupResult, error) {
 	// sources draw ids. Every process's requests on the fleet's objects
 	// count as the fleet's here, producers' reads too.
 	sr := &scaleRun{opts: ScaleOptions{Seed: opts.Seed}, srv: srv}
-	r := &wakeRun{opts: opts, sr: sr, began: began, firstStart: make(map[string]time.Time), joined: make(map[string]time.Time),
+	r := &wakeRun{opts: opts, sr: sr, began: began, firstStart: make(map[string]time.Time), acked: make(map[string]bool), joined: make(map[string]time.Time),
 		ids: make(map[*worker.Worker]string), done: make(map[string]bool)}
 	store := func(proc string) *countingStore { return sr.store(proc, true) }
 	ctx, cancel := context.WithCancel(context.Background())
@@ -310,11 +314,11 @@ func Wakeup(opts WakeupOptions) (WakeupResult, error) {
 		if opts.Progress != nil && len(res.MembersBySecond)%30 == 0 {
 			r.mu.Lock()
 			fmt.Fprintf(opts.Progress, "wake-up %d/%s: %v into the episode, %d members, %d workers busy, %d of %d tasks done\n",
-				opts.Workers, opts.Variant, time.Since(t0), res.MembersBySecond[len(res.MembersBySecond)-1], len(r.firstStart), len(r.done), opts.tasks())
+				opts.Workers, opts.Variant, time.Since(t0), res.MembersBySecond[len(res.MembersBySecond)-1], len(r.firstStart), r.ackedDone, opts.tasks())
 			r.mu.Unlock()
 		}
 		r.mu.Lock()
-		finished := len(r.done) >= opts.tasks()
+		finished := r.ackedDone >= opts.tasks()
 		r.mu.Unlock()
 		if finished {
 			break
@@ -322,10 +326,10 @@ func Wakeup(opts WakeupOptions) (WakeupResult, error) {
 	}
 	r.mu.Lock()
 	end, endCounts := r.lastDone, r.endCounts
-	if len(r.done) < opts.tasks() {
+	if r.ackedDone < opts.tasks() {
 		end, endCounts = time.Time{}, sr.counts.snapshot()
 	}
-	res.Done, res.SubmitErrors = len(r.done), r.submitErr
+	res.Done, res.SubmitErrors = r.ackedDone, r.submitErr
 	res.Submitted = r.lastAck.Sub(t0)
 	if !r.firstClaim.IsZero() {
 		res.FirstClaim = r.firstClaim.Sub(t0)
@@ -357,6 +361,9 @@ func Wakeup(opts WakeupOptions) (WakeupResult, error) {
 	res.Makespan = -1
 	if !end.IsZero() {
 		res.Makespan = end.Sub(t0)
+	}
+	if res.Done < res.Tasks {
+		res.Left = r.left()
 	}
 	res.SlowDowns = srv.Counts()["slowdown"] - beforeSlow
 	d := endCounts.sub(before)
@@ -393,6 +400,8 @@ type wakeRun struct {
 	lastDone   time.Time
 	endCounts  countsSnapshot // the counts when the last task succeeded
 	lastAck    time.Time
+	acked      map[string]bool // tasks acknowledged to their producers
+	ackedDone  int             // of them, those that succeeded
 	submitErr  int
 	workers    []*worker.Worker
 	ids        map[*worker.Worker]string
@@ -457,17 +466,23 @@ func (r *wakeRun) event(id string, e worker.Event) {
 	case "succeeded":
 		if !r.done[e.TaskID] {
 			r.done[e.TaskID] = true
-			if len(r.done) == r.opts.tasks() {
+			if r.acked[e.TaskID] {
+				r.ackedDone++
+			}
+			if r.ackedDone == r.opts.tasks() {
 				r.lastDone, r.endCounts = now, r.sr.counts.snapshot()
 			}
 		}
 	}
 }
 
-// produce submits n tasks, one Submit at a time, as fast as p can.
+// produce submits n tasks, one Submit at a time, as fast as p can. A
+// submit that fails (the modelled S3's 503s, past the producer's own
+// retries) is tried again 200 ms later, as an application would: the
+// backlog is n tasks acknowledged.
 func (r *wakeRun) produce(ctx context.Context, p *producer.Producer, n int) {
-	for range n {
-		_, err := p.Submit(ctx, taskType, json.RawMessage(`{"n":1}`), producer.Options{})
+	for n > 0 {
+		id, err := p.Submit(ctx, taskType, json.RawMessage(`{"n":1}`), producer.Options{})
 		if ctx.Err() != nil {
 			return
 		}
@@ -475,9 +490,24 @@ func (r *wakeRun) produce(ctx context.Context, p *producer.Producer, n int) {
 		if err != nil {
 			r.submitErr++
 		} else {
+			n--
 			r.lastAck = time.Now()
+			r.acked[id] = true
+			if r.done[id] {
+				r.ackedDone++
+				if r.ackedDone == r.opts.tasks() {
+					r.lastDone, r.endCounts = r.lastAck, r.sr.counts.snapshot()
+				}
+			}
 		}
 		r.mu.Unlock()
+		if err != nil {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
 	}
 }
 
@@ -516,4 +546,55 @@ func (w *traceWriter) Write(p []byte) (int, error) {
 	w.r.mu.Lock()
 	defer w.r.mu.Unlock()
 	return w.r.opts.Trace.Write(p)
+}
+
+// left summarizes the tasks not done at the end: by shard and status,
+// with the member polling the shard, the largest groups first.
+func (r *wakeRun) left() string {
+	type group struct {
+		shard  int
+		status task.Status
+	}
+	counts := make(map[group]int)
+	total := 0
+	r.mu.Lock()
+	for key, body := range r.sr.srv.Objects("tasks/") {
+		shard, id, err := task.ParseKey(key)
+		if err != nil || r.done[id] {
+			continue
+		}
+		var t task.Task
+		json.Unmarshal(body, &t)
+		counts[group{shard, t.Status}]++
+		total++
+	}
+	owner := make(map[int]string)
+	for _, wk := range r.workers {
+		if m, a := wk.Member(); m {
+			for _, s := range a.Own {
+				owner[s] = r.ids[wk]
+			}
+		}
+	}
+	r.mu.Unlock()
+	groups := slices.Collect(maps.Keys(counts))
+	slices.SortFunc(groups, func(a, b group) int {
+		if counts[a] != counts[b] {
+			return counts[b] - counts[a]
+		}
+		return a.shard - b.shard
+	})
+	out := fmt.Sprintf("%d tasks not done:", total)
+	for i, g := range groups {
+		if i == 8 {
+			out += fmt.Sprintf(" and %d more groups", len(groups)-i)
+			break
+		}
+		m := owner[g.shard]
+		if m == "" {
+			m = "no member"
+		}
+		out += fmt.Sprintf(" shard %d %s %d (%s);", g.shard, g.status, counts[g], m)
+	}
+	return out
 }

@@ -32,7 +32,7 @@ func runWakeup(t *testing.T, opts WakeupOptions) WakeupResult {
 	return res
 }
 
-const wakeupHeader = "WAKEUP | workers | variant | at backlog: members/standbys/asleep | tasks | submitted in | first claim | 50% joined | 90% joined | 100% joined | 50% busy | 90% busy | 100% busy | busy | makespan | ideal | PUT | GET | HEAD | LIST | DELETE | fleet share | $ | 503s | idle req/h (fleet) | wall"
+const wakeupHeader = "WAKEUP | workers | variant | at backlog: members/standbys/asleep | tasks | submitted in | first claim | 50% joined | 90% joined | 100% joined | 50% busy | 90% busy | 100% busy | busy | makespan | ideal | PUT | GET | HEAD | LIST | DELETE | fleet share | $ | 503s | submit errors | idle req/h (fleet) | wall"
 
 func wakeupRow(r WakeupResult, wall time.Duration) string {
 	s := func(d time.Duration) string {
@@ -51,7 +51,7 @@ func wakeupRow(r WakeupResult, wall time.Duration) string {
 		s(r.FirstClaim), s(r.Joined50), s(r.Joined90), s(r.Joined100), s(r.Busy50), s(r.Busy90), s(r.Busy100), fmt.Sprintf("%d/%d", r.Busy, r.Options.Workers),
 		s(r.Makespan), s(r.Ideal),
 		fmt.Sprintf("%.0f", q.PUT), fmt.Sprintf("%.0f", q.GET), fmt.Sprintf("%.0f", q.HEAD), fmt.Sprintf("%.0f", q.LIST), fmt.Sprintf("%.0f", q.DELETE),
-		fmt.Sprintf("%.0f%%", 100*share), fmt.Sprintf("$%.4f", r.Dollars), fmt.Sprint(r.SlowDowns),
+		fmt.Sprintf("%.0f%%", 100*share), fmt.Sprintf("$%.4f", r.Dollars), fmt.Sprint(r.SlowDowns), fmt.Sprint(r.SubmitErrors),
 		fmt.Sprintf("%.0f (%.0f)", r.IdlePerHour.Total(), r.IdleFleetPerHour.Total()), fmt.Sprintf("%.0fs", wall.Seconds())}, " | ")
 }
 
@@ -127,6 +127,8 @@ func TestWakeupSmallFleetIsBusySoon(t *testing.T) {
 //
 //	S3QUEUE_SCALE=1 go test ./internal/sim -run TestWakeupReport -timeout 120m -v | grep ^WAKEUP
 //	S3QUEUE_SCALE=1 S3QUEUE_WAKE_SIZES=1000 S3QUEUE_WAKE_VARIANTS=asleep go test ./internal/sim -run TestWakeupReport -timeout 60m -v
+//
+// S3QUEUE_WAKE_LIMIT (a duration) bounds each episode (default 15m).
 func TestWakeupReport(t *testing.T) {
 	if os.Getenv("S3QUEUE_SCALE") == "" {
 		t.Skip("set S3QUEUE_SCALE=1 to run the wake-up report (tens of minutes on 2 cores)")
@@ -153,10 +155,17 @@ func TestWakeupReport(t *testing.T) {
 			began := time.Now()
 			opts := wakeupOptions(n, v)
 			opts.Progress = os.Stderr
+			if s := os.Getenv("S3QUEUE_WAKE_LIMIT"); s != "" {
+				d, err := time.ParseDuration(s)
+				if err != nil {
+					t.Fatalf("S3QUEUE_WAKE_LIMIT=%q: %v", s, err)
+				}
+				opts.Limit = d
+			}
 			res := runWakeup(t, opts)
 			fmt.Println(wakeupRow(res, time.Since(began)))
-			fmt.Printf("WAKEDETAIL workers=%d variant=%s at=%v members-by-second=%v requests=%v fleet=%v submit-errors=%d done=%d\n",
-				n, v, res.At, res.MembersBySecond, res.Requests, res.Fleet, res.SubmitErrors, res.Done)
+			fmt.Printf("WAKEDETAIL workers=%d variant=%s at=%v members-by-second=%v requests=%v fleet=%v submit-errors=%d done=%d %s\n",
+				n, v, res.At, res.MembersBySecond, res.Requests, res.Fleet, res.SubmitErrors, res.Done, res.Left)
 		}
 	}
 }
