@@ -64,7 +64,7 @@ type WakeupOptions struct {
 	// WakeCold, started together).
 	Spread time.Duration
 	// Settle bounds the wait for the fleet's state before the backlog
-	// (default 5 min after the last worker started). WakeAsleep waits
+	// (default 20 min after the last worker started). WakeAsleep waits
 	// from 30 s after the last start for the first second the fleet
 	// object says asleep with at most one member, then a minute more;
 	// WakeAwake waits from 31 s after the last start for the first second
@@ -113,7 +113,7 @@ func (o *WakeupOptions) fill() {
 		}
 	}
 	if o.Settle == 0 {
-		o.Settle = 5 * time.Minute
+		o.Settle = 20 * time.Minute
 	}
 	if o.Limit == 0 {
 		o.Limit = 15 * time.Minute

@@ -125,10 +125,11 @@ func TestWakeupSmallFleetIsBusySoon(t *testing.T) {
 // backlog (docs/scale.md, "Waking a fleet on a backlog"): fleets of 10,
 // 100 and 1,000 workers, asleep, awake and started on the backlog.
 //
-//	S3QUEUE_SCALE=1 go test ./internal/sim -run TestWakeupReport -timeout 120m -v | grep ^WAKEUP
+//	S3QUEUE_SCALE=1 go test ./internal/sim -run TestWakeupReport -timeout 300m -v | grep ^WAKEUP
 //	S3QUEUE_SCALE=1 S3QUEUE_WAKE_SIZES=1000 S3QUEUE_WAKE_VARIANTS=asleep go test ./internal/sim -run TestWakeupReport -timeout 60m -v
 //
-// S3QUEUE_WAKE_LIMIT (a duration) bounds each episode (default 15m).
+// S3QUEUE_WAKE_LIMIT (a duration) bounds each episode (default 15m),
+// S3QUEUE_WAKE_SETTLE the wait for the fleet's state before it (default 20m).
 func TestWakeupReport(t *testing.T) {
 	if os.Getenv("S3QUEUE_SCALE") == "" {
 		t.Skip("set S3QUEUE_SCALE=1 to run the wake-up report (tens of minutes on 2 cores)")
@@ -161,6 +162,13 @@ func TestWakeupReport(t *testing.T) {
 					t.Fatalf("S3QUEUE_WAKE_LIMIT=%q: %v", s, err)
 				}
 				opts.Limit = d
+			}
+			if s := os.Getenv("S3QUEUE_WAKE_SETTLE"); s != "" {
+				d, err := time.ParseDuration(s)
+				if err != nil {
+					t.Fatalf("S3QUEUE_WAKE_SETTLE=%q: %v", s, err)
+				}
+				opts.Settle = d
 			}
 			res := runWakeup(t, opts)
 			fmt.Println(wakeupRow(res, time.Since(began)))
