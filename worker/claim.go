@@ -664,7 +664,7 @@ func (w *Worker) drop(ctx context.Context, r *run) {
 	// Announced to a member that is not busy, if the fleet has one: it
 	// finds the task at its next poll.
 	if iv, err := w.clock.Now(ctx); err == nil {
-		if targets := w.handOffTargets(iv); len(targets) > 0 {
+		if targets, _ := w.handOffTargets(iv); len(targets) > 0 {
 			r.target = targets[0].shard
 		}
 	}

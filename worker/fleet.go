@@ -38,6 +38,9 @@ type membership struct {
 	backlogSeen int       // due tasks the last pass of the own shards left behind (a lower bound)
 	asked       time.Time // local time the member last asked for more members
 	handed      time.Time // local time the member last looked to hand work off
+	// handedTo: the S3 time of the last share handed to each member, by
+	// id; a member is handed another only once it has renewed since.
+	handedTo map[string]handedShare
 	asleep      bool
 	sleptAt     time.Time
 	leaving     bool

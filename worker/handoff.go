@@ -2,7 +2,9 @@ package worker
 
 import (
 	"context"
+	"math"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/s3queue/s3queue/clock"
@@ -63,58 +65,146 @@ func (w *Worker) probeBacklog(ctx context.Context, now time.Time, iv clock.Inter
 	return true
 }
 
-// handOffOwn is the busy member's look: after a poll of its own shards
-// that left every slot busy and due work behind, it sizes its backlog and
-// hands a share of it to each member that is not busy.
-func (w *Worker) handOffOwn(ctx context.Context, now time.Time) {
+// handOffOwn is the look of a member behind its shards, at most every
+// handOffEvery: it sizes its backlog and hands a share of it to each
+// member that is not busy. It returns how long until the next look is
+// due (a long wait when the member is not behind).
+func (w *Worker) handOffOwn(ctx context.Context, now time.Time) time.Duration {
+	m := &w.fleet
+	if !m.backlog || m.behindSince.IsZero() {
+		return time.Hour
+	}
+	if !m.handed.IsZero() && now.Sub(m.handed) < handOffEvery {
+		return handOffEvery - now.Sub(m.handed)
+	}
 	iv, err := w.clock.Now(ctx)
 	if err != nil || !w.probeBacklog(ctx, now, iv) {
-		return
+		return handOffEvery
 	}
-	targets := w.handOffTargets(iv)
-	if len(targets) == 0 {
-		return
+	targets, expected := w.handOffTargets(iv)
+	if len(targets) > 0 {
+		for _, shard := range w.fleet.assign.Own {
+			w.handOff(ctx, shard, iv, targets, expected)
+		}
 	}
-	for _, shard := range w.fleet.assign.Own {
-		w.handOff(ctx, shard, iv, targets)
-	}
+	return handOffEvery
 }
 
 // handOffTarget is a member that may take a share of a backlog: the shard
 // it polls and its slots.
 type handOffTarget struct {
+	id           string
 	shard, slots int
 }
 
+// handedShare is the last share handed to a member: at the S3 time at,
+// n tasks for its slots, at local time local.
+type handedShare struct {
+	at       time.Time
+	local    time.Time
+	n, slots int
+}
+
+// drainsSoon reports whether the member handed share h has likely run all
+// but its last round of it, at the pace this member's handlers have been
+// running: it is handed the next share before it idles, whatever its
+// renewals say yet.
+func (w *Worker) drainsSoon(h handedShare) bool {
+	d := w.runTime.get()
+	if d <= 0 {
+		return false
+	}
+	rounds := (h.n + h.slots - 1) / max(1, h.slots)
+	return clock.Since(w.local, h.local) >= time.Duration(rounds-1)*d
+}
+
+// runTimes keeps a moving average of how long handlers ran. Safe for
+// concurrent use: runs note theirs, the scheduler reads.
+type runTimes struct {
+	mu   sync.Mutex
+	mean time.Duration
+}
+
+func (r *runTimes) note(d time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.mean == 0 {
+		r.mean = d
+	} else {
+		r.mean = (7*r.mean + d) / 8
+	}
+}
+
+func (r *runTimes) get() time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.mean
+}
+
+// rounds is how many rounds of its slots a member is handed at most at a
+// time: as many as it runs between two of its renewals (which say whether
+// it is still busy), at the pace this member's handlers have been
+// running, within [1, maxHandOffRounds].
+func (w *Worker) rounds() int {
+	d := w.runTime.get()
+	if d <= 0 {
+		return 1
+	}
+	// One round more than fit between two renewals: a member that runs
+	// its share at the pace of ours is still busy when it next renews,
+	// and is handed the next share before it idles.
+	return min(maxHandOffRounds, 1+int(math.Ceil(float64(w.cfg.MemberTTL/3)/float64(d))))
+}
+
+// maxHandOffRounds bounds rounds: with handlers of a few milliseconds a
+// member's renewal interval is thousands of rounds.
+const maxHandOffRounds = 64
+
 // handOffTargets returns the active shards of the serving members, other
 // than this worker, that were not busy at their last write and run every
-// type this worker runs, in the member's view of the fleet.
-func (w *Worker) handOffTargets(iv clock.Interval) []handOffTarget {
+// type this worker runs, in the member's view of the fleet; and the slots
+// of the members the fleet still expects (it asks for more than serve),
+// counted as a set of this member's slots each.
+func (w *Worker) handOffTargets(iv clock.Interval) (targets []handOffTarget, expected int) {
 	v := w.view.Load()
 	if !v.member || v.fleet.Asleep {
-		return nil
+		return nil, 0
 	}
 	live := v.fleet.Serving(iv, w.cfg.LeaseMargin)
+	if v.fleet.Want > len(live) {
+		expected = (v.fleet.Want - len(live)) * w.capacity()
+	}
 	k := shards.Active(len(live), v.fleet.ShardCount(w.manifest.Shards))
 	types := w.types()
-	var out []handOffTarget
 	for i, m := range live[:min(k, len(live))] {
 		if m.ID == w.cfg.ID || m.Busy || slices.ContainsFunc(types, func(t string) bool { return !m.Handles(t) }) {
 			continue
 		}
-		out = append(out, handOffTarget{shard: i, slots: max(1, m.Slots)})
+		if h, ok := w.fleet.handedTo[m.ID]; ok && !w.drainsSoon(h) && (m.Leased || !m.Renewed.After(h.at)) {
+			// Handed a share since its last renewal (whether it is busy
+			// with it is not known before the next), which it is not
+			// about to run out of.
+			continue
+		}
+		targets = append(targets, handOffTarget{id: m.ID, shard: i, slots: max(1, m.Slots)})
 	}
-	return out
+	return targets, expected
 }
 
 // handOff splits what the member has prefetched from shard beyond a set
-// of its own slots with targets: each gets a share of the backlog in
-// proportion to its slots, the member keeping its own. Only task objects
-// whose listed size says pending are handed (a pointer, or an object of
-// another state, stays with the member, which reads it). The pointers are
-// written up to maxClaimBatch at a time; a task whose pointer was written
-// is settled in the member's scan.
-func (w *Worker) handOff(ctx context.Context, shard int, iv clock.Interval, targets []handOffTarget) {
+// of its own slots with targets: each gets a share in proportion to its
+// slots, of the slots of the member, the targets and the members the
+// fleet still expects (expected slots), so that what later joiners need
+// stays with the member until they come; and no more rounds of its slots
+// than it runs between two of its renewals (rounds), after which its entry
+// says whether it is busy: a target is handed a share once per renewal of
+// its (a pointer is not handed on: a member handed too much becomes the
+// backlog). Only task objects whose listed size says
+// pending are handed (a pointer, or an object of another state, stays
+// with the member, which reads it). The pointers are written up to
+// maxClaimBatch at a time; a task whose pointer was written is settled in
+// the member's scan.
+func (w *Worker) handOff(ctx context.Context, shard int, iv clock.Interval, targets []handOffTarget, expected int) {
 	pf := w.prefetched[shard]
 	keep := w.capacity()
 	if len(targets) == 0 || len(pf.cands) <= keep {
@@ -128,18 +218,26 @@ func (w *Worker) handOff(ctx context.Context, shard int, iv clock.Interval, targ
 			movable = append(movable, i)
 		}
 	}
-	slots := keep
+	slots := keep + expected
 	for _, t := range targets {
 		slots += t.slots
 	}
 	type send struct {
-		i, to int
+		i  int
+		to handOffTarget
 	}
 	var sends []send
 	next := 0
 	for _, t := range targets {
-		for n := len(movable) * t.slots / slots; n > 0 && next < len(movable); n-- {
-			sends = append(sends, send{i: movable[next], to: t.shard})
+		n := (len(movable)*t.slots + slots - 1) / slots // its fair share, rounded up
+		if expected > 0 {
+			// Members the fleet asked for are still to come: no more
+			// than it runs before its next renewal, the rest kept for
+			// them.
+			n = min(n, w.rounds()*t.slots)
+		}
+		for ; n > 0 && next < len(movable); n-- {
+			sends = append(sends, send{i: movable[next], to: t})
 			next++
 		}
 	}
@@ -153,7 +251,7 @@ func (w *Worker) handOff(ctx context.Context, shard int, iv clock.Interval, targ
 			// Due at once: the key says the task is due, and the taker
 			// reads it before it claims.
 			t := &task.Task{ID: c.ID, Shard: shard, AvailableAt: c.Avail}
-			errs[j] = shards.Announce(ctx, w.st, t, iv.Latest, batch[j].to)
+			errs[j] = shards.Announce(ctx, w.st, t, iv.Latest, batch[j].to.shard)
 		})
 		for j, b := range batch {
 			c := tail[b.i]
@@ -164,6 +262,15 @@ func (w *Worker) handOff(ctx context.Context, shard int, iv clock.Interval, targ
 			s.Seen(c, c.ETag)
 			gone[b.i] = true
 			handed++
+			if w.fleet.handedTo == nil {
+				w.fleet.handedTo = make(map[string]handedShare)
+			}
+			h := w.fleet.handedTo[b.to.id]
+			if !h.at.Equal(iv.Latest) {
+				h = handedShare{at: iv.Latest, local: w.now(), slots: b.to.slots}
+			}
+			h.n++
+			w.fleet.handedTo[b.to.id] = h
 		}
 	}
 	rest := slices.Clone(pf.cands[:keep])

@@ -262,6 +262,7 @@ func (r *run) execute() {
 	// returned takes the handler's outcome and notes how long it ran.
 	returned := func(o outcome) outcome {
 		r.ran = clock.Since(w.local, began)
+		w.runTime.note(r.ran)
 		return o
 	}
 	go func() {

@@ -138,6 +138,10 @@ type Worker struct {
 	// trace makes the spans of claims, runs and commits.
 	trace tracing.Tracing
 
+	// runTime is how long handlers have been running, recently (the
+	// hand-off's estimate of how much a member runs in a while).
+	runTime runTimes
+
 	stats struct {
 		claimed, succeeded, failed, dead, snoozed, canceled, leaseLost, rejected, released, corrupt, panics,
 		refused, dropped, requeued, renewed, renewFailed atomic.Int64
@@ -447,6 +451,11 @@ func (w *Worker) stepShards(ctx context.Context) time.Duration {
 	if !now.Before(w.pace.next) {
 		w.pollOwn(ctx, now)
 	}
+	// Behind its shards, the member looks once a handOffEvery whatever
+	// its polls' pace (with long handlers a full member polls once per
+	// PollMax or per handler's end): it sizes its ask and hands shares
+	// of its backlog to the members that are not busy.
+	wait = min(wait, w.handOffOwn(ctx, now))
 	wait = min(wait, clock.Until(w.local, w.pace.next))
 	wait = min(wait, w.sweepDrainShards(ctx, now))
 	if w.idle(ctx, now, iv) {
@@ -470,9 +479,6 @@ func (w *Worker) pollOwn(ctx context.Context, now time.Time) {
 	m.backlogSeen = 0
 	for _, s := range m.assign.Own {
 		m.backlogSeen += len(w.prefetched[s].cands)
-	}
-	if m.backlog && (p.full || p.leftover) {
-		w.handOffOwn(ctx, now)
 	}
 	w.pace.next = now.Add(w.adapt(p))
 }
