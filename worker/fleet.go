@@ -41,10 +41,10 @@ type membership struct {
 	// handedTo: the S3 time of the last share handed to each member, by
 	// id; a member is handed another only once it has renewed since.
 	handedTo map[string]handedShare
-	asleep      bool
-	sleptAt     time.Time
-	leaving     bool
-	shutdown    bool // leaving because Run ends: even the last member goes
+	asleep   bool
+	sleptAt  time.Time
+	leaving  bool
+	shutdown bool // leaving because Run ends: even the last member goes
 
 	standbyWait time.Duration // a standby's wait before its next read
 	started     time.Time     // local time the worker was opened: a new standby reads often (standby.go)
