@@ -58,10 +58,14 @@ func (w *world) pause() {
 		if !pp.All {
 			types = []string{taskType}
 		}
+		// It stamps the pause object with S3 time, as Queue.Pause does.
+		clk := w.clockFor(p)
 		change := func(c func(*pause.State) bool) {
 			for ctx.Err() == nil {
-				if _, err := pause.Change(ctx, p.h, time.Now(), "sim", "", c); err == nil {
-					return
+				if iv, err := clk.Now(ctx); err == nil {
+					if _, err := pause.Change(ctx, p.h, iv.Latest, "sim", "", c); err == nil {
+						return
+					}
 				}
 				time.Sleep(time.Second)
 			}
