@@ -20,6 +20,7 @@ import (
 
 	"github.com/s3queue/s3queue/clock"
 	"github.com/s3queue/s3queue/internal/direct"
+	"github.com/s3queue/s3queue/internal/pause"
 	"github.com/s3queue/s3queue/internal/schedule"
 	"github.com/s3queue/s3queue/monitor"
 	"github.com/s3queue/s3queue/producer"
@@ -419,6 +420,9 @@ func Run(seed uint64, opts Options) Result {
 	w.setup()
 	if len(plan.Schedules) > 0 {
 		w.writeSchedules()
+	}
+	if plan.Pause != nil {
+		w.srv.WatchReads(pause.Key) // checkPause
 	}
 	w.srv.Start()
 	w.srv.SetFaults(plan.Faults)
