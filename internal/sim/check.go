@@ -286,13 +286,19 @@ func (w *world) check() Result {
 			if why := badStep(prev, t); why != "" {
 				add(InvTransition, id, "%s at %s: %s", e.Proc, at, why)
 			}
-			if prev.Status == task.Running && prev.Claim != nil && isWorker(e.Proc) {
+			if prev.Status == task.Running && prev.Claim != nil {
 				owner := claimedBy[prev.Claim.ID]
 				if owner == "" {
 					owner = prev.Claim.Worker
 				}
-				if e.Proc != owner {
+				switch {
+				case e.Proc == owner:
+				case isWorker(e.Proc):
 					add(InvFenced, id, "%s wrote %s at %s over the claim of %s", e.Proc, t.Status, at, owner)
+				default:
+					if why := notHoldersWrite(prev, t, e.At); why != "" {
+						add(InvFenced, id, "%s wrote %s at %s over the claim of %s: %s", e.Proc, t.Status, at, owner, why)
+					}
 				}
 			}
 		}
@@ -619,6 +625,61 @@ func marksDependents(e Entry) bool {
 	prev, err1 := task.Decode(e.Old)
 	next, err2 := task.Decode(e.New)
 	return err1 == nil && err2 == nil && prev.Status == next.Status && !prev.Dependents && next.Dependents
+}
+
+// notHoldersWrite says what is wrong with next, written over prev, a running
+// task, at at (server time), by a process other than its claim's (a monitor,
+// a producer, the racer), or "". Such a process may change a running task
+// only by:
+//   - a cancel request (Task.Cancel: CancelRequested set, one "cancel
+//     requested" entry of history; a producer's Cancel, or a replace
+//     admission's cancel of its slot's holder), at any time: the holder's
+//     handler sees it and the holder writes the outcome;
+//   - marking it as having dependents (Task.MarkDependents: the Dependents
+//     flag; a submit with dependencies on it), at any time;
+//   - taking it back from its lease (Task.Expire, "lease expired": the
+//     monitor's re-dispatch), once at is past the claim's ExpiresAt +
+//     leaseMargin (the processes' lease_margin: invariant 4 lets others
+//     take a lease over only then).
+//
+// Everything else (a second claim, an outcome, a requeue, an expiry before
+// the lease has run out by the server's clock) overwrites the holder's
+// claim: invariant 3.
+func notHoldersWrite(prev, next *task.Task, at time.Time) string {
+	if onlyFlagSet(prev, next, "cancel requested", func(t *task.Task) *bool { return &t.CancelRequested }) ||
+		onlyFlagSet(prev, next, "", func(t *task.Task) *bool { return &t.Dependents }) {
+		return ""
+	}
+	if expires := prev.Claim.ExpiresAt.Add(leaseMargin); !at.After(expires) {
+		return fmt.Sprintf("its lease expires at %s, and %v later by the lease margin", prev.Claim.ExpiresAt.Format("15:04:05.000"), leaseMargin)
+	}
+	if n := len(next.History); next.Status == task.Running || n == 0 || !strings.HasSuffix(next.History[n-1].Reason, "lease expired") {
+		return "after its lease expired, but not as the lease's expiry"
+	}
+	return ""
+}
+
+// onlyFlagSet reports whether next is prev with the flag flag names set
+// (unset in prev), and, if reason is not "", one entry of history with that
+// reason appended: nothing else changes but the version and UpdatedAt.
+func onlyFlagSet(prev, next *task.Task, reason string, flag func(*task.Task) *bool) bool {
+	if *flag(prev) || !*flag(next) {
+		return false
+	}
+	a, b := prev.Clone(), next.Clone()
+	if reason != "" {
+		n := len(b.History)
+		if n == 0 || b.History[n-1].Reason != reason || b.History[n-1].From != prev.Status || b.History[n-1].To != prev.Status {
+			return false
+		}
+		// The history is bounded: compare what precedes the entry.
+		a.History, a.HistoryDropped, b.History, b.HistoryDropped = nil, 0, nil, 0
+	}
+	*flag(a) = true
+	a.Version, a.UpdatedAt = b.Version, b.UpdatedAt
+	x, err1 := task.Marshal(a)
+	y, err2 := task.Marshal(b)
+	return err1 == nil && err2 == nil && bytes.Equal(x, y)
 }
 
 // ended counts the dependencies of t whose end it has learned.

@@ -10,6 +10,7 @@ import (
 	"hash/fnv"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -164,6 +165,28 @@ type Server struct {
 	// lean: keep no trace and no log of applied writes (a scale run makes
 	// millions of requests, and checks no invariant over them).
 	lean bool
+	// watched: the key whose reads are kept (WatchReads), and those reads.
+	watched string
+	reads   []Read
+}
+
+// Read is one GET of the watched key, as its caller saw it.
+type Read struct {
+	Proc     string
+	At       time.Time // server time the caller asked
+	Answered bool      // the object, or "not found"; false: an error
+}
+
+// WatchReads makes the server keep every GET of key, as its caller saw it
+// (crashed, cut off, held past its caller's patience, or served). Call it
+// before Start.
+func (s *Server) WatchReads(key string) { s.watched = key }
+
+// Reads returns the reads of the watched key, in the order they ended.
+func (s *Server) Reads() []Read {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.reads)
 }
 
 // NewServer returns a server with the given provider behaviour, seeded
@@ -739,7 +762,13 @@ func (h *Handle) do(ctx context.Context, r *request) response {
 
 // Get implements s3store.Store.
 func (h *Handle) Get(ctx context.Context, key string) (s3store.Object, error) {
+	at := time.Now()
 	r := h.do(ctx, &request{op: s3store.OpGet, key: key})
+	if key == h.srv.watched {
+		h.srv.mu.Lock()
+		h.srv.reads = append(h.srv.reads, Read{Proc: h.proc, At: at, Answered: r.err == nil || errors.Is(r.err, s3store.ErrNotFound)})
+		h.srv.mu.Unlock()
+	}
 	return r.obj, r.err
 }
 

@@ -10,6 +10,7 @@ import (
 	"hash/fnv"
 	"io"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"sort"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/s3queue/s3queue/clock"
 	"github.com/s3queue/s3queue/internal/direct"
+	"github.com/s3queue/s3queue/internal/pause"
 	"github.com/s3queue/s3queue/internal/schedule"
 	"github.com/s3queue/s3queue/monitor"
 	"github.com/s3queue/s3queue/producer"
@@ -345,6 +347,7 @@ type proc struct {
 	id     string         // a worker's id: its name, or the id it took over (direct dispatch)
 	wk     *worker.Worker // a worker, once open (under world.mu)
 	h      *Handle
+	local  clock.Local // its host's clock, skewed and drifting (hostClock)
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -417,6 +420,9 @@ func Run(seed uint64, opts Options) Result {
 	w.setup()
 	if len(plan.Schedules) > 0 {
 		w.writeSchedules()
+	}
+	if plan.Pause != nil {
+		w.srv.WatchReads(pause.Key) // checkPause
 	}
 	w.srv.Start()
 	w.srv.SetFaults(plan.Faults)
@@ -612,24 +618,64 @@ func (w *world) procRand(name string) *rand.Rand {
 	return rand.New(rand.NewPCG(w.plan.Seed, h.Sum64()))
 }
 
-// clockFor gives a process a local clock that is off by up to ten minutes
-// and drifts by up to 100 ppm: only S3 time may decide anything.
-func (w *world) clockFor(h *Handle) *clock.Authoritative {
-	c, _ := w.clockAndLocal(h)
-	return c
+// hostClock is a process's local clock: its host's wall clock, off by skew
+// (up to ten minutes either way) from the server's when the process
+// started, and drifting by drift (up to 100 ppm either way) since. Its
+// timers run on the same drifting oscillator: a timer of d fires once the
+// clock has moved d. Every process of the world runs on one (Config.Local,
+// and the clock.Authoritative built on it), so a decision any of them
+// takes on local time instead of S3 time is off by minutes; invariant 4
+// says nothing may be.
+type hostClock struct {
+	base  time.Time // the server's time when the process started
+	skew  time.Duration
+	drift float64
 }
 
-// clockAndLocal is clockFor, with the skewed local clock it runs on.
-func (w *world) clockAndLocal(h *Handle) (*clock.Authoritative, clock.Local) {
-	rng := w.procRand(h.proc + "/clock")
+// localFor draws the local clock of process name from the seed and the
+// name alone.
+func (w *world) localFor(name string) hostClock {
+	rng := w.procRand(name + "/clock")
 	skew := time.Duration(rng.Int64N(int64(20*time.Minute))) - 10*time.Minute
 	drift := (rng.Float64()*2 - 1) * 100e-6
-	base := time.Now()
-	local := func() time.Time {
-		e := time.Since(base)
-		return base.Add(skew + e + time.Duration(float64(e)*drift))
+	return hostClock{base: time.Now(), skew: skew, drift: drift}
+}
+
+func (c hostClock) Now() time.Time {
+	e := time.Since(c.base)
+	return c.base.Add(c.skew + e + time.Duration(float64(e)*c.drift))
+}
+
+// NewTimer's channel delivers the server's time at which the timer fired,
+// not the local reading: no service reads it.
+func (c hostClock) NewTimer(d time.Duration) clock.Timer {
+	return hostTimer{time.NewTimer(c.server(d)), c}
+}
+
+// server is how long the server's clock must move for this one to move at
+// least d: rounded up, and a nanosecond more for Now's rounding, so that a
+// timer of 1 ns still lets time pass (a timer of 0 s, rounded down, would
+// fire at once, again and again, in a loop that waits for the clock to
+// reach an instant).
+func (c hostClock) server(d time.Duration) time.Duration {
+	if d <= 0 {
+		return d
 	}
-	return clock.New(h, clock.Config{Local: clock.LocalFunc(local)}), clock.LocalFunc(local)
+	return time.Duration(math.Ceil(float64(d+1) / (1 + c.drift)))
+}
+
+type hostTimer struct {
+	t *time.Timer
+	c hostClock
+}
+
+func (t hostTimer) C() <-chan time.Time        { return t.t.C }
+func (t hostTimer) Stop() bool                 { return t.t.Stop() }
+func (t hostTimer) Reset(d time.Duration) bool { return t.t.Reset(t.c.server(d)) }
+
+// clockFor is an S3 clock for process p, on its own local clock.
+func (w *world) clockFor(p *proc) *clock.Authoritative {
+	return clock.New(p.h, clock.Config{Local: p.local})
 }
 
 var discard = slog.New(slog.DiscardHandler)
@@ -642,7 +688,7 @@ func (w *world) spawn(kind, name string, run func(ctx context.Context, p *proc))
 // spawnAs is spawn for a worker whose id is not its name.
 func (w *world) spawnAs(kind, name, id string, run func(ctx context.Context, p *proc)) *proc {
 	ctx, cancel := context.WithCancel(w.root)
-	p := &proc{name: name, kind: kind, id: id, h: w.srv.Handle(name), cancel: cancel, done: make(chan struct{})}
+	p := &proc{name: name, kind: kind, id: id, h: w.srv.Handle(name), local: w.localFor(name), cancel: cancel, done: make(chan struct{})}
 	at := w.logLen()
 	w.mu.Lock()
 	w.procs[name] = p
@@ -723,7 +769,7 @@ func (w *world) startWorkerAs(id string) *proc {
 	return w.spawnAs("w", name, id, func(ctx context.Context, p *proc) {
 		wk, ok := retry(ctx, func() (*worker.Worker, error) {
 			cfg := cfg
-			cfg.Rand, cfg.Clock = w.seeded(p.name), w.clockFor(p.h)
+			cfg.Rand, cfg.Local, cfg.Clock = w.seeded(p.name), p.local, w.clockFor(p)
 			cfg.Hooks.OnWindow, cfg.Hooks.OnAttempt = w.scanHooks(p.name)
 			return worker.New(ctx, p.h, cfg)
 		})
@@ -758,13 +804,11 @@ func (w *world) startWorkerAs(id string) *proc {
 func (w *world) startMonitor() *proc {
 	return w.spawn("m", w.name("m"), func(ctx context.Context, p *proc) {
 		m, ok := retry(ctx, func() (*monitor.Monitor, error) {
-			clk, local := w.clockAndLocal(p.h)
+			clk := w.clockFor(p)
 			cfg := monitor.Config{ID: p.name, Leader: w.plan.Leader, Retention: w.opts.Retention,
-				Rand: w.seeded(p.name), Clock: clk, Logger: discard}
+				Rand: w.seeded(p.name), Clock: clk, Local: p.local, Logger: discard}
 			if len(w.plan.Schedules) > 0 {
-				// The scheduler paces itself by a local clock that is
-				// off by minutes: only S3 time may decide a tick.
-				cfg.Local, cfg.Submit = local, w.scheduleSubmit(p, clk)
+				cfg.Submit = w.scheduleSubmit(p, clk)
 			}
 			if w.plan.Direct {
 				cfg.DispatchMode, cfg.WorkerLease = shards.DispatchDirect, directLease
@@ -785,7 +829,7 @@ func (w *world) startMonitor() *proc {
 
 // producerConfig is the configuration of producer process p.
 func (w *world) producerConfig(p *proc) producer.Config {
-	cfg := producer.Config{Rand: w.seeded(p.name), Clock: w.clockFor(p.h), Logger: discard}
+	cfg := producer.Config{Rand: w.seeded(p.name), Clock: w.clockFor(p), Local: p.local, Logger: discard}
 	if w.plan.Direct {
 		cfg.DispatchMode, cfg.DiscoveryTTL = shards.DispatchDirect, directDiscovery
 	}
