@@ -958,17 +958,21 @@ func (r *rig) waitUntil(timeout, every time.Duration, cond func() bool) bool {
 	return true
 }
 
-// settle waits until the elastic fleet is idle: one member, asleep at the
+// settle waits until the elastic fleet is idle: asleep, with no member (the
 // doorbell, past its awake grace.
 func (r *rig) settle(timeout time.Duration) time.Duration {
 	start := time.Now()
-	ok := r.waitUntil(timeout, time.Second, func() bool { return r.members() == 1 && r.asleep() })
+	ok := r.waitUntil(timeout, time.Second, r.asleepWithNoMember)
 	if !ok {
-		r.tb.Fatalf("the fleet did not settle (1 member, asleep) within %v: %d members, asleep=%v", timeout, r.members(), r.asleep())
+		r.tb.Fatalf("the fleet did not settle (asleep, no member) within %v: %d members, asleep=%v", timeout, r.members(), r.asleep())
 	}
-	time.Sleep(6 * time.Second) // AwakeGrace (5s): the member now only watches the doorbell
 	return time.Since(start)
 }
+
+// asleepWithNoMember reports whether the elastic fleet sleeps with no
+// member: its last member has left it, after its awake grace, to the
+// standbys' turns at the doorbell.
+func (r *rig) asleepWithNoMember() bool { return r.members() == 0 && r.asleep() }
 
 // submit submits one task and records when Submit returned.
 func (r *rig) submit(in benchInput, opts producer.Options) (string, error) {
