@@ -137,14 +137,17 @@ type Config struct {
 	// PollMultiplier per empty poll up to PollMax.
 	PollMin, PollMax time.Duration
 	PollMultiplier   float64
-	// PollBatch shapes the interval after a poll that found work: the time
-	// the recent arrival rate takes to bring this many tasks, within
-	// [PollMin, PollMax]. Under heavy load that is PollMin; at a task a
-	// second it is PollBatch seconds, one LIST per PollBatch tasks. Larger
-	// values trade pickup latency for fewer LISTs (the economy profile). A
-	// listing asks for up to max(free handlers, the pools' capacity,
-	// PollBatch) + 1 due tasks; those beyond the free handlers are kept
-	// unclaimed (for up to PollMax) and claimed as handlers free up.
+	// PollPace and PollBatch shape the interval after a poll that found
+	// work: PollPace while a listing brings PollBatch tasks or fewer at
+	// the recent arrival rate (a task waits about PollPace / 2 for its
+	// listing, whatever the rate), and longer in proportion beyond (a
+	// listing of twice PollBatch comes every twice PollPace: the LISTs of
+	// a busy member grow slower than its tasks), within [PollMin,
+	// PollMax]. A listing asks for up to max(free handlers, the pools'
+	// capacity, PollBatch) + 1 due tasks; those beyond the free handlers
+	// are kept unclaimed (for up to PollMax) and claimed as handlers free
+	// up.
+	PollPace  time.Duration
 	PollBatch float64
 	// ScanLag is how late a task may land and still be found by the shard
 	// scans: once per ScanLag a scan starts twice this far behind its

@@ -170,7 +170,11 @@ func (w *Worker) list(ctx context.Context, shard int, iv clock.Interval, p *pass
 // shards.Scan.NextAhead), and reports whether the listing returned all it
 // asked for (more may be due: a backlog).
 func (w *Worker) listShard(ctx context.Context, shard int, iv clock.Interval, p *pass, extra int, ahead *shards.Ahead) ([]shards.Candidate, bool, error) {
-	want := max(w.free(), w.capacity(), int(math.Ceil(w.cfg.PollBatch))) + 1 + extra
+	// Twice what a listing at the pace brings, at least: one that returns
+	// all it asked for is taken for a backlog (listed again as slots
+	// free), which work arriving at the pace is not.
+	expected := int(math.Ceil(2 * w.pace.rate * w.pace.paced.Seconds()))
+	want := max(w.free(), w.capacity(), int(math.Ceil(w.cfg.PollBatch)), min(expected, maxBacklogProbe)) + 1 + extra
 	s := w.scan(shard, iv)
 	cands, err := s.NextAhead(ctx, w.st, iv.Latest, want, ahead)
 	if err != nil {

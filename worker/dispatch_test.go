@@ -132,8 +132,8 @@ func TestBlockClaimsOnlyForFreeHandlers(t *testing.T) {
 			t.Fatalf("claimed %d, want 2", n)
 		}
 		q := s.state("default")
-		if q.InFlight != 2 || q.Pending != 0 || q.Waiting != 2 {
-			t.Errorf("gauges %+v: want 2 in flight, 0 pending, 2 waiting (the rest of the listing)", q)
+		if q.InFlight != 2 || q.Pending != 0 || q.Waiting != 3 {
+			t.Errorf("gauges %+v: want 2 in flight, 0 pending, 3 waiting (the rest of the listing)", q)
 		}
 		for i := 2; i < 5; i++ {
 			if st := s.status(t, i).Status; st != task.Pending {

@@ -70,13 +70,38 @@ type membership struct {
 // its shards for a while (every poll leaving due work unclaimed, or every
 // slot busy), with due work left behind, and has not asked for help in the
 // last while.
-func (m *membership) saturated(now time.Time, capacity int) bool {
-	if !m.backlog || m.behindSince.IsZero() || now.Sub(m.asked) < saturatedAfter {
+func (m *membership) saturated(now time.Time, capacity int, run, pace time.Duration) bool {
+	return now.Sub(m.asked) >= saturatedAfter && m.busy(now, capacity, run, pace)
+}
+
+// busy reports whether the member is behind its shards with a backlog its
+// slots do not clear within saturatedAfter: what its entry says (busy
+// members get no hand-off, producers write lane entries for them, and it
+// lists its lanes), and, unless it asked within saturatedAfter, when it
+// asks for more members.
+func (m *membership) busy(now time.Time, capacity int, run, pace time.Duration) bool {
+	if !m.backlog || m.behindSince.IsZero() {
 		return false
 	}
-	// A backlog of two sets of slots or more is no passing bunch: ask at
-	// once, sized to it.
-	return now.Sub(m.behindSince) >= saturatedAfter || m.backlogSeen >= 2*max(1, capacity)
+	if run <= 0 {
+		// No handler has ended yet to say how long one runs: a backlog of
+		// two sets of slots or more is no passing bunch.
+		return now.Sub(m.behindSince) >= saturatedAfter || m.backlogSeen >= 2*max(1, capacity)
+	}
+	// How long the member's own slots take to clear what it left behind,
+	// at the pace its handlers run: a clump of arrivals they clear within
+	// saturatedAfter is no backlog, however many tasks (at 1.16 tasks/s,
+	// a member with 4 slots of 100 ms handlers that asked at once for a
+	// clump of nine got a second member, and the fleet's LISTs doubled);
+	// one they take seconds to clear is, at once. Nor is what a listing at
+	// the member's pace brings, if the slots clear it before the next
+	// (at 11.6 tasks/s a listing every 3.8 s brings 44 tasks, which 4
+	// slots of 100 ms clear in 1.1 s: the member keeps up).
+	drain := time.Duration(m.backlogSeen) * max(run, minTaskTime) / time.Duration(max(1, capacity))
+	if drain < max(saturatedAfter, pace) {
+		return false
+	}
+	return now.Sub(m.behindSince) >= saturatedAfter || drain >= 2*saturatedAfter
 }
 
 // noteBehind records what a pass of the member's own shards, at local time
@@ -118,6 +143,10 @@ func (m *membership) stale(now time.Time, iv clock.Interval, renew, margin time.
 	}
 	return writers > 2 && now.Sub(m.synced) > renew/time.Duration(2*(writers-1))
 }
+
+// minTaskTime is the least a task takes a slot however short its handler:
+// its claim and its commit are requests (three round trips to S3).
+const minTaskTime = 50 * time.Millisecond
 
 // saturatedAfter is how long a member stays full with a backlog before it
 // asks for more members.
@@ -198,12 +227,12 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 		m.joined = iv.Latest
 	}
 	want := 0
-	if m.saturated(w.now(), w.capacity()) {
+	if m.saturated(w.now(), w.capacity(), w.runTime.get(), w.pace.paced) {
 		want = w.want(n, len(m.fleet.Serving(iv, margin)))
 		m.asked = now
 	}
 	leaving, shutdown := m.leaving, m.shutdown
-	busy := !m.behindSince.IsZero() && m.backlog
+	busy := m.busy(w.now(), w.capacity(), w.runTime.get(), w.pace.paced)
 	joining := !m.member
 	if !joining && w.leaseOnly(iv, want) {
 		return w.renewLease(ctx, now, iv, busy)
@@ -526,7 +555,7 @@ func (w *Worker) askLasts(f shards.Fleet) time.Duration {
 // next renewal (the automatic reshard waits for such an ask to last).
 func (w *Worker) mustAsk(ctx context.Context, now time.Time) bool {
 	m := &w.fleet
-	if !m.member || !m.saturated(now, w.capacity()) {
+	if !m.member || !m.saturated(now, w.capacity(), w.runTime.get(), w.pace.paced) {
 		return false
 	}
 	iv, err := w.clock.Now(ctx)

@@ -74,6 +74,13 @@ func (w *Worker) handOffOwn(ctx context.Context, now time.Time) time.Duration {
 	if !m.backlog || m.behindSince.IsZero() {
 		return time.Hour
 	}
+	if !m.busy(now, w.capacity(), w.runTime.get(), w.pace.paced) && !w.pace.capped {
+		// Behind by a listing's worth its slots clear before the next
+		// (a member at a steady load): no look, unless its last listing
+		// returned all it asked for and more may wait (the look sizes
+		// it).
+		return handOffEvery
+	}
 	if !m.handed.IsZero() && now.Sub(m.handed) < handOffEvery {
 		return handOffEvery - now.Sub(m.handed)
 	}

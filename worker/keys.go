@@ -47,8 +47,11 @@ var ConfigKeys = &settings.Section[Config]{
 		settings.Float("poll_multiplier", func(c *Config) *float64 { return &c.PollMultiplier }, 2,
 			"Growth of the wait per empty poll (1..100).").
 			Must(settings.FloatRange(1, 100)),
-		settings.Float("poll_batch", func(c *Config) *float64 { return &c.PollBatch }, 3,
-			"Tasks a poll should find, on average, once work is flowing: it sets the wait after a poll that found work (at least poll_min).").
+		settings.Duration("poll_pace", func(c *Config) *time.Duration { return &c.PollPace }, 1800*time.Millisecond,
+			"The wait between polls while work flows and each brings poll_batch tasks or fewer: a task waits about poll_pace / 2 for its listing (at least poll_min, at most poll_max).").
+			Economy(30 * time.Second).Must(settings.Positive),
+		settings.Float("poll_batch", func(c *Config) *float64 { return &c.PollBatch }, 10,
+			"Tasks a poll may bring at poll_pace: when work flows faster, the wait grows in proportion (a poll of twice poll_batch every twice poll_pace), up to poll_max. Also the least a listing asks for.").
 			Economy(30).Must(settings.FloatRange(0.01, 100000)),
 		settings.Duration("scan_lag", func(c *Config) *time.Duration { return &c.ScanLag }, 5*time.Second,
 			"How late a task's PUT may land and still be found by the shard scans.").

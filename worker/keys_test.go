@@ -16,7 +16,7 @@ func TestZeroFieldsTakeTheDefaults(t *testing.T) {
 	var c worker.Config
 	worker.ConfigKeys.Fill(&c)
 	want := worker.Config{
-		Concurrency: 4, QueuePolicy: worker.Block, CrashPolicy: worker.CrashFail, PollMin: 200 * time.Millisecond, PollMax: 5 * time.Second, PollMultiplier: 2, PollBatch: 3,
+		Concurrency: 4, QueuePolicy: worker.Block, CrashPolicy: worker.CrashFail, PollMin: 200 * time.Millisecond, PollMax: 5 * time.Second, PollMultiplier: 2, PollPace: 1800 * time.Millisecond, PollBatch: 10,
 		ScanLag: 5 * time.Second, ScanLookback: time.Hour, LeaseMargin: 2 * time.Second, ShutdownGrace: 30 * time.Second,
 		MemberTTL: 30 * time.Second, StandbyPoll: time.Second, IdleLeave: time.Minute, SleepAfter: 30 * time.Second,
 		BellPoll: 1500 * time.Millisecond, SleepScan: 10 * time.Minute, AwakeGrace: 5 * time.Second, DrainMax: 10 * time.Minute,
