@@ -49,6 +49,7 @@ type membership struct {
 	standbyWait time.Duration // a standby's wait before its next read
 	started     time.Time     // local time the worker was opened: a new standby reads often (standby.go)
 	slot        int64         // the watch's slot of the standby's next read (-1: a read of its own)
+	turnAt      int64         // the S3 time of that turn, in nanoseconds since the epoch
 	// waking: the standby joins to wake the sleeping fleet, whose safety
 	// scan found due work nobody rang for.
 	waking   bool

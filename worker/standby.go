@@ -137,46 +137,39 @@ func (w *Worker) turn(f shards.Fleet) (rank, n int) {
 	return n, n + 1
 }
 
-// turnsOf is how many turns a round of fleet f's roster has (this
-// worker's included).
-func (w *Worker) turnsOf(f shards.Fleet) int {
-	_, n := w.turn(f)
-	return n
-}
-
 // nextTurn returns how long after iv (its midpoint, the best estimate of
-// S3 time now) this standby's next turn to read fleet f comes, and the
-// number of that turn's slot (the fleet-wide count of spacings since the
-// epoch, which the safety scan is paced by).
-func (w *Worker) nextTurn(f shards.Fleet, iv clock.Interval) (time.Duration, int64) {
-	s := w.watchSpacing(f, iv)
+// S3 time now) this standby's next turn to read fleet f comes, the S3 time
+// of that turn (nanoseconds since the epoch), and the number of that
+// turn's slot (the fleet-wide count of spacings since the epoch, which the
+// safety scan is paced by). A turn comes at least half a round after the
+// last turn taken (lastTurn, 0 if none): a clock whose estimate of S3 time
+// moved back since it planned the turn would otherwise take the same turn
+// again (measured on MinIO: a third more reads than turns).
+func (w *Worker) nextTurn(f shards.Fleet, iv clock.Interval, lastTurn int64) (time.Duration, int64, int64) {
+	s := int64(w.watchSpacing(f, iv))
 	rank, n := w.turn(f)
-	period := time.Duration(n) * s
+	period := int64(n) * s
 	now := iv.Mid().UnixNano()
 	// The slot of this rank in the current period, or the next period's
 	// if it has passed (or is too close to call).
-	start := now - now%int64(period)
-	at := start + int64(rank)*int64(s)
-	if at <= now+int64(10*time.Millisecond) {
-		at += int64(period)
+	start := now - now%period
+	at := start + int64(rank)*s
+	for at <= now+int64(10*time.Millisecond) || lastTurn > 0 && at < lastTurn+period/2 {
+		at += period
 	}
-	return time.Duration(at - now), at / int64(s)
+	return time.Duration(at - now), at, at / s
 }
 
 // standbyWait is how long a standby waits, from a read of fleet f at iv
 // and local time now, before it reads again: until its next turn, or
 // startupPoll while it is new, and never more than maxStandbyWait.
 func (w *Worker) standbyWait(f shards.Fleet, iv clock.Interval, now time.Time) time.Duration {
-	d, slot := w.nextTurn(f, iv)
-	if last := w.fleet.slot; last >= 0 && slot < last+int64(w.turnsOf(f)) {
-		// This read was a turn, and the next comes a whole round of
-		// turns after it: a clock whose estimate of S3 time moved back
-		// since it planned the turn would otherwise take the same turn
-		// again (measured on MinIO: a third more reads than turns).
-		d += time.Duration(last+int64(w.turnsOf(f))-slot) * w.watchSpacing(f, iv)
-		slot = last + int64(w.turnsOf(f))
+	last := w.fleet.turnAt
+	if w.fleet.slot < 0 {
+		last = 0 // this read was not a turn
 	}
-	w.fleet.slot = slot
+	d, at, slot := w.nextTurn(f, iv, last)
+	w.fleet.slot, w.fleet.turnAt = slot, at
 	if now.Sub(w.fleet.started) < startupWindow {
 		d = min(d, startupPoll)
 		w.fleet.slot = -1 // a read of its own, not a turn

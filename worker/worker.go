@@ -414,6 +414,12 @@ func (w *Worker) step(ctx context.Context) time.Duration {
 	if w.stopping.Load() {
 		return d
 	}
+	// The inbox's step (its listing, the overflow's scavenge) may have
+	// taken long under slow requests: the pause object is read again, if
+	// its interval has passed meanwhile, before the shards are polled
+	// (sim seed 97: a step of five held requests, 107 s, then claims of a
+	// type paused 100 s earlier).
+	d = min(d, w.checkPauseIfClaiming(ctx))
 	return min(d, w.stepShards(ctx))
 }
 

@@ -116,6 +116,7 @@ var keyCases = []keyCase{
 	{"worker.poll_min", `"250ms"`, "250ms", func(c Config) bool { return c.Worker().PollMin == 250*time.Millisecond }},
 	{"worker.poll_max", `"9s"`, "9s", func(c Config) bool { return c.Worker().PollMax == 9*time.Second }},
 	{"worker.poll_multiplier", `1.5`, "1.5", func(c Config) bool { return c.Worker().PollMultiplier == 1.5 }},
+	{"worker.poll_pace", `"3s"`, "3s", func(c Config) bool { return c.Worker().PollPace == 3*time.Second }},
 	{"worker.poll_batch", `60.0`, "60", func(c Config) bool { return c.Worker().PollBatch == 60 }},
 	{"profile", `"economy"`, "economy", func(c Config) bool {
 		return c.Worker().PollBatch == 30 && c.Monitor().RepairAfter == 3*time.Minute && c.Worker().StandbyPoll == 10*time.Second && c.Monitor().Interval == 30*time.Second
@@ -597,7 +598,7 @@ func TestEconomyProfile(t *testing.T) {
 	}
 	eco.Profile = def.Profile
 	want := def
-	want.WorkerSection.PollMax, want.WorkerSection.PollBatch = time.Minute, 30
+	want.WorkerSection.PollMax, want.WorkerSection.PollBatch, want.WorkerSection.PollPace = time.Minute, 30, 30*time.Second
 	want.WorkerSection.BellPoll, want.WorkerSection.MemberTTL = 30*time.Second, 90*time.Second
 	want.WorkerSection.StandbyPoll, want.WorkerSection.SleepScan = 10*time.Second, time.Hour
 	want.MonitorSection.Interval, want.MonitorSection.FullSweep, want.MonitorSection.RepairAfter = 30*time.Second, 24*time.Hour, 3*time.Minute
