@@ -798,7 +798,7 @@ func (r Result) Report(lines int) string {
 // Faults counts the faults a run injected, by kind.
 func (r Result) Faults() map[string]int {
 	out := make(map[string]int)
-	for _, k := range []string{"error", "conflict", "lost", "delay", "zombie", "forbidden"} {
+	for _, k := range []string{"error", "conflict", "lost", "delay", "zombie", "forbidden", "partitioned", "outage"} {
 		out[k] = r.Counts[k]
 	}
 	return out

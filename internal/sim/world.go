@@ -148,6 +148,10 @@ type Plan struct {
 	// every child is released by a worker's pass-on (InvPromptRelease);
 	// ChainsAsleep: it waits for the fleet to go to sleep first.
 	Chains, ChainsAsleep bool
+	// Partitions (half the seeds): processes, or the server for
+	// everyone, cut off for seconds to minutes in the chaos phase (see
+	// Partition).
+	Partitions []Partition
 }
 
 // The direct-dispatch settings of the workers, producers and monitors:
@@ -247,6 +251,9 @@ func (p Plan) String() string {
 		if p.ChainsAsleep {
 			s += " once the fleet sleeps"
 		}
+	}
+	for _, pt := range p.Partitions {
+		s += ", " + pt.String()
 	}
 	if p.Surge.Join > 0 {
 		s += fmt.Sprintf(", surge of %d workers at %v, %d leave at %v", p.Surge.Join, p.Surge.At.Round(time.Second), p.Surge.Leave, p.Surge.LeaveAt.Round(time.Second))
@@ -408,6 +415,7 @@ func Run(seed uint64, opts Options) Result {
 	planResults(&plan, opts)
 	planSchedules(&plan)
 	planChains(&plan)
+	planPartitions(&plan, opts)
 	w := &world{opts: opts, plan: plan, rng: rng,
 		srv:   NewServer(plan.Provider, rand.New(rand.NewPCG(seed, 0x5e4e)), plan.MaxPage),
 		procs: make(map[string]*proc), dedicated: make(map[string]bool), nextID: make(map[string]int), acked: make(map[string]ack), spawned: make(map[string]int),
@@ -481,6 +489,13 @@ func Run(seed uint64, opts Options) Result {
 		go func() {
 			defer producers.Done()
 			w.surge()
+		}()
+	}
+	if len(plan.Partitions) > 0 {
+		producers.Add(1)
+		go func() {
+			defer producers.Done()
+			w.partitions()
 		}()
 	}
 	w.chaos()
