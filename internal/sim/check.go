@@ -66,6 +66,9 @@ const (
 	// InvPromptRelease: in the quiet tail a dependent a worker's pass-on
 	// made pending is claimed within Plan.promptBound (see chains.go).
 	InvPromptRelease = "a released dependent is claimed promptly"
+	// InvBusy: in the quiet tail every live worker that can serve is busy
+	// within Plan.busyBound of a backlog's first submit (see checkBusy).
+	InvBusy = "every live worker is busy soon after a backlog appears"
 	// Direct dispatch (see checkDirect).
 	InvWorkerLease     = "one holder per worker lease"               // a worker's lease changes holder only after the last holder's expiry
 	InvLeaseStops      = "a worker without its lease claims nothing" // no claim lands long after its worker's own lease expired
@@ -554,6 +557,7 @@ func (w *world) check() Result {
 	if w.plan.RateLimit != nil {
 		w.checkRateLimit(log, add)
 	}
+	w.checkBusy(log, add)
 	w.checkUnique(log, add)
 	w.checkPriority(log, add)
 	if w.plan.Results != nil {

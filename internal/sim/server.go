@@ -354,6 +354,13 @@ func (s *Server) serve(r *request) {
 	}
 	f := s.faults
 	write := (r.op == s3store.OpPut || r.op == s3store.OpDelete) && !r.now
+	if write && !r.abandoned && !r.h.crashed() {
+		if d := r.h.armed.Swap(0); d != 0 {
+			// The partition Arm planned begins with this write in flight.
+			r.h.cut.Store(time.Now().UnixNano() + d)
+			s.tracef("partition of %s begins, for %v", r.h.proc, time.Duration(d).Round(time.Millisecond))
+		}
+	}
 	switch {
 	case r.abandoned:
 		// The caller gave up while the request was held: the network
@@ -514,6 +521,13 @@ func (s *Server) unreachableErr(h *Handle) error {
 // seed decides, and every response on its way to it is lost.
 func (s *Server) Partition(h *Handle, until time.Time) {
 	s.Control(fmt.Sprintf("partition %s for %v", h.proc, time.Until(until).Round(time.Millisecond)), func() { h.cut.Store(until.UnixNano()) })
+}
+
+// Arm plans a partition of h for d, at a quiescent point: it begins when
+// the server next serves a write of h, which is then in flight (it lands
+// or not, and its response is lost), as Partition.
+func (s *Server) Arm(h *Handle, d time.Duration) {
+	s.Control(fmt.Sprintf("partition of %s armed", h.proc), func() { h.armed.Store(int64(d)) })
 }
 
 // Outage makes the server unreachable for every process until until, at a
@@ -744,6 +758,7 @@ type Handle struct {
 	proc  string
 	state atomic.Int32
 	cut   atomic.Int64 // UnixNano until which every request fails (a partition), 0 for none
+	armed atomic.Int64 // a partition's length, to begin at its next write (Server.Arm), 0 for none
 }
 
 var _ s3store.Store = (*Handle)(nil)

@@ -152,6 +152,11 @@ type Plan struct {
 	// everyone, cut off for seconds to minutes in the chaos phase (see
 	// Partition).
 	Partitions []Partition
+	// Busy (see planBusy): in the quiet tail a producer submits a backlog
+	// of short tasks, several times the live workers' slots, and every
+	// live worker must be busy soon (InvBusy); BusyAsleep: once the fleet
+	// sleeps.
+	Busy, BusyAsleep bool
 }
 
 // The direct-dispatch settings of the workers, producers and monitors:
@@ -252,6 +257,12 @@ func (p Plan) String() string {
 			s += " once the fleet sleeps"
 		}
 	}
+	if p.Busy {
+		s += ", a backlog to keep every worker busy in the quiet tail"
+		if p.BusyAsleep {
+			s += " once the fleet sleeps"
+		}
+	}
 	for _, pt := range p.Partitions {
 		s += ", " + pt.String()
 	}
@@ -345,6 +356,11 @@ type world struct {
 	schedAt time.Time
 	// chainsAt: when the quiet tail's chains were submitted (Plan.Chains).
 	chainsAt time.Time
+	// busyAt: when the busy backlog's first submit was sent (Plan.Busy),
+	// busyLive the live workers then, busyTasks the backlog's size.
+	busyAt    time.Time
+	busyLive  []string
+	busyTasks int
 }
 
 // proc is one running process: a worker, monitor or producer.
@@ -416,6 +432,7 @@ func Run(seed uint64, opts Options) Result {
 	planSchedules(&plan)
 	planChains(&plan)
 	planPartitions(&plan, opts)
+	planBusy(&plan)
 	w := &world{opts: opts, plan: plan, rng: rng,
 		srv:   NewServer(plan.Provider, rand.New(rand.NewPCG(seed, 0x5e4e)), plan.MaxPage),
 		procs: make(map[string]*proc), dedicated: make(map[string]bool), nextID: make(map[string]int), acked: make(map[string]ack), spawned: make(map[string]int),
@@ -514,6 +531,9 @@ func Run(seed uint64, opts Options) Result {
 	}
 	if plan.Chains {
 		w.chains()
+	}
+	if plan.Busy {
+		w.busy()
 	}
 	time.Sleep(opts.Quiet)
 	w.cursors = w.readCursors()
@@ -885,6 +905,9 @@ func (w *world) handler(workerName string) worker.Handler {
 		}
 		if bytes.Contains(t.Input, []byte(`"chain"`)) {
 			return nil, sleep(time.Duration(100+x%1900) * time.Millisecond)
+		}
+		if busyTask(t.Input) {
+			return nil, sleep(time.Duration(2000+x%3000) * time.Millisecond)
 		}
 		if bytes.Contains(t.Input, []byte(`"long"`)) {
 			return nil, sleep(8 * time.Minute)
