@@ -40,6 +40,7 @@ const (
 	InvOutcomeOnce = "outcome written once"              // succeeded at most once per task
 	InvNotLost     = "nothing is lost"                   // a live task is never deleted; an acknowledged task exists
 	InvRetention   = "retention is respected"            // nothing deleted before its retention
+	InvRetained    = "retention is applied"              // at the end, no finished task long past its retention (see checkRetained)
 	InvIdempotent  = "one live task per idempotency key" // of a key without a uniqueness window
 	// InvUniqueWindow: a key with a uniqueness window makes one task per
 	// window (see checkUnique).
@@ -406,6 +407,7 @@ func (w *world) check() Result {
 		}
 	}
 	w.checkFound(tasks, add)
+	w.checkRetained(tasks, end, add)
 	for _, o := range w.ops {
 		if o.err == nil {
 			continue

@@ -157,6 +157,10 @@ type Plan struct {
 	// live worker must be busy soon (InvBusy); BusyAsleep: once the fleet
 	// sleeps.
 	Busy, BusyAsleep bool
+	// FullSweep (a third of the seeds): the monitors' full_sweep,
+	// compressed from 6 hours to a few minutes (see planTimers); zero
+	// keeps the default.
+	FullSweep time.Duration
 }
 
 // The direct-dispatch settings of the workers, producers and monitors:
@@ -262,6 +266,9 @@ func (p Plan) String() string {
 		if p.BusyAsleep {
 			s += " once the fleet sleeps"
 		}
+	}
+	if p.FullSweep > 0 {
+		s += fmt.Sprintf(", full walks every %v", p.FullSweep)
 	}
 	for _, pt := range p.Partitions {
 		s += ", " + pt.String()
@@ -433,6 +440,7 @@ func Run(seed uint64, opts Options) Result {
 	planChains(&plan)
 	planPartitions(&plan, opts)
 	planBusy(&plan)
+	planTimers(&plan)
 	w := &world{opts: opts, plan: plan, rng: rng,
 		srv:   NewServer(plan.Provider, rand.New(rand.NewPCG(seed, 0x5e4e)), plan.MaxPage),
 		procs: make(map[string]*proc), dedicated: make(map[string]bool), nextID: make(map[string]int), acked: make(map[string]ack), spawned: make(map[string]int),
@@ -841,7 +849,7 @@ func (w *world) startMonitor() *proc {
 		m, ok := retry(ctx, func() (*monitor.Monitor, error) {
 			clk := w.clockFor(p)
 			cfg := monitor.Config{ID: p.name, Leader: w.plan.Leader, Retention: w.opts.Retention,
-				Rand: w.seeded(p.name), Clock: clk, Local: p.local, Logger: discard}
+				Rand: w.seeded(p.name), Clock: clk, Local: p.local, Logger: discard, FullSweep: w.plan.FullSweep}
 			if len(w.plan.Schedules) > 0 {
 				cfg.Submit = w.scheduleSubmit(p, clk)
 			}
