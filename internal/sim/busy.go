@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"sort"
 	"strings"
@@ -17,12 +18,16 @@ import (
 
 // The busy backlog (issue 24): in the quiet tail of a fraction of the
 // seeds, with the fleet asleep on some and awake on others, a producer
-// submits a backlog of short tasks, busyPerSlot times the live workers'
-// slots, as fast as it can; every live worker that can serve (no more than
-// the shards: a shard has one member) must be busy within Plan.busyBound
-// of the first submit (InvBusy).
+// submits a backlog of short tasks (busyTaskMin to twice that each), as
+// fast as it can, enough for every slot of the live workers to run them
+// for busyLast times the bound even if every one ran from the first
+// submit (so that a worker that joins at the bound still finds work
+// left); every live worker that can serve (no more than the shards: a
+// shard has one member) must be busy within Plan.busyBound of the first
+// submit (InvBusy).
 const (
-	busyPerSlot = 6
+	busyTaskMin = 3 * time.Second
+	busyLast    = 1.5
 	// busySettle: the backlog comes this long into the quiet tail, once
 	// the chaos phase's leftovers are worked off (as the chains').
 	busySettle = 4 * time.Minute
@@ -99,7 +104,15 @@ func (w *world) busy() {
 			}
 			time.Sleep(2 * time.Second)
 		}
-		// The live workers as the backlog meets them, and their slots.
+		// The live workers as the backlog meets them, their slots, and
+		// the bound for the fleet as the producer reads it.
+		var f shards.Fleet
+		for ctx.Err() == nil {
+			var err error
+			if f, _, err = shards.ReadFleet(ctx, p.h); err == nil {
+				break
+			}
+		}
 		var live []string
 		slots := 0
 		w.mu.Lock()
@@ -109,19 +122,19 @@ func (w *world) busy() {
 				slots += w.slotsOf(q.name)
 			}
 		}
-		w.busyLive = live
-		w.busyAt = time.Now()
-		w.busyTasks = busyPerSlot * slots
+		sort.Strings(live)
+		bound, _ := w.plan.busyBound(f, time.Now(), len(live))
+		n := slots * int(math.Ceil(busyLast*float64(bound)/float64(busyTaskMin)))
+		w.busyLive, w.busyAt, w.busyTasks = live, time.Now(), n
 		w.mu.Unlock()
-		sort.Strings(w.busyLive)
-		for k := range busyPerSlot * slots {
+		for k := range n {
 			submit(k)
 		}
 	})
 }
 
 // busyTask reports whether a task's input marks it as the busy backlog's:
-// its handler runs 2-5 s.
+// its handler runs busyTaskMin to twice that.
 func busyTask(input []byte) bool {
 	return strings.Contains(string(input), `"busy"`)
 }

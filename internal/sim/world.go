@@ -915,7 +915,7 @@ func (w *world) handler(workerName string) worker.Handler {
 			return nil, sleep(time.Duration(100+x%1900) * time.Millisecond)
 		}
 		if busyTask(t.Input) {
-			return nil, sleep(time.Duration(2000+x%3000) * time.Millisecond)
+			return nil, sleep(busyTaskMin + time.Duration(x%uint64(busyTaskMin/time.Millisecond))*time.Millisecond)
 		}
 		if bytes.Contains(t.Input, []byte(`"long"`)) {
 			return nil, sleep(8 * time.Minute)
