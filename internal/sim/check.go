@@ -134,7 +134,7 @@ func (w *world) check() Result {
 	tasks := make(map[string]*taskState)
 	liveByKey := make(map[string]map[string]bool)     // idempotency key -> live task ids
 	succeededAt := make(map[string]time.Time)         // task id -> when it succeeded (server time)
-	runningBySlot := make(map[string]map[string]bool) // slot key -> its tasks running now
+	runningBySlot := make(map[string]map[string]bool) // slot key -> its tasks pending or running now (its holder)
 	heldBySlot := make(map[string]map[string]bool)    // slot key -> its tasks ever pending or running
 	setLive := func(t *task.Task, live bool) {
 		// A key with a window may have a live task per window: checkUnique
@@ -331,10 +331,14 @@ func (w *world) check() Result {
 			succeededAt[id] = e.At
 		}
 		if t.Slot != "" {
-			if t.Status == task.Running {
+			// The slot's holder is pending or running (docs/slots.md):
+			// no other task of the key is either, whichever way it came
+			// to be (a submit that took the slot, a grant, a requeue
+			// into a new turn, a claim).
+			if t.Status == task.Running || t.Status == task.Pending {
 				for other := range runningBySlot[t.Slot] {
 					if other != id {
-						add(InvSlotOne, id, "%s claimed it at %s while %s of slot %s was running", e.Proc, at, other, t.Slot)
+						add(InvSlotOne, id, "%s made it %s at %s while %s of slot %s was %s", e.Proc, t.Status, at, other, t.Slot, tasks[other].t.Status)
 					}
 				}
 				if runningBySlot[t.Slot] == nil {
@@ -365,6 +369,15 @@ func (w *world) check() Result {
 				for _, d := range t.Deps {
 					if pat, ok := succeededAt[d.ID]; !ok || pat.After(e.At) {
 						add(InvDepOrder, id, "%s claimed it at %s before its dependency %s succeeded (it says %q)", e.Proc, at, d.ID, d.Ended)
+					}
+				}
+			}
+			if t.Status == task.Pending && st.t != nil && (st.t.Status == task.Dead || st.t.Status == task.Canceled) {
+				// A requeue: a dependent made pending again only once
+				// every parent has succeeded (the requeue checks them).
+				for _, d := range t.Deps {
+					if pat, ok := succeededAt[d.ID]; !ok || pat.After(e.At) {
+						add(InvDepOrder, id, "%s requeued it at %s before its dependency %s succeeded", e.Proc, at, d.ID)
 					}
 				}
 			}
