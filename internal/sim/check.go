@@ -40,6 +40,7 @@ const (
 	InvOutcomeOnce = "outcome written once"              // succeeded at most once per task
 	InvNotLost     = "nothing is lost"                   // a live task is never deleted; an acknowledged task exists
 	InvRetention   = "retention is respected"            // nothing deleted before its retention
+	InvRetained    = "retention is applied"              // at the end, no finished task long past its retention (see checkRetained)
 	InvIdempotent  = "one live task per idempotency key" // of a key without a uniqueness window
 	// InvUniqueWindow: a key with a uniqueness window makes one task per
 	// window (see checkUnique).
@@ -66,6 +67,9 @@ const (
 	// InvPromptRelease: in the quiet tail a dependent a worker's pass-on
 	// made pending is claimed within Plan.promptBound (see chains.go).
 	InvPromptRelease = "a released dependent is claimed promptly"
+	// InvBusy: in the quiet tail every live worker that can serve is busy
+	// within Plan.busyBound of a backlog's first submit (see checkBusy).
+	InvBusy = "every live worker is busy soon after a backlog appears"
 	// Direct dispatch (see checkDirect).
 	InvWorkerLease     = "one holder per worker lease"               // a worker's lease changes holder only after the last holder's expiry
 	InvLeaseStops      = "a worker without its lease claims nothing" // no claim lands long after its worker's own lease expired
@@ -130,7 +134,7 @@ func (w *world) check() Result {
 	tasks := make(map[string]*taskState)
 	liveByKey := make(map[string]map[string]bool)     // idempotency key -> live task ids
 	succeededAt := make(map[string]time.Time)         // task id -> when it succeeded (server time)
-	runningBySlot := make(map[string]map[string]bool) // slot key -> its tasks running now
+	runningBySlot := make(map[string]map[string]bool) // slot key -> its tasks pending or running now (its holder)
 	heldBySlot := make(map[string]map[string]bool)    // slot key -> its tasks ever pending or running
 	setLive := func(t *task.Task, live bool) {
 		// A key with a window may have a live task per window: checkUnique
@@ -327,10 +331,14 @@ func (w *world) check() Result {
 			succeededAt[id] = e.At
 		}
 		if t.Slot != "" {
-			if t.Status == task.Running {
+			// The slot's holder is pending or running (docs/slots.md):
+			// no other task of the key is either, whichever way it came
+			// to be (a submit that took the slot, a grant, a requeue
+			// into a new turn, a claim).
+			if t.Status == task.Running || t.Status == task.Pending {
 				for other := range runningBySlot[t.Slot] {
 					if other != id {
-						add(InvSlotOne, id, "%s claimed it at %s while %s of slot %s was running", e.Proc, at, other, t.Slot)
+						add(InvSlotOne, id, "%s made it %s at %s while %s of slot %s was %s", e.Proc, t.Status, at, other, t.Slot, tasks[other].t.Status)
 					}
 				}
 				if runningBySlot[t.Slot] == nil {
@@ -361,6 +369,15 @@ func (w *world) check() Result {
 				for _, d := range t.Deps {
 					if pat, ok := succeededAt[d.ID]; !ok || pat.After(e.At) {
 						add(InvDepOrder, id, "%s claimed it at %s before its dependency %s succeeded (it says %q)", e.Proc, at, d.ID, d.Ended)
+					}
+				}
+			}
+			if t.Status == task.Pending && st.t != nil && (st.t.Status == task.Dead || st.t.Status == task.Canceled) {
+				// A requeue: a dependent made pending again only once
+				// every parent has succeeded (the requeue checks them).
+				for _, d := range t.Deps {
+					if pat, ok := succeededAt[d.ID]; !ok || pat.After(e.At) {
+						add(InvDepOrder, id, "%s requeued it at %s before its dependency %s succeeded", e.Proc, at, d.ID)
 					}
 				}
 			}
@@ -403,6 +420,7 @@ func (w *world) check() Result {
 		}
 	}
 	w.checkFound(tasks, add)
+	w.checkRetained(tasks, end, add)
 	for _, o := range w.ops {
 		if o.err == nil {
 			continue
@@ -554,6 +572,7 @@ func (w *world) check() Result {
 	if w.plan.RateLimit != nil {
 		w.checkRateLimit(log, add)
 	}
+	w.checkBusy(log, add)
 	w.checkUnique(log, add)
 	w.checkPriority(log, add)
 	if w.plan.Results != nil {
@@ -798,7 +817,7 @@ func (r Result) Report(lines int) string {
 // Faults counts the faults a run injected, by kind.
 func (r Result) Faults() map[string]int {
 	out := make(map[string]int)
-	for _, k := range []string{"error", "conflict", "lost", "delay", "zombie", "forbidden"} {
+	for _, k := range []string{"error", "conflict", "lost", "delay", "zombie", "forbidden", "partitioned", "outage"} {
 		out[k] = r.Counts[k]
 	}
 	return out

@@ -137,6 +137,12 @@ func (w *world) checkSchedules(log []Entry, end time.Time, add func(inv, id, for
 		}
 		name, at, ok := schedule.ParseIdempotencyKey(t.IdempotencyKey)
 		if !ok {
+			if t.Type == tickType {
+				// Only the schedulers submit this type: a task of it
+				// without a tick's key is one that one task per tick
+				// could not see.
+				add(InvSchedule, t.ID, "%s created a task of the schedules' type without a tick's idempotency key (%q)", e.Proc, t.IdempotencyKey)
+			}
 			continue
 		}
 		spec, known := specs[name]

@@ -83,6 +83,7 @@ var (
 	errCrashed   = errors.New("sim: the process crashed")
 	errCut       = fmt.Errorf("sim: %w: the process is cut off from the server", s3store.ErrInjected)
 	errForbidden = fmt.Errorf("sim: %w: 403 access denied", s3store.ErrInjected)
+	errOutage    = fmt.Errorf("sim: %w: the server is unreachable", s3store.ErrInjected)
 )
 
 type object struct {
@@ -168,6 +169,9 @@ type Server struct {
 	// watched: the key whose reads are kept (WatchReads), and those reads.
 	watched string
 	reads   []Read
+	// down: UnixNano until which the server is unreachable for everyone
+	// (Outage), 0 for never.
+	down atomic.Int64
 }
 
 // Read is one GET of the watched key, as its caller saw it.
@@ -350,6 +354,13 @@ func (s *Server) serve(r *request) {
 	}
 	f := s.faults
 	write := (r.op == s3store.OpPut || r.op == s3store.OpDelete) && !r.now
+	if write && !r.abandoned && !r.h.crashed() {
+		if d := r.h.armed.Swap(0); d != 0 {
+			// The partition Arm planned begins with this write in flight.
+			r.h.cut.Store(time.Now().UnixNano() + d)
+			s.tracef("partition of %s begins, for %v", r.h.proc, time.Duration(d).Round(time.Millisecond))
+		}
+	}
 	switch {
 	case r.abandoned:
 		// The caller gave up while the request was held: the network
@@ -368,6 +379,20 @@ func (s *Server) serve(r *request) {
 			s.tracef("%s (process dead) -> %s", r.describe(), outcome(resp.err))
 		}
 		r.reply <- response{err: errCrashed}
+		return
+	case s.unreachable(r.h, time.Now()):
+		// A request in flight when its process was cut off, or the
+		// server became unreachable (a partition, an outage): it lands
+		// or not, as the seed decides, and its caller hears nothing.
+		if write && s.rng.IntN(2) == 0 {
+			s.counts["lost"]++
+			resp := s.apply(r, "lost")
+			s.tracef("%s (cut off in flight) -> applied, response lost: %s", r.describe(), outcome(resp.err))
+		} else {
+			s.tracef("%s (cut off in flight) -> not applied", r.describe())
+		}
+		s.counts["partitioned"]++
+		s.respond(r, response{err: s.unreachableErr(r.h)})
 		return
 	}
 	if !r.delayed && f.Delay > 0 && s.rng.Float64() < f.Delay {
@@ -466,7 +491,49 @@ func (s *Server) respond(r *request, resp response) {
 	if s.model == nil {
 		d = 200*time.Microsecond + time.Duration(s.rng.Int64N(int64(20*time.Millisecond)))
 	}
-	time.AfterFunc(d, func() { r.reply <- resp })
+	time.AfterFunc(d, func() {
+		if r.h != nil && s.unreachable(r.h, time.Now()) {
+			// The response was on its way when the process was cut off
+			// or the server became unreachable: it never arrives.
+			resp = response{err: s.unreachableErr(r.h)}
+		}
+		r.reply <- resp
+	})
+}
+
+// unreachable reports whether h cannot reach the server at now: it is cut
+// off (Partition), or the server is down for everyone (Outage).
+func (s *Server) unreachable(h *Handle, now time.Time) bool {
+	n := now.UnixNano()
+	return n < h.cut.Load() || n < s.down.Load()
+}
+
+func (s *Server) unreachableErr(h *Handle) error {
+	if time.Now().UnixNano() < h.cut.Load() {
+		return errCut
+	}
+	return errOutage
+}
+
+// Partition cuts h off from the server until until, at a quiescent point:
+// every request it sends fails, after a second, without reaching the
+// server; each of its requests already on its way lands or not, as the
+// seed decides, and every response on its way to it is lost.
+func (s *Server) Partition(h *Handle, until time.Time) {
+	s.Control(fmt.Sprintf("partition %s for %v", h.proc, time.Until(until).Round(time.Millisecond)), func() { h.cut.Store(until.UnixNano()) })
+}
+
+// Arm plans a partition of h for d, at a quiescent point: it begins when
+// the server next serves a write of h, which is then in flight (it lands
+// or not, and its response is lost), as Partition.
+func (s *Server) Arm(h *Handle, d time.Duration) {
+	s.Control(fmt.Sprintf("partition of %s armed", h.proc), func() { h.armed.Store(int64(d)) })
+}
+
+// Outage makes the server unreachable for every process until until, at a
+// quiescent point, as Partition does one process.
+func (s *Server) Outage(until time.Time) {
+	s.Control(fmt.Sprintf("outage for %v", time.Until(until).Round(time.Millisecond)), func() { s.down.Store(until.UnixNano()) })
 }
 
 func outcome(err error) string {
@@ -691,6 +758,7 @@ type Handle struct {
 	proc  string
 	state atomic.Int32
 	cut   atomic.Int64 // UnixNano until which every request fails (a partition), 0 for none
+	armed atomic.Int64 // a partition's length, to begin at its next write (Server.Arm), 0 for none
 }
 
 var _ s3store.Store = (*Handle)(nil)
@@ -709,16 +777,28 @@ func (h *Handle) Crash() { h.srv.crash(h) }
 func (h *Handle) Stop() { h.state.CompareAndSwap(stateAlive, stateStopped) }
 
 // Cut makes every request of h fail, without reaching the server, until
-// until: the process is cut off from the server, and lives on.
-func (h *Handle) Cut(until time.Time) { h.cut.Store(until.UnixNano()) }
+// until: the process is cut off from the server, and lives on (see
+// Server.Partition, which also cuts off what it has in flight).
+func (h *Handle) Cut(until time.Time) { h.srv.Partition(h, until) }
 
 func (h *Handle) do(ctx context.Context, r *request) response {
 	r.h = h
-	if until := h.cut.Load(); until != 0 && time.Now().UnixNano() < until && h.state.Load() == stateAlive {
+	if now := time.Now().UnixNano(); (now < h.cut.Load() || now < h.srv.down.Load()) && h.state.Load() == stateAlive {
 		// It takes time, as a timeout does, so a loop that retries
 		// without pause cannot spin the bubble.
+		err := errCut
+		if now >= h.cut.Load() {
+			err = errOutage
+			h.srv.mu.Lock()
+			h.srv.counts["outage"]++
+			h.srv.mu.Unlock()
+		} else {
+			h.srv.mu.Lock()
+			h.srv.counts["partitioned"]++
+			h.srv.mu.Unlock()
+		}
 		time.Sleep(time.Second)
-		return response{err: errCut}
+		return response{err: err}
 	}
 	switch h.state.Load() {
 	case stateCrashed:

@@ -148,6 +148,19 @@ type Plan struct {
 	// every child is released by a worker's pass-on (InvPromptRelease);
 	// ChainsAsleep: it waits for the fleet to go to sleep first.
 	Chains, ChainsAsleep bool
+	// Partitions (half the seeds): processes, or the server for
+	// everyone, cut off for seconds to minutes in the chaos phase (see
+	// Partition).
+	Partitions []Partition
+	// Busy (see planBusy): in the quiet tail a producer submits a backlog
+	// of short tasks, several times the live workers' slots, and every
+	// live worker must be busy soon (InvBusy); BusyAsleep: once the fleet
+	// sleeps.
+	Busy, BusyAsleep bool
+	// FullSweep (a third of the seeds): the monitors' full_sweep,
+	// compressed from 6 hours to a few minutes (see planTimers); zero
+	// keeps the default.
+	FullSweep time.Duration
 }
 
 // The direct-dispatch settings of the workers, producers and monitors:
@@ -248,6 +261,18 @@ func (p Plan) String() string {
 			s += " once the fleet sleeps"
 		}
 	}
+	if p.Busy {
+		s += ", a backlog to keep every worker busy in the quiet tail"
+		if p.BusyAsleep {
+			s += " once the fleet sleeps"
+		}
+	}
+	if p.FullSweep > 0 {
+		s += fmt.Sprintf(", full walks every %v", p.FullSweep)
+	}
+	for _, pt := range p.Partitions {
+		s += ", " + pt.String()
+	}
 	if p.Surge.Join > 0 {
 		s += fmt.Sprintf(", surge of %d workers at %v, %d leave at %v", p.Surge.Join, p.Surge.At.Round(time.Second), p.Surge.Leave, p.Surge.LeaveAt.Round(time.Second))
 	}
@@ -338,6 +363,11 @@ type world struct {
 	schedAt time.Time
 	// chainsAt: when the quiet tail's chains were submitted (Plan.Chains).
 	chainsAt time.Time
+	// busyAt: when the busy backlog's first submit was sent (Plan.Busy),
+	// busyLive the live workers then, busyTasks the backlog's size.
+	busyAt    time.Time
+	busyLive  []string
+	busyTasks int
 }
 
 // proc is one running process: a worker, monitor or producer.
@@ -408,6 +438,9 @@ func Run(seed uint64, opts Options) Result {
 	planResults(&plan, opts)
 	planSchedules(&plan)
 	planChains(&plan)
+	planPartitions(&plan, opts)
+	planBusy(&plan)
+	planTimers(&plan)
 	w := &world{opts: opts, plan: plan, rng: rng,
 		srv:   NewServer(plan.Provider, rand.New(rand.NewPCG(seed, 0x5e4e)), plan.MaxPage),
 		procs: make(map[string]*proc), dedicated: make(map[string]bool), nextID: make(map[string]int), acked: make(map[string]ack), spawned: make(map[string]int),
@@ -483,6 +516,13 @@ func Run(seed uint64, opts Options) Result {
 			w.surge()
 		}()
 	}
+	if len(plan.Partitions) > 0 {
+		producers.Add(1)
+		go func() {
+			defer producers.Done()
+			w.partitions()
+		}()
+	}
 	w.chaos()
 	producers.Wait()
 	w.midway = w.srv.Objects("")
@@ -499,6 +539,9 @@ func Run(seed uint64, opts Options) Result {
 	}
 	if plan.Chains {
 		w.chains()
+	}
+	if plan.Busy {
+		w.busy()
 	}
 	time.Sleep(opts.Quiet)
 	w.cursors = w.readCursors()
@@ -806,7 +849,7 @@ func (w *world) startMonitor() *proc {
 		m, ok := retry(ctx, func() (*monitor.Monitor, error) {
 			clk := w.clockFor(p)
 			cfg := monitor.Config{ID: p.name, Leader: w.plan.Leader, Retention: w.opts.Retention,
-				Rand: w.seeded(p.name), Clock: clk, Local: p.local, Logger: discard}
+				Rand: w.seeded(p.name), Clock: clk, Local: p.local, Logger: discard, FullSweep: w.plan.FullSweep}
 			if len(w.plan.Schedules) > 0 {
 				cfg.Submit = w.scheduleSubmit(p, clk)
 			}
@@ -870,6 +913,9 @@ func (w *world) handler(workerName string) worker.Handler {
 		}
 		if bytes.Contains(t.Input, []byte(`"chain"`)) {
 			return nil, sleep(time.Duration(100+x%1900) * time.Millisecond)
+		}
+		if busyTask(t.Input) {
+			return nil, sleep(busyTaskMin + time.Duration(x%uint64(busyTaskMin/time.Millisecond))*time.Millisecond)
 		}
 		if bytes.Contains(t.Input, []byte(`"long"`)) {
 			return nil, sleep(8 * time.Minute)
