@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/s3queue/s3queue/clock"
+	"github.com/s3queue/s3queue/s3store"
 	"github.com/s3queue/s3queue/shards"
 	"github.com/s3queue/s3queue/task"
 )
@@ -221,7 +222,14 @@ func (w *Worker) handOff(ctx context.Context, shard int, iv clock.Interval, targ
 	tail := pf.cands[keep:]
 	var movable []int // indexes in tail
 	for i, c := range tail {
-		if !c.Pointer && c.Pending {
+		// A task object whose listed size says pending, or a ready
+		// pointer that names its task's shard: a pointer handed here by
+		// a member that took this one for idle (entries say busy only
+		// from their writer's next renewal) is handed on rather than
+		// becoming this member's backlog (sim seed 30: three members
+		// handed each other their backlogs at a burst, and the member
+		// that joined after got none of it).
+		if c.Pending && !c.Pointer || c.Pointer && c.Shard >= 0 && !c.Inbox {
 			movable = append(movable, i)
 		}
 	}
@@ -257,8 +265,18 @@ func (w *Worker) handOff(ctx context.Context, shard int, iv clock.Interval, targ
 			c := tail[batch[j].i]
 			// Due at once: the key says the task is due, and the taker
 			// reads it before it claims.
-			t := &task.Task{ID: c.ID, Shard: shard, AvailableAt: c.Avail}
-			errs[j] = shards.Announce(ctx, w.st, t, iv.Latest, batch[j].to.shard)
+			own := shard
+			if c.Pointer {
+				own = c.Shard
+			}
+			t := &task.Task{ID: c.ID, Shard: own, AvailableAt: c.Avail}
+			if errs[j] = shards.Announce(ctx, w.st, t, iv.Latest, batch[j].to.shard); errs[j] == nil && c.Pointer {
+				// The pointer handed on is deleted (free): the new one
+				// stands for it, for the taker and for the monitor.
+				if err := w.st.Delete(ctx, c.Key, s3store.DeleteOptions{}); err != nil {
+					w.log.Debug("delete a pointer handed on; its taker deletes it", "key", c.Key, "err", err)
+				}
+			}
 		})
 		for j, b := range batch {
 			c := tail[b.i]
