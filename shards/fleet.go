@@ -190,6 +190,22 @@ func (f Fleet) Live(now clock.Interval, margin time.Duration) []Member {
 	return live
 }
 
+// JoinTime is the Joined a member that joins at now gets: now's latest,
+// and after every member already in the fleet. Joins then keep the order
+// they were written in, so a joiner takes the next place and moves no
+// member from its shard, however the writers' clocks disagree (two joins
+// stamped within a clock's uncertainty would otherwise swap shards that
+// members had already started on).
+func (f Fleet) JoinTime(now clock.Interval) time.Time {
+	t := now.Latest
+	for _, m := range f.Members {
+		if !m.Joined.Before(t) {
+			t = m.Joined.Add(time.Nanosecond)
+		}
+	}
+	return t
+}
+
 // Serving returns the live members that are not Suspect at now: those
 // that poll shards and receive new tasks. Order: as Live's.
 func (f Fleet) Serving(now clock.Interval, margin time.Duration) []Member {

@@ -284,7 +284,7 @@ func (f *Fleet) Admit(apps []Application, now clock.Interval, keeperTTL, margin 
 		// Joined at admission: after every member already in the fleet
 		// (the application's LastModified is to the second, and would sort
 		// it before members that joined in that second).
-		m := Member{ID: a.ID, Joined: now.Latest, Types: a.Types, Dedicated: a.Dedicated, Leased: true, TTL: a.TTL}
+		m := Member{ID: a.ID, Joined: f.JoinTime(now), Types: a.Types, Dedicated: a.Dedicated, Leased: true, TTL: a.TTL}
 		m.ExpiresAt = LeasedExpiry(m.LeaseLapse(Lease{}, false), keeperTTL, margin)
 		f.Members = append(f.Members, m)
 		admitted = append(admitted, a.ID)

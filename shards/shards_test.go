@@ -541,3 +541,25 @@ func TestScanListedAheadIsTheNextListing(t *testing.T) {
 		t.Errorf("the listing after it = %+v, want the last 3", rest)
 	}
 }
+
+// A member whose clock runs behind joins after the members already in the
+// fleet: no member already on a shard moves (a joiner stamped before them
+// would take their index, and their shard).
+func TestAJoinerNeverTakesAnEarlierMembersPlace(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	ahead := shards.Member{ID: "w-ahead", Joined: t0.Add(900 * time.Millisecond), ExpiresAt: t0.Add(time.Hour)}
+	f := shards.Fleet{Members: []shards.Member{ahead}}
+	behind := clock.Interval{Earliest: t0.Add(-time.Second), Latest: t0.Add(500 * time.Millisecond)}
+	joined := f.JoinTime(behind)
+	if !joined.After(ahead.Joined) {
+		t.Fatalf("JoinTime = %v, not after the member already in (%v)", joined, ahead.Joined)
+	}
+	f.Members = append(f.Members, shards.Member{ID: "a-behind", Joined: joined, ExpiresAt: t0.Add(time.Hour)})
+	a, ok := f.Assign("w-ahead", behind, time.Second, 8)
+	if !ok || a.Index != 0 || !slices.Equal(a.Own, []int{0}) {
+		t.Fatalf("the first member's share after a join: %+v (ok %v), want index 0 owning shard 0", a, ok)
+	}
+	if later := (clock.Interval{Earliest: t0.Add(2 * time.Second), Latest: t0.Add(3 * time.Second)}); !f.JoinTime(later).Equal(later.Latest) {
+		t.Fatalf("JoinTime(%v) = %v, want its latest", later, f.JoinTime(later))
+	}
+}

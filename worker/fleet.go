@@ -325,6 +325,7 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 			kept = append(kept, mem)
 		}
 		if !found && !leaving {
+			m.joined = shards.Fleet{Members: kept}.JoinTime(iv)
 			me := shards.Member{ID: w.cfg.ID, Joined: m.joined, ExpiresAt: rootExpiry, Renewed: iv.Latest, Types: w.types(),
 				Dedicated: w.cfg.Dedicated, Busy: busy, Slots: w.capacity()}
 			if !rootFree {

@@ -70,6 +70,10 @@ const (
 	// InvBusy: in the quiet tail every live worker that can serve is busy
 	// within Plan.busyBound of a backlog's first submit (see checkBusy).
 	InvBusy = "every live worker is busy soon after a backlog appears"
+	// InvJoinOrder: a member that joins is placed after every member
+	// already in the fleet, so that a join moves no member off the shard
+	// it has started on (by Joined, the fleet's order).
+	InvJoinOrder = "a join moves no member"
 	// Direct dispatch (see checkDirect).
 	InvWorkerLease     = "one holder per worker lease"               // a worker's lease changes holder only after the last holder's expiry
 	InvLeaseStops      = "a worker without its lease claims nothing" // no claim lands long after its worker's own lease expired
@@ -188,6 +192,7 @@ func (w *world) check() Result {
 	countAt := make([]int, len(log)+1)
 	fleetShards := 0
 	behind := make(map[string]bool)
+	var fleetBefore shards.Fleet
 	for i, e := range log {
 		countAt[i] = layout.Shards
 		if e.Key == shards.ManifestKey && e.New != nil {
@@ -214,6 +219,18 @@ func (w *world) check() Result {
 				add(InvResharded, "", "%s, started when the manifest had %d shards, wrote a fleet of %d at %s", e.Proc, countAt[from], f.Shards, e.At.Format("15:04:05.000"))
 			}
 			fleetShards = f.Shards
+			for _, m := range f.Members {
+				if _, was := fleetBefore.Member(m.ID); was {
+					continue
+				}
+				for _, old := range fleetBefore.Members {
+					if _, stays := f.Member(old.ID); stays && !m.Joined.After(old.Joined) {
+						add(InvJoinOrder, "", "%s wrote %s joining at %s, not after %s (joined %s) at %s", e.Proc, m.ID,
+							m.Joined.Format("15:04:05.000000"), old.ID, old.Joined.Format("15:04:05.000000"), e.At.Format("15:04:05.000"))
+					}
+				}
+			}
+			fleetBefore = f
 			continue
 		}
 		if !strings.HasPrefix(e.Key, "tasks/") {
