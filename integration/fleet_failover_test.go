@@ -45,7 +45,7 @@ func TestFleetServesAKilledMembersShardsAgainWithinSecondsMinIO(t *testing.T) {
 	f := newFleetRun(t, 3*time.Minute, "S3QUEUE_WORKER_DEDICATED=true")
 	ws := f.start(t, 1, 3, nil, "--concurrency", "3", "--exec", "job=sleep 0.1")
 	victim, survivors := ws[0], ws[1:]
-	doc, _, err := f.fleetWithin(30*time.Second, "three members", func(d *fleetDoc) bool { return len(d.Members) == 3 })
+	doc, _, err := f.fleetWithin(f.q.ctx, 30*time.Second, "three members", func(d *fleetDoc) bool { return len(d.Members) == 3 })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +60,7 @@ func TestFleetServesAKilledMembersShardsAgainWithinSecondsMinIO(t *testing.T) {
 	// Kill it just after a renewal (every member_ttl/3 = 10 s): its entry
 	// then stays unsuspected longest.
 	last := renewed(doc)
-	if _, _, err := f.fleetWithin(fleetMemberTTL/3+5*time.Second, victim.id+" renewing", func(d *fleetDoc) bool {
+	if _, _, err := f.fleetWithin(f.q.ctx, fleetMemberTTL/3+5*time.Second, victim.id+" renewing", func(d *fleetDoc) bool {
 		r := renewed(d)
 		return !r.IsZero() && r.After(last)
 	}); err != nil {

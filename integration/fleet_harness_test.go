@@ -29,9 +29,6 @@ import (
 // from (docs/shards.md; worker/keys.go and worker/standby.go define them).
 // The tests leave these settings at their defaults.
 const (
-	// fleetStandbyPoll: the standbys of an awake fleet read fleet.json once
-	// per standby_poll fleet-wide, taking turns.
-	fleetStandbyPoll = time.Second
 	// fleetBellPoll: the standbys of a fleet asleep with no member take
 	// turns once per bell_poll fleet-wide; the first to read a ring
 	// answers it by joining.
@@ -184,7 +181,7 @@ type fleetEvent struct {
 	Shard  *int      `json:"shard"`
 }
 
-// events reads w's --events file; a last line still being written is left
+// readEvents reads w's --events file; a last line still being written is left
 // for the next read.
 func (w *fleetWorker) readEvents(t *testing.T) []fleetEvent {
 	t.Helper()
@@ -289,7 +286,7 @@ func (f *fleetRun) waitTasks(t *testing.T, ws []*fleetWorker, kind string, ids [
 // so; it fails the test when that has not happened within d.
 func (f *fleetRun) waitAsleep(t *testing.T, d time.Duration) time.Time {
 	t.Helper()
-	at, err := f.asleepWithin(d)
+	at, err := f.asleepWithin(f.q.ctx, d)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,22 +294,22 @@ func (f *fleetRun) waitAsleep(t *testing.T, d time.Duration) time.Time {
 }
 
 // asleepWithin is waitAsleep for any goroutine: it returns an error
-// instead of failing the test.
-func (f *fleetRun) asleepWithin(d time.Duration) (time.Time, error) {
-	_, at, err := f.fleetWithin(d, "asleep with no member", func(d *fleetDoc) bool { return d.Asleep && len(d.Members) == 0 })
+// instead of failing the test, and gives up when ctx ends.
+func (f *fleetRun) asleepWithin(ctx context.Context, d time.Duration) (time.Time, error) {
+	_, at, err := f.fleetWithin(ctx, d, "asleep with no member", func(d *fleetDoc) bool { return d.Asleep && len(d.Members) == 0 })
 	return at, err
 }
 
 // fleetWithin polls fleet.json until ok holds, and returns it and when it
-// was read; the error says what it was after d.
-func (f *fleetRun) fleetWithin(d time.Duration, what string, ok func(*fleetDoc) bool) (*fleetDoc, time.Time, error) {
+// was read; the error says what it was after d, or when ctx ended.
+func (f *fleetRun) fleetWithin(ctx context.Context, d time.Duration, what string, ok func(*fleetDoc) bool) (*fleetDoc, time.Time, error) {
 	deadline := time.Now().Add(d)
 	for {
-		doc, err := f.watch.read(f.q.ctx)
+		doc, err := f.watch.read(ctx)
 		if err == nil && doc != nil && ok(doc) {
 			return doc, time.Now(), nil
 		}
-		if time.Now().After(deadline) || f.q.ctx.Err() != nil {
+		if time.Now().After(deadline) || ctx.Err() != nil {
 			return nil, time.Time{}, fmt.Errorf("fleet.json not %s within %v (last read: err %v; %s)", what, d, err, doc.summary())
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -488,17 +485,4 @@ func (w *fleetWatch) String() string {
 		fmt.Fprintf(&b, "  %s v%d %s\n", s.at.Format("15:04:05.000"), s.doc.Version, s.doc.summary())
 	}
 	return b.String()
-}
-
-// since returns the versions seen at or after t.
-func (w *fleetWatch) since(t time.Time) []fleetSeen {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	var out []fleetSeen
-	for _, s := range w.seen {
-		if !s.at.Before(t) {
-			out = append(out, s)
-		}
-	}
-	return out
 }

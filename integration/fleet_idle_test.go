@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"sync"
@@ -56,10 +57,13 @@ func startFirstPickups(t *testing.T, bin string) func(t *testing.T) {
 	}
 	results := make([]result, tries)
 	var wg sync.WaitGroup
+	// The tries end with the test even if it fails before it checks them.
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(func() { cancel(); wg.Wait() })
 	for i, f := range fleets {
 		wg.Go(func() {
 			res := &results[i]
-			asleep, err := f.asleepWithin(2 * time.Minute)
+			asleep, err := f.asleepWithin(ctx, 2*time.Minute)
 			if err != nil {
 				res.err = err
 				return
@@ -70,13 +74,18 @@ func startFirstPickups(t *testing.T, bin string) func(t *testing.T) {
 			// tries are staggered, so that their processes do not start
 			// at the same moment.
 			until := f.workers[len(f.workers)-1].started.Add(fleetStartupWindow + time.Second + time.Duration(i)*stagger)
-			time.Sleep(time.Until(until))
-			if _, err := f.asleepWithin(0); err != nil {
+			select {
+			case <-time.After(time.Until(until)):
+			case <-ctx.Done():
+				res.err = ctx.Err()
+				return
+			}
+			if _, err := f.asleepWithin(ctx, 0); err != nil {
 				res.err = fmt.Errorf("the fleet woke before the try: %w", err)
 				return
 			}
 			res.start = time.Now()
-			out, err := f.cli("", "submit", "--type", "job", "--input", "{}", "--wait")
+			out, err := f.cli("", "submit", "--type", "job", "--input", "{}", "--wait", "--wait-timeout", "1m")
 			res.took = time.Since(res.start)
 			if err != nil {
 				res.err = err

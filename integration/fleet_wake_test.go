@@ -8,11 +8,11 @@ import (
 	"time"
 )
 
-// TestFleetWakesForWorkMinIO (issue 24) starts
-// eight `s3queue worker --concurrency 1` processes together on 160 waiting
-// tasks of 0.3 s: every worker runs tasks, each starts its first within
-// seconds of its own start, and the backlog is done within twice the ideal
-// and a few seconds. The fleet is then left idle until fleet.json says it
+// TestFleetWakesForWorkMinIO (issue 24) starts eight `s3queue worker
+// --concurrency 1` processes together on 160 waiting tasks of 0.3 s: every
+// worker runs tasks, each starts its first within seconds of its own
+// start, and the backlog is done within twice the ideal and a few seconds
+// (every bound is derived in a comment where it is set). The fleet is then left idle until fleet.json says it
 // is asleep with no member, and a burst of 160 tasks of 0.5 s is
 // submitted: the standbys answer the ring and join at their turns, every
 // worker runs some of the burst, and it is done within a bound derived
@@ -68,11 +68,15 @@ func TestFleetWakesForWorkMinIO(t *testing.T) {
 		//   2 s  for the process's start, opening the store, and MinIO's
 		//        requests, with the other tests' processes on two cores.
 		const firstStartBound = 2*fleetStartupPoll + 2*fleetLook + time.Second + 2*time.Second // 7 s
-		// makespanBound: every worker runs by firstStartBound; from then the
+		// makespanBound (the issue asks for twice the ideal and a few
+		// seconds): every worker runs by firstStartBound; from then the
 		// hand-off gives members shares in proportion to their slots, each
-		// no more than it runs before its next renewal, so shares may be
-		// uneven at the tail but no member is left with twice its part:
-		// twice the ideal.
+		// no more than it runs before its next renewal, and the next one
+		// when it renews not busy or is about to run dry, so shares may be
+		// uneven at the tail but no member should be left with twice its
+		// part. (The ideal counts the handlers' time only; each task also
+		// costs a claim, a commit and a process start, about 0.1 s on
+		// MinIO here.)
 		makespanBound := 2*ideal + firstStartBound
 
 		r := f.waitTasks(t, ws, "succeeded", ids, 2*time.Minute)
