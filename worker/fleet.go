@@ -36,6 +36,7 @@ type membership struct {
 	behindSince time.Time // local time the member fell behind its shards (zero: it is not)
 	backlog     bool      // the listing that filled the slots left due work behind
 	backlogSeen int       // due tasks the last pass of the own shards left behind (a lower bound)
+	refusedSeen int       // of those, the ones left waiting for a full pool (not prefetched)
 	asked       time.Time // local time the member last asked for more members
 	handed      time.Time // local time the member last looked to hand work off
 	// handedTo: the S3 time of the last share handed to each member, by
@@ -228,12 +229,12 @@ func (w *Worker) syncFleet(ctx context.Context, now time.Time) error {
 		m.joined = iv.Latest
 	}
 	want := 0
-	if m.saturated(w.now(), w.capacity(), w.runTime.get(), w.pace.paced) {
+	if m.saturated(w.now(), w.capacity(), w.runEstimate(), w.pace.paced) {
 		want = w.want(n, len(m.fleet.Serving(iv, margin)))
 		m.asked = now
 	}
 	leaving, shutdown := m.leaving, m.shutdown
-	busy := m.busy(w.now(), w.capacity(), w.runTime.get(), w.pace.paced)
+	busy := m.busy(w.now(), w.capacity(), w.runEstimate(), w.pace.paced)
 	joining := !m.member
 	if !joining && w.leaseOnly(iv, want) {
 		return w.renewLease(ctx, now, iv, busy)
@@ -557,7 +558,7 @@ func (w *Worker) askLasts(f shards.Fleet) time.Duration {
 // next renewal (the automatic reshard waits for such an ask to last).
 func (w *Worker) mustAsk(ctx context.Context, now time.Time) bool {
 	m := &w.fleet
-	if !m.member || !m.saturated(now, w.capacity(), w.runTime.get(), w.pace.paced) {
+	if !m.member || !m.saturated(now, w.capacity(), w.runEstimate(), w.pace.paced) {
 		return false
 	}
 	iv, err := w.clock.Now(ctx)

@@ -48,7 +48,7 @@ func (w *Worker) probeBacklog(ctx context.Context, now time.Time, iv clock.Inter
 		return false
 	}
 	m.handed = now
-	m.backlogSeen = 0
+	m.backlogSeen = m.refusedSeen
 	for _, shard := range m.assign.Own {
 		pf := w.prefetched[shard]
 		if len(pf.cands) < maxBacklogProbe/2 {
@@ -75,7 +75,7 @@ func (w *Worker) handOffOwn(ctx context.Context, now time.Time) time.Duration {
 	if !m.backlog || m.behindSince.IsZero() {
 		return time.Hour
 	}
-	if !m.busy(now, w.capacity(), w.runTime.get(), w.pace.paced) && !w.pace.capped {
+	if !m.busy(now, w.capacity(), w.runEstimate(), w.pace.paced) && !w.pace.capped {
 		// Behind by a listing's worth its slots clear before the next
 		// (a member at a steady load): no look, unless its last listing
 		// returned all it asked for and more may wait (the look sizes
@@ -147,6 +147,40 @@ func (r *runTimes) get() time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.mean
+}
+
+// runEstimate is how long a handler of this member takes, for judging
+// whether its backlog is one (busy): the mean of the runs that ended, or,
+// while every handler of a pool runs, the time the latest of them has
+// been running if longer. Handlers held by tasks far longer than the mean
+// (a burst of long tasks after short ones) free no slot at its pace: by
+// the mean alone the few tasks left behind them looked cleared within a
+// second, and waited minutes with other members idle.
+func (w *Worker) runEstimate() time.Duration {
+	mean := w.runTime.get()
+	type held struct {
+		n     int
+		least time.Duration
+	}
+	pools := make(map[*pool]held, len(w.pools))
+	now := w.now()
+	w.running.Range(func(_, v any) bool {
+		r := v.(*run)
+		h, e := pools[r.pool], now.Sub(r.began)
+		if h.n == 0 || e < h.least {
+			h.least = e
+		}
+		h.n++
+		pools[r.pool] = h
+		return true
+	})
+	est := mean
+	for p, h := range pools {
+		if h.n >= bounded(p.maxInFlight, 0) && h.least > est && (mean > 0 || h.least >= saturatedAfter) {
+			est = h.least
+		}
+	}
+	return est
 }
 
 // rounds is how many rounds of its slots a member is handed at most at a

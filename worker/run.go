@@ -59,6 +59,9 @@ type run struct {
 	// ran is how long the handler ran (by the local clock), set when it
 	// returned: the Duration of the outcome's event.
 	ran time.Duration
+	// began is the local time execute began, set before the run is stored
+	// in Worker.running (runEstimate reads it from there).
+	began time.Time
 	// parent is the span context the run and commit spans are children
 	// of: the submit's, carried by the task, or the claim's (see claim).
 	parent trace.SpanContext
@@ -237,6 +240,7 @@ func (r *run) execute() {
 	// the task's deadline (below).
 	hctx, cancel := r.ctx, r.cancel
 	defer cancel(nil)
+	r.began = w.now()
 	w.running.Store(r.claimID, r)
 
 	done := make(chan outcome, 1)

@@ -482,7 +482,10 @@ func (w *Worker) pollOwn(ctx context.Context, now time.Time) {
 		}
 	}
 	m.noteBehind(now, p.leftover || p.lists && p.capped, p.full)
-	m.backlogSeen = 0
+	// Tasks refused for a full pool (its handlers busy while another
+	// pool's are free) are no prefetch, but a backlog all the same.
+	m.refusedSeen = p.refused
+	m.backlogSeen = p.refused
 	for _, s := range m.assign.Own {
 		m.backlogSeen += len(w.prefetched[s].cands)
 	}

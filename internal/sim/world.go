@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -723,6 +724,18 @@ func (w *world) clockFor(p *proc) *clock.Authoritative {
 
 var discard = slog.New(slog.DiscardHandler)
 
+// loggerFor is the logger of process name: none, unless S3QUEUE_SIM_LOG
+// names it (a comma-separated list of process names, or "all"), to debug
+// a replayed seed: its log at debug level goes to stderr, timed by the
+// run's virtual clock.
+func loggerFor(name string) *slog.Logger {
+	want := os.Getenv("S3QUEUE_SIM_LOG")
+	if want == "" || (want != "all" && !slices.Contains(strings.Split(want, ","), name)) {
+		return discard
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("proc", name)
+}
+
 // spawn starts run as a process of kind, named name, and tracks it.
 func (w *world) spawn(kind, name string, run func(ctx context.Context, p *proc)) *proc {
 	return w.spawnAs(kind, name, name, run)
@@ -788,7 +801,7 @@ func (w *world) startWorkerAs(id string) *proc {
 	}
 	cfg := worker.Config{ID: id, Concurrency: concurrency, Dedicated: dedicated, RootMembers: w.plan.RootMembers,
 		MaxInFlight: w.plan.Queue.InFlight, QueuePolicy: w.plan.Queue.Policy, MaxQueueDepth: w.plan.Queue.Depth, CrashPolicy: w.plan.Queue.Crash,
-		Logger: discard, ShutdownGrace: 10 * time.Second}
+		Logger: loggerFor(name), ShutdownGrace: 10 * time.Second}
 	if l := w.plan.RateLimit; l != nil {
 		cfg.RateLimits = map[string]worker.RateLimit{taskType: *l}
 	}
@@ -849,7 +862,7 @@ func (w *world) startMonitor() *proc {
 		m, ok := retry(ctx, func() (*monitor.Monitor, error) {
 			clk := w.clockFor(p)
 			cfg := monitor.Config{ID: p.name, Leader: w.plan.Leader, Retention: w.opts.Retention,
-				Rand: w.seeded(p.name), Clock: clk, Local: p.local, Logger: discard, FullSweep: w.plan.FullSweep}
+				Rand: w.seeded(p.name), Clock: clk, Local: p.local, Logger: loggerFor(p.name), FullSweep: w.plan.FullSweep}
 			if len(w.plan.Schedules) > 0 {
 				cfg.Submit = w.scheduleSubmit(p, clk)
 			}
@@ -872,7 +885,7 @@ func (w *world) startMonitor() *proc {
 
 // producerConfig is the configuration of producer process p.
 func (w *world) producerConfig(p *proc) producer.Config {
-	cfg := producer.Config{Rand: w.seeded(p.name), Clock: w.clockFor(p), Local: p.local, Logger: discard}
+	cfg := producer.Config{Rand: w.seeded(p.name), Clock: w.clockFor(p), Local: p.local, Logger: loggerFor(p.name)}
 	if w.plan.Direct {
 		cfg.DispatchMode, cfg.DiscoveryTTL = shards.DispatchDirect, directDiscovery
 	}
