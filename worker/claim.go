@@ -313,7 +313,7 @@ func (w *Worker) claimPipelined(ctx context.Context, r claimRun) (claimed int, r
 	// Run gets back when the pipeline ends.
 	freed := false
 	open := func() bool {
-		return len(busy) < maxClaimsInFlight && w.free() > undecided && !w.stopping.Load() && ctx.Err() == nil
+		return len(busy) < maxClaimsInFlight && w.free() > undecided && !w.owesOverflow() && !w.stopping.Load() && ctx.Err() == nil
 	}
 	// launch starts the loads of the next candidates while slots are free
 	// for them.
