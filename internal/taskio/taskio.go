@@ -102,8 +102,12 @@ func put(ctx context.Context, st s3store.Store, local clock.Local, t *task.Task,
 		switch {
 		case ok:
 			return Versioned{Task: t, ETag: landed}, nil
-		case !known && mayHaveLanded(err, opts.IfNoneMatch):
+		case !known && mayHaveLanded(err, opts.IfNoneMatch) && s3store.LostRace(err):
+			// Not a lost race (it may be the write's own retry): the
+			// 412 is not wrapped.
 			return Versioned{}, fmt.Errorf("write task %s: %w (%v)", t.ID, ErrUnknownOutcome, err)
+		case !known && mayHaveLanded(err, opts.IfNoneMatch):
+			return Versioned{}, fmt.Errorf("write task %s: %w (%w)", t.ID, ErrUnknownOutcome, err)
 		}
 		return Versioned{}, fmt.Errorf("write task %s: %w", t.ID, err)
 	}
