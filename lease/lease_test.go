@@ -185,3 +185,44 @@ func TestDataAndRelease(t *testing.T) {
 		t.Errorf("Peek of a missing lease: %v", err)
 	}
 }
+
+// A retired lease (being forgotten: its DELETE follows) is not taken over
+// for RetiredGrace, however long ago it expired; after that (its
+// forgetter failed or died) it is, and its holder cannot reclaim it.
+func TestARetiredLeaseIsNotTakenOverWithinItsGrace(t *testing.T) {
+	ctx := context.Background()
+	st, server, mk := setup(t)
+	a := mk("a", 0)
+	if err := a.Acquire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	*server = server.Add(time.Hour)
+	info, err := lease.Peek(ctx, st, "shard-leases/000.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lease.Retire(ctx, st, "shard-leases/000.json", info); err != nil {
+		t.Fatal(err)
+	}
+	if err := lease.Retire(ctx, st, "shard-leases/000.json", info); !s3store.LostRace(err) {
+		t.Fatalf("a second retirement from the same read: %v, want a lost race", err)
+	}
+	if got, _ := lease.Peek(ctx, st, "shard-leases/000.json"); !got.Retired || !got.Modified.Equal(*server) {
+		t.Fatalf("after Retire: %+v, want retired at %v", got, *server)
+	}
+	b := mk("b", 0)
+	*server = server.Add(lease.RetiredGrace - time.Second)
+	if err := b.Acquire(ctx); !errors.Is(err, lease.ErrHeld) {
+		t.Fatalf("acquire within the grace: %v, want ErrHeld", err)
+	}
+	if err := a.Reclaim(ctx); !errors.Is(err, lease.ErrLost) {
+		t.Fatalf("the old holder reclaimed a retired lease: %v", err)
+	}
+	*server = server.Add(3 * time.Second)
+	if err := b.Acquire(ctx); err != nil {
+		t.Fatalf("acquire after the grace: %v", err)
+	}
+	if got, _ := lease.Peek(ctx, st, "shard-leases/000.json"); got.Retired || got.Holder != "b" {
+		t.Fatalf("after the takeover: %+v", got)
+	}
+}

@@ -561,7 +561,7 @@ func (m *Monitor) recoverInboxes(ctx context.Context, st *TickStats) error {
 	if err != nil {
 		return err
 	}
-	rec, err := direct.Recover(ctx, m.st, iv, m.cfg.LeaseMargin, m.cfg.WorkerLease)
+	rec, err := direct.Recover(ctx, m.st, iv, m.cfg.LeaseMargin, m.cfg.WorkerLease, m.manifest.DeleteHonoured())
 	st.Recovered += rec.Moved
 	if rec.Moved > 0 {
 		m.log.Info("moved dead workers' inboxes to the overflow", "workers", rec.Dead, "entries", rec.Moved)

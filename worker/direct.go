@@ -530,7 +530,7 @@ func (w *Worker) scavenge(ctx context.Context, now time.Time) {
 	if err != nil {
 		return
 	}
-	rec, err := direct.Recover(ctx, w.st, iv, w.cfg.LeaseMargin, w.cfg.LeaseDuration)
+	rec, err := direct.Recover(ctx, w.st, iv, w.cfg.LeaseMargin, w.cfg.LeaseDuration, w.manifest.DeleteHonoured())
 	if err != nil && ctx.Err() == nil {
 		w.log.Warn("move dead workers' inboxes to the overflow", "err", err)
 	}
