@@ -22,6 +22,7 @@
 package lease
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -226,6 +227,17 @@ func (l *Lease) Acquire(ctx context.Context) error {
 func (l *Lease) write(ctx context.Context, next record, opts s3store.PutOptions, raceErr error) error {
 	body, _ := json.Marshal(next)
 	etag, err := l.st.Put(ctx, l.key, body, opts)
+	if err != nil && !errors.Is(err, s3store.ErrNotFound) {
+		// A write whose response was lost (the store's retry then meets
+		// it: a 412, or an error after it landed) is this holder's all
+		// the same if the object holds its bytes (every write grows the
+		// version; a new holding, the epoch). Taken for another's, an
+		// Acquire reported the lease held, by itself. One GET, on the
+		// failure path only.
+		if obj, gerr := l.st.Get(ctx, l.key); gerr == nil && bytes.Equal(obj.Body, body) {
+			etag, err = obj.ETag, nil
+		}
+	}
 	switch {
 	case err == nil:
 		l.rec, l.etag, l.held = next, etag, true

@@ -226,3 +226,37 @@ func TestARetiredLeaseIsNotTakenOverWithinItsGrace(t *testing.T) {
 		t.Fatalf("after the takeover: %+v", got)
 	}
 }
+
+// An Acquire whose write landed with its response lost (the store's retry
+// then meets it: 412) holds the lease: it reads the object back and finds
+// its own write. (Before, it reported the lease held by another, its own
+// holding: a direct-dispatch worker refused to start under its id until
+// the lease it had just written expired.)
+func TestAnAcquireWhoseResponseWasLostHoldsTheLease(t *testing.T) {
+	ctx := context.Background()
+	for _, takeover := range []bool{false, true} {
+		t.Run(map[bool]string{false: "a new lease", true: "a takeover"}[takeover], func(t *testing.T) {
+			st, server, _ := setup(t)
+			faulty := s3store.NewFaults(st)
+			c := clock.New(st, clock.Config{})
+			if takeover {
+				old := lease.New(st, c, "shard-leases/000.json", "old", lease.Config{TTL: 30 * time.Second, Margin: 2 * time.Second})
+				if err := old.Acquire(ctx); err != nil {
+					t.Fatal(err)
+				}
+				*server = server.Add(time.Minute)
+			}
+			l := lease.New(faulty, c, "shard-leases/000.json", "a", lease.Config{TTL: 30 * time.Second, Margin: 2 * time.Second})
+			faulty.Inject(s3store.Fault{Op: s3store.OpPut, Err: s3store.ErrPreconditionFailed, AfterWrite: true, Times: 1})
+			if err := l.Acquire(ctx); err != nil {
+				t.Fatalf("acquire whose write landed: %v", err)
+			}
+			if !l.Valid(ctx) {
+				t.Fatal("the lease is not held")
+			}
+			if err := l.Renew(ctx); err != nil {
+				t.Fatalf("renew: %v", err)
+			}
+		})
+	}
+}
