@@ -61,6 +61,12 @@ var (
 	// ErrDependencyNotMet: Requeue of a task whose dependencies have not
 	// all succeeded.
 	ErrDependencyNotMet = producer.ErrDependencyNotMet
+	// ErrOutcomeUnknown: Submit could not learn whether its task was
+	// created (the store failed after the create may have landed, for a
+	// minute or until ctx ended); it returns the task's id with it, and a
+	// Submit again with SubmitOptions.ID set to that id creates the task
+	// once, whatever became of the first.
+	ErrOutcomeUnknown = producer.ErrOutcomeUnknown
 	// ErrSlotBusy: a drop-if-running submit found its slot busy; nothing
 	// was created.
 	ErrSlotBusy = producer.ErrSlotBusy
@@ -80,7 +86,8 @@ var (
 // uniqueness window (UniqueFor) has passed costs a failed PUT, a GET and
 // two PUTs (docs/scheduling.md). With
 // ErrIdempotencyConflict it also returns the id of the task that holds the
-// key.
+// key; with ErrOutcomeUnknown, the id of the task that may exist, to
+// submit again under (SubmitOptions.ID). Any other error created nothing.
 func (q *Queue) Submit(ctx context.Context, typ string, input any, opts SubmitOptions) (string, error) {
 	id, err := q.producer.Submit(ctx, typ, input, q.withDefaults(opts))
 	if err != nil {

@@ -22,6 +22,7 @@
 package lease
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -64,7 +65,18 @@ type record struct {
 	// Data is the holder's own record (a worker lease's host, inbox
 	// cursor and doorbell state), written with every renewal.
 	Data json.RawMessage `json:"data,omitempty"`
+	// Retired: the lease is being forgotten (Retire): it is deleted next,
+	// and not taken over meanwhile.
+	Retired bool `json:"retired,omitempty"`
 }
+
+// RetiredGrace is how long a retired lease (Retire) is left to the DELETE
+// of the process that retired it: Acquire does not take it over, and a
+// second forgetter does not delete it, before it has been retired this
+// long by its S3 LastModified. One whose forgetter failed or died is
+// taken over, or retired again and deleted, after it. This assumes no
+// request reaches the server a minute after it was sent.
+const RetiredGrace = time.Minute
 
 // Info is what a reader learns of a lease object without holding it.
 type Info struct {
@@ -72,6 +84,12 @@ type Info struct {
 	ExpiresAt time.Time
 	Data      json.RawMessage
 	ETag      string
+	// Retired: the lease is being forgotten (Retire), since Modified (the
+	// object's S3 LastModified).
+	Retired  bool
+	Modified time.Time
+
+	rec record // what Retire writes back
 }
 
 // Peek reads the lease object at key: one GET. A missing object is an
@@ -86,7 +104,27 @@ func Peek(ctx context.Context, st s3store.Store, key string) (Info, error) {
 	if err := json.Unmarshal(obj.Body, &r); err != nil || r.Epoch < 0 || r.Holder == "" {
 		return Info{}, fmt.Errorf("read lease %s: %w", key, ErrCorrupt)
 	}
-	return Info{Holder: r.Holder, ExpiresAt: r.ExpiresAt, Data: r.Data, ETag: obj.ETag}, nil
+	return Info{Holder: r.Holder, ExpiresAt: r.ExpiresAt, Data: r.Data, ETag: obj.ETag, Retired: r.Retired, Modified: obj.LastModified, rec: r}, nil
+}
+
+// Retire marks the lease that Peek read as info retired, by CAS on its
+// ETag, before it is deleted: a lease taken over (or renewed) since the
+// read makes the write fail (s3store.LostRace, or ErrNotFound for a lease
+// deleted meanwhile), and is left alone. Once it is written, no Acquire
+// takes the lease over for RetiredGrace, so an unconditional DELETE that
+// follows deletes no fresh holding: where the provider ignores a
+// conditional DELETE (MinIO, gofakes3), a DELETE If-Match on the ETag
+// read would delete a lease taken over since. One PUT; a lease retired
+// again changes its bytes (its version grows).
+func Retire(ctx context.Context, st s3store.Store, key string, info Info) error {
+	r := info.rec
+	r.Retired = true
+	r.Version++
+	body, _ := json.Marshal(r)
+	if _, err := st.Put(ctx, key, body, s3store.PutOptions{IfMatch: info.ETag}); err != nil {
+		return fmt.Errorf("retire lease %s: %w", key, err)
+	}
+	return nil
 }
 
 // Config times a lease. Zero fields take the defaults.
@@ -130,24 +168,24 @@ func (l *Lease) Epoch() int64 {
 	return l.rec.Epoch
 }
 
-// read returns the lease object and its ETag.
-func (l *Lease) read(ctx context.Context) (record, string, error) {
+// read returns the lease object, its ETag and its S3 LastModified.
+func (l *Lease) read(ctx context.Context) (record, string, time.Time, error) {
 	obj, err := l.st.Get(ctx, l.key)
 	if err != nil {
-		return record{}, "", fmt.Errorf("read lease %s: %w", l.key, err)
+		return record{}, "", time.Time{}, fmt.Errorf("read lease %s: %w", l.key, err)
 	}
 	var r record
 	if err := json.Unmarshal(obj.Body, &r); err != nil || r.Epoch < 0 {
-		return record{}, obj.ETag, fmt.Errorf("read lease %s: %w", l.key, ErrCorrupt)
+		return record{}, obj.ETag, obj.LastModified, fmt.Errorf("read lease %s: %w", l.key, ErrCorrupt)
 	}
-	return r, obj.ETag, nil
+	return r, obj.ETag, obj.LastModified, nil
 }
 
 // Acquire takes the lease: creates it if missing, or takes it over with a
 // new epoch if it has expired. It returns ErrHeld (wrapped, naming the
 // holder) when someone else holds it.
 func (l *Lease) Acquire(ctx context.Context) error {
-	cur, etag, err := l.read(ctx)
+	cur, etag, modified, err := l.read(ctx)
 	// Time is read after the object, so the decision uses the Date of
 	// the response that carried it.
 	iv, terr := l.clock.Now(ctx)
@@ -168,6 +206,11 @@ func (l *Lease) Acquire(ctx context.Context) error {
 		next.Epoch, next.Version = iv.Latest.UnixNano(), 1
 	case err != nil:
 		return err
+	case cur.Retired && iv.Earliest.Sub(modified) < RetiredGrace:
+		// Being forgotten: its DELETE may be on the way, and would
+		// delete a holding taken now. Free once it is gone.
+		l.rec, l.etag, l.held = cur, etag, false
+		return fmt.Errorf("acquire lease %s: %w: it is being forgotten (retired at %s)", l.key, ErrHeld, modified.UTC().Format(time.RFC3339))
 	default:
 		if cur.Holder != "" && !Expired(cur.ExpiresAt, iv, l.cfg.Margin) && cur.Holder != l.holder {
 			l.rec, l.etag, l.held = cur, etag, false
@@ -177,12 +220,24 @@ func (l *Lease) Acquire(ctx context.Context) error {
 		next.Epoch, next.Version = cur.Epoch+1, cur.Version+1
 		l.prev = cur.Data
 	}
+	next.Retired = false
 	return l.write(ctx, next, opts, ErrHeld)
 }
 
 func (l *Lease) write(ctx context.Context, next record, opts s3store.PutOptions, raceErr error) error {
 	body, _ := json.Marshal(next)
 	etag, err := l.st.Put(ctx, l.key, body, opts)
+	if err != nil && !errors.Is(err, s3store.ErrNotFound) {
+		// A write whose response was lost (the store's retry then meets
+		// it: a 412, or an error after it landed) is this holder's all
+		// the same if the object holds its bytes (every write grows the
+		// version; a new holding, the epoch). Taken for another's, an
+		// Acquire reported the lease held, by itself. One GET, on the
+		// failure path only.
+		if obj, gerr := l.st.Get(ctx, l.key); gerr == nil && bytes.Equal(obj.Body, body) {
+			etag, err = obj.ETag, nil
+		}
+	}
 	switch {
 	case err == nil:
 		l.rec, l.etag, l.held = next, etag, true
@@ -228,8 +283,8 @@ func (l *Lease) rewrite(ctx context.Context, expires func(now clock.Interval) ti
 // over since, and Reclaim holds it again at its ETag (one GET). Any other
 // object, or a failed read, leaves the lease lost and returns ErrLost.
 func (l *Lease) Reclaim(ctx context.Context) error {
-	cur, etag, err := l.read(ctx)
-	if err != nil || cur.Holder != l.holder || cur.Epoch != l.rec.Epoch {
+	cur, etag, _, err := l.read(ctx)
+	if err != nil || cur.Holder != l.holder || cur.Epoch != l.rec.Epoch || cur.Retired {
 		return fmt.Errorf("reclaim lease %s: %w (%v)", l.key, ErrLost, err)
 	}
 	l.rec, l.etag, l.held = cur, etag, true

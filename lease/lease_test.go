@@ -185,3 +185,78 @@ func TestDataAndRelease(t *testing.T) {
 		t.Errorf("Peek of a missing lease: %v", err)
 	}
 }
+
+// A retired lease (being forgotten: its DELETE follows) is not taken over
+// for RetiredGrace, however long ago it expired; after that (its
+// forgetter failed or died) it is, and its holder cannot reclaim it.
+func TestARetiredLeaseIsNotTakenOverWithinItsGrace(t *testing.T) {
+	ctx := context.Background()
+	st, server, mk := setup(t)
+	a := mk("a", 0)
+	if err := a.Acquire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	*server = server.Add(time.Hour)
+	info, err := lease.Peek(ctx, st, "shard-leases/000.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lease.Retire(ctx, st, "shard-leases/000.json", info); err != nil {
+		t.Fatal(err)
+	}
+	if err := lease.Retire(ctx, st, "shard-leases/000.json", info); !s3store.LostRace(err) {
+		t.Fatalf("a second retirement from the same read: %v, want a lost race", err)
+	}
+	if got, _ := lease.Peek(ctx, st, "shard-leases/000.json"); !got.Retired || !got.Modified.Equal(*server) {
+		t.Fatalf("after Retire: %+v, want retired at %v", got, *server)
+	}
+	b := mk("b", 0)
+	*server = server.Add(lease.RetiredGrace - time.Second)
+	if err := b.Acquire(ctx); !errors.Is(err, lease.ErrHeld) {
+		t.Fatalf("acquire within the grace: %v, want ErrHeld", err)
+	}
+	if err := a.Reclaim(ctx); !errors.Is(err, lease.ErrLost) {
+		t.Fatalf("the old holder reclaimed a retired lease: %v", err)
+	}
+	*server = server.Add(3 * time.Second)
+	if err := b.Acquire(ctx); err != nil {
+		t.Fatalf("acquire after the grace: %v", err)
+	}
+	if got, _ := lease.Peek(ctx, st, "shard-leases/000.json"); got.Retired || got.Holder != "b" {
+		t.Fatalf("after the takeover: %+v", got)
+	}
+}
+
+// An Acquire whose write landed with its response lost (the store's retry
+// then meets it: 412) holds the lease: it reads the object back and finds
+// its own write. (Before, it reported the lease held by another, its own
+// holding: a direct-dispatch worker refused to start under its id until
+// the lease it had just written expired.)
+func TestAnAcquireWhoseResponseWasLostHoldsTheLease(t *testing.T) {
+	ctx := context.Background()
+	for _, takeover := range []bool{false, true} {
+		t.Run(map[bool]string{false: "a new lease", true: "a takeover"}[takeover], func(t *testing.T) {
+			st, server, _ := setup(t)
+			faulty := s3store.NewFaults(st)
+			c := clock.New(st, clock.Config{})
+			if takeover {
+				old := lease.New(st, c, "shard-leases/000.json", "old", lease.Config{TTL: 30 * time.Second, Margin: 2 * time.Second})
+				if err := old.Acquire(ctx); err != nil {
+					t.Fatal(err)
+				}
+				*server = server.Add(time.Minute)
+			}
+			l := lease.New(faulty, c, "shard-leases/000.json", "a", lease.Config{TTL: 30 * time.Second, Margin: 2 * time.Second})
+			faulty.Inject(s3store.Fault{Op: s3store.OpPut, Err: s3store.ErrPreconditionFailed, AfterWrite: true, Times: 1})
+			if err := l.Acquire(ctx); err != nil {
+				t.Fatalf("acquire whose write landed: %v", err)
+			}
+			if !l.Valid(ctx) {
+				t.Fatal("the lease is not held")
+			}
+			if err := l.Renew(ctx); err != nil {
+				t.Fatalf("renew: %v", err)
+			}
+		})
+	}
+}

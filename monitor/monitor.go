@@ -194,6 +194,11 @@ type Monitor struct {
 	// checked for orphans; orphansFrom the S3 time up to which objects
 	// were examined (zero: none yet).
 	orphansNext, orphansFrom time.Time
+	// orphansAgain are the result objects a check left undecided (their
+	// task could not be read, or ran under the claim that wrote them):
+	// examined again at each check, below the watermark too, until one
+	// decides.
+	orphansAgain map[string]bool
 	// recoverNext is when (local time) the next recovery of dead workers'
 	// inboxes is due (direct dispatch).
 	recoverNext time.Time
@@ -561,7 +566,7 @@ func (m *Monitor) recoverInboxes(ctx context.Context, st *TickStats) error {
 	if err != nil {
 		return err
 	}
-	rec, err := direct.Recover(ctx, m.st, iv, m.cfg.LeaseMargin, m.cfg.WorkerLease)
+	rec, err := direct.Recover(ctx, m.st, iv, m.cfg.LeaseMargin, m.cfg.WorkerLease, m.manifest.DeleteHonoured())
 	st.Recovered += rec.Moved
 	if rec.Moved > 0 {
 		m.log.Info("moved dead workers' inboxes to the overflow", "workers", rec.Dead, "entries", rec.Moved)

@@ -595,18 +595,25 @@ func TestRetentionDecidesOnTheTaskItReads(t *testing.T) {
 // Retention of a task with an idempotency key races submits with the same
 // key at every step. However they interleave, the key never ends up with
 // two live tasks, and submits after retention agree on one id.
+//
+// Retention's writes: the task's tombstone, the record's DELETE If-Match
+// and the task's DELETE where conditional DELETE is honoured (3); the
+// tombstone, the record's retirement and DELETE and the task's DELETE
+// where it is ignored (4). (A fourth step on honouring servers, which
+// always skipped, raced nothing.)
 func TestRetentionAndSubmitLeaveOneTaskPerIdempotencyKey(t *testing.T) {
+	writes := map[string]int{s3store.DeleteIgnored: 4, s3store.DeleteHonoured: 3}
 	for _, provider := range []string{s3store.DeleteIgnored, s3store.DeleteHonoured} {
-		for step := 1; step <= 4; step++ {
+		for step := 1; step <= writes[provider]; step++ {
 			t.Run(fmt.Sprintf("%s/submit before retention's write %d", provider, step), func(t *testing.T) {
 				ctx := context.Background()
 				p, faulty, m, old, opts := keyedTaskDueForRetention(t, provider)
 				var err error
 
-				writes, fired := 0, false
+				n, fired := 0, false
 				var during string
 				hook := func(string) {
-					if writes++; writes == step {
+					if n++; n == step {
 						fired = true
 						if during, err = p.Submit(ctx, "t", nil, opts); err != nil {
 							t.Errorf("submit during retention: %v", err)
@@ -619,10 +626,7 @@ func TestRetentionAndSubmitLeaveOneTaskPerIdempotencyKey(t *testing.T) {
 					m.Tick(ctx)
 				}
 				if !fired {
-					if step <= 2 {
-						t.Fatalf("retention made %d writes, want at least %d", writes, step)
-					}
-					t.Skipf("retention made %d writes here", writes)
+					t.Fatalf("retention made %d writes, want at least %d", n, step)
 				}
 				faulty.Clear()
 				after, err := p.Submit(ctx, "t", nil, opts)

@@ -26,8 +26,10 @@ const defaultOrphanAge = time.Hour
 // results/{shard}/{id}/{claim} that the task does not reference, while the
 // task is not running under {claim}, can never be referenced (only the
 // commit under {claim} may reference it, and that claim is over), and is
-// deleted. One whose task still runs under its claim is left, and not
-// examined again until the monitor restarts.
+// deleted. One whose task still runs under its claim, or could not be
+// read, is left undecided and examined again at each check until one
+// decides (orphansAgain): the watermark passed it for good, and an orphan
+// whose task GET failed once was kept until the monitor restarted.
 func (m *Monitor) collectOrphans(ctx context.Context, iv clock.Interval, st *TickStats) error {
 	now := m.local.Now()
 	every := m.cfg.OrphanCheck
@@ -48,6 +50,10 @@ func (m *Monitor) collectOrphans(ctx context.Context, iv clock.Interval, st *Tic
 	m.orphansNext = now.Add(every)
 	upTo := iv.Earliest.Add(-age) // S3 time: written no later than this
 	from := m.orphansFrom
+	if m.orphansAgain == nil {
+		m.orphansAgain = make(map[string]bool)
+	}
+	listed := make(map[string]bool, len(m.orphansAgain))
 	after := ""
 	for {
 		page, err := m.st.List(ctx, task.ResultsPrefix, s3store.ListOptions{StartAfter: after})
@@ -55,11 +61,19 @@ func (m *Monitor) collectOrphans(ctx context.Context, iv clock.Interval, st *Tic
 			return fmt.Errorf("collect orphaned results: %w", err)
 		}
 		for _, o := range page.Objects {
-			if o.LastModified.After(upTo) || !from.IsZero() && !o.LastModified.After(from) {
+			again := m.orphansAgain[o.Key]
+			listed[o.Key] = again
+			if o.LastModified.After(upTo) || !again && !from.IsZero() && !o.LastModified.After(from) {
 				continue
 			}
-			if err := m.collectOrphan(ctx, o.Key, st); err != nil {
+			decided, err := m.collectOrphan(ctx, o.Key, st)
+			if err != nil {
 				return err
+			}
+			if decided {
+				delete(m.orphansAgain, o.Key)
+			} else {
+				m.orphansAgain[o.Key] = true
 			}
 		}
 		if !page.Truncated || len(page.Objects) == 0 {
@@ -67,34 +81,42 @@ func (m *Monitor) collectOrphans(ctx context.Context, iv clock.Interval, st *Tic
 		}
 		after = page.Objects[len(page.Objects)-1].Key
 	}
+	for key := range m.orphansAgain {
+		if _, ok := listed[key]; !ok {
+			delete(m.orphansAgain, key) // gone
+		}
+	}
 	m.orphansFrom = upTo
 	return nil
 }
 
 // collectOrphan deletes the result object at key if its task does not
-// reference it and is not running under the claim that wrote it.
-func (m *Monitor) collectOrphan(ctx context.Context, key string, st *TickStats) error {
+// reference it and is not running under the claim that wrote it, and
+// reports whether that is decided for good (false: the task could not be
+// read, or runs under that claim; the next check looks again).
+func (m *Monitor) collectOrphan(ctx context.Context, key string, st *TickStats) (decided bool, err error) {
 	shard, id, claim, err := task.ParseResultKey(key)
 	if err != nil {
 		m.log.Warn("foreign object under results/; left alone", "key", key)
-		return nil
+		return true, nil
 	}
 	v, err := taskio.Load(ctx, m.st, task.Key(shard, id))
 	st.Loaded++
 	switch {
 	case errors.Is(err, s3store.ErrNotFound):
 		// Its task is gone (retention): nothing references it.
+	case errors.Is(err, task.ErrCorrupt), errors.Is(err, task.ErrUnsupportedFormat):
+		return true, nil // reported by the sweeps; its object is left alone
 	case err != nil:
-		// Corrupt, or unreadable now: left for the monitor's next life.
-		return nil
+		return false, nil // unreadable now: the next check reads it again
 	case v.Task.ResultRef != nil && v.Task.ResultRef.Key == key:
-		return nil
+		return true, nil
 	case v.Task.Status == task.Running && v.Task.Claim != nil && v.Task.Claim.ID == claim:
-		return nil // its commit may still land
+		return false, nil // its commit may still land
 	}
 	if err := m.st.Delete(ctx, key, s3store.DeleteOptions{}); err != nil {
-		return fmt.Errorf("delete orphaned result %s: %w", key, err)
+		return false, fmt.Errorf("delete orphaned result %s: %w", key, err)
 	}
 	st.OrphansDeleted++
-	return nil
+	return true, nil
 }

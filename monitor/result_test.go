@@ -184,3 +184,53 @@ func TestOrphanedResultsAreCollected(t *testing.T) {
 		t.Fatalf("orphans deleted %d, want 3", n)
 	}
 }
+
+// An orphaned result object whose task could not be read at one check
+// (a 503), or whose task still ran under the claim that wrote it, is
+// examined again at the next check, not passed for good by the checks'
+// watermark: once its task is readable and no longer runs under that
+// claim, it is deleted.
+func TestAnOrphanLeftUndecidedIsExaminedAgain(t *testing.T) {
+	ctx := context.Background()
+	mst, srv, clk := fakeTime()
+	st := s3store.NewFaults(mst)
+	p, _ := producer.New(ctx, st, producer.Config{Shards: 1})
+	id, _ := succeed(t, st, p, *srv, `"kept"`, true)
+	unread := task.ResultKey(0, id, "claim-0") // a stale attempt's
+	if _, err := st.Put(ctx, unread, []byte(`"x"`), s3store.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	runID, _ := p.Submit(ctx, "t", nil, producer.Options{Timeout: 2 * time.Hour})
+	v, _ := taskio.LoadID(ctx, st, runID, []int{1})
+	if err := v.Task.ClaimBy("w", "claim-r", v.Task.AvailableAt.Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := taskio.Update(ctx, st, clock.System(), v.Task, v.ETag); err != nil {
+		t.Fatal(err)
+	}
+	running := task.ResultKey(0, runID, "claim-r") // its worker died before the commit
+	if _, err := st.Put(ctx, running, []byte(`"y"`), s3store.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	m, _ := monitor.New(ctx, st, monitor.Config{Shards: 1, OrphanCheck: 10 * time.Minute, OrphanAge: time.Hour, RepairAfter: 100 * time.Hour, Retention: 100 * time.Hour, Clock: clk,
+		Local: clock.LocalFunc(func() time.Time { return *srv })})
+	m.Tick(ctx)
+	*srv = srv.Add(90 * time.Minute)
+	st.Inject(s3store.Fault{Op: s3store.OpGet, KeyPrefix: task.Key(0, id), Err: s3store.ErrInjected503, Times: 1})
+	m.Tick(ctx) // the check: one task unreadable, the other still running under its claim
+	for _, key := range []string{unread, running} {
+		if _, err := st.Get(ctx, key); err != nil {
+			t.Fatalf("%s after the first check: %v, want it left", key, err)
+		}
+	}
+	// The running task's lease expires; the monitor re-dispatches it.
+	for range 30 {
+		*srv = srv.Add(10 * time.Minute)
+		m.Tick(ctx)
+	}
+	for _, key := range []string{unread, running} {
+		if _, err := st.Get(ctx, key); !errors.Is(err, s3store.ErrNotFound) {
+			t.Errorf("orphaned result %s five hours on: %v, want deleted", key, err)
+		}
+	}
+}

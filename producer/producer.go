@@ -38,8 +38,26 @@ var ErrNotFound = errors.New("task not found")
 
 // ErrIdempotencyConflict reports a Submit whose idempotency key is already
 // taken by a task of another type or input. Submit returns that task's id
-// with it.
+// with it. A Submit under Options.ID that finds a task of another type or
+// input under that id fails with it too.
 var ErrIdempotencyConflict = errors.New("idempotency key already used by a task of another type or input")
+
+// ErrOutcomeUnknown reports a Submit whose task may or may not exist: its
+// create failed in a way that may have come after it landed (a lost
+// response), and every try since to learn which failed too, for
+// outcomeWait (or until ctx ended). Submit returns the task's id with it.
+// It is not a failure: a Submit told "failed" created nothing, and may be
+// made again; one told ErrOutcomeUnknown is made again safely only under
+// that id (Options.ID), which creates the task once whatever became of the
+// first. (An idempotency key dedupes by itself: submitting again with the
+// key is safe too.)
+var ErrOutcomeUnknown = errors.New("the outcome is unknown: the task may exist")
+
+// outcomeWait is how long Submit keeps trying to learn the outcome of a
+// create whose response was lost and whose reads back failed: it makes the
+// same create again (the same id, If-None-Match) until it lands or meets
+// the first one, pausing from half a second to 8 s between tries.
+const outcomeWait = time.Minute
 
 // Config configures a Producer.
 type Config struct {
@@ -278,6 +296,16 @@ type Options struct {
 	// docs/slots.md.
 	Slot      string
 	Admission string
+	// ID, if set, is the id to create the task under: one a Submit
+	// returned with ErrOutcomeUnknown, to submit the same task again. A
+	// task of that id that exists already (the first create landed) is
+	// returned and nothing is created (ErrIdempotencyConflict if it is of
+	// another type or input); otherwise the task is created under it, as
+	// the first Submit would have. The id carries the time the task
+	// becomes available: Delay and RunAt are not used. It excludes
+	// IdempotencyKey and Unique (the key decides the id). It costs one
+	// GET more (one per earlier shard count of a resharded queue).
+	ID string
 }
 
 // ErrSlotBusy: a drop-if-running submit found its slot held or waited for.
@@ -330,12 +358,32 @@ func (p *Producer) submit(ctx context.Context, typ string, input any, opts Optio
 	if opts.IdempotencyKey, err = uniqueKey(typ, raw, opts); err != nil {
 		return "", nil, fmt.Errorf("submit: %w", err)
 	}
+	if opts.ID != "" {
+		switch {
+		case !task.ValidID(opts.ID):
+			return "", nil, fmt.Errorf("submit: %w: %q is not a task id", task.ErrInvalid, opts.ID)
+		case opts.IdempotencyKey != "":
+			return "", nil, fmt.Errorf("submit: %w: an id cannot be combined with an idempotency key (the key decides the id)", task.ErrInvalid)
+		}
+	}
+	// The create's outcome is tried for until then (see outcomeWait); for
+	// a task with dependencies or a slot only for half their grace from
+	// now: a child or a slot's task that lands later than its grace after
+	// its edges or its admission may be passed over, or run beside the
+	// next (deps.Grace).
+	until := p.local.Now().Add(outcomeWait)
+	if len(opts.DependsOn) > 0 || opts.Slot != "" {
+		until = p.local.Now().Add(deps.Grace / 2)
+	}
 	now, err := p.clock.Now(ctx)
 	if err != nil {
 		return "", nil, fmt.Errorf("submit: %w", err)
 	}
 	at := now.Mid()
 	switch {
+	case opts.ID != "":
+		// The id carries the time (the first Submit's).
+		at, _ = task.IDTime(opts.ID)
 	case !opts.RunAt.IsZero():
 		if opts.RunAt.After(at) {
 			at = opts.RunAt
@@ -368,8 +416,19 @@ func (p *Producer) submit(ctx context.Context, typ string, input any, opts Optio
 		m, n = p.layout(ctx)
 		targets = p.fleet.ShardsFor(ctx, typ, now, n)
 	}
-	id, err := p.newID(at, targets, m.Shards)
-	if err != nil {
+	id := opts.ID
+	if id != "" {
+		// A Submit again under the id of one whose outcome was unknown:
+		// if its task landed, it is the answer.
+		switch v, err := taskio.LoadID(ctx, p.st, id, m.Counts()); {
+		case err == nil && v.Task.Type == typ && task.SpecHash(v.Task.Type, v.Task.Input) == task.SpecHash(typ, raw):
+			return id, v.Task, nil
+		case err == nil:
+			return id, nil, fmt.Errorf("submit: %w: task %s exists, of type %q with another input or type", ErrIdempotencyConflict, id, v.Task.Type)
+		case !errors.Is(err, s3store.ErrNotFound):
+			return "", nil, fmt.Errorf("submit: look for task %s: %w", id, err)
+		}
+	} else if id, err = p.newID(at, targets, m.Shards); err != nil {
 		return "", nil, fmt.Errorf("submit: %w", err)
 	}
 	shard := task.ShardFor(id, m.Shards)
@@ -427,13 +486,15 @@ func (p *Producer) submit(ctx context.Context, typ string, input any, opts Optio
 		return "", nil, fmt.Errorf("submit: slot %q: the task could not be written within %v of its admission; submit it again", opts.Slot, deps.Grace/2)
 	}
 	if opts.IdempotencyKey != "" {
-		got, err := p.submitOnce(ctx, t, spec, now.Mid(), m.Shards)
+		got, err := p.submitOnce(ctx, t, spec, now.Mid(), m.Shards, until)
 		if err == nil && got == t.ID && opts.Slot != "" {
 			p.afterAdmit(ctx, t, adm)
 		}
 		return got, t, err
 	}
-	if _, err := taskio.Create(ctx, p.st, p.local, t); err != nil {
+	if _, err := p.create(ctx, t, until); errors.Is(err, ErrOutcomeUnknown) {
+		return t.ID, t, fmt.Errorf("submit: task %s: %w", t.ID, err)
+	} else if err != nil {
 		return "", nil, fmt.Errorf("submit: %w", err)
 	}
 	p.publish(events.Submitted, t)
@@ -625,7 +686,7 @@ func (p *Producer) checkTimeout(timeout time.Duration) error {
 // record); for a key whose window has passed a failed PUT, a GET, the
 // record's CAS PUT and the task's PUT. placed is the shard count t was
 // placed with.
-func (p *Producer) submitOnce(ctx context.Context, t *task.Task, spec task.Spec, now time.Time, placed int) (string, error) {
+func (p *Producer) submitOnce(ctx context.Context, t *task.Task, spec task.Spec, now time.Time, placed int, until time.Time) (string, error) {
 	recKey := task.IdempotencyRecordKey(spec.IdempotencyKey)
 	own := task.IdempotencyRecord{ID: t.ID, Spec: task.SpecHash(t.Type, t.Input), Shards: placed, UniqueFor: task.Duration(spec.UniqueFor)}
 	var id string
@@ -633,12 +694,12 @@ func (p *Producer) submitOnce(ctx context.Context, t *task.Task, spec task.Spec,
 		_, err := p.st.Put(ctx, recKey, own.Encode(), s3store.PutOptions{IfNoneMatch: true})
 		switch {
 		case err == nil:
-			id, err = p.createOnce(ctx, t)
+			id, err = p.createOnce(ctx, t, until)
 			return false, err
 		case !s3store.LostRace(err):
 			return false, fmt.Errorf("submit: write idempotency record: %w", err)
 		}
-		id, err = p.followRecord(ctx, recKey, t, spec, now, own)
+		id, err = p.followRecord(ctx, recKey, t, spec, now, own, until)
 		if err != nil || id != "" {
 			return false, err
 		}
@@ -654,7 +715,7 @@ func (p *Producer) submitOnce(ctx context.Context, t *task.Task, spec task.Spec,
 // did not), or "" when the record is gone and the key is free again, or
 // changed under a replacement. A record whose window has passed is
 // replaced by own (naming t), and t created.
-func (p *Producer) followRecord(ctx context.Context, recKey string, t *task.Task, spec task.Spec, now time.Time, own task.IdempotencyRecord) (string, error) {
+func (p *Producer) followRecord(ctx context.Context, recKey string, t *task.Task, spec task.Spec, now time.Time, own task.IdempotencyRecord, until time.Time) (string, error) {
 	rec, obj, err := p.readRecord(ctx, recKey)
 	if err != nil || obj == nil {
 		return "", err
@@ -667,7 +728,7 @@ func (p *Producer) followRecord(ctx context.Context, recKey string, t *task.Task
 		// The key is free again, whatever task took it before: the
 		// record is replaced, never deleted, so no DELETE of it can be
 		// in flight, and no second record can appear beside it.
-		return p.replaceRecord(ctx, recKey, rec, obj.ETag, own, t)
+		return p.replaceRecord(ctx, recKey, rec, obj.ETag, own, t, until)
 	}
 	switch {
 	case rec.Spec != "" && rec.Spec != task.SpecHash(t.Type, t.Input):
@@ -688,7 +749,7 @@ func (p *Producer) followRecord(ctx context.Context, recKey string, t *task.Task
 		}
 	}
 	if iv.Earliest.Sub(obj.LastModified) < task.IdempotencyRecordYoung {
-		return p.createOnce(ctx, x)
+		return p.createOnce(ctx, x, until)
 	}
 	keys := []string{x.Key()}
 	if rec.Shards == 0 {
@@ -716,7 +777,7 @@ func (p *Producer) followRecord(ctx context.Context, recKey string, t *task.Task
 	case again.ID != rec.ID:
 		return "", nil // a new record: follow it from the start
 	}
-	return p.createOnce(ctx, x)
+	return p.createOnce(ctx, x, until)
 }
 
 // replaceRecord replaces old, the record at recKey read with etag, whose
@@ -727,12 +788,12 @@ func (p *Producer) followRecord(ctx context.Context, recKey string, t *task.Task
 // starts again and follows what is there now. A crash between the two
 // writes leaves a record naming a task not yet written, which the next
 // submit completes (followRecord), as after a first write.
-func (p *Producer) replaceRecord(ctx context.Context, recKey string, old task.IdempotencyRecord, etag string, own task.IdempotencyRecord, t *task.Task) (string, error) {
+func (p *Producer) replaceRecord(ctx context.Context, recKey string, old task.IdempotencyRecord, etag string, own task.IdempotencyRecord, t *task.Task, until time.Time) (string, error) {
 	own.Window = old.Window + 1
 	_, err := p.st.Put(ctx, recKey, own.Encode(), s3store.PutOptions{IfMatch: etag})
 	switch {
 	case err == nil:
-		return p.createOnce(ctx, t)
+		return p.createOnce(ctx, t, until)
 	case s3store.LostRace(err), errors.Is(err, s3store.ErrNotFound):
 		return "", nil
 	}
@@ -755,12 +816,15 @@ func (p *Producer) readRecord(ctx context.Context, recKey string) (task.Idempote
 	return rec, &obj, nil
 }
 
-// createOnce creates t if it does not exist yet and returns its id.
+// createOnce creates t if it does not exist yet and returns its id. A
+// create whose outcome is unknown until is t's id with ErrOutcomeUnknown
+// (see create): the key's record names it, so a Submit again with the key
+// is safe.
 //
 // A task completed from an old record may lie below the monitor's sweep
 // floor: it is announced first and written after (see
 // shards.MayLieBelowFloor).
-func (p *Producer) createOnce(ctx context.Context, t *task.Task) (string, error) {
+func (p *Producer) createOnce(ctx context.Context, t *task.Task, until time.Time) (string, error) {
 	now, err := p.clock.Now(ctx)
 	if err != nil {
 		return "", fmt.Errorf("submit: %w", err)
@@ -773,9 +837,10 @@ func (p *Producer) createOnce(ctx context.Context, t *task.Task) (string, error)
 		announced = p.local.Now()
 	}
 	for range 3 {
-		_, err = taskio.Create(ctx, p.st, p.local, t)
+		var exists bool
+		exists, err = p.create(ctx, t, until)
 		switch {
-		case err == nil:
+		case err == nil && !exists:
 			p.publish(events.Submitted, t)
 			if announced.IsZero() || clock.Since(p.local, announced) > shards.PointerGrace/2 {
 				p.afterCreate(ctx, t)
@@ -783,10 +848,12 @@ func (p *Producer) createOnce(ctx context.Context, t *task.Task) (string, error)
 				p.ring(ctx, t.ID, t.AvailableAt)
 			}
 			return t.ID, nil
-		case errors.Is(err, s3store.ErrPreconditionFailed):
+		case err == nil:
 			// It exists: the record's own producer wrote it, the same id
-			// and the same intent.
+			// and the same intent (or an earlier try of this create).
 			return t.ID, nil
+		case errors.Is(err, ErrOutcomeUnknown):
+			return t.ID, fmt.Errorf("submit: task %s: %w", t.ID, err)
 		case errors.Is(err, s3store.ErrConflict):
 			// A concurrent conditional write: it may or may not land, so
 			// look before saying the task exists.
@@ -802,6 +869,40 @@ func (p *Producer) createOnce(ctx context.Context, t *task.Task) (string, error)
 		}
 	}
 	return "", fmt.Errorf("submit: %w", err)
+}
+
+// create writes t, a new task, under its id, and tries until it knows
+// the outcome: a create whose request failed after it may have landed and
+// that could not be read back (taskio.ErrUnknownOutcome: 4 reads over
+// 2.1 s failed) is made again, the same bytes under the same id
+// (If-None-Match), after a pause, until it lands, or meets a task already
+// there (a 412, exists: the id is this Submit's own, drawn from 80 random
+// bits, or the key's, so the task is an earlier try of this create, or
+// what the record's producer wrote), or until is past or ctx ends:
+// ErrOutcomeUnknown. Any other failure is returned as it is: nothing was
+// created. Requests: one PUT; on the failure path the read-backs and a PUT
+// per try.
+func (p *Producer) create(ctx context.Context, t *task.Task, until time.Time) (exists bool, err error) {
+	pause := 500 * time.Millisecond
+	for {
+		_, err := taskio.Create(ctx, p.st, p.local, t)
+		switch {
+		case err == nil:
+			return false, nil
+		case errors.Is(err, s3store.ErrPreconditionFailed):
+			return true, nil
+		case !errors.Is(err, taskio.ErrUnknownOutcome):
+			return false, err
+		}
+		if ctx.Err() != nil || !p.local.Now().Add(pause).Before(until) {
+			return false, fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
+		}
+		p.log.Warn("submit: the create's outcome is unknown; trying it again under its id", "task_id", t.ID, "err", err)
+		if p.sleep(ctx, pause) != nil {
+			return false, fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
+		}
+		pause = min(2*pause, 8*time.Second)
+	}
 }
 
 // afterCreate makes sure a member will find t: it rings the doorbell if

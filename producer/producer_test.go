@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/s3queue/s3queue/clock"
@@ -610,5 +611,105 @@ func TestDeadline(t *testing.T) {
 	}
 	if n := st.Counts().Of(s3store.OpPut); n != puts {
 		t.Fatalf("refused deadlines wrote %d objects", n-puts)
+	}
+}
+
+// countTaskObjects counts the task objects (not ready pointers) in a
+// queue of n shards.
+func countTaskObjects(t *testing.T, st s3store.Store, n int) int {
+	t.Helper()
+	c := 0
+	for s := range n {
+		page, err := st.List(context.Background(), shards.TasksPrefix(s), s3store.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range page.Objects {
+			if strings.HasSuffix(o.Key, ".json") {
+				c++
+			}
+		}
+	}
+	return c
+}
+
+// A submit whose PUT landed with its response lost, and whose reads back
+// failed too (the outage that lost the response went on: 4 GETs over 2.1
+// s), is not reported failed: a caller told "failed" submits again, and
+// makes a second task. Submit tries the same create again (the same id,
+// If-None-Match) until it learns the outcome: here its second PUT meets
+// the first (412), and the task is its own.
+func TestASubmitWhoseOutcomeIsUnknownIsTriedAgainUnderItsID(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		p, st, mst := setupFaults(t)
+		st.Inject(s3store.Fault{Op: s3store.OpPut, KeyPrefix: "tasks/", KeySuffix: ".json", Err: s3store.ErrInjected500, AfterWrite: true, Times: 1,
+			Hook: func(string) {
+				st.Inject(s3store.Fault{Op: s3store.OpGet, KeyPrefix: "tasks/", Err: s3store.ErrInjected503, Times: 4})
+			}})
+		id, err := p.Submit(ctx, "t", nil, producer.Options{})
+		if err != nil {
+			// What a caller told "failed" does.
+			if _, err := p.Submit(ctx, "t", nil, producer.Options{}); err != nil {
+				t.Fatal(err)
+			}
+			t.Errorf("a submit whose task exists was reported failed: %v", err)
+		}
+		if n := countTaskObjects(t, mst, 4); n != 1 {
+			t.Fatalf("%d tasks, want 1", n)
+		}
+		if _, err := p.Get(ctx, id); err != nil {
+			t.Fatalf("submit returned %s: %v", id, err)
+		}
+	})
+}
+
+// An outage longer than Submit's minute of trying leaves the outcome
+// unknown: Submit returns the task's id with ErrOutcomeUnknown, not a
+// failure, and a second Submit under that id (Options.ID) is safe to
+// make whatever became of the first: it creates the task once.
+func TestASubmitRetriedUnderItsIDMakesOneTask(t *testing.T) {
+	for _, landed := range []bool{true, false} {
+		t.Run(map[bool]string{true: "the first create landed", false: "it did not"}[landed], func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				ctx := context.Background()
+				p, st, mst := setupFaults(t)
+				down := func(string) {
+					// Every task request fails for five minutes.
+					st.Inject(s3store.Fault{Op: s3store.OpGet, KeyPrefix: "tasks/", Err: s3store.ErrInjected503})
+					st.Inject(s3store.Fault{Op: s3store.OpPut, KeyPrefix: "tasks/", Err: s3store.ErrInjected503})
+					go func() {
+						time.Sleep(5 * time.Minute)
+						st.Clear()
+					}()
+				}
+				st.Inject(s3store.Fault{Op: s3store.OpPut, KeyPrefix: "tasks/", KeySuffix: ".json", Err: s3store.ErrInjected500, AfterWrite: landed, Times: 1, Hook: down})
+				opts := producer.Options{Delay: time.Hour, MaxAttempts: 2}
+				id, err := p.Submit(ctx, "t", json.RawMessage(`{"n":1}`), opts)
+				if !errors.Is(err, producer.ErrOutcomeUnknown) || id == "" {
+					t.Fatalf("submit through a five-minute outage: %q, %v; want its id and ErrOutcomeUnknown", id, err)
+				}
+				time.Sleep(5 * time.Minute)
+				opts.ID = id
+				again, err := p.Submit(ctx, "t", json.RawMessage(`{"n":1}`), opts)
+				if err != nil || again != id {
+					t.Fatalf("submit again under %s: %q, %v", id, again, err)
+				}
+				if n := countTaskObjects(t, mst, 4); n != 1 {
+					t.Fatalf("%d tasks, want 1", n)
+				}
+				got, err := p.Get(ctx, id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if at, _ := task.IDTime(id); !got.AvailableAt.Equal(at) || got.MaxAttempts != 2 {
+					t.Fatalf("the task is available at %v with %d attempts, want its id's time %v and 2", got.AvailableAt, got.MaxAttempts, at)
+				}
+				// Another task under a taken id is refused.
+				if _, err := p.Submit(ctx, "other", nil, producer.Options{ID: id}); !errors.Is(err, producer.ErrIdempotencyConflict) {
+					t.Fatalf("a submit of another task under %s: %v, want ErrIdempotencyConflict", id, err)
+				}
+			})
+		})
 	}
 }

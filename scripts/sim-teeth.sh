@@ -37,7 +37,8 @@ for d in "${defects[@]}"; do
 		printf 'defect %-3s the patch no longer applies: %s\n' "$d" "$(head -1 "$work/apply.log")"
 		continue
 	fi
+	# TestHunt fails when no seed catches the defect; its HUNT line says so.
 	out=$(cd "$work/tree" && S3QUEUE_SIM_HUNT=$SEEDS go test -v -count=1 -run '^TestHunt$' ./internal/sim 2>&1 |
-		grep -E '^HUNT|^FAIL|cannot|undefined|panic' | head -3 || true)
+		grep -E '^HUNT|cannot|undefined|panic|build failed' | head -3 || true)
 	printf 'defect %-3s %s\n' "$d" "${out//$'\n'/ }"
 done

@@ -460,7 +460,7 @@ func (c *FleetCache) ShardFor(ctx context.Context, typ string, now clock.Interva
 // cached view: the active shards whose member runs typ, or, when no live
 // member does, every active shard. Never empty.
 func (c *FleetCache) ShardsFor(ctx context.Context, typ string, now clock.Interval, n int) []int {
-	c.Get(ctx)
+	c.GetWithin(ctx, c.routesAge(now))
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	r := c.routes
@@ -494,6 +494,29 @@ func (c *FleetCache) ShardsFor(ctx context.Context, typ string, now clock.Interv
 		return s
 	}
 	return r.active
+}
+
+// routesAge is how old a view ShardsFor may route by: FleetCacheTTL, or,
+// once the routes of the cached view have lapsed (a member in it may have
+// turned suspect by now, or renewed since), a third of the shortest TTL
+// its members renew by, if that is less. A member renews every third of
+// its TTL: routing on an older view would count one that renewed on time
+// as suspect, and route none of its shards new tasks (with a member_ttl
+// of 600 ms, against the cache's 2 s, a producer sent most tasks to shard
+// 0 alone). With the default member_ttl (30 s) it is FleetCacheTTL.
+func (c *FleetCache) routesAge(now clock.Interval) time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	age := FleetCacheTTL
+	if c.routes == nil || !now.Earliest.After(c.routes.until) {
+		return age
+	}
+	for _, m := range c.f.Members {
+		if !m.Leased && !m.Renewed.IsZero() && m.ExpiresAt.After(m.Renewed) {
+			age = min(age, m.ExpiresAt.Sub(m.Renewed)/3)
+		}
+	}
+	return age
 }
 
 // Serves reports whether shard is polled at full speed by a member that

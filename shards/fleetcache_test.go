@@ -98,3 +98,46 @@ func TestFleetCacheRoutesAsTheFleetDoes(t *testing.T) {
 		}
 	}
 }
+
+// Members whose entries last less than the cache's view (member_ttl below
+// 3 × FleetCacheTTL) renew more often than the view is read: once the
+// routes of a view have lapsed (its members may have turned suspect), the
+// cache reads the fleet again rather than route on a view that shows
+// members who renewed on time as suspect. (Routing on the stale view sent
+// every task to shard 0: a producer opened before a reshard put none of 20
+// tasks in the new shards in about 1 run in 12.)
+func TestFleetCacheRoutesByAViewNoOlderThanItsMembersRenewals(t *testing.T) {
+	ctx := context.Background()
+	st := mem.New()
+	t0 := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	const ttl = 600 * time.Millisecond
+	fleetAt := func(at time.Time) shards.Fleet {
+		f := shards.Fleet{Shards: 4}
+		for _, id := range []string{"a", "b", "c", "d"} {
+			f.Members = append(f.Members, shards.Member{ID: id, Joined: t0, Renewed: at, ExpiresAt: at.Add(ttl), Types: []string{"x"}})
+		}
+		return f
+	}
+	write := func(at time.Time) {
+		f, etag, err := shards.ReadFleet(ctx, st)
+		if err != nil && !errors.Is(err, s3store.ErrNotFound) {
+			t.Fatal(err)
+		}
+		if _, _, err := shards.UpdateFleet(ctx, st, s3store.CAS{}, f, etag, func(g *shards.Fleet) bool { *g = fleetAt(at); return true }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	local := t0
+	c := shards.NewFleetCache(st, 100*time.Millisecond, clock.LocalFunc(func() time.Time { return local }), nil)
+	for step := range 10 {
+		// The members renew every third of their TTL; S3 time and the
+		// cache's local clock run together.
+		at := t0.Add(time.Duration(step) * ttl / 3)
+		write(at)
+		local = at
+		now := clock.Interval{Earliest: at.Add(10 * time.Millisecond), Latest: at.Add(20 * time.Millisecond)}
+		if got := c.ShardsFor(ctx, "x", now, 4); !slices.Equal(got, []int{0, 1, 2, 3}) {
+			t.Fatalf("at +%v (the members renewed at it), routes %v, want every shard", at.Sub(t0), got)
+		}
+	}
+}

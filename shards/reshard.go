@@ -1,6 +1,7 @@
 package shards
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -34,7 +35,8 @@ var ErrShrink = errors.New("shrinking is not supported")
 // ErrShrink; n outside 1..MaxShards is refused. A store without a queue is
 // an error wrapping s3store.ErrNotFound. Requests: a GET and a PUT of the
 // manifest, a GET and a PUT of the fleet object (created if there is none
-// yet), and a retry of either after a lost race.
+// yet), and a retry of either after a lost race; a failed manifest PUT
+// is read back (a GET).
 func Reshard(ctx context.Context, st s3store.Store, n int) (Manifest, error) {
 	_, after, err := Grow(ctx, st, n)
 	return after, err
@@ -69,6 +71,17 @@ func Grow(ctx context.Context, st s3store.Store, n int) (before, after Manifest,
 		next.Previous = append(append([]int(nil), m.Previous...), m.Shards)
 		body, _ := json.Marshal(next)
 		if _, err := st.Put(ctx, ManifestKey, body, s3store.PutOptions{IfMatch: etag}); err != nil {
+			// A write whose response was lost (the store's retry then
+			// meets it: a 412, or an error after it landed) is this
+			// reshard's all the same: the manifest holds its bytes. Taken
+			// for someone else's, the retry found the count asked for,
+			// and the reshard it had made reported "nothing to do". (A
+			// reshard to the same count from the same manifest writes the
+			// same bytes: it is reported too, as made.)
+			if obj, gerr := st.Get(ctx, ManifestKey); gerr == nil && bytes.Equal(obj.Body, body) {
+				out = next
+				return false, nil
+			}
 			return s3store.LostRace(err), fmt.Errorf("reshard: write queue manifest: %w", err)
 		}
 		out = next

@@ -199,3 +199,31 @@ func TestReshardRaisesTheFleetsCount(t *testing.T) {
 		t.Fatal("ShardCount: want the fleet's count when recorded, else the held one")
 	}
 }
+
+// A reshard whose manifest PUT landed with its response lost (the store's
+// retry then meets it: 412, or a 500 after the write) reports the reshard
+// it made, not "nothing to do": it reads the manifest back and finds its
+// own write. (Before, it took the 412 for someone else's write, re-read,
+// found the count it asked for, and returned it as the count before.)
+func TestAReshardWhoseResponseWasLostReportsItself(t *testing.T) {
+	for _, lost := range []error{s3store.ErrPreconditionFailed, s3store.ErrInjected500} {
+		t.Run(lost.Error(), func(t *testing.T) {
+			ctx := context.Background()
+			st := s3store.NewFaults(mem.New())
+			if _, err := shards.Open(ctx, st, 4); err != nil {
+				t.Fatal(err)
+			}
+			st.Inject(s3store.Fault{Op: s3store.OpPut, KeyPrefix: shards.ManifestKey, Err: lost, AfterWrite: true, Times: 1})
+			before, after, err := shards.Grow(ctx, st, 8)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if before.Shards != 4 || after.Shards != 8 {
+				t.Fatalf("reshard to 8 reports %d -> %d shards, want 4 -> 8", before.Shards, after.Shards)
+			}
+			if m := readManifest(t, st); m.Shards != 8 || !reflect.DeepEqual(m.Previous, []int{4}) {
+				t.Fatalf("manifest %+v, want 8 shards, previous [4]", m)
+			}
+		})
+	}
+}

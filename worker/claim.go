@@ -13,6 +13,7 @@ import (
 	"github.com/s3queue/s3queue/internal/deps"
 	"github.com/s3queue/s3queue/internal/taskio"
 	"github.com/s3queue/s3queue/internal/tracing"
+	"github.com/s3queue/s3queue/lease"
 	"github.com/s3queue/s3queue/s3store"
 	"github.com/s3queue/s3queue/shards"
 	"github.com/s3queue/s3queue/task"
@@ -72,7 +73,11 @@ type attempt struct {
 	claiming bool
 	// missed: the task's deadline has passed; tryClaim wrote it dead
 	// instead (task.MissDeadline), and the claim's PUT writes that.
-	missed    bool
+	missed bool
+	// adopted: the task runs under a claim this worker wrote earlier
+	// whose outcome it did not know (see unsure); the claim is dispatched
+	// without a PUT.
+	adopted   bool
 	h         Handler
 	claimID   string
 	pool      *pool
@@ -313,7 +318,7 @@ func (w *Worker) claimPipelined(ctx context.Context, r claimRun) (claimed int, r
 	// Run gets back when the pipeline ends.
 	freed := false
 	open := func() bool {
-		return len(busy) < maxClaimsInFlight && w.free() > undecided && !w.stopping.Load() && ctx.Err() == nil
+		return len(busy) < maxClaimsInFlight && w.free() > undecided && !w.owesOverflow() && !w.stopping.Load() && ctx.Err() == nil
 	}
 	// launch starts the loads of the next candidates while slots are free
 	// for them.
@@ -491,6 +496,14 @@ func (w *Worker) tryClaim(ctx context.Context, s settler, a *attempt, iv clock.I
 		return false
 	}
 	t := v.Task
+	if u, ok := w.unsure[t.ID]; ok {
+		// The task read since a claim of ours whose outcome was unknown:
+		// what it holds now says how that went.
+		delete(w.unsure, t.ID)
+		if t.Status == task.Running && t.Claim != nil && t.Claim.ID == u.claimID && t.Claim.Worker == w.cfg.ID {
+			return w.adopt(ctx, a, iv)
+		}
+	}
 	if t.Status != task.Pending {
 		a.settledAt = v.ETag
 		return false
@@ -557,6 +570,58 @@ func (w *Worker) tryClaim(ctx context.Context, s settler, a *attempt, iv clock.I
 	return true
 }
 
+// unsure is a claim whose PUT failed in a way that may have come after it
+// landed, and whose read-backs failed too (taskio.ErrUnknownOutcome): the
+// worker may hold the task. It gives its slot back and leaves the
+// candidate unsettled; the next read of the task (the candidate is listed
+// again) finds it running under this claim, and adopt takes it up. Had
+// the worker taken the claim as failed, that read would have settled the
+// task as another's, and its lease would have expired unrun: with
+// max_attempts = 1, dead with "lease expired".
+type unsure struct {
+	claimID   string
+	expiresAt time.Time // the claim's lease, S3 time
+}
+
+// rememberUnsure notes a's claim, whose outcome is unknown, and forgets
+// those whose lease has certainly expired by iv unseen (their tasks went
+// another way: the monitor expires such a lease).
+func (w *Worker) rememberUnsure(a *attempt, iv clock.Interval) {
+	for id, u := range w.unsure {
+		if lease.Expired(u.expiresAt, iv, w.cfg.LeaseMargin) {
+			delete(w.unsure, id)
+		}
+	}
+	t := a.v.Task
+	w.unsure[t.ID] = unsure{claimID: a.claimID, expiresAt: t.Claim.ExpiresAt}
+}
+
+// adopt takes up a's task, found running under a claim of this worker's
+// whose outcome was unknown: the claim landed. While its lease is
+// certainly held and its pool has room, the claim is dispatched as if its
+// PUT had just answered (no request: claim makes none for it). Otherwise
+// the task is handed back, released (its attempt unused, one PUT): the
+// next listing finds it pending, for this worker or another. Runs on the
+// scheduler.
+func (w *Worker) adopt(ctx context.Context, a *attempt, iv clock.Interval) bool {
+	t := a.v.Task
+	h := w.handler(t.Type)
+	p := w.poolFor(t.Type)
+	if h != nil && !w.stopping.Load() && lease.Held(t.Claim.ExpiresAt, iv, w.cfg.LeaseMargin) {
+		if adm, _ := p.admit(t.ID, false); adm != refused {
+			a.claiming, a.adopted, a.h, a.claimID, a.pool, a.adm = true, true, h, t.Claim.ID, p, adm
+			return true
+		}
+	}
+	w.log.Info("hand back a task claimed while its claim's outcome was unknown", "task_id", t.ID)
+	r := w.newRun(a.v, t.Claim.ID, h, w.now())
+	r.pool = p
+	w.inflight.Add(1)
+	w.running.Store(r.claimID, r)
+	r.giveBack(ctx, PhasePending, "claimed with its response lost, and not run")
+	return false
+}
+
 // missDeadline gets the write ready that ends a's task dead, its deadline
 // passed (task.MissDeadline), in place of a claim. A task with dependents
 // or a slot writes its ended marker first, as any end does (one more PUT,
@@ -583,6 +648,11 @@ func (w *Worker) missDeadline(ctx context.Context, a *attempt, iv clock.Interval
 func (w *Worker) claim(ctx context.Context, a *attempt) (taskio.Versioned, error) {
 	t := a.v.Task
 	pctx := w.trace.Extract(ctx, t.Trace)
+	if a.adopted {
+		// Claimed already: the write whose outcome was unknown landed.
+		a.parent = trace.SpanContextFromContext(pctx)
+		return a.v, nil
+	}
 	sctx, span := w.trace.Tracer.Start(pctx, tracing.SpanClaim, trace.WithSpanKind(trace.SpanKindConsumer))
 	nv, err := taskio.Update(sctx, w.st, w.local, t, a.v.ETag)
 	a.parent = trace.SpanContextFromContext(pctx)
@@ -698,7 +768,13 @@ func (w *Worker) applyClaim(ctx context.Context, s settler, a *attempt, iv clock
 		}
 	} else if a.claiming {
 		if a.claimErr != nil {
-			if !s3store.LostRace(a.claimErr) {
+			switch {
+			case errors.Is(a.claimErr, taskio.ErrUnknownOutcome):
+				// It may be ours: the candidate stays unsettled, and the
+				// next read of the task tells (see unsure).
+				w.log.Warn("claim; its outcome is unknown, the task is read again", "task_id", v.Task.ID, "err", a.claimErr)
+				w.rememberUnsure(a, iv)
+			case !s3store.LostRace(a.claimErr):
 				w.log.Warn("claim", "task_id", v.Task.ID, "err", a.claimErr)
 			}
 			a.pool.unadmit(a.adm)

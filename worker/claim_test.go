@@ -181,3 +181,73 @@ func TestAClaimWhoseLeaseIsAlreadyLostIsGivenUpBeforeThePollReturns(t *testing.T
 		}
 	})
 }
+
+// A claim whose PUT landed but answered 500, and whose read-backs all
+// failed (the outage went on), has an outcome the worker does not know.
+// It must not abandon the task: when it reads the task later and finds
+// its own claim, it runs it while the lease is certainly its own, and
+// otherwise hands it back, its attempt unused. (Before, it took the claim
+// as failed, settled the task as someone else's at its next read, and
+// with max_attempts = 1 the monitor's expiry of the lease made it dead,
+// its handler never run.)
+func TestAClaimWhoseOutcomeIsUnknownIsRunOnceSeen(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// after is how long the outage lasts past the claim's read-backs:
+		// past the lease, the task is handed back and claimed afresh.
+		after time.Duration
+		polls int
+	}{
+		{"within its lease", 0, 1},
+		{"after its lease", 40 * time.Second, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				ctx := context.Background()
+				st := s3store.NewFaults(mem.New())
+				p, err := producer.New(ctx, st, producer.Config{Shards: 1})
+				if err != nil {
+					t.Fatal(err)
+				}
+				id, err := p.Submit(ctx, "job", nil, producer.Options{MaxAttempts: 1, Timeout: 30 * time.Second})
+				if err != nil {
+					t.Fatal(err)
+				}
+				w, err := worker.New(ctx, st, worker.Config{ID: "a", Shards: 1, OwnShards: []int{0}, Concurrency: 1, Logger: quiet})
+				if err != nil {
+					t.Fatal(err)
+				}
+				runs := 0
+				w.Handle("job", func(context.Context, *task.Task) (json.RawMessage, error) {
+					runs++
+					return nil, nil
+				})
+				// The claim lands, its response is lost, and the four
+				// reads back fail.
+				st.Inject(s3store.Fault{Op: s3store.OpPut, KeyPrefix: "tasks/", KeySuffix: ".json", Err: s3store.ErrInjected500, AfterWrite: true, Times: 1,
+					Hook: func(string) {
+						st.Inject(s3store.Fault{Op: s3store.OpGet, KeyPrefix: "tasks/", Err: s3store.ErrInjected503, Times: 4})
+					}})
+				if n, err := w.Poll(ctx); n != 0 || err != nil {
+					t.Fatalf("the poll whose claim's outcome is unknown claimed %d (%v), want 0", n, err)
+				}
+				time.Sleep(tc.after)
+				// The next polls read the task: running under the
+				// worker's own claim.
+				for range tc.polls {
+					if _, err := w.Poll(ctx); err != nil {
+						t.Fatal(err)
+					}
+					w.Wait()
+				}
+				got, err := p.Get(ctx, id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got.Status != task.Succeeded || runs != 1 || got.Attempt != 1 {
+					t.Fatalf("task %s (attempt %d, %q) after its handler ran %d times, want it succeeded at attempt 1, run once", got.Status, got.Attempt, got.LastError, runs)
+				}
+			})
+		})
+	}
+}

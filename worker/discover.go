@@ -78,7 +78,10 @@ func (w *Worker) pollShards(ctx context.Context, list []int, peek bool) (p pass)
 	if w.stopping.Load() || len(list) == 0 || w.pausedAll() {
 		return p // paused: the cursors stay, and find everything at the resume
 	}
-	if w.free() == 0 && !peek {
+	// A slot owed to the overflow's listing is not the shards' (see
+	// owesOverflow): the poll only peeks, as a full one does.
+	full := func() bool { return w.free() == 0 || w.owesOverflow() }
+	if full() && !peek {
 		p.full = true
 		return p
 	}
@@ -87,7 +90,7 @@ func (w *Worker) pollShards(ctx context.Context, list []int, peek bool) (p pass)
 		p.err = err
 		return p
 	}
-	if w.free() == 0 {
+	if full() {
 		p.full = true
 		p.err = w.peek(ctx, list, iv, &p)
 		return p

@@ -1265,7 +1265,7 @@ func (w *Worker) dropLease(ctx context.Context) {
 // sweepLeases is the keeper's clean-up after its write of fleet f: the
 // lease objects of members no longer in f (pruned, or gone without
 // deleting theirs) are deleted once they have certainly lapsed. Deletes are
-// free requests.
+// free requests; each is preceded by a HEAD (once per lapsed object).
 func (w *Worker) sweepLeases(ctx context.Context, f shards.Fleet, leases map[string]shards.Lease, iv clock.Interval) {
 	ids := make([]string, 0, len(leases))
 	for id := range leases {
@@ -1282,7 +1282,14 @@ func (w *Worker) sweepLeases(ctx context.Context, f shards.Fleet, leases map[str
 			continue
 		}
 		for _, key := range l.Keys {
-			if err := w.st.Delete(ctx, key, s3store.DeleteOptions{}); err != nil {
+			// Only the object listed: one written since (the worker came
+			// back and applied, at the same key) is not lapsed. A HEAD
+			// first, and the DELETE on its ETag where that is honoured.
+			o, err := w.st.Head(ctx, key)
+			if err != nil || o.LastModified.After(l.Renewed) {
+				continue
+			}
+			if err := w.st.Delete(ctx, key, s3store.DeleteOptions{IfMatch: o.ETag}); err != nil {
 				w.log.Debug("delete a lapsed lease object", "key", key, "err", err)
 			}
 		}

@@ -159,6 +159,16 @@ func TestMembersCompleteAReshardThatStoppedShort(t *testing.T) {
 // A producer opened before a reshard keeps submitting: it learns the new
 // count from the fleet object, places new tasks with it, and every task,
 // placed before the reshard or after, is found and run.
+//
+// The members' entries last 600 ms here, against the 2 s a producer
+// reuses its view of the fleet for: a view that old showed every member
+// suspect, and the producer routed most tasks to shard 0 alone, so that
+// in about 1 run in 12 none of the tasks submitted in the 4 s after the
+// reshard landed in shards 2 and 3 (the ids are random). Lengthening the
+// test hid that; the producer now reads the fleet again once its routes
+// lapse (shards.FleetCache.ShardsFor), and each task submitted once it has
+// learnt the count lands in a new shard with probability 1/2 (20 of them
+// all miss with probability 2^-20).
 func TestAProducerOpenedBeforeAReshardKeepsSubmitting(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		st := mem.New()
@@ -179,27 +189,39 @@ func TestAProducerOpenedBeforeAReshardKeepsSubmitting(t *testing.T) {
 			t.Fatal(err)
 		}
 		var ids []string
-		submit := func(n int) {
-			for range n {
-				id, err := p.Submit(f.ctx, "job", nil, producer.Options{})
-				if err != nil {
-					t.Fatal(err)
-				}
-				ids = append(ids, id)
+		submit := func() string {
+			id, err := p.Submit(f.ctx, "job", nil, producer.Options{})
+			if err != nil {
+				t.Fatal(err)
 			}
+			ids = append(ids, id)
+			return id
 		}
-		submit(10)
+		for range 10 {
+			submit()
+		}
 		if _, err := shards.Reshard(f.ctx, st, 4); err != nil {
 			t.Fatal(err)
 		}
-		for range 40 {
-			submit(1)
-			// Virtual: the producer's fleet view ages, and the members take
-			// the new shards (over 4 s, none had in about 1 run in 12).
-			time.Sleep(500 * time.Millisecond)
+		// A task every 200 ms (virtual): the producer learns the count
+		// from the fleet object within its view's 2 s.
+		resharded := time.Now()
+		for p.Manifest().Shards != 4 {
+			if time.Since(resharded) > 3*time.Second {
+				t.Fatalf("the producer still places tasks with %d shards %v after the reshard, want 4", p.Manifest().Shards, time.Since(resharded))
+			}
+			submit()
+			time.Sleep(200 * time.Millisecond)
 		}
-		if n := p.Manifest().Shards; n != 4 {
-			t.Fatalf("the producer still places tasks with %d shards, want 4", n)
+		inNew := 0
+		for range 20 {
+			if tk, err := p.Get(f.ctx, submit()); err == nil && tk.Shard >= 2 {
+				inNew++
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		if inNew == 0 {
+			t.Error("none of the 20 tasks submitted after the producer learnt the count went to the new shards 2 and 3")
 		}
 		waitFor(t, "every task to run", 20*time.Second, func() bool {
 			for _, id := range ids {
@@ -209,18 +231,11 @@ func TestAProducerOpenedBeforeAReshardKeepsSubmitting(t *testing.T) {
 			}
 			return true
 		})
-		inNew := 0
 		for _, id := range ids {
 			tk, err := p.Get(f.ctx, id)
 			if err != nil || tk.Status != task.Succeeded {
 				t.Fatalf("task %s: %v %v", id, tk, err)
 			}
-			if tk.Shard >= 2 {
-				inNew++
-			}
-		}
-		if inNew == 0 {
-			t.Fatal("no task went to the new shards 2 and 3")
 		}
 	})
 }

@@ -91,6 +91,7 @@ type Worker struct {
 	held       map[string]heldTask // task key -> paused task seen, for its resume
 	limits     map[string]*limiter // type -> its rate limit (ratelimit.go); nil without limits
 	rateAt     clock.Interval      // S3 time of the last reservation's decision (ratelimit.go)
+	unsure     map[string]unsure   // task id -> a claim whose outcome is unknown (claim.go)
 	// resumePending: some held tasks of a resumed type are still to be
 	// announced (an announcement failed, or a crashed task came in).
 	resumePending bool
@@ -177,6 +178,7 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Worker, error) {
 		prefetched: make(map[int]prefetch),
 		unhandled:  make(map[string]string),
 		held:       make(map[string]heldTask),
+		unsure:     make(map[string]unsure),
 		blocked:    make(map[*pool]int),
 		freed:      make(chan struct{}, 1),
 		trace:      tracing.New(cfg.TracerProvider, nil),

@@ -44,6 +44,7 @@ type batchLine struct {
 	Slot           *string         `json:"slot"`
 	Admission      *string         `json:"admission"`
 	Priority       *string         `json:"priority"`
+	ID             string          `json:"id"`
 }
 
 // batchDefaults are what the flags give every line.
@@ -131,6 +132,10 @@ func parseLine(line []byte, d batchDefaults) (s3queue.Request, error) {
 		o.Priority = p
 	}
 	o.IdempotencyKey = l.IdempotencyKey
+	if l.ID != "" && !task.ValidID(l.ID) {
+		return r, fmt.Errorf(`"id" %q is not a task id`, l.ID)
+	}
+	o.ID = l.ID
 	if l.Unique != nil {
 		o.Unique = *l.Unique
 	}
@@ -249,6 +254,7 @@ type batch struct {
 	lines, last       int // lines read (not blank), number of the last one
 	submitted, failed int // failed: not submitted (store errors, drops, refusals)
 	bad               int // malformed or invalid lines
+	unknown           int // lines whose outcome is unknown (s3queue.ErrOutcomeUnknown)
 	storeErr          error
 }
 
@@ -272,6 +278,11 @@ func (b *batch) outcome(o s3queue.SubmitOutcome) {
 			// A dependency that names no task: a bad line, as a single
 			// submit's is.
 			b.fail(n, cause(o.Err), &b.bad)
+			return
+		}
+		if errors.Is(o.Err, s3queue.ErrOutcomeUnknown) {
+			// Its task may exist: the line again with "id" makes sure.
+			b.fail(n, fmt.Errorf("task %s: %w; submit the line again with \"id\": %q to make sure it exists, once", o.ID, s3queue.ErrOutcomeUnknown, o.ID), &b.unknown)
 			return
 		}
 		b.fail(n, cause(o.Err), &b.failed)
@@ -319,16 +330,23 @@ func (b *batch) verdict(ctx context.Context, readErr, closeErr error) error {
 	case closeErr != nil:
 		return fmt.Errorf("submit: %w", cause(closeErr))
 	}
-	notDone := b.failed + b.bad
+	notDone := b.failed + b.bad + b.unknown
 	if notDone == 0 {
 		return nil
 	}
-	msg := fmt.Errorf("submit: %d of %d lines not submitted (%d malformed or invalid, %d failed); see the errors on stdout",
-		notDone, b.lines, b.bad, b.failed)
-	if b.failed == 0 {
-		return withCode(exitUsage, msg)
+	unknown := ""
+	if b.unknown > 0 {
+		unknown = fmt.Sprintf(", %d whose outcome is unknown", b.unknown)
 	}
-	return msg
+	msg := fmt.Errorf("submit: %d of %d lines not submitted (%d malformed or invalid, %d failed%s); see the errors on stdout",
+		notDone, b.lines, b.bad, b.failed, unknown)
+	switch {
+	case b.failed > 0:
+		return msg
+	case b.unknown > 0:
+		return withCode(exitUnknown, msg)
+	}
+	return withCode(exitUsage, msg)
 }
 
 // batchProgress draws a progress line on stderr while a batch runs, only

@@ -75,6 +75,8 @@ const exitCodesHelp = `Exit codes:
   6  wait, submit --wait, get --watch: a task ended dead
   7  wait, submit --wait, get --watch: a task ended canceled (and none dead)
   8  wait, submit --wait: the timeout passed before every task finished
+  9  submit: the outcome is unknown (the store failed after the task may have been written):
+     the id is printed; submit again with --id ID to make sure the task exists, once
   130, 143  a second SIGINT or SIGTERM: exited without finishing the shutdown
 `
 

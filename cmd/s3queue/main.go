@@ -43,6 +43,8 @@ const (
 	exitDead     = 6 // a task ended dead
 	exitCanceled = 7 // a task ended canceled (and none dead)
 	exitTimeout  = 8 // the timeout passed before every task finished
+	// A change whose outcome is unknown (submit): it may have been made.
+	exitUnknown = 9
 )
 
 func main() {

@@ -1,9 +1,13 @@
 package main
 
 import (
+	"context"
 	"strings"
 	"testing"
 
+	"github.com/s3queue/s3queue/s3store"
+	"github.com/s3queue/s3queue/s3store/mem"
+	"github.com/s3queue/s3queue/shards"
 	"github.com/s3queue/s3queue/task"
 )
 
@@ -58,4 +62,21 @@ func TestReshard(t *testing.T) {
 		}
 	}
 	wantExit(t, cli(t, "", "reshard", "--shards", "64", "--store", "mem://q"), exitUsage, "mem:// store lives only in the memory of this process")
+}
+
+// A reshard whose manifest write landed with its response lost (412 on
+// the store's retry) prints the reshard it made, not "nothing to do".
+func TestAReshardWhoseResponseWasLostPrintsTheReshard(t *testing.T) {
+	ctx := context.Background()
+	st := s3store.NewFaults(mem.New())
+	if _, err := shards.Open(ctx, st, 4); err != nil {
+		t.Fatal(err)
+	}
+	st.Inject(s3store.Fault{Op: s3store.OpPut, KeyPrefix: shards.ManifestKey, Err: s3store.ErrPreconditionFailed, AfterWrite: true, Times: 1})
+	var out, errb syncBuffer
+	a := &app{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, environ: func() []string { return nil },
+		open: func(context.Context, string) (s3store.Store, error) { return st, nil }}
+	if code := a.report(a.dispatch(ctx, []string{"reshard", "--shards", "8", "--store", "s3://q"})); code != 0 || out.String() != "resharded: 4 -> 8 shards\n" {
+		t.Fatalf("exit %d, stdout %q, stderr %q; want \"resharded: 4 -> 8 shards\"", code, out.String(), errb.String())
+	}
 }

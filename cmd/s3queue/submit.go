@@ -41,10 +41,13 @@ var submitCommand = &command{
 		"--batch FILE|- submits one task per JSON line, {\"type\": ..., \"input\": ..., \"delay\": ...,\n" +
 		"\"at\": ..., \"deadline\": ..., \"max_attempts\": ..., \"timeout\": ..., \"idempotency_key\": ..., \"unique\": true,\n" +
 		"\"unique_for\": \"1h\", \"key\": ..., \"after\": [ID, ...], \"on_dep_failure\": ..., \"slot\": ..., \"admission\": ...,\n" +
-		"\"priority\": ...}, through a bounded submitter ([producer] in queue.toml); the flags give the\n" +
+		"\"priority\": ..., \"id\": ...}, through a bounded submitter ([producer] in queue.toml); the flags give the\n" +
 		"lines' defaults. It prints \"LINE ID\" or \"LINE error: MESSAGE\"\n" +
-		"per line as each finishes, and exits 1 if any line failed (2 if the only failures were\n" +
-		"malformed or invalid lines).\n" +
+		"per line as each finishes, and exits 1 if any line failed (9 if the only other outcomes were\n" +
+		"unknown, 2 if the only failures were malformed or invalid lines).\n" +
+		"A submit whose outcome is unknown (the store failed after the task may have been written, and\n" +
+		"a minute of trying to learn which failed too) prints the id and exits 9: --id ID submits the\n" +
+		"same task again safely (it is created once; a task of that id that exists is printed).\n" +
 		"--after ID (repeatable) keeps the task blocked until task ID has succeeded; if ID ends dead\n" +
 		"or canceled, the task is canceled (or dead, with --on-dep-failure fail). An --after that names\n" +
 		"no task of this queue is refused (exit 2) and the task is not created. See docs/cli.md and\n" +
@@ -78,6 +81,7 @@ var submitCommand = &command{
 			uniqueFor                                           time.Duration
 			waitTimeout                                         time.Duration
 			traceparent                                         string
+			id                                                  string
 		)
 		fs.StringVar(&typ, "type", "", "task `type` (required): selects the handler")
 		fs.StringVar(&input, "input", "", "task input as JSON `text`")
@@ -97,6 +101,7 @@ var submitCommand = &command{
 		fs.StringVar(&slot, "slot", "", "slot `key`: at most one task of the key runs at a time, fleet-wide")
 		fs.StringVar(&admission, "admission", string(deps.AdmitQueue), "how the task takes its place in a busy slot: `queue|replace|drop-if-running`")
 		fs.StringVar(&traceparent, "traceparent", "", "W3C trace context `header` (00-TRACEID-SPANID-FLAGS): the workers' spans continue that trace (docs/tracing.md)")
+		fs.StringVar(&id, "id", "", "create the task under this task `ID`: one a submit printed with exit 9 (its outcome unknown), to submit the same task again; if it exists, its id is printed and nothing is created")
 		fs.StringVar(&batch, "batch", "", "submit one task per JSON line of `file` (- for stdin); the other flags are the lines' defaults")
 		fs.BoolVar(&wait, "wait", false, "wait until the task finishes; print its outcome and exit 0 (succeeded), 6 (dead), 7 (canceled) or 8 (timeout)")
 		fs.DurationVar(&waitTimeout, "wait-timeout", 0, "with --wait: give up after this `duration` (exit 8); 0 waits as long as it takes")
@@ -200,8 +205,17 @@ var submitCommand = &command{
 					return usageError("submit: --deadline %v", err)
 				}
 			}
+			if set["id"] {
+				switch {
+				case !task.ValidID(id):
+					return usageError("submit: --id %q is not a task id", id)
+				case set["idempotency-key"] || set["unique"]:
+					return usageError("submit: --id and --idempotency-key or --unique exclude each other (the key decides the id)")
+				}
+				opts.ID = id
+			}
 			if set["batch"] {
-				for _, f := range []string{"input", "input-file", "idempotency-key"} {
+				for _, f := range []string{"input", "input-file", "idempotency-key", "id"} {
 					if set[f] {
 						return usageError("submit: --batch and --%s exclude each other (each line has its own)", f)
 					}
@@ -233,6 +247,11 @@ var submitCommand = &command{
 				return unsupported(url, err)
 			}
 			id, err := q.Submit(ctx, typ, raw, opts)
+			if errors.Is(err, producer.ErrOutcomeUnknown) {
+				// Printed as a submitted id is: the task may exist.
+				fmt.Fprintln(a.stdout, id)
+				return unknownOutcome(id, err)
+			}
 			if err != nil {
 				return submitError(err)
 			}
@@ -256,6 +275,13 @@ func submitError(err error) error {
 		return withCode(exitUsage, cause(err))
 	}
 	return cause(err)
+}
+
+// unknownOutcome is the command's error for a submit whose outcome is
+// unknown (exit 9): task id may exist, and a submit again under it
+// (--id, or "id" on a batch line) makes sure it does, once.
+func unknownOutcome(id string, err error) error {
+	return withCode(exitUnknown, fmt.Errorf("submit: task %s: %w; submit it again with --id %s to make sure it exists, once (s3queue get %s says whether it does)", id, producer.ErrOutcomeUnknown, id, id))
 }
 
 // badSubmit reports whether a submit failed for what it asked, not for the

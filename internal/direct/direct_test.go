@@ -3,6 +3,7 @@ package direct_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -167,7 +168,7 @@ func TestRecoverMovesDeadInboxesOnly(t *testing.T) {
 	}
 	put(t, st, direct.EntryKey("live", t0, id(t, t0, 9), 1))
 	for pass := range 2 {
-		rec, err := direct.Recover(ctx, st, now, time.Second, 0)
+		rec, err := direct.Recover(ctx, st, now, time.Second, 0, true)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -202,7 +203,7 @@ func TestRecoverMovesDeadInboxesOnly(t *testing.T) {
 	put(t, st, direct.BellKey("dead"))
 	late := clock.Interval{Earliest: t0.Add(direct.ForgetAfter + time.Minute), Latest: t0.Add(direct.ForgetAfter + time.Minute)}
 	holdLease(t, st, "live", []string{"job"}, late.Latest.Add(time.Minute))
-	if rec, err := direct.Recover(ctx, st, late, time.Second, 0); err != nil || rec.Forgotten != 1 {
+	if rec, err := direct.Recover(ctx, st, late, time.Second, 0, true); err != nil || rec.Forgotten != 1 {
 		t.Fatalf("late pass: %+v %v, want the dead lease forgotten", rec, err)
 	}
 	if _, err := lease.Peek(ctx, st, direct.LeaseKey("dead")); err == nil {
@@ -344,4 +345,75 @@ func (e emptyMD5) List(ctx context.Context, prefix string, opts s3store.ListOpti
 		page.Objects[i].ETag = "d41d8cd98f00b204e9800998ecf8427e"
 	}
 	return page, err
+}
+
+// deleteIgnoring ignores If-Match on DELETE, as MinIO and gofakes3 do.
+type deleteIgnoring struct{ s3store.Store }
+
+func (s deleteIgnoring) Delete(ctx context.Context, key string, _ s3store.DeleteOptions) error {
+	return s.Store.Delete(ctx, key, s3store.DeleteOptions{})
+}
+
+// Forgetting a dead worker's lease races a process that takes the worker
+// id over, at each of the forget's writes. Whatever the provider does with
+// a conditional DELETE, the takeover either lands first and keeps its
+// lease (the forget leaves it), or is refused while the forget is on its
+// way and then takes the id once the lease is gone: a fresh lease is never
+// deleted under its holder. (Where conditional DELETE is ignored, the
+// forget's DELETE If-Match deleted a lease taken over since its read.)
+func TestForgettingALeaseNeverDeletesATakeover(t *testing.T) {
+	for _, provider := range []string{s3store.DeleteIgnored, s3store.DeleteHonoured} {
+		for _, race := range []string{"at its first write", "just before its delete"} {
+			t.Run(provider+"/"+race, func(t *testing.T) {
+				ctx := context.Background()
+				mst := mem.New()
+				server := t0.Add(direct.ForgetAfter + time.Minute)
+				mst.SetNow(func() time.Time { return server })
+				var base s3store.Store = mst
+				if provider == s3store.DeleteIgnored {
+					base = deleteIgnoring{mst}
+				}
+				holdLease(t, base, "w1", []string{"job"}, t0.Add(-time.Minute))
+				faulty := s3store.NewFaults(base)
+				clk := clock.New(mst, clock.Config{})
+				next := lease.New(base, clk, direct.LeaseKey("w1"), "w1#2", lease.Config{TTL: 20 * time.Second, Margin: time.Second})
+				fired := false
+				var takeover error
+				take := func(string) {
+					if !fired {
+						fired = true
+						takeover = next.Acquire(ctx)
+					}
+				}
+				ops := []s3store.Op{s3store.OpPut, s3store.OpDelete}
+				if race == "just before its delete" {
+					ops = ops[1:]
+				}
+				for _, op := range ops {
+					faulty.Inject(s3store.Fault{Op: op, KeyPrefix: direct.LeaseKey("w1"), Times: 1, Hook: take})
+				}
+				now := clock.Interval{Earliest: server, Latest: server.Add(time.Second)}
+				if _, err := direct.Recover(ctx, faulty, now, time.Second, 0, provider == s3store.DeleteHonoured); err != nil {
+					t.Fatal(err)
+				}
+				if !fired {
+					t.Fatal("the forget made no write to the lease: the race was not exercised")
+				}
+				switch {
+				case takeover == nil:
+					if err := next.Renew(ctx); err != nil {
+						t.Fatalf("the takeover's lease, after the forget: %v", err)
+					}
+				case errors.Is(takeover, lease.ErrHeld):
+					// Refused while the forget was on its way: the id is
+					// free once it is done.
+					if err := next.Acquire(ctx); err != nil {
+						t.Fatalf("acquire after the forget: %v", err)
+					}
+				default:
+					t.Fatalf("takeover: %v", takeover)
+				}
+			})
+		}
+	}
 }

@@ -35,8 +35,11 @@ type Recovered struct {
 // It costs one LIST of workers/, a GET of each lease whose object was
 // written more than recent ago (0 reads them all: a live worker rewrites
 // its lease every renewal interval), and for a dead worker a LIST of its
-// inbox and a PUT and DELETE per entry.
-func Recover(ctx context.Context, st s3store.Store, now clock.Interval, margin, recent time.Duration) (Recovered, error) {
+// inbox and a PUT and DELETE per entry; forgetting a lease is a DELETE of
+// it and of its doorbell, and a PUT more (lease.Retire) where the
+// provider ignores a conditional DELETE (deleteHonoured false: the
+// manifest's record, shards.Manifest.DeleteHonoured).
+func Recover(ctx context.Context, st s3store.Store, now clock.Interval, margin, recent time.Duration, deleteHonoured bool) (Recovered, error) {
 	var rec Recovered
 	objs, err := listAll(ctx, st, WorkersPrefix)
 	if err != nil {
@@ -69,15 +72,38 @@ func Recover(ctx context.Context, st s3store.Store, now clock.Interval, margin, 
 		}
 		if lease.Expired(info.ExpiresAt.Add(ForgetAfter), now, margin) {
 			// The last move is done; a producer can no longer route here.
-			// Conditional, so a worker that took the name over since
-			// keeps its lease where conditional DELETE is honoured. Where
-			// it is not, a worker that took the name over in the
-			// milliseconds between the read and the delete finds its
-			// lease gone at its next renewal and stops, as a worker that
-			// lost its lease does: nothing is lost.
-			if err := st.Delete(ctx, o.Key, s3store.DeleteOptions{IfMatch: info.ETag}); err != nil && !s3store.LostRace(err) && !errors.Is(err, s3store.ErrNotFound) {
-				errs = append(errs, err)
-				continue
+			// The lease goes only if nobody took the name over since it
+			// was read (the move takes a while): where conditional DELETE
+			// is honoured, DELETE If-Match on the ETag read is atomic.
+			// Where it is ignored (MinIO, gofakes3), that DELETE deleted a
+			// lease taken over since, and the name then had two holders:
+			// the lease is first retired by CAS (lease.Retire), which a
+			// takeover since makes fail, and which no Acquire takes over
+			// for lease.RetiredGrace; then it is deleted unconditionally,
+			// as retention deletes a tombstoned task. A lease retired less
+			// than that ago by another process is left to its DELETE; one
+			// retired longer ago (its forgetter failed or died) is retired
+			// again, and deleted.
+			if deleteHonoured {
+				if err := st.Delete(ctx, o.Key, s3store.DeleteOptions{IfMatch: info.ETag}); err != nil && !s3store.LostRace(err) && !errors.Is(err, s3store.ErrNotFound) {
+					errs = append(errs, err)
+					continue
+				}
+			} else {
+				if info.Retired && now.Earliest.Sub(info.Modified) < lease.RetiredGrace {
+					continue
+				}
+				switch err := lease.Retire(ctx, st, o.Key, info); {
+				case s3store.LostRace(err), errors.Is(err, s3store.ErrNotFound):
+					continue // taken over, or forgotten, since the read
+				case err != nil:
+					errs = append(errs, err)
+					continue
+				}
+				if err := st.Delete(ctx, o.Key, s3store.DeleteOptions{}); err != nil && !errors.Is(err, s3store.ErrNotFound) {
+					errs = append(errs, err)
+					continue
+				}
 			}
 			if err := st.Delete(ctx, BellKey(id), s3store.DeleteOptions{}); err != nil && !errors.Is(err, s3store.ErrNotFound) {
 				errs = append(errs, err)

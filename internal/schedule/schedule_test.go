@@ -330,3 +330,23 @@ func TestAnUnchangedScheduleCostsAGetPerRefresh(t *testing.T) {
 		t.Fatalf("after ListEvery with nothing changed: %d LIST, want the hourly one", n)
 	}
 }
+
+// A schedule added or changed whose write landed with its response lost
+// (412 on the store's retry) is reported written, and writes the change
+// marker: schedulers learn of it at their next refresh. (Before, the
+// retry found the definition it asked for already there, reported nothing
+// written and left the marker alone: the schedule waited for the hourly
+// listing.)
+func TestAScheduleWhoseResponseWasLostIsSeenAtTheNextRefresh(t *testing.T) {
+	ctx := context.Background()
+	st := s3store.NewFaults(mem.New())
+	d := schedule.Definition{Name: "m", Every: task.Duration(time.Minute), Type: "t"}
+	st.Inject(s3store.Fault{Op: s3store.OpPut, KeyPrefix: schedule.Key("m"), Err: s3store.ErrPreconditionFailed, AfterWrite: true, Times: 1})
+	_, wrote, err := schedule.Put(ctx, st, d, time.Now(), "test")
+	if err != nil || !wrote {
+		t.Fatalf("put: wrote %v, %v; want it written", wrote, err)
+	}
+	if _, err := st.Get(ctx, schedule.ChangedKey); err != nil {
+		t.Fatalf("the change marker: %v", err)
+	}
+}

@@ -1,6 +1,7 @@
 package schedule
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -121,7 +122,21 @@ func changeFrom(ctx context.Context, st s3store.Store, name string, read *Schedu
 		}
 		s.Version++
 		opts := s3store.PutOptions{IfMatch: etag, IfNoneMatch: etag == ""}
-		written, err := st.Put(ctx, Key(name), s.Encode(), opts)
+		body := s.Encode()
+		written, err := st.Put(ctx, Key(name), body, opts)
+		if err != nil && !errors.Is(err, s3store.ErrNotFound) {
+			// A write whose response was lost (the store's retry then
+			// meets it: a 412, or an error after it landed) is ours all
+			// the same: the object holds its bytes (every write grows the
+			// version). Taken for another's, the retry found the change
+			// made and reported nothing written (schedule.Put then wrote
+			// no change marker, and schedulers learnt of the schedule at
+			// their hourly listing). One GET, on the failure path only.
+			if obj, gerr := st.Get(ctx, Key(name)); gerr == nil && bytes.Equal(obj.Body, body) {
+				out, outETag = s, obj.ETag
+				return false, nil
+			}
+		}
 		switch {
 		case err == nil:
 			out, outETag = s, written

@@ -73,14 +73,17 @@ var ErrBadID = fmt.Errorf("not a task id")
 // the key already exists. A write whose response was lost (the store's retry
 // then sees a 412, or the error came after the write was applied) is
 // recognised by reading the object back, and succeeds; local times the
-// pauses between read-backs.
+// pauses between read-backs. A write that failed otherwise (a 5xx, a
+// timeout) and could not be read back is ErrUnknownOutcome; a 412 that
+// could not be read back stays a 412: the key exists.
 func Create(ctx context.Context, st s3store.Store, local clock.Local, t *task.Task) (Versioned, error) {
 	return put(ctx, st, local, t, s3store.PutOptions{IfNoneMatch: true})
 }
 
 // Update writes t over the version read with etag (invariant 1: never
 // blindly). A lost race is an error s3store.LostRace reports; a write that
-// landed with its response lost succeeds, as with Create.
+// landed with its response lost succeeds, as with Create; one whose
+// outcome could not be learnt is ErrUnknownOutcome.
 func Update(ctx context.Context, st s3store.Store, local clock.Local, t *task.Task, etag string) (Versioned, error) {
 	return put(ctx, st, local, t, s3store.PutOptions{IfMatch: etag})
 }
@@ -95,12 +98,46 @@ func put(ctx context.Context, st s3store.Store, local clock.Local, t *task.Task,
 	}
 	etag, err := st.Put(ctx, t.Key(), body, opts)
 	if err != nil {
-		if landed, ok := ownWrite(ctx, st, local, t, body, opts.IfNoneMatch); ok {
+		landed, ok, known := ownWrite(ctx, st, local, t, body, opts.IfNoneMatch)
+		switch {
+		case ok:
 			return Versioned{Task: t, ETag: landed}, nil
+		case !known && mayHaveLanded(err, opts.IfNoneMatch) && s3store.LostRace(err):
+			// Not a lost race (it may be the write's own retry): the
+			// 412 is not wrapped.
+			return Versioned{}, fmt.Errorf("write task %s: %w (%v)", t.ID, ErrUnknownOutcome, err)
+		case !known && mayHaveLanded(err, opts.IfNoneMatch):
+			return Versioned{}, fmt.Errorf("write task %s: %w (%w)", t.ID, ErrUnknownOutcome, err)
 		}
 		return Versioned{}, fmt.Errorf("write task %s: %w", t.ID, err)
 	}
 	return Versioned{Task: t, ETag: etag}, nil
+}
+
+// ErrUnknownOutcome reports a write whose outcome is not known: its
+// request failed in a way that may have come after the write was applied
+// (a lost response: a 5xx, a timeout, or for an If-Match write a 412,
+// which may be the store's own retry meeting the write), and every read
+// back failed too (the outage that lost the response went on). The write
+// may be there: a caller must neither take it as failed (and make it
+// again, or give up what it would have owned) nor as done. It is no lost
+// race (s3store.LostRace reports false): whoever gets it reads the object
+// again before deciding anything.
+var ErrUnknownOutcome = errors.New("its outcome is unknown: the request failed and the object could not be read back")
+
+// mayHaveLanded reports whether a write that failed with err may have been
+// applied. A 409 (a concurrent conditional write won), a 404 (If-Match on
+// a missing key) and an unusable store are refusals; so is a 412 to a
+// create (If-None-Match): the key exists, whoever wrote it, and the caller
+// decides what that means.
+func mayHaveLanded(err error, create bool) bool {
+	switch {
+	case errors.Is(err, s3store.ErrConflict), errors.Is(err, s3store.ErrNotFound), errors.Is(err, s3store.ErrUnusable):
+		return false
+	case errors.Is(err, s3store.ErrPreconditionFailed):
+		return !create
+	}
+	return true
 }
 
 // ownWrite tells a failed write whose request landed anyway from one that
@@ -122,27 +159,32 @@ func put(ctx context.Context, st s3store.Store, local clock.Local, t *task.Task,
 // tried again after a pause, up to verifyAttempts times: a caller told
 // "failed" about a write that landed would do it again (a second task, a
 // requeue reported as refused).
-func ownWrite(ctx context.Context, st s3store.Store, local clock.Local, t *task.Task, body []byte, create bool) (etag string, ok bool) {
+//
+// known reports whether a read answered: false when every read failed (or
+// ctx ended first), and the write's outcome is not known.
+func ownWrite(ctx context.Context, st s3store.Store, local clock.Local, t *task.Task, body []byte, create bool) (etag string, ok, known bool) {
 	pause := verifyPause
 	for attempt := 1; ; attempt++ {
 		if ctx.Err() != nil {
-			return "", false
+			return "", false, false
 		}
 		obj, err := st.Get(ctx, t.Key())
 		switch {
 		case err == nil:
 			if bytes.Equal(obj.Body, body) {
-				return obj.ETag, true
+				return obj.ETag, true, true
 			}
 			if descends(obj.Body, t, create) {
-				return StaleETag, true
+				return StaleETag, true, true
 			}
-			return "", false
-		case errors.Is(err, s3store.ErrNotFound), errors.Is(err, s3store.ErrUnusable), attempt == verifyAttempts:
-			return "", false
+			return "", false, true
+		case errors.Is(err, s3store.ErrNotFound):
+			return "", false, true
+		case errors.Is(err, s3store.ErrUnusable), attempt == verifyAttempts:
+			return "", false, false
 		}
 		if !clock.Sleep(local, pause, ctx.Done()) {
-			return "", false
+			return "", false, false
 		}
 		pause *= 4
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/s3queue/s3queue/clock"
@@ -164,6 +165,75 @@ func TestALostResponseIsRecognisedThroughAFailingReadBack(t *testing.T) {
 	st.Inject(s3store.Fault{Op: s3store.OpGet, Err: s3store.ErrInjected503, Times: 2})
 	if _, err := taskio.Create(ctx, st, clock.System(), tk); err != nil {
 		t.Fatalf("a create that landed, its response lost and its first reads back failing: %v", err)
+	}
+}
+
+// When every read back fails (4 over 2.1 s), a write whose request may
+// have landed has an unknown outcome (ErrUnknownOutcome), which is no lost
+// race: a 412 to an If-Match write may be the store's retry meeting the
+// write itself. A 412 to a create stays one: the key exists.
+func TestAWriteThatCannotBeReadBackHasAnUnknownOutcome(t *testing.T) {
+	ctx := context.Background()
+	now := time.Now()
+	for _, tc := range []struct {
+		name    string
+		err     error
+		create  bool
+		unknown bool
+	}{
+		{"a create answered 500", s3store.ErrInjected500, true, true},
+		{"an update answered 500", s3store.ErrInjected500, false, true},
+		{"an update answered 412", s3store.ErrPreconditionFailed, false, true},
+		{"a create answered 412", s3store.ErrPreconditionFailed, true, false},
+		{"an update answered 409", s3store.ErrConflict, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				st := s3store.NewFaults(mem.New())
+				id, _ := task.NewID(now, strings.NewReader(strings.Repeat("u", 16)))
+				tk, err := task.New(id, 0, task.Spec{Type: "t"}, now)
+				if err != nil {
+					t.Fatal(err)
+				}
+				write := func() error {
+					_, err := taskio.Create(ctx, st, clock.System(), tk)
+					return err
+				}
+				if tc.create && errors.Is(tc.err, s3store.ErrPreconditionFailed) {
+					// The key exists: someone's create (ours, its response
+					// lost, or another's) got there first.
+					if err := write(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if !tc.create {
+					v, err := taskio.Create(ctx, st, clock.System(), tk)
+					if err != nil {
+						t.Fatal(err)
+					}
+					mine := v.Task.Clone()
+					if err := mine.ClaimBy("w", "c", now); err != nil {
+						t.Fatal(err)
+					}
+					write = func() error {
+						_, err := taskio.Update(ctx, st, clock.System(), mine, v.ETag)
+						return err
+					}
+				}
+				// A 500 or an update's 412 after the write applied (its
+				// response lost); a 409, or a create's 412, refused it.
+				landed := !errors.Is(tc.err, s3store.ErrConflict) && !(tc.create && errors.Is(tc.err, s3store.ErrPreconditionFailed))
+				st.Inject(s3store.Fault{Op: s3store.OpPut, Err: tc.err, AfterWrite: landed, Times: 1})
+				st.Inject(s3store.Fault{Op: s3store.OpGet, Err: s3store.ErrInjected503, Times: 4})
+				err = write()
+				if got := errors.Is(err, taskio.ErrUnknownOutcome); got != tc.unknown || err == nil {
+					t.Fatalf("error %v: unknown outcome %v, want %v", err, got, tc.unknown)
+				}
+				if tc.unknown && s3store.LostRace(err) {
+					t.Fatalf("error %v: a lost race, want none", err)
+				}
+			})
+		})
 	}
 }
 
