@@ -240,9 +240,17 @@ func TestDeadWorkersInboxIsRecoveredThroughTheOverflow(t *testing.T) {
 			t.Fatalf("%d entries in the dead worker's inbox, want 12", n)
 		}
 		f.start(f.directWorker("alive"), nil, nil)
-		for _, id := range ids {
-			waitStatus(t, p, id, task.Succeeded)
-		}
+		// The dead worker's lease lapses after 3 s; the asleep fleet's
+		// scavenge (every 2 s, stretched while it sleeps) moves the
+		// entries, and each scavenge lists the overflow once.
+		waitFor(t, "every task to succeed", time.Minute, func() bool {
+			for _, id := range ids {
+				if tk, err := p.Get(context.Background(), id); err != nil || tk.Status != task.Succeeded {
+					return false
+				}
+			}
+			return true
+		})
 		if left := keysUnder(t, st, direct.InboxPrefix); len(left) != 0 {
 			t.Errorf("inbox entries left: %v", left)
 		}

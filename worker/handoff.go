@@ -166,7 +166,11 @@ func (w *Worker) runEstimate() time.Duration {
 	now := w.now()
 	w.running.Range(func(_, v any) bool {
 		r := v.(*run)
-		h, e := pools[r.pool], now.Sub(r.began)
+		began := r.began.Load()
+		if began == 0 {
+			return true // waiting in its pool: it holds no handler
+		}
+		h, e := pools[r.pool], now.Sub(time.Unix(0, began))
 		if h.n == 0 || e < h.least {
 			h.least = e
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/s3queue/s3queue/internal/taskio"
+	"github.com/s3queue/s3queue/producer"
 	"github.com/s3queue/s3queue/s3store"
 	"github.com/s3queue/s3queue/s3store/mem"
 	"github.com/s3queue/s3queue/shards"
@@ -439,8 +441,8 @@ func (w *world) check() Result {
 	w.checkFound(tasks, add)
 	w.checkRetained(tasks, end, add)
 	for _, o := range w.ops {
-		if o.err == nil {
-			continue
+		if o.err == nil || errors.Is(o.err, producer.ErrOutcomeUnknown) || errors.Is(o.err, taskio.ErrUnknownOutcome) {
+			continue // told "unknown", not "failed": the change may stand
 		}
 		for _, e := range log[o.from:o.to] {
 			if e.Proc != o.proc || !strings.HasPrefix(e.Key, "tasks/") || shards.IsPointer(e.Key) || marksDependents(e) {

@@ -43,7 +43,7 @@ func (p Partition) String() string {
 // exists (seeds 28, 122 and 139 of the short run break "a failed call
 // changed nothing"). Set it false once the read-back outlasts an outage
 // (defect 40 does, to measure the catch).
-const readBackRaceOpen = true
+const readBackRaceOpen = false
 
 // Partition lengths: a process is cut off for partitionMin to
 // partitionMax, the server for everyone for up to outageMax, drawn
