@@ -34,17 +34,6 @@ func (p Partition) String() string {
 	return fmt.Sprintf("partition of %s at %v for %v", who, p.At.Round(time.Second), p.For.Round(time.Millisecond))
 }
 
-// readBackRaceOpen: a producer's partition begins at an instant (what it
-// has in flight lands or not, its response lost), not with one of its
-// writes in flight, while internal/taskio reads a write whose response
-// was lost back only for about 2 s (four GETs, 0.1 + 0.4 + 1.6 s apart):
-// a partition that begins with a producer's task write in flight and
-// outlasts that read-back tells the caller "failed" about a task that
-// exists (seeds 28, 122 and 139 of the short run break "a failed call
-// changed nothing"). Set it false once the read-back outlasts an outage
-// (defect 40 does, to measure the catch).
-const readBackRaceOpen = false
-
 // Partition lengths: a process is cut off for partitionMin to
 // partitionMax, the server for everyone for up to outageMax, drawn
 // log-uniformly (as many outages of a second or two as of a minute or
@@ -116,10 +105,6 @@ func (w *world) partitions() {
 		}
 		sort.Slice(live, func(i, j int) bool { return live[i].name < live[j].name })
 		victim := live[rng.IntN(len(live))]
-		if pt.Kind == "p" && readBackRaceOpen {
-			w.srv.Partition(victim.h, time.Now().Add(pt.For))
-			continue
-		}
 		w.srv.Arm(victim.h, pt.For)
 	}
 }
