@@ -10,6 +10,8 @@
 #   scripts/sim-teeth.sh            # every defect, up to 300 seeds each
 #   scripts/sim-teeth.sh 1 7        # only defects 1 and 7
 #   SEEDS=1000 scripts/sim-teeth.sh # a larger budget
+#   PATCHES=internal/sim/testdata/defects-blind scripts/sim-teeth.sh B1 B2
+#                                   # the defects written blind (their README)
 #
 # It prints one line per defect: how many seeds it took and which invariant
 # broke first, or that none did within the budget (a gap in the simulator).
@@ -19,10 +21,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 SEEDS=${SEEDS:-300}
-patches=internal/sim/testdata/defects
+patches=${PATCHES:-internal/sim/testdata/defects}
 defects=("$@")
 if ((${#defects[@]} == 0)); then
-	mapfile -t defects < <(ls "$patches" | sed -n 's/^\([0-9]*\)\.patch$/\1/p' | sort -n)
+	mapfile -t defects < <(ls "$patches" | sed -n 's/\.patch$//p' | sort -V)
 fi
 
 work=$(mktemp -d)

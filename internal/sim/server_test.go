@@ -35,16 +35,16 @@ func TestRequestOrderIsSortKeyOrder(t *testing.T) {
 		a, b := rs[rng.IntN(len(rs))], rs[rng.IntN(len(rs))]
 		ka, kb := a.sortKey(), b.sortKey()
 		want := ka < kb || ka == kb && a.seq < b.seq
-		if got := a.less(b); got != want {
+		if got := a.less(b, false); got != want {
 			t.Fatalf("less(%q #%d, %q #%d) = %v, want %v", ka, a.seq, kb, b.seq, got, want)
 		}
 	}
 	sorted := slices.Clone(rs)
 	slices.SortFunc(sorted, func(a, b *request) int {
-		if a.less(b) {
+		if a.less(b, false) {
 			return -1
 		}
-		if b.less(a) {
+		if b.less(a, false) {
 			return 1
 		}
 		return 0

@@ -45,6 +45,9 @@ type Options struct {
 	// running one stay under an expired lease, before it is a violation
 	// (default 5m).
 	Bound time.Duration
+	// FlipTies: the server breaks ties between identical requests against
+	// their arrival (Server.FlipTies); a seed must run the same either way.
+	FlipTies bool
 }
 
 func (o *Options) fill() {
@@ -446,6 +449,9 @@ func Run(seed uint64, opts Options) Result {
 		srv:   NewServer(plan.Provider, rand.New(rand.NewPCG(seed, 0x5e4e)), plan.MaxPage),
 		procs: make(map[string]*proc), dedicated: make(map[string]bool), nextID: make(map[string]int), acked: make(map[string]ack), spawned: make(map[string]int),
 		incarnation: make(map[string]int), scanLog: make(map[string][]scanEvent)}
+	if opts.FlipTies {
+		w.srv.FlipTies()
+	}
 	if plan.Direct {
 		w.drng = rand.New(rand.NewPCG(seed, 0xd12ec7+1))
 	}
