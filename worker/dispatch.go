@@ -437,8 +437,12 @@ func (p *pool) begin(r *run) {
 	p.mu.Unlock()
 }
 
-// startLocked hands r to an idle loop, or to a new one.
+// startLocked hands r to an idle loop, or to a new one. The run holds a
+// handler from here: its start time is set now, by the goroutine that
+// decided it, not by the loop when the Go scheduler runs it (the fleet's
+// judgement of its backlog reads it, runEstimate).
 func (p *pool) startLocked(r *run) {
+	r.began.Store(p.w.now().UnixNano())
 	if n := len(p.idle); n > 0 {
 		ch := p.idle[n-1]
 		p.idle = p.idle[:n-1]
@@ -483,6 +487,7 @@ func (p *pool) loop(r *run) {
 		p.mu.Lock()
 		if next := p.takeNextLocked(); next != nil {
 			r = next
+			r.began.Store(w.now().UnixNano()) // before the scheduler is woken (startLocked)
 			p.mu.Unlock()
 			p.changed()
 			if p.policy != Block {

@@ -60,9 +60,10 @@ type run struct {
 	// ran is how long the handler ran (by the local clock), set when it
 	// returned: the Duration of the outcome's event.
 	ran time.Duration
-	// began is the local time execute began, in Unix nanoseconds, zero
-	// while the run waits in its pool. Runs are in Worker.running from
-	// dispatch on; runEstimate reads began from there, concurrently.
+	// began is the local time the run was given a handler (startLocked),
+	// in Unix nanoseconds, zero while it waits in its pool. Runs are in
+	// Worker.running from dispatch on; runEstimate reads began from there,
+	// concurrently.
 	began atomic.Int64
 	// parent is the span context the run and commit spans are children
 	// of: the submit's, carried by the task, or the claim's (see claim).
@@ -242,7 +243,6 @@ func (r *run) execute() {
 	// the task's deadline (below).
 	hctx, cancel := r.ctx, r.cancel
 	defer cancel(nil)
-	r.began.Store(w.now().UnixNano())
 	w.running.Store(r.claimID, r)
 
 	done := make(chan outcome, 1)
