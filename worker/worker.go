@@ -457,6 +457,12 @@ func (w *Worker) stepShards(ctx context.Context) time.Duration {
 		wait = min(wait, d) // its grace: the doorbell is read meanwhile
 	}
 	if !now.Before(w.pace.next) {
+		// The fleet's step before may have taken minutes under an outage
+		// (its renewal retried): the pause object is read again, if its
+		// interval has passed meanwhile, before the member claims (sim
+		// seed 593: a renewal cut off for 3m24s, then claims of a type
+		// paused 2m23s earlier).
+		w.checkPauseIfClaiming(ctx)
 		w.pollOwn(ctx, now)
 	}
 	// Behind its shards, the member looks once a handOffEvery whatever
