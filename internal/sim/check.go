@@ -50,6 +50,7 @@ const (
 	InvHonest       = "a failed call changed nothing" // a caller told "failed" made no change
 	InvLiveness     = "due tasks are picked up"
 	InvRunnable     = "a claimed task can run" // no handler starts with its lease already given up
+	InvLeaseHeld    = "a handler starts under its lease"          // no handler starts after its claim's expires_at by the server's clock
 	InvAfterStop    = "nothing outlives Run"
 	InvCursor       = "scan cursors advance" // a member's cursor passes every key older than its lag
 	InvDecodable    = "the queue writes only valid task objects"
@@ -530,6 +531,35 @@ func (w *world) check() Result {
 	last := make(map[string]int) // task id -> index of its last execution
 	for i, x := range w.execs {
 		last[x.id] = i
+	}
+	// Each claim's lease by server time, write by write (the claim and
+	// its renewals, whoever wrote them): a handler starts only while its
+	// claim's lease runs. A worker decides that by the latest time its
+	// S3 clock allows, with lease_margin to spare, so a start after the
+	// expiry the server holds is a run the worker could not know was its
+	// own (another may run the task meanwhile).
+	type leaseAt struct{ at, expires time.Time }
+	leases := make(map[string][]leaseAt) // claim id -> its writes, in log order
+	for _, e := range log {
+		if e.New == nil || !strings.HasPrefix(e.Key, "tasks/") || shards.IsPointer(e.Key) {
+			continue
+		}
+		if t, err := task.Decode(e.New); err == nil && t.Status == task.Running && t.Claim != nil {
+			leases[t.Claim.ID] = append(leases[t.Claim.ID], leaseAt{at: e.At, expires: t.Claim.ExpiresAt})
+		}
+	}
+	for _, x := range w.execs {
+		var held *leaseAt
+		for i, l := range leases[x.claim] {
+			if l.at.After(x.at) {
+				break
+			}
+			held = &leases[x.claim][i]
+		}
+		if held != nil && x.at.After(held.expires) {
+			add(InvLeaseHeld, x.id, "%s started attempt %d at %s, %v after its claim's lease expired at %s", x.worker, x.attempt,
+				x.at.Format("15:04:05.000"), x.at.Sub(held.expires).Round(time.Millisecond), held.expires.Format("15:04:05.000"))
+		}
 	}
 	for i, x := range w.execs {
 		if !settled[x.claim] && last[x.id] > i {
