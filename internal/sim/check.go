@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/s3queue/s3queue/internal/taskio"
+	"github.com/s3queue/s3queue/monitor"
 	"github.com/s3queue/s3queue/producer"
 	"github.com/s3queue/s3queue/s3store"
 	"github.com/s3queue/s3queue/s3store/mem"
@@ -49,8 +50,9 @@ const (
 	InvUniqueWindow = "one task per key per uniqueness window"
 	InvHonest       = "a failed call changed nothing" // a caller told "failed" made no change
 	InvLiveness     = "due tasks are picked up"
-	InvRunnable     = "a claimed task can run" // no handler starts with its lease already given up
-	InvLeaseHeld    = "a handler starts under its lease"          // no handler starts after its claim's expires_at by the server's clock
+	InvRunnable     = "a claimed task can run"           // no handler starts with its lease already given up
+	InvLeaseHeld    = "a handler starts under its lease" // no handler starts after its claim's expires_at by the server's clock
+	InvOneLeader    = "one monitor leads at a time"      // the leader lease changes holder only after the last holder's expiry
 	InvAfterStop    = "nothing outlives Run"
 	InvCursor       = "scan cursors advance" // a member's cursor passes every key older than its lag
 	InvDecodable    = "the queue writes only valid task objects"
@@ -609,6 +611,7 @@ func (w *world) check() Result {
 	for _, v := range w.srv.Violations() {
 		add(InvAfterStop, "", "%s", v)
 	}
+	checkLeader(log, add)
 	if w.plan.Direct {
 		w.checkDirect(log, &res, add)
 	}
@@ -870,4 +873,31 @@ func (r Result) Faults() map[string]int {
 		out[k] = r.Counts[k]
 	}
 	return out
+}
+
+// checkLeader proves that one monitor leads at a time: a write of the
+// monitors' leader lease (monitor.LeaseKey) by a new holder lands only
+// after the expiry the last holder wrote. A monitor that took a lease
+// another had just taken for its own would renew it under the other's
+// ETag, and the two would lead at once (blind defect B1).
+func checkLeader(log []Entry, add func(inv, id, format string, args ...any)) {
+	var last *leaseRecord
+	for _, e := range log {
+		if e.Key != monitor.LeaseKey {
+			continue
+		}
+		if e.New == nil {
+			last = nil // released
+			continue
+		}
+		var r leaseRecord
+		if json.Unmarshal(e.New, &r) != nil {
+			continue
+		}
+		if last != nil && last.Holder != r.Holder && e.At.Before(last.ExpiresAt) {
+			add(InvOneLeader, "", "%s took the leader lease at %s, held by %s until %s", r.Holder,
+				e.At.Format("15:04:05.000"), last.Holder, last.ExpiresAt.Format("15:04:05.000"))
+		}
+		last = &r
+	}
 }
