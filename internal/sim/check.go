@@ -50,9 +50,10 @@ const (
 	InvUniqueWindow = "one task per key per uniqueness window"
 	InvHonest       = "a failed call changed nothing" // a caller told "failed" made no change
 	InvLiveness     = "due tasks are picked up"
-	InvRunnable     = "a claimed task can run"           // no handler starts with its lease already given up
-	InvLeaseHeld    = "a handler starts under its lease" // no handler starts after its claim's expires_at by the server's clock
-	InvOneLeader    = "one monitor leads at a time"      // the leader lease changes holder only after the last holder's expiry
+	InvRunnable     = "a claimed task can run"                     // no handler starts with its lease already given up
+	InvLeaseHeld    = "a handler starts under its lease"           // no handler starts after its claim's expires_at by the server's clock
+	InvOneLeader    = "one monitor leads at a time"                // the leader lease changes holder only after the last holder's expiry
+	InvPoolBound    = "a pool runs at most max_in_flight handlers" // counted in each process as handlers start and return
 	InvAfterStop    = "nothing outlives Run"
 	InvCursor       = "scan cursors advance" // a member's cursor passes every key older than its lag
 	InvDecodable    = "the queue writes only valid task objects"
@@ -612,6 +613,9 @@ func (w *world) check() Result {
 		add(InvAfterStop, "", "%s", v)
 	}
 	checkLeader(log, add)
+	for _, v := range w.overLimit {
+		add(InvPoolBound, "", "%s", v)
+	}
 	if w.plan.Direct {
 		w.checkDirect(log, &res, add)
 	}

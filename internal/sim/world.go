@@ -337,13 +337,17 @@ type world struct {
 	rng  *rand.Rand // the world's own decisions (who crashes when), one goroutine
 	root context.Context
 
-	mu      sync.Mutex
-	procs   map[string]*proc
-	nextID  map[string]int
-	acked   map[string]ack // task id -> what the producer was told
-	ops     []op
-	execs   []execution
-	cursors []cursor
+	mu     sync.Mutex
+	procs  map[string]*proc
+	nextID map[string]int
+	acked  map[string]ack // task id -> what the producer was told
+	ops    []op
+	execs  []execution
+	// running counts each process's pool's handlers running, overLimit
+	// notes when they were more than its max_in_flight (see bounded).
+	running   map[string]int
+	overLimit []string
+	cursors   []cursor
 	// deadMembers: fleet entries and lease objects of workers not alive at
 	// the end of the quiet tail (the checker's InvMembers).
 	deadMembers []string
@@ -447,7 +451,7 @@ func Run(seed uint64, opts Options) Result {
 	planTimers(&plan)
 	w := &world{opts: opts, plan: plan, rng: rng,
 		srv:   NewServer(plan.Provider, rand.New(rand.NewPCG(seed, 0x5e4e)), plan.MaxPage),
-		procs: make(map[string]*proc), dedicated: make(map[string]bool), nextID: make(map[string]int), acked: make(map[string]ack), spawned: make(map[string]int),
+		procs: make(map[string]*proc), running: make(map[string]int), dedicated: make(map[string]bool), nextID: make(map[string]int), acked: make(map[string]ack), spawned: make(map[string]int),
 		incarnation: make(map[string]int), scanLog: make(map[string][]scanEvent)}
 	if opts.FlipTies {
 		w.srv.FlipTies()
@@ -838,9 +842,13 @@ func (w *world) startWorkerAs(id string) *proc {
 		if !ok {
 			return
 		}
-		wk.Handle(taskType, w.handler(p.name))
+		limit := w.plan.Queue.InFlight // the jobs pool's, or the default pool's
+		if limit == 0 {
+			limit = concurrency
+		}
+		wk.Handle(taskType, w.bounded(p.name+"/"+taskType, limit, w.handler(p.name)))
 		if len(w.plan.Schedules) > 0 {
-			wk.Handle(tickType, w.handler(p.name))
+			wk.Handle(tickType, w.bounded(p.name+"/"+tickType, tickPool.MaxInFlight, w.handler(p.name)))
 		}
 		w.mu.Lock()
 		p.wk = wk
@@ -899,6 +907,30 @@ func (w *world) producerConfig(p *proc) producer.Config {
 }
 
 const taskType = "sim"
+
+// bounded counts the handlers of h running at once in one process's pool
+// (key: the process and the type, whose pool runs it) and notes it when
+// they are more than the pool's max_in_flight (limit; worker.Unbounded:
+// none): the handler returns before its pool frees its place, so the count
+// never passes the limit but by a defect (blind defect B18: a pool that
+// started one more than max_in_flight).
+func (w *world) bounded(key string, limit int, h worker.Handler) worker.Handler {
+	return func(ctx context.Context, t *task.Task) (json.RawMessage, error) {
+		w.mu.Lock()
+		w.running[key]++
+		if n := w.running[key]; limit != worker.Unbounded && n > limit {
+			w.overLimit = append(w.overLimit, fmt.Sprintf("%s ran %d handlers at once at %s (max_in_flight %d), the last task %s",
+				key, n, time.Now().Format("15:04:05.000"), limit, t.ID))
+		}
+		w.mu.Unlock()
+		defer func() {
+			w.mu.Lock()
+			w.running[key]--
+			w.mu.Unlock()
+		}()
+		return h(ctx, t)
+	}
+}
 
 // limitedSnoozes is how many times a task snoozes, at most, under a rate
 // limit (see the handler).
