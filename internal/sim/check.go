@@ -54,6 +54,7 @@ const (
 	InvLeaseHeld    = "a handler starts under its lease"           // no handler starts after its claim's expires_at by the server's clock
 	InvOneLeader    = "one monitor leads at a time"                // the leader lease changes holder only after the last holder's expiry
 	InvPoolBound    = "a pool runs at most max_in_flight handlers" // counted in each process as handlers start and return
+	InvNotEarly     = "a delay is never cut short"                 // a delayed task's claim is sent no earlier than its available_at, by the server's clock
 	InvAfterStop    = "nothing outlives Run"
 	InvCursor       = "scan cursors advance" // a member's cursor passes every key older than its lag
 	InvDecodable    = "the queue writes only valid task objects"
@@ -515,6 +516,15 @@ func (w *world) check() Result {
 		next, err2 := task.Decode(e.New)
 		if err1 == nil && err2 == nil && prev.Status == task.Running && next.Status != task.Running && prev.Claim != nil && e.Proc == prev.Claim.Worker {
 			settled[prev.Claim.ID] = true
+		}
+		// A task whose available_at is later than its last write was
+		// delayed (a retry, a snooze, a submit with a delay): a worker
+		// claims it only once the earliest time its S3 clock allows has
+		// passed available_at, so before the server's time does.
+		if err1 == nil && err2 == nil && prev.Status == task.Pending && next.Status == task.Running &&
+			prev.AvailableAt.After(prev.CreatedAt) && prev.AvailableAt.After(prev.UpdatedAt) && e.Sent.Before(prev.AvailableAt) {
+			add(InvNotEarly, next.ID, "%s claimed it at %s, %v before its available_at %s", e.Proc, e.Sent.Format("15:04:05.000"),
+				prev.AvailableAt.Sub(e.Sent).Round(time.Millisecond), prev.AvailableAt.Format("15:04:05.000"))
 		}
 		if err1 == nil && err2 == nil && prev.Status != task.Dead && next.Status == task.Dead && strings.Contains(next.LastError, "deadline passed at ") {
 			res.DeadlineEnds++
