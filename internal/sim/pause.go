@@ -72,6 +72,17 @@ func (w *world) pause() {
 		}
 		time.Sleep(time.Until(start.Add(pp.At)))
 		change(pause.Pausing(types...))
+		// A worker started during the pause, beyond its slack, while the
+		// store fails its first reads of the pause object: it must claim
+		// nothing until one answers (blind defect B3 took a failed read
+		// for an answer, and claimed the paused type at once).
+		time.Sleep(time.Until(start.Add(pp.At + pauseSlack(w.plan.Faults.MaxDelay) + 5*time.Second)))
+		if ctx.Err() == nil {
+			w.mu.Lock()
+			w.flakyStart = 2
+			w.mu.Unlock()
+			w.startWorker()
+		}
 		time.Sleep(time.Until(start.Add(pp.At + pp.For)))
 		change(pause.Resuming())
 	})

@@ -780,7 +780,14 @@ type Handle struct {
 	state atomic.Int32
 	cut   atomic.Int64 // UnixNano until which every request fails (a partition), 0 for none
 	armed atomic.Int64 // a partition's length, to begin at its next write (Server.Arm), 0 for none
+	// flaky: how many of the process's next reads of the watched key fail
+	// (FailWatchedReads).
+	flaky atomic.Int32
 }
+
+// FailWatchedReads makes the next n reads of the watched key by h fail, as
+// a store does that is flaky just when a process starts.
+func (h *Handle) FailWatchedReads(n int) { h.flaky.Store(int32(n)) }
 
 var _ s3store.Store = (*Handle)(nil)
 
@@ -864,6 +871,15 @@ func (h *Handle) do(ctx context.Context, r *request) response {
 // Get implements s3store.Store.
 func (h *Handle) Get(ctx context.Context, key string) (s3store.Object, error) {
 	at := time.Now()
+	if key == h.srv.watched && h.flaky.Load() > 0 {
+		h.flaky.Add(-1)
+		h.srv.mu.Lock()
+		h.srv.reads = append(h.srv.reads, Read{Proc: h.proc, At: at})
+		h.srv.counts["error"]++
+		h.srv.tracef("%s GET %s -> error (a flaky start)", h.proc, key)
+		h.srv.mu.Unlock()
+		return s3store.Object{}, s3store.ErrInjected500
+	}
 	r := h.do(ctx, &request{op: s3store.OpGet, key: key})
 	if key == h.srv.watched {
 		h.srv.mu.Lock()

@@ -347,7 +347,10 @@ type world struct {
 	// notes when they were more than its max_in_flight (see bounded).
 	running   map[string]int
 	overLimit []string
-	cursors   []cursor
+	// flakyStart: the next worker spawned fails this many of its first
+	// reads of the pause object (see pause).
+	flakyStart int
+	cursors    []cursor
 	// deadMembers: fleet entries and lease objects of workers not alive at
 	// the end of the quiet tail (the checker's InvMembers).
 	deadMembers []string
@@ -757,6 +760,10 @@ func (w *world) spawnAs(kind, name, id string, run func(ctx context.Context, p *
 	p := &proc{name: name, kind: kind, id: id, h: w.srv.Handle(name), local: w.localFor(name), cancel: cancel, done: make(chan struct{})}
 	at := w.logLen()
 	w.mu.Lock()
+	if kind == "w" && w.flakyStart > 0 {
+		p.h.FailWatchedReads(w.flakyStart)
+		w.flakyStart = 0
+	}
 	w.procs[name] = p
 	w.spawned[name] = at
 	w.mu.Unlock()
