@@ -564,3 +564,62 @@ func TestStandbysJoinAMemberBehindABacklogOfShortTasks(t *testing.T) {
 		t.Logf("standby joined after %v", time.Since(start))
 	})
 }
+
+// A fleet grown for a burst shrinks to what its steady load needs once the
+// burst is over, though a trickle spread over every member keeps each of
+// them from ever being idle for idle_leave: the members whose slots the
+// trickle leaves nearly unused leave together (1M tasks a day on MinIO kept
+// 29 members of 4 slots at 1 % each, each listing its shard).
+func TestAFleetGrownForABurstShrinksToItsSteadyLoad(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := mem.New()
+		f := newFleet(t, st, 4)
+		h := func(ctx context.Context, tk *task.Task) (json.RawMessage, error) {
+			d := 5 * time.Millisecond
+			if string(tk.Input) == `"burst"` {
+				d = 300 * time.Millisecond
+			}
+			time.Sleep(d)
+			return nil, nil
+		}
+		for i := range 4 {
+			cfg := f.fast(fmt.Sprintf("w%d", i))
+			cfg.IdleLeave = 2 * time.Second
+			f.start(cfg, nil, h)
+		}
+		p := f.producer(st)
+		members := func() int {
+			fl, _, err := shards.ReadFleet(f.ctx, st)
+			if err != nil {
+				return -1
+			}
+			return len(fl.Members)
+		}
+		for range 120 {
+			if _, err := p.Submit(f.ctx, "job", json.RawMessage(`"burst"`), producer.Options{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		waitFor(t, "the burst to grow the fleet to 4 members", 30*time.Second, func() bool { return members() == 4 })
+		// The trickle: a 5 ms task every 50 ms, about a task every 200 ms
+		// for each of 4 members, a tenth of one member's 2 slots.
+		stop := make(chan struct{})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(50 * time.Millisecond):
+				}
+				if _, err := p.Submit(f.ctx, "job", json.RawMessage(`"trickle"`), producer.Options{}); err != nil && f.ctx.Err() == nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+		defer func() { close(stop); <-done }()
+		waitFor(t, "the fleet to shrink to one member under the trickle", 30*time.Second, func() bool { return members() == 1 })
+	})
+}

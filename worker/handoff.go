@@ -129,18 +129,27 @@ func (w *Worker) drainsSoon(h handedShare) bool {
 // runTimes keeps a moving average of how long handlers ran. Safe for
 // concurrent use: runs note theirs, the scheduler reads.
 type runTimes struct {
-	mu   sync.Mutex
-	mean time.Duration
+	mu    sync.Mutex
+	mean  time.Duration
+	total time.Duration // of every run that ended
 }
 
 func (r *runTimes) note(d time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.total += d
 	if r.mean == 0 {
 		r.mean = d
 	} else {
 		r.mean = (7*r.mean + d) / 8
 	}
+}
+
+// sum is the total time of the runs that ended.
+func (r *runTimes) sum() time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.total
 }
 
 func (r *runTimes) get() time.Duration {
