@@ -1048,6 +1048,18 @@ func (w *Worker) refreshEvery() time.Duration {
 	return w.cfg.MemberTTL / 6
 }
 
+// handover is how long an elastic member that put the fleet to sleep
+// watches the doorbell before it leaves it to the standbys' turns: its
+// grace, and at least until every standby in the roster has had a turn
+// since (a turn planned while the fleet was awake comes within one round
+// of the standbys at standby_poll, one planned while it slept before
+// within one at bell_poll), at most maxStandbyWait. Its cost is the
+// member's doorbell reads for that while, once per sleep.
+func (w *Worker) handover() time.Duration {
+	round := time.Duration(len(w.fleet.fleet.Standbys)) * max(w.cfg.BellPoll, w.cfg.StandbyPoll)
+	return min(max(w.cfg.AwakeGrace, round), maxStandbyWait)
+}
+
 // atTheDoorbell runs the member's step while it sleeps: it reads the
 // doorbell every BellPoll and scans its shards every SleepScan. asleep
 // reports that it still sleeps, and then d is the wait before the next
@@ -1080,6 +1092,16 @@ func (w *Worker) atTheDoorbell(ctx context.Context, now time.Time, wait time.Dur
 		return bell, false
 	}
 	if !w.cfg.Dedicated {
+		if left := w.handover() - now.Sub(m.sleptAt); left > 0 {
+			// The standbys' turns are spaced by standby_poll while the
+			// fleet is awake and by bell_poll while it sleeps, and each
+			// standby learns the fleet sleeps only at its next read: until
+			// every one has read since, the turns planned before leave
+			// gaps (a task submitted as the member left waited 5 s for a
+			// read; 50 workers on MinIO, one pickup in three). The member
+			// reads the doorbell itself until then.
+			return max(min(bell, left), 10*time.Millisecond), true
+		}
 		// An elastic member leaves the sleeping fleet: the standbys'
 		// turns watch the doorbell, itself among them.
 		if m.retry.ready(now) {

@@ -623,3 +623,39 @@ func TestAFleetGrownForABurstShrinksToItsSteadyLoad(t *testing.T) {
 		waitFor(t, "the fleet to shrink to one member under the trickle", 30*time.Second, func() bool { return members() == 1 })
 	})
 }
+
+// A task submitted as a sleeping fleet's last member leaves it is picked up
+// within about bell_poll, every time: the standbys learn the fleet sleeps
+// only at their next turns, planned at the awake fleet's spacing, and
+// until each has read since, the member watches the doorbell itself (50
+// workers on MinIO waited 5 s for one pickup in three).
+func TestAFleetJustAsleepAnswersItsDoorbellWithinABellPoll(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := mem.New()
+		f := newFleet(t, st, 16)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		f.ctx = ctx // the fleet sleeps five times: longer than newFleet's 2 minutes
+		started := make(chan string, 10)
+		for i := range 50 {
+			f.start(worker.Config{ID: fmt.Sprintf("w%02d", i), Shards: 16, Logger: quiet}, nil, func(_ context.Context, tk *task.Task) (json.RawMessage, error) {
+				started <- tk.ID
+				return nil, nil
+			})
+		}
+		p := f.producer(st)
+		asleep := func() bool {
+			fl, _, err := shards.ReadFleet(f.ctx, st)
+			return err == nil && fl.Asleep && len(fl.Members) == 0
+		}
+		for i := range 5 {
+			waitFor(t, "the fleet to sleep with no member", 10*time.Minute, asleep)
+			at := time.Now()
+			id := f.submit(p)
+			expectRun(t, started, id, time.Minute, func() string { return "the task was not picked up" })
+			if d := time.Since(at); d > 2*time.Second {
+				t.Errorf("pickup %d took %v after the fleet fell asleep, want at most 2 s (bell_poll 1.5 s)", i, d)
+			}
+		}
+	})
+}
