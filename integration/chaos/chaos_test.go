@@ -143,6 +143,9 @@ func TestChaos(t *testing.T) {
 	}
 }
 
+// taskTimeout is every task's timeout, so its lease.
+const taskTimeout = 8 * time.Second
+
 // spec is one task of the plan.
 type spec struct {
 	id    string
@@ -161,7 +164,7 @@ func (s *spec) line() string {
 	m := map[string]any{
 		"type":         "chaos",
 		"input":        fmt.Sprintf("ms=%d fail=%d kill=%s", s.ms, s.fail, s.kill),
-		"timeout":      "8s",
+		"timeout":      taskTimeout.String(),
 		"max_attempts": s.max,
 	}
 	if s.slot != "" {
@@ -253,6 +256,11 @@ func (r *run) wave(w int) {
 		s := &spec{kind: "plain", ms: 100 + r.intn(1400)}
 		if i%7 == 3 {
 			s.fail = 1
+		}
+		if i%3 == 0 {
+			// A slot of its own: no wait, but its end is passed on (a
+			// marker, then the slot's release), as a parent's is.
+			s.slot = fmt.Sprintf("own-%d-%d", w, i)
 		}
 		add(&first, s)
 	}
@@ -474,8 +482,13 @@ func (r *run) cutWorker() {
 }
 
 // killMinIO kills MinIO with SIGKILL and starts it again on the same data
-// after 3s.
+// after 3s, at a moment when handlers of tasks whose end is passed on
+// (a slot, dependents) are running: their commits write a marker first.
 func (r *run) killMinIO() {
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) && r.passingOn() < 2 {
+		time.Sleep(50 * time.Millisecond)
+	}
 	from := time.Now()
 	r.f.minio.kill()
 	r.t.Logf("%v: kill -9 MinIO", time.Since(r.began).Round(time.Second))
@@ -488,6 +501,30 @@ func (r *run) killMinIO() {
 	r.f.mu.Unlock()
 	r.count("kill -9 of MinIO and restart")
 	r.t.Logf("%v: MinIO back", time.Since(r.began).Round(time.Second))
+}
+
+// passingOn counts the handlers running now whose tasks pass their end on.
+func (r *run) passingOn() int {
+	r.mu.Lock()
+	passes := map[string]bool{}
+	for _, s := range r.specs {
+		if s.slot != "" {
+			passes[s.id] = true
+		}
+		for _, p := range s.after {
+			passes[p.id] = true
+		}
+	}
+	r.mu.Unlock()
+	n := 0
+	for _, p := range r.f.live("worker") {
+		for _, e := range inFlight(r.f.dir, p.name) {
+			if passes[e.task] {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // waitFinished waits until every task of the plan is in a terminal state

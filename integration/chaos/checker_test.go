@@ -511,6 +511,13 @@ func (r *run) check() *report {
 				cause = "its worker was cut off from MinIO (lease lost)"
 			case during(outages, e.start, to):
 				cause = "MinIO was killed and restarted meanwhile"
+				// A lease outlasts an outage this short (renewals and
+				// commits ride it out): the handler may run again only
+				// after a lease was lost (invariant 5).
+				if w := longest(outages); w < taskTimeout-3*time.Second {
+					t.Errorf("task %s: execution by %s attempt %d (%s) was not committed, though its lease (%v) outlasts the MinIO outage (%v)",
+						s.id, e.worker, e.attempt, e.endKind, taskTimeout, w.Round(100*time.Millisecond))
+				}
 			case fate == fateTerm && e.endKind == "stop":
 				cause = "drain: stopped at shutdown_grace"
 			default:
@@ -634,4 +641,13 @@ func countKillEnds(execs []*execution, worker string) int {
 		}
 	}
 	return n
+}
+
+// longest is the length of the longest window.
+func longest(ws []window) time.Duration {
+	var d time.Duration
+	for _, w := range ws {
+		d = max(d, w.to.Sub(w.from))
+	}
+	return d
 }
