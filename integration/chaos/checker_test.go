@@ -429,33 +429,22 @@ func (r *run) check() *report {
 			bySlot[s.slot] = append(bySlot[s.slot], execsOf[s.id]...)
 		}
 	}
-	for slot, list := range bySlot {
-		sort.Slice(list, func(i, j int) bool { return list[i].start.Before(list[j].start) })
-		for i := 1; i < len(list); i++ {
-			prev, cur := list[i-1], list[i]
-			if cur.start.Before(endOf(prev)) {
-				rep.slotClash = append(rep.slotClash, slot)
-				t.Errorf("slot %s: %s (%s attempt %d) started %v before %s (%s attempt %d) ended", slot, cur.task, cur.worker, cur.attempt,
-					endOf(prev).Sub(cur.start), prev.task, prev.worker, prev.attempt)
-			}
-		}
+	for _, clash := range slotOverlaps(bySlot, endOf) {
+		rep.slotClash = append(rep.slotClash, clash)
+		t.Error(clash)
 	}
 
 	// Dependencies: a dependent runs only after the run of each parent
 	// that the parent's outcome records has ended; the dependent of a task
 	// that died never runs.
 	for _, s := range specs {
-		for _, parent := range s.after {
-			pe := committed[parent.id]
-			for _, e := range execsOf[s.id] {
-				if pe == nil {
-					rep.early = append(rep.early, s.id)
-					t.Errorf("task %s ran (%s attempt %d) although its parent %s never succeeded", s.id, e.worker, e.attempt, parent.id)
-				} else if e.start.Before(pe.end) {
-					rep.early = append(rep.early, s.id)
-					t.Errorf("task %s started %v before its parent %s's run ended", s.id, pe.end.Sub(e.start), parent.id)
-				}
-			}
+		var parents []string
+		for _, p := range s.after {
+			parents = append(parents, p.id)
+		}
+		for _, early := range earlyStarts(s.id, parents, execsOf[s.id], committed) {
+			rep.early = append(rep.early, s.id)
+			t.Error(early)
 		}
 	}
 
@@ -650,4 +639,44 @@ func longest(ws []window) time.Duration {
 		d = max(d, w.to.Sub(w.from))
 	}
 	return d
+}
+
+// slotOverlaps returns, for each slot, every execution that started before
+// an earlier execution of the slot's tasks had ended (by endOf).
+func slotOverlaps(bySlot map[string][]*execution, endOf func(*execution) time.Time) []string {
+	var out []string
+	for slot, list := range bySlot {
+		list = slices.Clone(list)
+		sort.Slice(list, func(i, j int) bool { return list[i].start.Before(list[j].start) })
+		var last *execution // the execution that ends last so far
+		for _, cur := range list {
+			if last != nil && cur.start.Before(endOf(last)) {
+				out = append(out, fmt.Sprintf("slot %s: %s (%s attempt %d) started %v before %s (%s attempt %d) ended", slot, cur.task, cur.worker, cur.attempt,
+					endOf(last).Sub(cur.start), last.task, last.worker, last.attempt))
+			}
+			if last == nil || endOf(cur).After(endOf(last)) {
+				last = cur
+			}
+		}
+	}
+	return out
+}
+
+// earlyStarts returns each execution of task id that started before the
+// committed run of one of its parents had ended, or although a parent has
+// no committed run (it never succeeded).
+func earlyStarts(id string, parents []string, execs []*execution, committed map[string]*execution) []string {
+	var out []string
+	for _, parent := range parents {
+		pe := committed[parent]
+		for _, e := range execs {
+			switch {
+			case pe == nil:
+				out = append(out, fmt.Sprintf("task %s ran (%s attempt %d) although its parent %s never succeeded", id, e.worker, e.attempt, parent))
+			case e.start.Before(pe.end):
+				out = append(out, fmt.Sprintf("task %s started %v before its parent %s's run ended", id, pe.end.Sub(e.start), parent))
+			}
+		}
+	}
+	return out
 }
