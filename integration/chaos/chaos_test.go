@@ -117,7 +117,9 @@ func TestChaos(t *testing.T) {
 	faults := []func(){r.killWorker, r.killMonitor, r.drainWorker, r.cutWorker, r.killMinIO, r.killWorker}
 	for round := 0; ; round++ {
 		if round > 0 {
+			r.mu.Lock()
 			r.rng.Shuffle(len(faults), func(i, j int) { faults[i], faults[j] = faults[j], faults[i] })
+			r.mu.Unlock()
 		}
 		for _, fault := range faults {
 			r.pause(3 * time.Second)
