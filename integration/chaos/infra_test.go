@@ -344,16 +344,3 @@ func tail(s string, n int) string {
 	}
 	return s
 }
-
-// waitFor polls cond every 100ms until it holds or within passes; it fails
-// the test, naming what it waited for, when it does not.
-func waitFor(t *testing.T, what string, within time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited %v for %s", within, what)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
