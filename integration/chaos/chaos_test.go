@@ -204,6 +204,7 @@ type run struct {
 	faults  map[string]int
 	planted []planted
 	drained []drainRecord
+	read    map[string]readObject // task objects read, by key
 }
 
 type planted struct {
@@ -538,25 +539,26 @@ func (r *run) waitFinished(within time.Duration) {
 	deadline := time.Now().Add(within)
 	for {
 		objs, err := r.readTasks()
-		if err == nil {
-			left = left[:0]
-			for _, s := range r.specs {
-				if done[s.id] {
-					continue
-				}
-				if o, ok := objs[s.id]; ok && terminal(o.Status) {
-					done[s.id] = true
-					continue
-				}
-				left = append(left, s.id)
+		left = left[:0]
+		for _, s := range r.specs {
+			if done[s.id] {
+				continue
 			}
-			if len(left) == 0 {
-				t.Logf("every task finished at %v", time.Since(r.began).Round(time.Second))
-				return
+			if o, ok := objs[s.id]; ok && terminal(o.Status) {
+				done[s.id] = true
+				continue
 			}
+			left = append(left, s.id)
+		}
+		if len(left) == 0 && err == nil {
+			t.Logf("every task finished at %v", time.Since(r.began).Round(time.Second))
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Errorf("%d tasks not finished %v after the faults ended (first: %v); err %v", len(left), within, left[:min(5, len(left))], err)
+			if err != nil {
+				t.Errorf("read the task objects: %v", err)
+			}
+			t.Errorf("%d tasks not finished %v after the faults ended (first: %v)", len(left), within, left[:min(5, len(left))])
 			return
 		}
 		time.Sleep(500 * time.Millisecond)

@@ -110,33 +110,52 @@ type taskObject struct {
 	key     string
 }
 
-// readTasks reads every task object of the queue with minio-go, by id.
+// readTasks reads every task object of the queue with minio-go, by id. A
+// key whose ETag is the one read before is not read again (a soak has
+// thousands of finished tasks).
 func (r *run) readTasks() (map[string]*taskObject, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
 	skip := map[string]bool{}
 	for _, pl := range r.planted {
 		skip[pl.key] = true
 	}
-	var keys []string
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	type listed struct{ key, etag string }
+	var keys []listed
 	for o := range r.mc.ListObjects(ctx, r.bucket, minio.ListObjectsOptions{Prefix: queuePrefix + "/tasks/", Recursive: true}) {
 		if o.Err != nil {
 			return nil, o.Err
 		}
 		if strings.HasSuffix(o.Key, ".json") && !skip[o.Key] {
-			keys = append(keys, o.Key)
+			keys = append(keys, listed{o.Key, o.ETag})
 		}
 	}
+	r.mu.Lock()
+	if r.read == nil {
+		r.read = map[string]readObject{}
+	}
+	r.mu.Unlock()
 	out := map[string]*taskObject{}
 	var mu sync.Mutex
 	var firstErr error
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 8)
-	for _, key := range keys {
+	for _, k := range keys {
+		r.mu.Lock()
+		prev, ok := r.read[k.key]
+		r.mu.Unlock()
+		if ok && prev.etag == k.etag {
+			if prev.obj != nil {
+				out[prev.obj.ID] = prev.obj
+			}
+			continue
+		}
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			obj, err := r.mc.GetObject(ctx, r.bucket, key, minio.GetObjectOptions{})
+			getCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			obj, err := r.mc.GetObject(getCtx, r.bucket, k.key, minio.GetObjectOptions{})
 			var body []byte
 			if err == nil {
 				body, err = io.ReadAll(obj)
@@ -146,20 +165,31 @@ func (r *run) readTasks() (map[string]*taskObject, error) {
 			defer mu.Unlock()
 			if err != nil {
 				if firstErr == nil {
-					firstErr = fmt.Errorf("get %s: %w", key, err)
+					firstErr = fmt.Errorf("get %s: %w", k.key, err)
 				}
 				return
 			}
 			var o taskObject
 			if json.Unmarshal(body, &o) != nil || o.ID == "" {
-				return // planted
+				return
 			}
-			o.key = key
+			o.key = k.key
 			out[o.ID] = &o
+			r.mu.Lock()
+			// Cached under the listed ETag: a write between the LIST
+			// and the GET makes the next LIST read it again.
+			r.read[k.key] = readObject{etag: k.etag, obj: &o}
+			r.mu.Unlock()
 		})
 	}
 	wg.Wait()
 	return out, firstErr
+}
+
+// readObject is a task object as read, with the ETag it had.
+type readObject struct {
+	etag string
+	obj  *taskObject
 }
 
 // transition is one entry of `s3queue history --json`.
@@ -179,7 +209,7 @@ func (r *run) histories(ids []string) (map[string][]transition, error) {
 	var mu sync.Mutex
 	var firstErr error
 	var wg sync.WaitGroup
-	sem := make(chan struct{}, 4)
+	sem := make(chan struct{}, 8)
 	env := r.f.envAt("http://" + r.f.minio.addr)
 	for _, id := range ids {
 		wg.Go(func() {
