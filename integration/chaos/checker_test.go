@@ -145,9 +145,9 @@ func (r *run) readTasks() (map[string]*taskObject, error) {
 		prev, ok := r.read[k.key]
 		r.mu.Unlock()
 		if ok && prev.etag == k.etag {
-			if prev.obj != nil {
-				out[prev.obj.ID] = prev.obj
-			}
+			mu.Lock()
+			out[prev.obj.ID] = prev.obj
+			mu.Unlock()
 			continue
 		}
 		wg.Go(func() {
