@@ -111,6 +111,12 @@ func TestChaos(t *testing.T) {
 		for w := 1; time.Since(began) < produceFor || w < 10; w++ {
 			next = next.Add(4 * time.Second)
 			time.Sleep(time.Until(next)) // the producers' pace, not a wait for work
+			// A soak must not outrun the fleet: a backlog that only
+			// grows proves nothing more. The next wave waits (up to
+			// 2 minutes) for fewer than maxBacklog unfinished tasks.
+			if r.waitBacklog(2 * time.Minute) {
+				next = time.Now()
+			}
 			r.wave(w)
 		}
 	})
@@ -392,11 +398,12 @@ func (r *run) busyWorker() *proc {
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
 		var busy []*proc
+		running := inFlight(r.f.dir)
 		for _, p := range r.f.live("worker") {
 			p.mu.Lock()
 			cut := len(p.cut) > 0 && p.cut[len(p.cut)-1].to.IsZero()
 			p.mu.Unlock()
-			if !cut && len(inFlight(r.f.dir, p.name)) > 0 {
+			if !cut && len(running[p.name]) > 0 {
 				busy = append(busy, p)
 			}
 		}
@@ -404,7 +411,7 @@ func (r *run) busyWorker() *proc {
 			found = busy[r.intn(len(busy))]
 			break
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond)
 	}
 	if found == nil {
 		r.t.Logf("no worker had a handler running within 20s")
@@ -444,7 +451,7 @@ func (r *run) drainWorker() {
 	if p == nil {
 		return
 	}
-	running := inFlight(r.f.dir, p.name)
+	running := inFlight(r.f.dir)[p.name]
 	p.signal(syscall.SIGTERM, fateTerm)
 	select {
 	case <-p.done:
@@ -490,7 +497,7 @@ func (r *run) cutWorker() {
 func (r *run) killMinIO() {
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) && r.passingOn() < 2 {
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond)
 	}
 	from := time.Now()
 	r.f.minio.kill()
@@ -520,14 +527,42 @@ func (r *run) passingOn() int {
 	}
 	r.mu.Unlock()
 	n := 0
+	running := inFlight(r.f.dir)
 	for _, p := range r.f.live("worker") {
-		for _, e := range inFlight(r.f.dir, p.name) {
+		for _, e := range running[p.name] {
 			if passes[e.task] {
 				n++
 			}
 		}
 	}
 	return n
+}
+
+// maxBacklog bounds the unfinished tasks of the plan before a wave.
+const maxBacklog = 150
+
+// waitBacklog waits, up to within, until fewer than maxBacklog tasks of the
+// plan are unfinished in the bucket; it reports whether it had to wait.
+func (r *run) waitBacklog(within time.Duration) bool {
+	deadline := time.Now().Add(within)
+	for waited := false; ; waited = true {
+		objs, err := r.readTasks()
+		r.mu.Lock()
+		left := 0
+		for _, s := range r.specs {
+			if o, ok := objs[s.id]; !ok || !terminal(o.Status) {
+				left++
+			}
+		}
+		r.mu.Unlock()
+		if err == nil && left < maxBacklog || time.Now().After(deadline) {
+			if waited {
+				r.count("waves that waited for the backlog")
+			}
+			return waited
+		}
+		time.Sleep(time.Second)
+	}
 }
 
 // waitFinished waits until every task of the plan is in a terminal state

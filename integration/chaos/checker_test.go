@@ -88,13 +88,14 @@ func readRuns(dir string) (execs []*execution, killStarts map[string][]string) {
 	return execs, killStarts
 }
 
-// inFlight returns worker's executions that have started and not ended.
-func inFlight(dir, worker string) []*execution {
+// inFlight returns the executions that have started and not ended, by
+// worker, from one read of the runs files.
+func inFlight(dir string) map[string][]*execution {
 	execs, _ := readRuns(dir)
-	var out []*execution
+	out := map[string][]*execution{}
 	for _, e := range execs {
-		if e.worker == worker && e.end.IsZero() {
-			out = append(out, e)
+		if e.end.IsZero() {
+			out[e.worker] = append(out[e.worker], e)
 		}
 	}
 	return out
