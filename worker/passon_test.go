@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -84,6 +85,46 @@ func TestAnEndWrittenAgainPassesItsEndOn(t *testing.T) {
 		waitStatus(t, p, child, task.Succeeded)
 		if !st.hidden.Load() {
 			t.Fatal("the child was never hidden: the test did not make the pass-on leave it")
+		}
+	})
+}
+
+// A commit rides out a failed PUT of the end's marker as it rides out a
+// failed write of the task: the marker goes first, and a request that
+// fails there (an outage of a few seconds: MinIO killed and started
+// again, in the chaos suite) must not make the worker give up an outcome
+// it holds the lease for. Giving up left the task running until its lease
+// expired, and the monitor then had the handler run a second time,
+// though no lease was ever lost.
+func TestACommitRidesOutAFailedMarkerPut(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := s3store.NewFaults(mem.New())
+		f := newFleet(t, st, 1)
+		p := f.producer(st)
+		parent := f.submit(p)
+		child, err := p.Submit(f.ctx, "job", nil, producer.Options{DependsOn: []string{parent}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Two failures in a row: the store's own retries gave up twice.
+		st.Inject(s3store.Fault{Op: s3store.OpPut, KeyPrefix: "ended/" + parent, Err: s3store.ErrInjected503, Times: 2})
+		var runs sync.Map
+		f.start(f.fast("a"), nil, func(_ context.Context, tk *task.Task) (json.RawMessage, error) {
+			n, _ := runs.LoadOrStore(tk.ID, new(atomic.Int32))
+			n.(*atomic.Int32).Add(1)
+			return nil, nil
+		})
+		waitStatus(t, p, parent, task.Succeeded)
+		waitStatus(t, p, child, task.Succeeded)
+		if n, _ := runs.Load(parent); n.(*atomic.Int32).Load() != 1 {
+			t.Fatalf("the parent's handler ran %d times; want once", n.(*atomic.Int32).Load())
+		}
+		tk, err := p.Get(f.ctx, parent)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tk.Attempt != 1 {
+			t.Fatalf("the parent succeeded on attempt %d; want 1 (its first commit)", tk.Attempt)
 		}
 	})
 }

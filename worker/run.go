@@ -515,6 +515,12 @@ func (r *run) update(ctx context.Context, change func(*task.Task, time.Time) err
 			if errors.Is(err, task.ErrClaimMismatch) || errors.Is(err, task.ErrNotRunning) {
 				return false, ErrLeaseLost
 			}
+			if errors.Is(err, errWriteAhead) {
+				// A write that goes before the task's failed: nothing
+				// of the task changed, and the lease is still ours, so
+				// it is tried again like a failed write of the task.
+				return again(attempt, t.ID, err)
+			}
 			return false, err
 		}
 		nv, err := taskio.Update(ctx, w.st, w.local, t, cur.ETag)
@@ -671,7 +677,7 @@ func (r *run) commit(o outcome, cause error) {
 			// and needs a marker of its own: the repair passes on only
 			// the end its marker names.
 			if err := w.deps().Ending(ctx, t); err != nil {
-				return err
+				return fmt.Errorf("%w: %w", errWriteAhead, err)
 			}
 			marked = t.Version
 		}
@@ -683,7 +689,7 @@ func (r *run) commit(o outcome, cause error) {
 		// floor: the pointer goes first (see shards.MayLieBelowFloor). If
 		// it cannot be written, nothing changes and the lease expires.
 		if err := shards.Announce(ctx, w.st, t, now, r.announceShard()); err != nil {
-			return err
+			return fmt.Errorf("%w: %w", errWriteAhead, err)
 		}
 		announced = w.now()
 		return nil
@@ -750,6 +756,15 @@ func (r *run) commit(o outcome, cause error) {
 		}
 	}
 }
+
+// errWriteAhead marks a failed request of a commit that must land before
+// the task's write (the end's marker, a retry's pointer). The commit gave
+// up at the first one, though the store's retries give up after a second
+// or two of an outage and a failed write of the task itself is tried
+// again: the task then waited for its lease to expire and ran a second
+// time with no lease lost (the chaos suite's MinIO restart). Now update
+// tries it again as it does a failed write.
+var errWriteAhead = errors.New("write ahead of the task")
 
 // errStoreResult: a result to be stored apart could not be written.
 var errStoreResult = errors.New("store the result")
@@ -876,7 +891,7 @@ func (r *run) requeueCrashed(o outcome) crashOutcome {
 		// paused task stays in place; the worker whose scan reads it
 		// holds the task too.)
 		if err := shards.Announce(ctx, w.st, t, now, r.announceShard()); err != nil {
-			return err
+			return fmt.Errorf("%w: %w", errWriteAhead, err)
 		}
 		announced = w.now()
 		return nil

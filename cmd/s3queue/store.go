@@ -4,8 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"time"
 
 	"github.com/s3queue/s3queue"
+	"github.com/s3queue/s3queue/clock"
+	"github.com/s3queue/s3queue/internal/config"
 	"github.com/s3queue/s3queue/s3store"
 	"github.com/s3queue/s3queue/s3store/storeurl"
 )
@@ -53,7 +57,12 @@ func (a *app) openStore(ctx context.Context) (s3store.Store, string, error) {
 // wrapping s3queue.ErrNoQueue.
 func (a *app) openQueue(ctx context.Context, st s3store.Store, url string, mustExist bool) (*s3queue.Queue, error) {
 	so := a.cfg.SubmitOptions()
+	local, err := a.localClock()
+	if err != nil {
+		return nil, err
+	}
 	q, err := s3queue.OpenStore(ctx, st, s3queue.Config{
+		Local:        local,
 		Store:        url,
 		Shards:       a.cfg.Shards,
 		DispatchMode: a.cfg.QueueSection.DispatchMode,
@@ -128,4 +137,32 @@ func taskError(id string, err error) error {
 		return notFound(id)
 	}
 	return cause(err)
+}
+
+// envClockSkew is a test hook: a Go duration ("7m", "-5m") by which the
+// command's services read this machine's wall clock off. The chaos suite
+// (integration/chaos) starts workers and monitors with it to prove that a
+// host clock minutes off decides nothing (invariant 4): the services use
+// only differences between its readings, through the monotonic clock, which
+// the offset leaves alone, and take every decision on S3 time.
+const envClockSkew = config.EnvPrefix + "TEST_CLOCK_SKEW"
+
+// localClock is the local clock the command's services pace their work by:
+// nil (the default, the host's) unless envClockSkew is set.
+func (a *app) localClock() (clock.Local, error) {
+	var v string
+	for _, kv := range a.environ() {
+		if rest, ok := strings.CutPrefix(kv, envClockSkew+"="); ok {
+			v = rest
+		}
+	}
+	if v == "" {
+		return nil, nil
+	}
+	skew, err := time.ParseDuration(v)
+	if err != nil {
+		return nil, usageError("%s=%q: want a duration such as 7m or -5m", envClockSkew, v)
+	}
+	// Add keeps time.Now's monotonic reading: elapsed time stays true.
+	return clock.LocalFunc(func() time.Time { return time.Now().Add(skew) }), nil
 }

@@ -116,6 +116,9 @@ var workerCommand = &command{
 			}
 			wcfg := a.cfg.Worker()
 			wcfg.Logger = a.log
+			if wcfg.Local, err = a.localClock(); err != nil {
+				return err
+			}
 			wcfg.Pools = mergePools(wcfg.Pools, pools)
 			if len(rateLimits) > 0 && wcfg.RateLimits == nil {
 				wcfg.RateLimits = map[string]worker.RateLimit{}
@@ -303,6 +306,9 @@ var monitorCommand = &command{
 			}
 			mcfg := a.cfg.Monitor()
 			mcfg.Logger = a.log
+			if mcfg.Local, err = a.localClock(); err != nil {
+				return err
+			}
 			var reg *metrics.Registry
 			if ln != nil {
 				// The dashboard and /metrics show the monitor's own

@@ -564,7 +564,7 @@ func TestUnknownEnvironmentVariablesAreErrors(t *testing.T) {
 		// A handler the worker command runs may run s3queue submit.
 		{"set for handlers", []string{"S3QUEUE_TASK_ID=x", "S3QUEUE_ATTEMPT=1", "S3QUEUE_TASK_TYPE=t"}, ""},
 		{"the dashboard's token", []string{"S3QUEUE_DASHBOARD_TOKEN=secret"}, ""},
-		{"test suites", []string{"S3QUEUE_TEST_RUN_MAIN=1", "S3QUEUE_SIM_SEEDS=3", "S3QUEUE_BENCH_WINDOW=1m", "S3QUEUE_MINIO_IMAGE=m"}, ""},
+		{"test suites", []string{"S3QUEUE_TEST_RUN_MAIN=1", "S3QUEUE_SIM_SEEDS=3", "S3QUEUE_BENCH_WINDOW=1m", "S3QUEUE_CHAOS_SOAK=30m", "S3QUEUE_MINIO_IMAGE=m"}, ""},
 		{"empty overrides nothing", []string{"S3QUEUE_WORKER_POLL_MINN="}, ""},
 		{"other prefixes", []string{"HOME=/root", "S3QUEUEX=1"}, ""},
 		{"known", []string{"S3QUEUE_WORKER_POLL_MIN=1s", "PATH=/bin"}, ""},

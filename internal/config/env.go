@@ -31,12 +31,12 @@ const EnvDashboardToken = EnvPrefix + "DASHBOARD_TOKEN"
 
 // reservedEnv are the S3QUEUE_* variables that name no key and are no
 // mistake, in one place: those the worker command sets for handlers, and
-// those of the test suites, the simulator, the benchmarks and the test
-// servers (integration/harness). A name ending in "_" reserves every
+// those of the test suites, the simulator, the benchmarks, the chaos suite
+// (integration/chaos) and the test servers (integration/harness). A name ending in "_" reserves every
 // variable it starts.
 var reservedEnv = []string{
 	EnvTaskID, EnvAttempt, EnvTaskType, EnvDashboardToken,
-	EnvPrefix + "TEST_", EnvPrefix + "SIM_", EnvPrefix + "BENCH_",
+	EnvPrefix + "TEST_", EnvPrefix + "SIM_", EnvPrefix + "BENCH_", EnvPrefix + "CHAOS_",
 	EnvPrefix + "MINIO_IMAGE", EnvPrefix + "VERSITYGW_IMAGE",
 }
 
