@@ -232,8 +232,19 @@ func (f *fleet) startMonitor(name, skew string) *proc {
 func (f *fleet) start(name, role, skew string, args ...string) *proc {
 	t := f.t
 	px := newProxy(t, f.minio.addr)
+	// A monitor started again keeps its name: each process has files
+	// of its own all the same, so that its log rate is its own.
+	f.mu.Lock()
+	file := name
+	for n := 1; ; n++ {
+		if _, err := os.Stat(filepath.Join(f.dir, file+".log")); err != nil {
+			break
+		}
+		file = fmt.Sprintf("%s.%d", name, n)
+	}
+	f.mu.Unlock()
 	p := &proc{name: name, role: role, skew: skew, proxy: px, done: make(chan struct{}),
-		logPath: filepath.Join(f.dir, name+".log"), events: filepath.Join(f.dir, name+".events.jsonl")}
+		logPath: filepath.Join(f.dir, file+".log"), events: filepath.Join(f.dir, file+".events.jsonl")}
 	extra := []string{"S3QUEUE_WORKER_ID=" + name, "CHAOS_DIR=" + f.dir, "CHAOS_WORKER=" + name}
 	if skew != "" {
 		extra = append(extra, "S3QUEUE_TEST_CLOCK_SKEW="+skew)
