@@ -770,8 +770,9 @@ const targetUse = 0.5
 // over all of them, no member is ever idle for a minute (1M tasks a day
 // kept 29 members of 4 slots busy at 1 % each, each listing its shard:
 // 0.97 LIST per task). Not while the member has handlers running, is
-// behind its shards or holds rate-limited tasks; never the first member,
-// nor a dedicated one. The window starts again at each look.
+// behind its shards or holds rate-limited tasks, nor while any member is
+// busy or the fleet asks for more; never the first member, nor a
+// dedicated one. The window starts again at each look.
 func (w *Worker) underused(now time.Time, live []shards.Member) bool {
 	m := &w.fleet
 	total := w.runTime.sum()
@@ -785,8 +786,17 @@ func (w *Worker) underused(now time.Time, live []shards.Member) bool {
 	}
 	used := float64(total-m.useBase) / (float64(window) * float64(max(1, w.capacity())))
 	m.useFrom, m.useBase = now, total
-	if w.cfg.Dedicated || m.backlog || w.busy() || w.holdingLimited() || !w.mayLeave(live) {
+	if w.cfg.Dedicated || m.backlog || w.busy() || w.holdingLimited() || !w.mayLeave(live) || m.fleet.Want > len(live) {
 		return false
+	}
+	for _, mem := range live {
+		if mem.Busy {
+			// A backlog somewhere in the fleet: its member hands shares of
+			// it to the others, whose own shards look quiet (8 workers on
+			// a backlog on MinIO: members left while the first was still
+			// behind, and the backlog took 23 s instead of 14).
+			return false
+		}
 	}
 	needed := max(1, int(math.Ceil(used*float64(len(live))/targetUse)))
 	for i, mem := range live {
