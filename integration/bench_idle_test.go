@@ -52,7 +52,7 @@ func runIdleFleet(b *testing.B, env map[string]string) {
 	for range workers {
 		r.startWorker(conf.Worker(), 0, false, nil)
 	}
-	settle := r.settle(5 * time.Minute)
+	settle := r.settle(12 * time.Minute) // the member watches the doorbell for a round of the standbys at bell_poll (docs/shards.md)
 	time.Sleep(warmup) // a stretch of idle time under measurement, not a wait for work
 
 	before := r.m.read()
@@ -88,7 +88,7 @@ func runIdleFleet(b *testing.B, env map[string]string) {
 	// Pickups from the sleeping fleet.
 	var pickups []time.Duration
 	for i := range 3 {
-		if i > 0 && !r.waitUntil(2*time.Minute, 500*time.Millisecond, r.asleepWithNoMember) {
+		if i > 0 && !r.waitUntil(8*time.Minute, 500*time.Millisecond, r.asleepWithNoMember) {
 			b.Fatalf("the fleet did not fall asleep again")
 		}
 		if isDirect {

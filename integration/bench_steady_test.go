@@ -118,7 +118,7 @@ func runWorkload(b *testing.B, wl workload) workloadResult {
 	// are in it.
 	wl.window = max(wl.window, conf.WorkerSection.StandbyPoll+time.Minute)
 	var res workloadResult
-	res.settle = r.settle(5 * time.Minute)
+	res.settle = r.settle(12 * time.Minute) // the member watches the doorbell for a round of the standbys at bell_poll (docs/shards.md)
 
 	// Sample membership once a second while the load runs.
 	var memMu sync.Mutex
