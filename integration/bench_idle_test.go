@@ -53,7 +53,7 @@ func runIdleFleet(b *testing.B, env map[string]string) {
 		r.startWorker(conf.Worker(), 0, false, nil)
 	}
 	settle := r.settle(12 * time.Minute) // the member watches the doorbell for a round of the standbys at bell_poll (docs/shards.md)
-	time.Sleep(warmup) // a stretch of idle time under measurement, not a wait for work
+	time.Sleep(warmup)                   // a stretch of idle time under measurement, not a wait for work
 
 	before := r.m.read()
 	segs := []reading{before}
