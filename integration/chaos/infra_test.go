@@ -8,6 +8,7 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"github.com/s3queue/s3queue/integration/harness"
 	"io"
 	"net"
 	"net/http"
@@ -79,13 +80,13 @@ type minioServer struct {
 func minioBinary() (string, error) {
 	var tried []string
 	if dir := os.Getenv("S3QUEUE_TEST_BINDIR"); dir != "" {
-		p := filepath.Join(moduleRelative(dir), "minio")
+		p := filepath.Join(harness.ModuleRelative(dir), "minio")
 		if _, err := os.Stat(p); err == nil {
 			return p, nil
 		}
 		tried = append(tried, p)
 	}
-	p := filepath.Join(moduleRelative(".cache/bin"), "minio")
+	p := filepath.Join(harness.ModuleRelative(".cache/bin"), "minio")
 	if _, err := os.Stat(p); err == nil {
 		return p, nil
 	}
@@ -317,25 +318,6 @@ func freePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// moduleRelative resolves a relative path against the module root.
-func moduleRelative(path string) string {
-	if filepath.IsAbs(path) {
-		return path
-	}
-	wd, err := os.Getwd()
-	if err != nil {
-		return path
-	}
-	for dir := wd; ; dir = filepath.Dir(dir) {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return filepath.Join(dir, path)
-		}
-		if filepath.Dir(dir) == dir {
-			return filepath.Join(wd, path)
-		}
-	}
 }
 
 func tail(s string, n int) string {

@@ -17,7 +17,7 @@ import (
 // startProcess runs the server's binary from binDir as a child process on a
 // free 127.0.0.1 port, with its data in a fresh temporary directory.
 func startProcess(ctx context.Context, sp spec, binDir, accessKey, secretKey string) (*Server, error) {
-	path := filepath.Join(moduleRelative(binDir), sp.binary)
+	path := filepath.Join(ModuleRelative(binDir), sp.binary)
 	if _, err := os.Stat(path); err != nil {
 		return nil, fmt.Errorf("start %s: %s=%s has no %s binary (%v): run `make servers` or `make test`",
 			sp.name, EnvBinDir, binDir, sp.binary, err)
@@ -213,11 +213,11 @@ func (t teeStderr) Write(p []byte) (int, error) {
 	return t.buf.Write(p)
 }
 
-// moduleRelative resolves a relative path against the module root (the
+// ModuleRelative resolves a relative path against the module root (the
 // nearest folder with a go.mod above the working directory): go test runs
 // each package in its own folder, but S3QUEUE_TEST_BINDIR=.cache/bin means
 // the repository's .cache.
-func moduleRelative(path string) string {
+func ModuleRelative(path string) string {
 	if filepath.IsAbs(path) {
 		return path
 	}
