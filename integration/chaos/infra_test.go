@@ -8,7 +8,6 @@ package chaos
 import (
 	"context"
 	"fmt"
-	"github.com/s3queue/s3queue/integration/harness"
 	"io"
 	"net"
 	"net/http"
@@ -24,6 +23,8 @@ import (
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	"github.com/s3queue/s3queue/integration/harness"
 )
 
 const (
