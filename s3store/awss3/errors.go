@@ -200,10 +200,7 @@ func (s *Store) endpointName(err error) string {
 
 // scrub removes every known secret from msg.
 func (s *Store) scrub(msg string) string {
-	for _, secret := range s.secrets {
-		msg = strings.ReplaceAll(msg, secret, "[REDACTED]")
-	}
-	return msg
+	return s.secrets.scrub(msg)
 }
 
 // scrubbed returns err unchanged unless its message contains a secret.

@@ -78,7 +78,7 @@ type Store struct {
 	root     string // Config.Prefix without slashes at either end
 	endpoint string // for error messages; "" means AWS
 	region   string
-	secrets  []string // strings that must never appear in an error
+	secrets  *secretSet // strings that must never appear in an error
 }
 
 var (
@@ -121,11 +121,14 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		root:     strings.Trim(cfg.Prefix, "/"),
 		endpoint: cfg.Endpoint,
 		region:   awsCfg.Region,
+		secrets:  new(secretSet),
 	}
-	for _, v := range []string{cfg.SecretKey, os.Getenv("AWS_SECRET_ACCESS_KEY"), os.Getenv("AWS_SESSION_TOKEN")} {
-		if v != "" {
-			s.secrets = append(s.secrets, v)
-		}
+	// The secrets to scrub are the ones the SDK resolved, wherever they
+	// came from (static keys, any environment spelling, a profile, a role),
+	// added again each time a rotation hands out new ones.
+	s.secrets.add(cfg.SecretKey, os.Getenv("AWS_SECRET_ACCESS_KEY"), os.Getenv("AWS_SECRET_KEY"), os.Getenv("AWS_SESSION_TOKEN"))
+	if awsCfg.Credentials != nil {
+		awsCfg.Credentials = recordingProvider{awsCfg.Credentials, s.secrets}
 	}
 
 	s.client = s3.NewFromConfig(awsCfg, func(o *s3.Options) {

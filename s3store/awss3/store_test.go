@@ -664,3 +664,30 @@ func TestNewValidatesConfig(t *testing.T) {
 		}
 	})
 }
+
+func TestProfileSecretsNeverAppearInErrors(t *testing.T) {
+	// Credentials the SDK resolves itself (here a profile with a session
+	// token) are scrubbed like static keys.
+	const key, token = "pr0file-s3cret-value", "pr0file-sess10n-token"
+	s, _ := setup(t, func(w http.ResponseWriter, r *http.Request) {
+		xmlError(w, 400, "WeirdError", "you sent "+r.Header.Get("X-Amz-Security-Token")+" and "+key)
+	}, func(c *Config) {
+		// setup isolated the environment before calling this.
+		creds := "[q]\naws_access_key_id = AKIAPROFILE\naws_secret_access_key = " + key + "\naws_session_token = " + token + "\n"
+		if err := os.WriteFile(os.Getenv("AWS_SHARED_CREDENTIALS_FILE"), []byte(creds), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		t.Setenv("AWS_PROFILE", "q")
+		c.AccessKey, c.SecretKey, c.MaxRetries = "", "", -1
+	})
+	_, err := s.Put(context.Background(), "k", []byte("x"), s3store.PutOptions{})
+	if err == nil {
+		t.Fatal("Put succeeded")
+	}
+	if strings.Contains(err.Error(), token) || strings.Contains(err.Error(), key) {
+		t.Fatalf("err %q quotes the profile's secrets", err)
+	}
+	if !strings.Contains(err.Error(), "[REDACTED]") {
+		t.Fatalf("err %q lost the rest of the server's message", err)
+	}
+}
