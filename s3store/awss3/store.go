@@ -122,7 +122,8 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		endpoint: cfg.Endpoint,
 		region:   awsCfg.Region,
 	}
-	for _, v := range []string{cfg.SecretKey, os.Getenv("AWS_SECRET_ACCESS_KEY"), os.Getenv("AWS_SESSION_TOKEN")} {
+	// The SDK also reads the secret key from AWS_SECRET_KEY.
+	for _, v := range []string{cfg.SecretKey, os.Getenv("AWS_SECRET_ACCESS_KEY"), os.Getenv("AWS_SECRET_KEY"), os.Getenv("AWS_SESSION_TOKEN")} {
 		if v != "" {
 			s.secrets = append(s.secrets, v)
 		}
