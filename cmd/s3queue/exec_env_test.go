@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -245,5 +246,87 @@ func TestHandlerEnvAllowlist(t *testing.T) {
 	} {
 		r := cli(t, "", "worker", "--store", store, "--handler-env", bad, "--exec", "env=env")
 		wantExit(t, r, exitUsage, "flag -handler-env: "+want)
+	}
+}
+
+// A handler cannot read the credentials from the worker's own environment
+// instead of its own: /proc/$PPID/environ is closed to the worker's user
+// (Linux; the worker is not dumpable). Root reads it anyway, so as root the
+// test runs the binary as nobody.
+func TestHandlerCannotReadTheWorkersEnviron(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	if runtime.GOOS != "linux" {
+		t.Skip("hideEnviron is Linux only")
+	}
+	dir, err := os.MkdirTemp("", "environ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	bin := os.Args[0]
+	var cred *syscall.Credential
+	if os.Geteuid() == 0 {
+		// nobody must be able to run the binary: copy it out of the
+		// build directory, which is root's alone.
+		bin = filepath.Join(dir, "s3queue.test")
+		b, err := os.ReadFile(os.Args[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(bin, b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		cred = &syscall.Credential{Uid: 65534, Gid: 65534}
+	}
+	const secret = "worker-secret-0123456789"
+	command := func(args ...string) *exec.Cmd {
+		cmd := exec.Command(bin, args...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "S3QUEUE_TEST_RUN_MAIN=1", "AWS_SECRET_ACCESS_KEY="+secret)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+		return cmd
+	}
+	store := "file://" + filepath.Join(dir, "queue")
+	if out, err := command("submit", "--store", store, "--type", "peek").CombinedOutput(); err != nil {
+		t.Fatalf("submit: %v: %s", err, out)
+	}
+	seen := filepath.Join(dir, "seen")
+	worker := command("worker", "--store", store, "--exec",
+		`peek={ tr '\0' '\n' < /proc/$PPID/environ; } > seen.tmp 2>&1; mv seen.tmp seen`)
+	var stderr syncBuffer
+	worker.Stderr = &stderr
+	if err := worker.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer worker.Process.Kill()
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("worker's log:\n%s", stderr.String())
+		}
+	})
+	exited := make(chan error, 1)
+	go func() { exited <- worker.Wait() }()
+	waitFor(t, "the handler to run", func() bool {
+		select {
+		case err := <-exited:
+			t.Fatalf("worker exited: %v\n%s", err, stderr.String())
+		default:
+		}
+		_, err := os.Stat(seen)
+		return err == nil
+	})
+	worker.Process.Signal(syscall.SIGTERM)
+	<-exited
+	b, err := os.ReadFile(seen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(b), secret) || !strings.Contains(string(b), "Permission denied") {
+		t.Errorf("the handler read its worker's environment:\n%s\nworker's log:\n%s", b, stderr.String())
 	}
 }

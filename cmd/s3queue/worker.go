@@ -118,6 +118,11 @@ var workerCommand = &command{
 			if len(handlers) == 0 {
 				return usageError("worker: no handlers: pass --exec TYPE=COMMAND or add a [handlers] table to queue.toml")
 			}
+			// Before any command runs: a handler must not read the
+			// credentials from the worker's own environment instead.
+			if err := hideEnviron(); err != nil {
+				a.log.Warn("worker: cannot hide its environment from handlers", "error", err)
+			}
 			var ln net.Listener
 			if *httpAddr != "" {
 				var err error
