@@ -41,7 +41,7 @@ const releaseTimeout = 30 * time.Second
 // (a second plus a round trip wide): tasks submitted within one S3 second
 // get ids within milliseconds of each other, in no particular order. A task
 // submitted once S3 time is past an id by more than this has a larger id
-// (ARCHITECTURE.md invariant 4).
+// (invariant 4, docs/architecture.md).
 const idUncertainty = 2 * time.Second
 
 // TestReleaseOnDropWithTwoWorkers: worker A (one handler that never ends

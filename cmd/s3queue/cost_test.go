@@ -9,8 +9,8 @@ import (
 	"github.com/s3queue/s3queue/internal/cost"
 )
 
-func TestCostBriefFigures(t *testing.T) {
-	// 3 PUT + 1 GET per task at 100K tasks/day = $46.20 (ARCHITECTURE.md).
+func TestCostArithmeticFloor(t *testing.T) {
+	// 3 PUT + 1 GET per task at 100K tasks/day = $46.20 (docs/performance.md#cost-arithmetic).
 	out := must(t, "cost", "--tasks-per-day", "100000", "--workers", "50", "--per-task", "PUT=3,GET=1",
 		"--idle-per-worker-hour", "none", "--idle-per-fleet-hour", "none")
 	for _, want := range []string{"100,000 tasks/day", "50 workers", "total: $46.20/month", "(some rates replaced by flags)"} {

@@ -47,6 +47,9 @@ type execHandler struct {
 	// task.MaxResultBytes): stdout is kept up to it, so that a command's
 	// large output is stored apart by the worker rather than refused.
 	max int
+	// env is what the command inherits of the worker's environment (nil:
+	// all but the credentials, read at each run).
+	env *handlerEnv
 }
 
 func (h execHandler) handle(ctx context.Context, t *task.Task) (json.RawMessage, error) {
@@ -57,9 +60,20 @@ func (h execHandler) handle(ctx context.Context, t *task.Task) (json.RawMessage,
 		limit = task.MaxResultBytes
 	}
 	stdout := &cappedBuffer{max: limit}
-	stderr := &tailBuffer{max: stderrTail}
+	env := h.env
+	if env == nil {
+		e := newHandlerEnv(os.Environ(), nil)
+		env = &e
+	}
+	// Room for the longest secret before the tail, so that one straddling
+	// its start is still found and cut whole.
+	longest := 0
+	if len(env.secrets) > 0 {
+		longest = len(env.secrets[0])
+	}
+	stderr := &tailBuffer{max: stderrTail + longest}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
-	cmd.Env = append(handlerEnv(os.Environ()),
+	cmd.Env = append(slices.Clip(env.vars),
 		config.EnvTaskID+"="+t.ID,
 		config.EnvAttempt+"="+strconv.Itoa(t.Attempt),
 		config.EnvTaskType+"="+t.Type,
@@ -111,7 +125,7 @@ func (h execHandler) handle(ctx context.Context, t *task.Task) (json.RawMessage,
 		// The command exited but left something holding its output.
 		killGroup(cmd)
 	}
-	tail := stderr.String()
+	tail := stderr.tail(stderrTail, env.secrets)
 	switch {
 	case stopped != nil:
 		return nil, withTail(stopped, tail)
@@ -276,43 +290,9 @@ func (b *tailBuffer) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func (b *tailBuffer) String() string {
+// tail returns the last n bytes written, without the secrets (redactTail).
+func (b *tailBuffer) tail(n int, secrets []string) string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	s := strings.ToValidUTF8(string(b.buf), "")
-	if b.cut {
-		return "..." + s
-	}
-	return s
-}
-
-// workerSecrets are the variables of the worker's environment a handler
-// does not inherit: secrets, as values. A handler is the task's code,
-// often fed input from outside; with the worker's S3 credentials it could
-// rewrite any task of the queue, and a handler that prints its environment
-// on failure would put any secret value in the task's error, which `get`
-// prints and the bucket keeps. They are the static S3 credentials, the
-// ECS/EKS Pod Identity authorization token (AWS_CONTAINER_AUTHORIZATION_
-// TOKEN: with it, the container credentials endpoint hands out the role's
-// keys), and the monitor's dashboard action token (S3QUEUE_DASHBOARD_TOKEN,
-// in case one environment serves both).
-//
-// What names a place rather than holding a secret passes through:
-// AWS_PROFILE, AWS_REGION, AWS_CONTAINER_CREDENTIALS_FULL_URI and
-// AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE (a path: printed, it leaks
-// nothing; a handler on the same pod can read the file anyway, as it can
-// reach any role of its pod or machine; docs/security.md).
-var workerSecrets = []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN",
-	"AWS_CONTAINER_AUTHORIZATION_TOKEN", tokenEnv}
-
-// handlerEnv is environ without workerSecrets.
-func handlerEnv(environ []string) []string {
-	out := make([]string, 0, len(environ))
-	for _, kv := range environ {
-		k, _, _ := strings.Cut(kv, "=")
-		if !slices.Contains(workerSecrets, k) {
-			out = append(out, kv)
-		}
-	}
-	return out
+	return redactTail(b.buf, n, b.cut, secrets)
 }

@@ -34,7 +34,9 @@ var workerCommand = &command{
 		"becomes the result (JSON, or a JSON string otherwise), and on failure the last 2 KiB of\n" +
 		"stderr become the task's error. Exit 0 succeeds; exit 75 runs the task again after its retry\n" +
 		"delay (10s if none) without using an attempt; any other status fails the attempt. The\n" +
-		"command sees S3QUEUE_TASK_ID, S3QUEUE_ATTEMPT and S3QUEUE_TASK_TYPE. At the task's\n" +
+		"command sees S3QUEUE_TASK_ID, S3QUEUE_ATTEMPT and S3QUEUE_TASK_TYPE, and the worker's environment\n" +
+		"without its credentials (AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, MINIO_ROOT_PASSWORD, ...;\n" +
+		"docs/security.md), or with --handler-env only the variables it names. At the task's\n" +
 		"timeout, or when the task is canceled or its lease lost, the group gets SIGTERM and 3s\n" +
 		"later SIGKILL. On SIGTERM/SIGINT the worker stops claiming and waits shutdown_grace for\n" +
 		"running tasks, then stops them and hands them back; a second signal exits at once and\n" +
@@ -61,6 +63,20 @@ var workerCommand = &command{
 				return err
 			}
 			execs[typ] = cmd
+			return nil
+		})
+		// nil: handlers inherit the environment but its credentials.
+		var allowEnv []string
+		fs.Func("handler-env", "pass handlers only the variables `NAME,...` of the worker's environment (NAME or PREFIX*,\n"+
+			"repeatable: \"PATH,HOME,LANG,LC_*\"); credentials never pass (docs/security.md)", func(v string) error {
+			names, err := parseHandlerEnv(v)
+			if err != nil {
+				return err
+			}
+			allowEnv = append(allowEnv, names...)
+			if allowEnv == nil {
+				allowEnv = []string{}
+			}
 			return nil
 		})
 		var pools []worker.Pool
@@ -101,6 +117,11 @@ var workerCommand = &command{
 			}
 			if len(handlers) == 0 {
 				return usageError("worker: no handlers: pass --exec TYPE=COMMAND or add a [handlers] table to queue.toml")
+			}
+			// Before any command runs: a handler must not read the
+			// credentials from the worker's own environment instead.
+			if err := hideEnviron(); err != nil {
+				a.log.Warn("worker: cannot hide its environment from handlers", "error", err)
 			}
 			var ln net.Listener
 			if *httpAddr != "" {
@@ -155,9 +176,10 @@ var workerCommand = &command{
 			if reg != nil {
 				reg.WatchWorker(w)
 			}
+			env := newHandlerEnv(a.environ(), allowEnv)
 			types := make([]string, 0, len(handlers))
 			for typ, cmd := range handlers {
-				h := execHandler{typ: typ, command: cmd, log: a.log, max: w.MaxResultBytes()}
+				h := execHandler{typ: typ, command: cmd, log: a.log, max: w.MaxResultBytes(), env: &env}
 				w.Handle(typ, h.handle)
 				types = append(types, typ)
 			}

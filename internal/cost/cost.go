@@ -40,8 +40,8 @@ type Prices struct {
 // $0.005 per 1,000, GET/HEAD $0.0004 per 1,000. DELETE is free.
 var S3Standard = Prices{PutClass: 0.005, GetClass: 0.0004}
 
-// HoursPerMonth and DaysPerMonth: the bill's month is 30 days, as in the
-// design brief's arithmetic.
+// HoursPerMonth and DaysPerMonth: the bill's month is 30 days, as in
+// docs/performance.md#cost-arithmetic.
 const (
 	DaysPerMonth  = 30
 	HoursPerMonth = DaysPerMonth * 24

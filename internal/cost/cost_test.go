@@ -15,8 +15,8 @@ func near(t *testing.T, what string, got, want float64) {
 	}
 }
 
-// The design brief's figures (ARCHITECTURE.md, "Cost arithmetic").
-func TestBriefFigures(t *testing.T) {
+// The figures of docs/performance.md#cost-arithmetic.
+func TestCostArithmetic(t *testing.T) {
 	tasks := func(perTask Requests) float64 {
 		return Monthly(Workload{TasksPerDay: 100_000, Rates: Rates{PerTask: perTask}}).Total
 	}

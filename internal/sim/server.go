@@ -23,7 +23,7 @@ import (
 )
 
 // Provider is what the simulated server does where real servers differ
-// (ARCHITECTURE.md, "What real S3 servers do").
+// (docs/storage.md, "What the servers do (measured)").
 type Provider struct {
 	Name string
 	// IgnoreConditionalDelete: a DELETE with a stale If-Match deletes the
