@@ -102,14 +102,17 @@ func checkTypes(types []string) error {
 	return nil
 }
 
-// pauseJSON is the --json form of a pause state: stable snake_case fields.
+// pauseJSON is the --json form of a pause state: stable snake_case fields,
+// every one of them always present (docs/cli.md lists them), empty when
+// the state has none: a script reads .reason without testing for it.
 type pauseJSON struct {
-	QueuePaused bool      `json:"queue_paused"`
-	PausedTypes []string  `json:"paused_types"`
-	Version     int64     `json:"version"`
-	UpdatedAt   time.Time `json:"updated_at,omitzero"`
-	UpdatedBy   string    `json:"updated_by,omitempty"`
-	Reason      string    `json:"reason,omitempty"`
+	QueuePaused bool     `json:"queue_paused"`
+	PausedTypes []string `json:"paused_types"`
+	Version     int64    `json:"version"`
+	// UpdatedAt is null until the pause object is first written.
+	UpdatedAt *time.Time `json:"updated_at"`
+	UpdatedBy string     `json:"updated_by"`
+	Reason    string     `json:"reason"`
 }
 
 func (a *app) printPause(s s3queue.PauseState) error {
@@ -118,8 +121,11 @@ func (a *app) printPause(s s3queue.PauseState) error {
 		if types == nil {
 			types = []string{}
 		}
-		return writeJSON(a.stdout, pauseJSON{QueuePaused: s.All, PausedTypes: types, Version: s.Version,
-			UpdatedAt: s.UpdatedAt, UpdatedBy: s.UpdatedBy, Reason: s.Reason})
+		out := pauseJSON{QueuePaused: s.All, PausedTypes: types, Version: s.Version, UpdatedBy: s.UpdatedBy, Reason: s.Reason}
+		if !s.UpdatedAt.IsZero() {
+			out.UpdatedAt = &s.UpdatedAt
+		}
+		return writeJSON(a.stdout, out)
 	}
 	queue := "running"
 	if s.All {

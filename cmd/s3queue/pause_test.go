@@ -24,6 +24,21 @@ func TestPauseResumePausedCommands(t *testing.T) {
 	if s := state("paused"); s.QueuePaused || len(s.PausedTypes) != 0 || s.PausedTypes == nil {
 		t.Fatalf("paused on a fresh queue: %+v, want nothing paused and an empty list", s)
 	}
+	// Every key docs/cli.md lists is there, empty when there is nothing
+	// to say: a script reads .reason without testing for it.
+	wantKeys := func(out string) {
+		t.Helper()
+		var m map[string]any
+		if err := json.Unmarshal([]byte(out), &m); err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range []string{"queue_paused", "paused_types", "version", "updated_at", "updated_by", "reason"} {
+			if _, ok := m[k]; !ok {
+				t.Errorf("--json printed %s, without %q", out, k)
+			}
+		}
+	}
+	wantKeys(must(t, "paused", "--json", "--store", store))
 	out := must(t, "pause", "mail", "sms", "--reason", "SMTP provider down", "--store", store)
 	for _, want := range []string{"queue:         running", "paused types:  mail, sms", "(SMTP provider down)"} {
 		if !strings.Contains(out, want) {
@@ -38,6 +53,11 @@ func TestPauseResumePausedCommands(t *testing.T) {
 	}
 	if s := state("resume"); s.QueuePaused || len(s.PausedTypes) != 0 {
 		t.Fatalf("after resume: %+v, want nothing paused", s)
+	}
+	if out := must(t, "paused", "--json", "--store", store); !strings.Contains(out, `"reason": ""`) {
+		t.Errorf("paused --json after a resume (no reason) printed %s, want \"reason\": \"\"", out)
+	} else {
+		wantKeys(out)
 	}
 	if out := must(t, "paused", "--store", store); !strings.Contains(out, "paused types:  none") {
 		t.Errorf("paused printed\n%s", out)
