@@ -88,7 +88,7 @@ func TestBadFlagValuesAreUsageErrors(t *testing.T) {
 		{[]string{"demo", "--log-level", "loud"}, `--log-level: invalid level "loud"`},
 		{[]string{"worker", "--store", store, "--exec", "x=cat", "--concurrency", "0"}, "--concurrency: "},
 		{[]string{"worker", "--store", store, "--exec", "x=cat", "--concurrency", "lots"}, "--concurrency: "},
-		{[]string{"version", "--log-level", "debug"}, "flag provided but not defined: -log-level"},
+		{[]string{"version", "--log-level", "debug"}, "unknown flag --log-level"},
 		{[]string{"--log-level", "debug"}, "no command given"},
 		{[]string{"--log-level=debug"}, "no command given"},
 	} {

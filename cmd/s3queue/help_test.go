@@ -118,7 +118,7 @@ func TestDidYouMean(t *testing.T) {
 		{[]string{"sumbit", "--type", "x"}, `unknown command "sumbit" (did you mean "submit"?`},
 		{[]string{"lst"}, `unknown command "lst" (did you mean "list"?`},
 		{[]string{"help", "hsitory"}, `help: unknown command "hsitory" (did you mean "history"?`},
-		{[]string{"submit", "--store", store, "--tpye", "x"}, "flag provided but not defined: -tpye (did you mean --type?)"},
+		{[]string{"submit", "--store", store, "--tpye", "x"}, "unknown flag --tpye (did you mean --type?)"},
 		{[]string{"get", "--jsn", "01M8AHG5TJ57JN0X6S7S5PM513"}, "(did you mean --json?)"},
 		{[]string{"worker", "--concurency", "3"}, "(did you mean --concurrency?)"},
 	} {

@@ -15,9 +15,11 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/s3queue/s3queue"
 	"github.com/s3queue/s3queue/internal/config"
@@ -147,17 +149,62 @@ func unknownCommand(name string) error {
 	return usageError("unknown command %q (run 's3queue help' for the list)", name)
 }
 
-// suggestFlag returns the flag of fs closest to the unknown flag err
-// reports, if one is close.
-func suggestFlag(fs *flag.FlagSet, err error) string {
-	const undefined = "flag provided but not defined: -"
-	name, ok := strings.CutPrefix(err.Error(), undefined)
+// The flag package's parse errors, which name a flag -name whatever the
+// user typed: flagError rewrites them.
+var (
+	undefinedFlagErr = regexp.MustCompile(`^flag provided but not defined: -+(.*)$`)
+	invalidValueErr  = regexp.MustCompile(`(?s)^invalid (?:boolean )?value (".*") for (?:flag )?-+([^:]+): (.*)$`)
+	needsValueErr    = regexp.MustCompile(`^flag needs an argument: -+(.*)$`)
+)
+
+// flagError is the usage error of a command line fs could not parse, in
+// the command's own words: flags spelt --name (as the help and the docs
+// spell them), a value the flag's kind cannot hold explained with an
+// example of one that it can, and the closest flag to an unknown one.
+func flagError(c *command, fs *flag.FlagSet, err error) error {
+	msg := err.Error()
+	if m := undefinedFlagErr.FindStringSubmatch(msg); m != nil {
+		var names []string
+		fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+		if s := config.Suggest(m[1], names); s != "" {
+			return usageError("%s: unknown flag --%s (did you mean --%s?)", c.name, m[1], s)
+		}
+		return usageError("%s: unknown flag --%s (run 's3queue help %s')", c.name, m[1], c.name)
+	}
+	if m := needsValueErr.FindStringSubmatch(msg); m != nil {
+		return usageError("%s: --%s needs a value (run 's3queue help %s')", c.name, m[1], c.name)
+	}
+	if m := invalidValueErr.FindStringSubmatch(msg); m != nil {
+		value, name, why := m[1], m[2], m[3]
+		if f := fs.Lookup(name); f != nil {
+			if hint := valueHint(f); hint != "" {
+				why = hint
+			}
+		}
+		return usageError("%s: --%s %s: %s", c.name, name, value, why)
+	}
+	return usageError("%s: %s (run 's3queue help %s')", c.name, strings.ReplaceAll(msg, " -", " --"), c.name)
+}
+
+// valueHint says what a value of f looks like, for the flags whose parse
+// errors say only "parse error": the basic kinds (a flag of its own kind
+// explains itself in its error).
+func valueHint(f *flag.Flag) string {
+	g, ok := f.Value.(flag.Getter)
 	if !ok {
 		return ""
 	}
-	var names []string
-	fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
-	return config.Suggest(strings.TrimLeft(name, "-"), names)
+	switch g.Get().(type) {
+	case time.Duration:
+		return "want a duration such as 30s or 5m"
+	case int, int64, uint, uint64:
+		return "want a whole number such as 3"
+	case float64:
+		return "want a number such as 0.5"
+	case bool:
+		return "want true or false"
+	}
+	return ""
 }
 
 func lookup(name string) *command {
@@ -198,10 +245,7 @@ func (a *app) dispatch(ctx context.Context, args []string) error {
 		return nil
 	}
 	if err != nil {
-		if s := suggestFlag(fs, err); s != "" {
-			return usageError("%s: %v (did you mean --%s?)", c.name, err, s)
-		}
-		return usageError("%s: %v (run 's3queue help %s')", c.name, err, c.name)
+		return flagError(c, fs, err)
 	}
 	if c.nargs >= 0 && len(pos) != c.nargs {
 		if c.nargs == 0 {

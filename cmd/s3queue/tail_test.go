@@ -148,7 +148,7 @@ func TestTailErrors(t *testing.T) {
 	wantExit(t, cli(t, "", "tail"), exitUsage, "want at least one --from URL")
 	wantExit(t, cli(t, "", "tail", "--from", "ftp://x"), exitUsage, "not an http(s) URL")
 	wantExit(t, cli(t, "", "tail", "--from", "127.0.0.1:1", "--kind", "finished"), exitUsage, `--kind "finished": not an event kind`)
-	wantExit(t, cli(t, "", "tail", "--from", "127.0.0.1:1", "--store", "file:///tmp"), exitUsage, "not defined: -store")
+	wantExit(t, cli(t, "", "tail", "--from", "127.0.0.1:1", "--store", "file:///tmp"), exitUsage, "unknown flag --store")
 }
 
 // tail follows a real worker's --http /events stream.
