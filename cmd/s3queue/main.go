@@ -398,6 +398,12 @@ func codeOf(err error) int {
 	return exitRuntime
 }
 
+// warnf writes a warning line on stderr, "s3queue: warning: ...": the
+// command goes on.
+func (a *app) warnf(format string, args ...any) {
+	fmt.Fprintf(a.stderr, "s3queue: warning: %s\n", oneLine(fmt.Sprintf(format, args...)))
+}
+
 func (a *app) report(err error) int {
 	code := codeOf(err)
 	if err != nil {
