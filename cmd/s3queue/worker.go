@@ -14,9 +14,9 @@ import (
 	"strings"
 
 	"github.com/s3queue/s3queue"
-	"github.com/s3queue/s3queue/internal/settings"
 	"github.com/s3queue/s3queue/internal/metrics"
 	"github.com/s3queue/s3queue/internal/schedule"
+	"github.com/s3queue/s3queue/internal/settings"
 	"github.com/s3queue/s3queue/monitor"
 	"github.com/s3queue/s3queue/s3store"
 	"github.com/s3queue/s3queue/task"
