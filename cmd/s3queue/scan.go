@@ -118,9 +118,18 @@ func (a *app) list(ctx context.Context, f filter, limit int) (found []*task.Task
 	return found, more, nil
 }
 
+// printList prints tasks as list does. When some are running it adds
+// the worker that holds each running task and when its lease runs out
+// (S3 time), "-" for the others: who to look at for a task that seems
+// stuck, and when the monitor may take it back.
 func printList(w io.Writer, ts []*task.Task) {
+	running := slices.ContainsFunc(ts, func(t *task.Task) bool { return t.Status == task.Running && t.Claim != nil })
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSTATUS\tTYPE\tPRIORITY\tATTEMPT\tSHARD\tUPDATED\tLAST ERROR")
+	header := "ID\tSTATUS\tTYPE\tPRIORITY\tATTEMPT\tSHARD\tUPDATED"
+	if running {
+		header += "\tWORKER\tLEASE UNTIL"
+	}
+	fmt.Fprintln(tw, header+"\tLAST ERROR")
 	for _, t := range ts {
 		le := oneLine(t.LastError)
 		if len(le) > 60 {
@@ -129,7 +138,15 @@ func printList(w io.Writer, ts []*task.Task) {
 		if le == "" {
 			le = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%d\t%s\t%s\n", t.ID, t.Status, t.Type, t.Priority, t.Attempt, t.MaxAttempts, t.Shard, fmtTime(t.UpdatedAt), strings.ReplaceAll(le, "\t", " "))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%d\t%s\t", t.ID, t.Status, t.Type, t.Priority, t.Attempt, t.MaxAttempts, t.Shard, fmtTime(t.UpdatedAt))
+		if running {
+			worker, until := "-", "-"
+			if t.Status == task.Running && t.Claim != nil {
+				worker, until = t.Claim.Worker, fmtTime(t.Claim.ExpiresAt)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t", worker, until)
+		}
+		fmt.Fprintf(tw, "%s\n", strings.ReplaceAll(le, "\t", " "))
 	}
 	tw.Flush()
 }
