@@ -103,6 +103,9 @@ type app struct {
 
 	cfg config.Config
 	log *slog.Logger
+	// notes are printed on stderr once the command line is parsed: the
+	// deprecated spellings it used.
+	notes []string
 }
 
 // command is one subcommand. define registers the command's own flags and
@@ -247,6 +250,9 @@ func (a *app) dispatch(ctx context.Context, args []string) error {
 	if err != nil {
 		return flagError(c, fs, err)
 	}
+	for _, n := range a.notes {
+		fmt.Fprintf(a.stderr, "s3queue: note: %s\n", n)
+	}
 	if c.nargs >= 0 && len(pos) != c.nargs {
 		if c.nargs == 0 {
 			return usageError("%s: unexpected argument %q (run 's3queue help %s')", c.name, pos[0], c.name)
@@ -289,6 +295,43 @@ func (a *app) flagSet(c *command) *flag.FlagSet {
 	return fs
 }
 
+// deprecatedFlag defines old, an earlier spelling of fs's flag name, as
+// another way to set it. A command line that uses it works as before and
+// gets a note on stderr naming the flag to use instead (why says why the
+// spelling changed). Completion leaves it out; help shows it as such.
+func (a *app) deprecatedFlag(fs *flag.FlagSet, old, name, why string) {
+	f := fs.Lookup(name)
+	fs.Var(&deprecatedValue{Value: f.Value, use: func() {
+		a.notes = append(a.notes, fmt.Sprintf("%s --%s is deprecated: use --%s (%s)", fs.Name(), old, name, why))
+	}}, old, "deprecated: the old spelling of --"+name)
+}
+
+// deprecatedValue is the value of a deprecated flag: the value of the
+// flag it is an old spelling of.
+type deprecatedValue struct {
+	flag.Value
+	use func()
+}
+
+func (d *deprecatedValue) Set(v string) error {
+	d.use()
+	return d.Value.Set(v)
+}
+
+// Get returns the value as the flag it spells does (flag.Getter), so that
+// a bad value is explained as for that flag.
+func (d *deprecatedValue) Get() any {
+	if g, ok := d.Value.(flag.Getter); ok {
+		return g.Get()
+	}
+	return nil
+}
+
+func isDeprecated(f *flag.Flag) bool {
+	_, ok := f.Value.(*deprecatedValue)
+	return ok
+}
+
 // keyFlag defines a flag that sets configuration key: the value is checked
 // and applied as the key's environment variable would be, after the file
 // and the environment, so the flag wins over both.
@@ -299,10 +342,12 @@ func (a *app) keyFlag(fs *flag.FlagSet, name, key, usage string) {
 	})
 }
 
-// globalFlags are the flags every command that reads the configuration
-// takes, which may also come before the command's name
-// ("s3queue --log-level debug worker").
-var globalFlags = []string{"log-level"}
+// globalFlags are the flags of the store and the configuration, which may
+// also come before the command's name ("s3queue --store URL history ID",
+// "s3queue --log-level debug worker"): a command that takes them reads
+// them there as after its name. Every other flag follows the command's
+// name.
+var globalFlags = []string{"store", "config", "log-level"}
 
 // hoistGlobalFlags moves global flags given before the command's name to
 // after it, where the command's flag set parses them.

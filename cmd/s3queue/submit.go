@@ -83,7 +83,6 @@ var submitCommand = &command{
 			onDepFailure                                        string
 			wait, unique                                        bool
 			uniqueFor                                           time.Duration
-			waitTimeout                                         time.Duration
 			traceparent                                         string
 			id                                                  string
 		)
@@ -108,7 +107,7 @@ var submitCommand = &command{
 		fs.StringVar(&id, "id", "", "create the task under this task `ID`: one a submit printed with exit 9 (its outcome unknown), to submit the same task again; if it exists, its id is printed and nothing is created")
 		fs.StringVar(&batch, "batch", "", "submit one task per JSON line of `file` (- for stdin); the other flags are the lines' defaults")
 		fs.BoolVar(&wait, "wait", false, "wait until the task finishes; print its outcome and exit 0 (succeeded), 6 (dead), 7 (canceled) or 8 (timeout)")
-		fs.DurationVar(&waitTimeout, "wait-timeout", 0, "with --wait: give up after this `duration` (exit 8); 0 waits as long as it takes")
+		waitTimeout := waitTimeoutFlag(fs)
 		poll := pollMaxFlag(fs)
 		return func(ctx context.Context, _ []string) error {
 			set := map[string]bool{}
@@ -124,7 +123,7 @@ var submitCommand = &command{
 				if set["batch"] {
 					return usageError("submit: --wait waits for a single task; with --batch, pass the printed ids to 's3queue wait'")
 				}
-				if err := checkWaitFlags("submit", "--wait-timeout", waitTimeout, *poll); err != nil {
+				if err := checkWaitFlags("submit", *waitTimeout, *poll); err != nil {
 					return err
 				}
 			}
@@ -263,7 +262,7 @@ var submitCommand = &command{
 				fmt.Fprintln(a.stdout, id)
 			}
 			if wait {
-				return a.waitAndReport(ctx, "submit", q, []string{id}, waitTimeout, *poll)
+				return a.waitAndReport(ctx, "submit", q, []string{id}, *waitTimeout, *poll)
 			}
 			return nil
 		}
