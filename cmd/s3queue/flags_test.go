@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -142,6 +143,13 @@ func TestDeprecatedFlagsWorkWithANote(t *testing.T) {
 	wantExit(t, r, exitUsage, `wait: --timeout "soon": want a duration such as 30s or 5m`)
 	if r := cli(t, "", "list", "--store", store, "--after", id); r.code != 0 || r.stderr != "s3queue: note: list --after is deprecated: use --cursor (submit --after is a dependency)\n" {
 		t.Errorf("list --after: exit %d, stderr %q", r.code, r.stderr)
+	}
+	// Help shows them as such, spelt --name as every flag is there.
+	for _, cmd := range []string{"list", "wait"} {
+		help := must(t, "help", cmd)
+		if strings.Contains(help, "panic") || !strings.Contains(help, "deprecated: the old spelling of --") || regexp.MustCompile(`(?m)^  -[a-z]`).MatchString(help) {
+			t.Errorf("help %s:\n%s", cmd, help)
+		}
 	}
 	// Completion offers the new spellings only.
 	out := must(t, "completion", "bash")

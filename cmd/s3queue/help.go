@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"regexp"
 	"runtime"
 	"runtime/debug"
 	"strings"
@@ -182,9 +183,12 @@ func (a *app) commandHelp(w io.Writer, c *command) {
 	n := 0
 	fs.VisitAll(func(*flag.Flag) { n++ })
 	if n > 0 {
-		fmt.Fprintf(w, "\nFlags:\n")
-		fs.SetOutput(w)
+		// Flags are spelt --name here as in errors and docs/cli.md (the
+		// flag package prints -name; both work).
+		var b strings.Builder
+		fs.SetOutput(&b)
 		fs.PrintDefaults()
+		fmt.Fprintf(w, "\nFlags:\n%s", regexp.MustCompile(`(?m)^  -`).ReplaceAllString(b.String(), "  --"))
 	}
 	if len(c.examples) > 0 {
 		fmt.Fprintf(w, "\nExamples:\n")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -15,6 +16,9 @@ func TestEveryCommandHasExamples(t *testing.T) {
 				t.Fatalf("%s has %d examples, want 1 to 3 (the examples field of its command)", c.name, n)
 			}
 			help := must(t, c.name, "--help")
+			if strings.Contains(help, "panic") || regexp.MustCompile(`(?m)^  -[a-z]`).MatchString(help) {
+				t.Errorf("%s --help panics or spells its flags -name:\n%s", c.name, help)
+			}
 			if !strings.Contains(help, "\nExamples:\n") {
 				t.Errorf("%s --help shows no examples:\n%s", c.name, help)
 			}

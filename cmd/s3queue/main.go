@@ -301,9 +301,10 @@ func (a *app) flagSet(c *command) *flag.FlagSet {
 // spelling changed). Completion leaves it out; help shows it as such.
 func (a *app) deprecatedFlag(fs *flag.FlagSet, old, name, why string) {
 	f := fs.Lookup(name)
+	arg, _ := flag.UnquoteUsage(f)
 	fs.Var(&deprecatedValue{Value: f.Value, use: func() {
 		a.notes = append(a.notes, fmt.Sprintf("%s --%s is deprecated: use --%s (%s)", fs.Name(), old, name, why))
-	}}, old, "deprecated: the old spelling of --"+name)
+	}}, old, "deprecated: the old spelling of --"+name+" `"+arg+"`")
 }
 
 // deprecatedValue is the value of a deprecated flag: the value of the
@@ -311,6 +312,15 @@ func (a *app) deprecatedFlag(fs *flag.FlagSet, old, name, why string) {
 type deprecatedValue struct {
 	flag.Value
 	use func()
+}
+
+// String is the value's; the flag package also calls it on a zero
+// deprecatedValue, to tell a default from none.
+func (d *deprecatedValue) String() string {
+	if d == nil || d.Value == nil {
+		return ""
+	}
+	return d.Value.String()
 }
 
 func (d *deprecatedValue) Set(v string) error {
