@@ -122,7 +122,7 @@ func TestGlobalFlagsBeforeTheCommand(t *testing.T) {
 		{[]string{"--store", store}, "no command given"},
 		{[]string{"--store", store, "version"}, "version: unknown flag --store"},
 		{[]string{"--config", cfg, "demo"}, "demo: unknown flag --config"},
-		{[]string{"--type", "x", "submit", "--store", store}, `unknown command "--type"`},
+		{[]string{"--type", "x", "submit", "--store", store}, "--type is not a global flag: only --store, --config, --log-level may come before the command's name"},
 	} {
 		wantExit(t, cli(t, "", tc.args...), exitUsage, tc.want)
 	}

@@ -236,6 +236,11 @@ func (a *app) dispatch(ctx context.Context, args []string) error {
 		name = "version"
 	}
 	c := lookup(name)
+	if c == nil && strings.HasPrefix(name, "-") && len(args) > 1 {
+		// A command's own flag before its name.
+		return usageError("%s is not a global flag: only --%s may come before the command's name; the others follow it (s3queue COMMAND %s)",
+			name, strings.Join(globalFlags, ", --"), name)
+	}
 	if c == nil {
 		return unknownCommand(name)
 	}
