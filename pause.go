@@ -7,6 +7,7 @@ import (
 	"os/user"
 
 	"github.com/s3queue/s3queue/internal/pause"
+	"github.com/s3queue/s3queue/task"
 )
 
 // PauseState is what the queue's pause object says: the whole queue
@@ -24,12 +25,20 @@ const PauseKey = pause.Key
 // is a compare-and-swap on the pause object, so concurrent Pause and
 // Resume calls never lose each other's change. It returns the state now in
 // the bucket.
+//
+// A type no task can have (task.ValidType, as Submit checks it) is an
+// error wrapping task.ErrInvalid, and nothing is changed.
 func (q *Queue) Pause(ctx context.Context, types ...string) (PauseState, error) {
-	return q.changePause(ctx, "", pause.Pausing(types...))
+	return q.PauseWithReason(ctx, "", types...)
 }
 
 // PauseWithReason pauses as Pause does, recording reason in the object.
 func (q *Queue) PauseWithReason(ctx context.Context, reason string, types ...string) (PauseState, error) {
+	for _, t := range types {
+		if err := task.ValidType(t); err != nil {
+			return PauseState{}, fmt.Errorf("s3queue: pause: %w", err)
+		}
+	}
 	return q.changePause(ctx, reason, pause.Pausing(types...))
 }
 

@@ -79,7 +79,7 @@ func parseLine(line []byte, d batchDefaults) (s3queue.Request, error) {
 			return r, fmt.Errorf("input: %v", err)
 		}
 		if buf.Len() > task.MaxInputBytes {
-			return r, fmt.Errorf("input is %d bytes of compact JSON, over the limit of %d", buf.Len(), task.MaxInputBytes)
+			return r, fmt.Errorf("input is %d bytes of compact JSON, over the limit of %s", buf.Len(), inputLimit)
 		}
 		input = json.RawMessage(buf.Bytes())
 		r.Input = input
@@ -277,7 +277,7 @@ func (b *batch) outcome(o s3queue.SubmitOutcome) {
 		if badSubmit(o.Err) {
 			// A dependency that names no task: a bad line, as a single
 			// submit's is.
-			b.fail(n, cause(o.Err), &b.bad)
+			b.fail(n, refused(o.Err), &b.bad)
 			return
 		}
 		if errors.Is(o.Err, s3queue.ErrOutcomeUnknown) {

@@ -103,16 +103,21 @@ func TestListFiltersWithoutReadingFilteredOutTasks(t *testing.T) {
 	if got := listIDs(t, r.stdout); !slices.Equal(got, ids) {
 		t.Errorf("list --newer-than 1h: %v, want all", got)
 	}
-	// Pages: --limit, then --after the last id printed.
+	// Pages: --limit, then --cursor the last id printed.
 	r, _ = runOn(t, st, "list", "--limit", "4")
-	if !strings.Contains(r.stderr, "continue with --after "+ids[3]) || !strings.Contains(r.stdout, ids[3]) || strings.Contains(r.stdout, ids[4]) {
+	if !strings.Contains(r.stderr, "continue with --cursor "+ids[3]) || !strings.Contains(r.stdout, ids[3]) || strings.Contains(r.stdout, ids[4]) {
 		t.Errorf("list --limit 4: stdout\n%s\nstderr %s", r.stdout, r.stderr)
 	}
-	r, _ = runOn(t, st, "list", "--limit", "4", "--after", ids[3], "--json")
+	r, _ = runOn(t, st, "list", "--limit", "4", "--cursor", ids[3], "--json")
 	if got := listIDs(t, r.stdout); !slices.Equal(got, ids[4:8]) {
 		t.Errorf("second page: %v, want %v", got, ids[4:8])
 	}
-	r, _ = runOn(t, st, "list", "--limit", "4", "--after", ids[7])
+	// The old spelling still pages, with a note.
+	r, _ = runOn(t, st, "list", "--limit", "4", "--after", ids[3], "--json")
+	if got := listIDs(t, r.stdout); !slices.Equal(got, ids[4:8]) || r.stderr != "s3queue: note: list --after is deprecated: use --cursor (submit --after is a dependency)\n" {
+		t.Errorf("second page by --after: %v, stderr %q; want %v and a note", got, r.stderr, ids[4:8])
+	}
+	r, _ = runOn(t, st, "list", "--limit", "4", "--cursor", ids[7])
 	if strings.Contains(r.stderr, "continue") {
 		t.Errorf("the last page says more may follow: %s", r.stderr)
 	}
@@ -123,7 +128,7 @@ func TestListFiltersWithoutReadingFilteredOutTasks(t *testing.T) {
 	}{
 		{[]string{"--status", "pending,done"}, `--status "pending,done"`},
 		{[]string{"--sort", "sideways"}, `--sort "sideways": want oldest or newest`},
-		{[]string{"--after", "nope"}, `--after "nope" is not a task id`},
+		{[]string{"--cursor", "nope"}, `--cursor "nope" is not a task id`},
 		{[]string{"--older-than", "1h", "--newer-than", "1m"}, "select nothing"},
 		{[]string{"--older-than", "-1h"}, "must not be negative"},
 		{[]string{"--type", "bad type!"}, `--type "bad type!"`},

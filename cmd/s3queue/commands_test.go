@@ -153,7 +153,7 @@ func TestSubmitRejectsBadInputWithoutWriting(t *testing.T) {
 		{"not JSON on stdin", "hello", []string{"--input-file", "-"}, "input is not valid JSON"},
 		{"two values", "", []string{"--input", "1 2"}, "input is not valid JSON"},
 		{"oversized", "", []string{"--input", big}, "over the limit of 262144"},
-		{"oversized on stdin", strings.Repeat(" ", maxRawInput) + "1", []string{"--input-file", "-"}, "the limit is 262144 bytes"},
+		{"oversized on stdin", strings.Repeat(" ", maxRawInput) + "1", []string{"--input-file", "-"}, "over the limit of 262144 bytes (256 KiB) of compact JSON"},
 		{"empty", "", []string{"--input", ""}, "input is empty"},
 		{"both inputs", "", []string{"--input", "1", "--input-file", "-"}, "exclude each other"},
 		{"missing file", "", []string{"--input-file", "/nonexistent/in.json"}, "--input-file"},
@@ -167,7 +167,7 @@ func TestSubmitRejectsBadInputWithoutWriting(t *testing.T) {
 		{"bad --at", "", []string{"--at", "tomorrow"}, "RFC 3339"},
 		{"--at and --delay", "", []string{"--at", "2030-01-01T00:00:00Z", "--delay", "1s"}, "exclude each other"},
 		{"negative delay", "", []string{"--delay", "-1s"}, "must not be negative"},
-		{"bad duration", "", []string{"--timeout", "soon"}, "invalid value"},
+		{"bad duration", "", []string{"--timeout", "soon"}, `--timeout "soon": want a duration such as 30s or 5m`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			store, dir := newStore(t)
@@ -349,7 +349,7 @@ func TestUsageErrors(t *testing.T) {
 	}{
 		{"no command", nil, exitUsage, "no command given"},
 		{"unknown command", []string{"frobnicate"}, exitUsage, `unknown command "frobnicate"`},
-		{"unknown flag", []string{"submit", "--store", store, "--type", "x", "--bogus"}, exitUsage, "flag provided but not defined: -bogus"},
+		{"unknown flag", []string{"submit", "--store", store, "--type", "x", "--bogus"}, exitUsage, "unknown flag --bogus"},
 		{"unknown flag on get", []string{"get", "--verbose", "X"}, exitUsage, "-verbose"},
 		{"missing argument", []string{"get", "--store", store}, exitUsage, "want ID"},
 		{"extra argument", []string{"stats", "--store", store, "extra"}, exitUsage, `unexpected argument "extra"`},
@@ -361,7 +361,7 @@ func TestUsageErrors(t *testing.T) {
 		{"bad config value", []string{"stats", "--store", store, "--config", badVal}, exitUsage, `worker.poll_min: invalid duration "fast"`},
 		{"missing config", []string{"stats", "--store", store, "--config", "/nonexistent/queue.toml"}, exitUsage, "/nonexistent/queue.toml"},
 		{"bad demo tasks", []string{"demo", "--tasks", "1"}, exitUsage, "--tasks 1 out of range"},
-		{"demo takes no config", []string{"demo", "--config", badCfg}, exitUsage, "flag provided but not defined: -config"},
+		{"demo takes no config", []string{"demo", "--config", badCfg}, exitUsage, "unknown flag --config"},
 		{"worker without handlers", []string{"worker", "--store", store}, exitUsage, "no handlers"},
 		{"bad --exec", []string{"worker", "--store", store, "--exec", "nocommand"}, exitUsage, "want TYPE=COMMAND"},
 	} {

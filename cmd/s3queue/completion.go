@@ -103,6 +103,9 @@ func completionSpecs() []compCommand {
 		fs := scratch.flagSet(c)
 		c.define(scratch, fs)
 		fs.VisitAll(func(f *flag.Flag) {
+			if isDeprecated(f) {
+				return // works, but is not offered
+			}
 			arg, usage := flag.UnquoteUsage(f)
 			if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
 				arg = ""

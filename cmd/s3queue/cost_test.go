@@ -73,7 +73,7 @@ func TestCostUsageErrors(t *testing.T) {
 		{[]string{"--workers", "-1"}, "must not be negative"},
 		{[]string{"--tasks-per-day", "-5"}, "non-negative"},
 		{[]string{"--get-price", "-1"}, "prices must not be negative"},
-		{[]string{"--store", "mem://x"}, "flag provided but not defined"},
+		{[]string{"--store", "mem://x"}, "unknown flag --store"},
 		{[]string{"extra"}, "unexpected argument"},
 	} {
 		wantExit(t, cli(t, "", append([]string{"cost"}, tc.args...)...), exitUsage, tc.want)

@@ -27,7 +27,8 @@ func (a *app) openEvents(path string) (*s3queue.Bus, func() error, error) {
 }
 
 // openBus is openEvents, but with always it returns a bus even when path
-// is "" (for the subscribers of --http).
+// is "" (for the subscribers of --http). A file it cannot open is a usage
+// error (exit 2): worker and monitor open it at start-up, before the store.
 func (a *app) openBus(path string, always bool) (*s3queue.Bus, func() error, error) {
 	if path == "" {
 		if !always {
@@ -43,7 +44,9 @@ func (a *app) openBus(path string, always bool) (*s3queue.Bus, func() error, err
 		var err error
 		f, err = os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 		if err != nil {
-			return nil, nil, fmt.Errorf("%s: --events: %w", a.cmd.name, err)
+			// A start-up flag that cannot be used, as a bad --http
+			// address is: bad usage (exit 2), before the store is opened.
+			return nil, nil, usageError("%s: --events: %v", a.cmd.name, err)
 		}
 		w = f
 	}

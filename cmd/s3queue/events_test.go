@@ -127,9 +127,11 @@ func TestMonitorEventsCreateTheFile(t *testing.T) {
 	}
 }
 
+// An --events file that cannot be opened is bad usage (exit 2), as a bad
+// --http address is, before the store is opened.
 func TestEventsFileThatCannotBeOpened(t *testing.T) {
 	store, _ := newStore(t)
 	path := filepath.Join(t.TempDir(), "no-such-dir", "events.jsonl")
 	r := cli(t, "", "worker", "--store", store, "--exec", "x=cat", "--events", path)
-	wantExit(t, r, exitRuntime, "worker: --events: open "+path)
+	wantExit(t, r, exitUsage, "worker: --events: open "+path)
 }

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"regexp"
 	"runtime"
 	"runtime/debug"
 	"strings"
@@ -95,13 +96,8 @@ func (a *app) usage(w io.Writer) {
 		fmt.Fprintf(tw, "  %s\t%s\n", strings.TrimSpace(c.name+" "+c.args), c.summary)
 	}
 	tw.Flush()
-	fmt.Fprintf(w, `
-Every command except help, version, cost, completion and tail takes --store URL
-and --log-level LEVEL (which may also come before the command's name), and those
-but demo take --config FILE (default ./queue.toml if it exists); get, history,
-wait, submit --wait, tail, cancel, requeue, purge, list, stats, doctor and cost
-take --json. Flags beat the environment, which beats queue.toml. Flags may follow
-the command name and its arguments. Store URLs:
+	fmt.Fprintf(w, "\n%s\n", globalFlagsHelp())
+	fmt.Fprintf(w, `Store URLs:
   s3://BUCKET/PREFIX?endpoint=http://127.0.0.1:9000&region=us-east-1&path_style=true
   file:///absolute/directory
   mem://NAME (in this process only: demo --store and tests; other commands refuse it)
@@ -112,6 +108,63 @@ the command name and its arguments. Store URLs:
 	fmt.Fprint(w, exitCodesHelp)
 	fmt.Fprintf(w, "\nRun 's3queue help COMMAND' for a command's flags and examples, and\n")
 	fmt.Fprintf(w, "'s3queue completion bash|zsh|fish' for tab completion; see docs/cli.md.\n")
+}
+
+// globalFlagsHelp says which commands take the global flags and --json,
+// from the commands themselves, so that the help cannot leave one out.
+func globalFlagsHelp() string {
+	var noStore, noConfig, json []string
+	for _, c := range commands {
+		switch {
+		case c.noStore:
+			noStore = append(noStore, c.name)
+		case c.ownStore != "":
+			noConfig = append(noConfig, c.name)
+		}
+		if c.json {
+			name := c.name
+			if c == submitCommand {
+				name += " --wait"
+			}
+			json = append(json, name)
+		}
+	}
+	return wrap("Global flags: --store URL, --config FILE (default ./queue.toml if it exists) and "+
+		"--log-level LEVEL may come before the command's name or after it "+
+		"(s3queue --store file:///var/lib/q history ID). Every command takes them but "+joinWords(noStore)+"; "+
+		joinWords(noConfig)+" takes --store and --log-level but not --config. Flags beat the environment, "+
+		"which beats queue.toml. A command's own flags follow its name, before, between or after its arguments.", 80) +
+		wrap("--json prints JSON instead of text (snake_case keys, stable for scripts): "+joinWords(json)+".", 80) +
+		wrap("--timeout is always the lease of one attempt, --wait-timeout the limit of a wait.", 80)
+}
+
+// wrap breaks text into lines of at most width columns, each ending in a
+// newline.
+func wrap(text string, width int) string {
+	var b strings.Builder
+	line := 0
+	for _, word := range strings.Fields(text) {
+		if line > 0 && line+1+len(word) > width {
+			b.WriteString("\n")
+			line = 0
+		}
+		if line > 0 {
+			b.WriteString(" ")
+			line++
+		}
+		b.WriteString(word)
+		line += len(word)
+	}
+	b.WriteString("\n")
+	return b.String()
+}
+
+// joinWords lists words as prose: "a, b and c".
+func joinWords(words []string) string {
+	if len(words) < 2 {
+		return strings.Join(words, "")
+	}
+	return strings.Join(words[:len(words)-1], ", ") + " and " + words[len(words)-1]
 }
 
 func (a *app) commandHelp(w io.Writer, c *command) {
@@ -130,9 +183,12 @@ func (a *app) commandHelp(w io.Writer, c *command) {
 	n := 0
 	fs.VisitAll(func(*flag.Flag) { n++ })
 	if n > 0 {
-		fmt.Fprintf(w, "\nFlags:\n")
-		fs.SetOutput(w)
+		// Flags are spelt --name here as in errors and docs/cli.md (the
+		// flag package prints -name; both work).
+		var b strings.Builder
+		fs.SetOutput(&b)
 		fs.PrintDefaults()
+		fmt.Fprintf(w, "\nFlags:\n%s", regexp.MustCompile(`(?m)^  -`).ReplaceAllString(b.String(), "  --"))
 	}
 	if len(c.examples) > 0 {
 		fmt.Fprintf(w, "\nExamples:\n")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -15,6 +16,9 @@ func TestEveryCommandHasExamples(t *testing.T) {
 				t.Fatalf("%s has %d examples, want 1 to 3 (the examples field of its command)", c.name, n)
 			}
 			help := must(t, c.name, "--help")
+			if strings.Contains(help, "panic") || regexp.MustCompile(`(?m)^  -[a-z]`).MatchString(help) {
+				t.Errorf("%s --help panics or spells its flags -name:\n%s", c.name, help)
+			}
 			if !strings.Contains(help, "\nExamples:\n") {
 				t.Errorf("%s --help shows no examples:\n%s", c.name, help)
 			}
@@ -118,7 +122,7 @@ func TestDidYouMean(t *testing.T) {
 		{[]string{"sumbit", "--type", "x"}, `unknown command "sumbit" (did you mean "submit"?`},
 		{[]string{"lst"}, `unknown command "lst" (did you mean "list"?`},
 		{[]string{"help", "hsitory"}, `help: unknown command "hsitory" (did you mean "history"?`},
-		{[]string{"submit", "--store", store, "--tpye", "x"}, "flag provided but not defined: -tpye (did you mean --type?)"},
+		{[]string{"submit", "--store", store, "--tpye", "x"}, "unknown flag --tpye (did you mean --type?)"},
 		{[]string{"get", "--jsn", "01M8AHG5TJ57JN0X6S7S5PM513"}, "(did you mean --json?)"},
 		{[]string{"worker", "--concurency", "3"}, "(did you mean --concurrency?)"},
 	} {

@@ -15,9 +15,11 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/s3queue/s3queue"
 	"github.com/s3queue/s3queue/internal/config"
@@ -101,6 +103,9 @@ type app struct {
 
 	cfg config.Config
 	log *slog.Logger
+	// notes are printed on stderr once the command line is parsed: the
+	// deprecated spellings it used.
+	notes []string
 }
 
 // command is one subcommand. define registers the command's own flags and
@@ -147,17 +152,62 @@ func unknownCommand(name string) error {
 	return usageError("unknown command %q (run 's3queue help' for the list)", name)
 }
 
-// suggestFlag returns the flag of fs closest to the unknown flag err
-// reports, if one is close.
-func suggestFlag(fs *flag.FlagSet, err error) string {
-	const undefined = "flag provided but not defined: -"
-	name, ok := strings.CutPrefix(err.Error(), undefined)
+// The flag package's parse errors, which name a flag -name whatever the
+// user typed: flagError rewrites them.
+var (
+	undefinedFlagErr = regexp.MustCompile(`^flag provided but not defined: -+(.*)$`)
+	invalidValueErr  = regexp.MustCompile(`(?s)^invalid (?:boolean )?value (".*") for (?:flag )?-+([^:]+): (.*)$`)
+	needsValueErr    = regexp.MustCompile(`^flag needs an argument: -+(.*)$`)
+)
+
+// flagError is the usage error of a command line fs could not parse, in
+// the command's own words: flags spelt --name (as the help and the docs
+// spell them), a value the flag's kind cannot hold explained with an
+// example of one that it can, and the closest flag to an unknown one.
+func flagError(c *command, fs *flag.FlagSet, err error) error {
+	msg := err.Error()
+	if m := undefinedFlagErr.FindStringSubmatch(msg); m != nil {
+		var names []string
+		fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+		if s := config.Suggest(m[1], names); s != "" {
+			return usageError("%s: unknown flag --%s (did you mean --%s?)", c.name, m[1], s)
+		}
+		return usageError("%s: unknown flag --%s (run 's3queue help %s')", c.name, m[1], c.name)
+	}
+	if m := needsValueErr.FindStringSubmatch(msg); m != nil {
+		return usageError("%s: --%s needs a value (run 's3queue help %s')", c.name, m[1], c.name)
+	}
+	if m := invalidValueErr.FindStringSubmatch(msg); m != nil {
+		value, name, why := m[1], m[2], m[3]
+		if f := fs.Lookup(name); f != nil {
+			if hint := valueHint(f); hint != "" {
+				why = hint
+			}
+		}
+		return usageError("%s: --%s %s: %s", c.name, name, value, why)
+	}
+	return usageError("%s: %s (run 's3queue help %s')", c.name, strings.ReplaceAll(msg, " -", " --"), c.name)
+}
+
+// valueHint says what a value of f looks like, for the flags whose parse
+// errors say only "parse error": the basic kinds (a flag of its own kind
+// explains itself in its error).
+func valueHint(f *flag.Flag) string {
+	g, ok := f.Value.(flag.Getter)
 	if !ok {
 		return ""
 	}
-	var names []string
-	fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
-	return config.Suggest(strings.TrimLeft(name, "-"), names)
+	switch g.Get().(type) {
+	case time.Duration:
+		return "want a duration such as 30s or 5m"
+	case int, int64, uint, uint64:
+		return "want a whole number such as 3"
+	case float64:
+		return "want a number such as 0.5"
+	case bool:
+		return "want true or false"
+	}
+	return ""
 }
 
 func lookup(name string) *command {
@@ -186,6 +236,11 @@ func (a *app) dispatch(ctx context.Context, args []string) error {
 		name = "version"
 	}
 	c := lookup(name)
+	if c == nil && strings.HasPrefix(name, "-") && len(args) > 1 {
+		// A command's own flag before its name.
+		return usageError("%s is not a global flag: only --%s may come before the command's name; the others follow it (s3queue COMMAND %s)",
+			name, strings.Join(globalFlags, ", --"), name)
+	}
 	if c == nil {
 		return unknownCommand(name)
 	}
@@ -198,10 +253,10 @@ func (a *app) dispatch(ctx context.Context, args []string) error {
 		return nil
 	}
 	if err != nil {
-		if s := suggestFlag(fs, err); s != "" {
-			return usageError("%s: %v (did you mean --%s?)", c.name, err, s)
-		}
-		return usageError("%s: %v (run 's3queue help %s')", c.name, err, c.name)
+		return flagError(c, fs, err)
+	}
+	for _, n := range a.notes {
+		fmt.Fprintf(a.stderr, "s3queue: note: %s\n", n)
 	}
 	if c.nargs >= 0 && len(pos) != c.nargs {
 		if c.nargs == 0 {
@@ -245,6 +300,53 @@ func (a *app) flagSet(c *command) *flag.FlagSet {
 	return fs
 }
 
+// deprecatedFlag defines old, an earlier spelling of fs's flag name, as
+// another way to set it. A command line that uses it works as before and
+// gets a note on stderr naming the flag to use instead (why says why the
+// spelling changed). Completion leaves it out; help shows it as such.
+func (a *app) deprecatedFlag(fs *flag.FlagSet, old, name, why string) {
+	f := fs.Lookup(name)
+	arg, _ := flag.UnquoteUsage(f)
+	fs.Var(&deprecatedValue{Value: f.Value, use: func() {
+		a.notes = append(a.notes, fmt.Sprintf("%s --%s is deprecated: use --%s (%s)", fs.Name(), old, name, why))
+	}}, old, "deprecated: the old spelling of --"+name+" `"+arg+"`")
+}
+
+// deprecatedValue is the value of a deprecated flag: the value of the
+// flag it is an old spelling of.
+type deprecatedValue struct {
+	flag.Value
+	use func()
+}
+
+// String is the value's; the flag package also calls it on a zero
+// deprecatedValue, to tell a default from none.
+func (d *deprecatedValue) String() string {
+	if d == nil || d.Value == nil {
+		return ""
+	}
+	return d.Value.String()
+}
+
+func (d *deprecatedValue) Set(v string) error {
+	d.use()
+	return d.Value.Set(v)
+}
+
+// Get returns the value as the flag it spells does (flag.Getter), so that
+// a bad value is explained as for that flag.
+func (d *deprecatedValue) Get() any {
+	if g, ok := d.Value.(flag.Getter); ok {
+		return g.Get()
+	}
+	return nil
+}
+
+func isDeprecated(f *flag.Flag) bool {
+	_, ok := f.Value.(*deprecatedValue)
+	return ok
+}
+
 // keyFlag defines a flag that sets configuration key: the value is checked
 // and applied as the key's environment variable would be, after the file
 // and the environment, so the flag wins over both.
@@ -255,10 +357,12 @@ func (a *app) keyFlag(fs *flag.FlagSet, name, key, usage string) {
 	})
 }
 
-// globalFlags are the flags every command that reads the configuration
-// takes, which may also come before the command's name
-// ("s3queue --log-level debug worker").
-var globalFlags = []string{"log-level"}
+// globalFlags are the flags of the store and the configuration, which may
+// also come before the command's name ("s3queue --store URL history ID",
+// "s3queue --log-level debug worker"): a command that takes them reads
+// them there as after its name. Every other flag follows the command's
+// name.
+var globalFlags = []string{"store", "config", "log-level"}
 
 // hoistGlobalFlags moves global flags given before the command's name to
 // after it, where the command's flag set parses them.
@@ -352,6 +456,12 @@ func codeOf(err error) int {
 		return exitUsage
 	}
 	return exitRuntime
+}
+
+// warnf writes a warning line on stderr, "s3queue: warning: ...": the
+// command goes on.
+func (a *app) warnf(format string, args ...any) {
+	fmt.Fprintf(a.stderr, "s3queue: warning: %s\n", oneLine(fmt.Sprintf(format, args...)))
 }
 
 func (a *app) report(err error) int {

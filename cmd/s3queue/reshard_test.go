@@ -53,7 +53,7 @@ func TestReshard(t *testing.T) {
 		{[]string{"--shards", "16"}, exitUsage, "shrinking is not supported: the queue has 32 shards"},
 		{nil, exitUsage, "--shards N is required"},
 		{[]string{"--shards", "1001"}, exitUsage, "--shards N is required, from the queue's current count up to 1000 (got 1001)"},
-		{[]string{"--shards", "x"}, exitUsage, "invalid value"},
+		{[]string{"--shards", "x"}, exitUsage, `--shards "x": want a whole number`},
 	} {
 		r := cli(t, "", append([]string{"reshard", "--store", store}, tc.args...)...)
 		wantExit(t, r, tc.code, tc.want)

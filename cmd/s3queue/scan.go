@@ -29,14 +29,14 @@ var listCommand = &command{
 	examples: []string{
 		"s3queue list --status pending,blocked --limit 20",
 		"s3queue list --status dead --type resize --older-than 1h --sort newest",
-		"s3queue list --status dead --limit 100 --after 01M8AHG5VV8F97G35HQPT2NKJV --json",
+		"s3queue list --status dead --limit 100 --cursor 01M8AHG5VV8F97G35HQPT2NKJV --json",
 	},
 	details: "Lists tasks/ (one LIST per 1000 objects), keeps the tasks whose id (creation time) and object\n" +
 		"size (which tells pending, blocked-or-running, or finished) pass the filters, sorts them by\n" +
 		"creation time, and reads in full (one GET each) only those it prints; --type needs the GET of\n" +
 		"each task the other filters keep, and --status dead (or succeeded, canceled, blocked, running)\n" +
 		"reads the tasks its size class holds to tell them apart. --limit N prints at most N tasks; the\n" +
-		"next page is --after the last id printed (text output says so on stderr). --json prints the\n" +
+		"next page is --cursor the last id printed (text output says so on stderr). --json prints the\n" +
 		"tasks as stored. Corrupt objects are reported on stderr and skipped.",
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		parse := filterFlags(fs, "only tasks with these `statuses` (comma-separated): pending, blocked, running, succeeded, dead, canceled (default all)",
@@ -45,7 +45,8 @@ var listCommand = &command{
 		var sortBy, after string
 		fs.IntVar(&limit, "limit", 100, "print at most `N` tasks; 0 prints all")
 		fs.StringVar(&sortBy, "sort", "oldest", "`order` by creation time: oldest or newest first")
-		fs.StringVar(&after, "after", "", "continue after the task with this `ID` (the last one of the previous page)")
+		fs.StringVar(&after, "cursor", "", "continue after the task with this `ID` (the last one of the previous page)")
+		a.deprecatedFlag(fs, "after", "cursor", "submit --after is a dependency")
 		return func(ctx context.Context, _ []string) error {
 			f, err := parse("list", nil, statuses)
 			if err != nil {
@@ -62,7 +63,7 @@ var listCommand = &command{
 				return usageError("list: --sort %q: want oldest or newest", sortBy)
 			}
 			if after != "" && !task.ValidID(after) {
-				return usageError("list: --after %q is not a task id", after)
+				return usageError("list: --cursor %q is not a task id", after)
 			}
 			f.after = after
 			found, more, err := a.list(ctx, f, limit)
@@ -74,7 +75,7 @@ var listCommand = &command{
 			}
 			printList(a.stdout, found)
 			if more {
-				fmt.Fprintf(a.stderr, "more tasks may match: continue with --after %s\n", found[len(found)-1].ID)
+				fmt.Fprintf(a.stderr, "more tasks may match: continue with --cursor %s\n", found[len(found)-1].ID)
 			}
 			return nil
 		}
@@ -118,9 +119,18 @@ func (a *app) list(ctx context.Context, f filter, limit int) (found []*task.Task
 	return found, more, nil
 }
 
+// printList prints tasks as list does. When some are running it adds
+// the worker that holds each running task and when its lease runs out
+// (S3 time), "-" for the others: who to look at for a task that seems
+// stuck, and when the monitor may take it back.
 func printList(w io.Writer, ts []*task.Task) {
+	running := slices.ContainsFunc(ts, func(t *task.Task) bool { return t.Status == task.Running && t.Claim != nil })
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSTATUS\tTYPE\tPRIORITY\tATTEMPT\tSHARD\tUPDATED\tLAST ERROR")
+	header := "ID\tSTATUS\tTYPE\tPRIORITY\tATTEMPT\tSHARD\tUPDATED"
+	if running {
+		header += "\tWORKER\tLEASE UNTIL"
+	}
+	fmt.Fprintln(tw, header+"\tLAST ERROR")
 	for _, t := range ts {
 		le := oneLine(t.LastError)
 		if len(le) > 60 {
@@ -129,7 +139,15 @@ func printList(w io.Writer, ts []*task.Task) {
 		if le == "" {
 			le = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%d\t%s\t%s\n", t.ID, t.Status, t.Type, t.Priority, t.Attempt, t.MaxAttempts, t.Shard, fmtTime(t.UpdatedAt), strings.ReplaceAll(le, "\t", " "))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%d\t%s\t", t.ID, t.Status, t.Type, t.Priority, t.Attempt, t.MaxAttempts, t.Shard, fmtTime(t.UpdatedAt))
+		if running {
+			worker, until := "-", "-"
+			if t.Status == task.Running && t.Claim != nil {
+				worker, until = t.Claim.Worker, fmtTime(t.Claim.ExpiresAt)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t", worker, until)
+		}
+		fmt.Fprintf(tw, "%s\n", strings.ReplaceAll(le, "\t", " "))
 	}
 	tw.Flush()
 }

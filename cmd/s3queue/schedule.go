@@ -83,6 +83,13 @@ var scheduleCommand = &command{
 				}
 			}
 			if sub == "add" {
+				everySet := false
+				fs.Visit(func(f *flag.Flag) { everySet = everySet || f.Name == "every" })
+				if everySet {
+					if err := schedule.CheckEvery(*every); err != nil {
+						return usageError("schedule add: schedule %q: --%v", rest[0], err)
+					}
+				}
 				d := s3queue.ScheduleDefinition{Name: rest[0], Cron: *cronExpr, Every: task.Duration(*every), Timezone: *zone,
 					Type: *typ, MaxAttempts: *maxAttempts, Timeout: task.Duration(*timeout), CatchUp: *catchUp}
 				if *input != "" {

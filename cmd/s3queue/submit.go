@@ -11,6 +11,7 @@ import (
 	"github.com/s3queue/s3queue/internal/deps"
 	"io"
 	"os"
+	"regexp"
 	"strings"
 	"time"
 
@@ -27,6 +28,9 @@ import (
 // pretty-printed JSON, small enough never to exhaust memory on a mistake
 // like --input-file /dev/zero.
 const maxRawInput = 4 * task.MaxInputBytes
+
+// inputLimit says the one limit of a task's input, in errors.
+var inputLimit = fmt.Sprintf("%d bytes (%d KiB) of compact JSON", task.MaxInputBytes, task.MaxInputBytes>>10)
 
 var submitCommand = &command{
 	name: "submit", nargs: 0, json: true,
@@ -79,7 +83,6 @@ var submitCommand = &command{
 			onDepFailure                                        string
 			wait, unique                                        bool
 			uniqueFor                                           time.Duration
-			waitTimeout                                         time.Duration
 			traceparent                                         string
 			id                                                  string
 		)
@@ -104,7 +107,7 @@ var submitCommand = &command{
 		fs.StringVar(&id, "id", "", "create the task under this task `ID`: one a submit printed with exit 9 (its outcome unknown), to submit the same task again; if it exists, its id is printed and nothing is created")
 		fs.StringVar(&batch, "batch", "", "submit one task per JSON line of `file` (- for stdin); the other flags are the lines' defaults")
 		fs.BoolVar(&wait, "wait", false, "wait until the task finishes; print its outcome and exit 0 (succeeded), 6 (dead), 7 (canceled) or 8 (timeout)")
-		fs.DurationVar(&waitTimeout, "wait-timeout", 0, "with --wait: give up after this `duration` (exit 8); 0 waits as long as it takes")
+		waitTimeout := waitTimeoutFlag(fs)
 		poll := pollMaxFlag(fs)
 		return func(ctx context.Context, _ []string) error {
 			set := map[string]bool{}
@@ -120,7 +123,7 @@ var submitCommand = &command{
 				if set["batch"] {
 					return usageError("submit: --wait waits for a single task; with --batch, pass the printed ids to 's3queue wait'")
 				}
-				if err := checkWaitFlags("submit", "--wait-timeout", waitTimeout, *poll); err != nil {
+				if err := checkWaitFlags("submit", *waitTimeout, *poll); err != nil {
 					return err
 				}
 			}
@@ -259,7 +262,7 @@ var submitCommand = &command{
 				fmt.Fprintln(a.stdout, id)
 			}
 			if wait {
-				return a.waitAndReport(ctx, "submit", q, []string{id}, waitTimeout, *poll)
+				return a.waitAndReport(ctx, "submit", q, []string{id}, *waitTimeout, *poll)
 			}
 			return nil
 		}
@@ -272,9 +275,20 @@ var submitCommand = &command{
 // store's error keeps its own code.
 func submitError(err error) error {
 	if badSubmit(err) {
-		return withCode(exitUsage, cause(err))
+		return withCode(exitUsage, refused(err))
 	}
 	return cause(err)
+}
+
+// uncreatedID matches the id task.New names in the error of a task it
+// refused to create ("new task 01M8…: invalid task: …").
+var uncreatedID = regexp.MustCompile(`new task [0-9A-Z]{26}: `)
+
+// refused is the cause of a submit the queue refused, without the id of
+// the task that was never created: a user who looked it up would find
+// nothing.
+func refused(err error) error {
+	return errors.New(uncreatedID.ReplaceAllString(cause(err).Error(), ""))
 }
 
 // unknownOutcome is the command's error for a submit whose outcome is
@@ -336,7 +350,9 @@ func readInput(stdin io.Reader, haveText bool, text, file string) (json.RawMessa
 		return nil, nil
 	}
 	if len(raw) > maxRawInput {
-		return nil, usageError("submit: input is over %d bytes; the limit is %d bytes of compact JSON", maxRawInput, task.MaxInputBytes)
+		// Read no further than maxRawInput; the one limit to tell is the
+		// task's (this one only stops the read of a runaway file).
+		return nil, usageError("submit: input is over the limit of %s", inputLimit)
 	}
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return nil, usageError("submit: input is empty (omit --input for a task without input)")
@@ -346,7 +362,7 @@ func readInput(stdin io.Reader, haveText bool, text, file string) (json.RawMessa
 		return nil, usageError("submit: input is not valid JSON: %v", err)
 	}
 	if buf.Len() > task.MaxInputBytes {
-		return nil, usageError("submit: input is %d bytes of compact JSON, over the limit of %d", buf.Len(), task.MaxInputBytes)
+		return nil, usageError("submit: input is %d bytes of compact JSON, over the limit of %s", buf.Len(), inputLimit)
 	}
 	return json.RawMessage(buf.Bytes()), nil
 }
@@ -386,9 +402,19 @@ func checkSpec(typ string, input json.RawMessage, opts s3queue.SubmitOptions) er
 	for _, d := range opts.DependsOn {
 		spec.Deps = append(spec.Deps, task.Dep{ID: d})
 	}
+	// A deadline the task's own delay or time passes is refused whatever
+	// S3 time says; the producer checks the rest on S3 time.
+	switch {
+	case opts.DeadlineIn > 0 && opts.DeadlineIn <= opts.Delay:
+		return fmt.Errorf("--deadline %s is not after the task's availability (--delay %s): the task could never start",
+			settings.ShortDuration(opts.DeadlineIn), settings.ShortDuration(opts.Delay))
+	case !opts.Deadline.IsZero() && !opts.RunAt.IsZero() && !opts.Deadline.After(opts.RunAt):
+		return fmt.Errorf("--deadline %s is not after the task's availability (--at %s): the task could never start",
+			opts.Deadline.UTC().Format(time.RFC3339), opts.RunAt.UTC().Format(time.RFC3339))
+	}
 	if _, err := task.New(id, 0, spec, time.Now()); err != nil {
 		// task.New names the throwaway id; the user never saw it.
-		return errors.New(strings.ReplaceAll(err.Error(), " "+id, ""))
+		return errors.New(uncreatedID.ReplaceAllString(err.Error(), ""))
 	}
 	return nil
 }

@@ -31,17 +31,6 @@ const (
 	tailMaxLine = 1 << 20
 )
 
-// tailKinds are the event kinds --kind accepts (docs/events.md).
-var tailKinds = []events.Kind{
-	events.Submitted, events.Claimed, events.Started, events.Succeeded, events.Failed, events.Retried,
-	events.Dead, events.Snoozed, events.Canceled, events.CancelRequested, events.LeaseLost, events.Released,
-	events.Rejected, events.Dropped, events.OutcomeRejected, events.Corrupt, events.Requeued,
-	events.Redispatched, events.Repaired, events.Deleted, events.Blocked, events.Unblocked,
-	events.DependencyFailed, events.SlotAcquired, events.SlotQueued, events.SlotReplaced, events.SlotRefused,
-	events.SlotGranted, events.SlotFreed, events.RateLimited, events.ShardAcquired, events.ShardReleased, events.FleetAsleep, events.FleetWoken,
-	events.WorkerLeaseLost, events.InboxAsleep, events.InboxWoken, events.InboxRecovered,
-}
-
 var tailCommand = &command{
 	name: "tail", nargs: 0, json: true, noStore: true,
 	summary: "follow the events of running workers live (their --http /events streams)",
@@ -78,7 +67,7 @@ var tailCommand = &command{
 			if *kind != "" {
 				for k := range strings.SplitSeq(*kind, ",") {
 					k := events.Kind(strings.TrimSpace(k))
-					if !slices.Contains(tailKinds, k) {
+					if !k.Known() {
 						return usageError("tail: --kind %q: not an event kind (see docs/events.md): %s", k, kindNames())
 					}
 					f.kinds = append(f.kinds, k)
@@ -90,8 +79,9 @@ var tailCommand = &command{
 }
 
 func kindNames() string {
-	names := make([]string, len(tailKinds))
-	for i, k := range tailKinds {
+	kinds := events.Kinds()
+	names := make([]string, len(kinds))
+	for i, k := range kinds {
 		names[i] = string(k)
 	}
 	return strings.Join(names, ", ")

@@ -4,7 +4,10 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -145,7 +148,7 @@ func TestTailErrors(t *testing.T) {
 	wantExit(t, cli(t, "", "tail"), exitUsage, "want at least one --from URL")
 	wantExit(t, cli(t, "", "tail", "--from", "ftp://x"), exitUsage, "not an http(s) URL")
 	wantExit(t, cli(t, "", "tail", "--from", "127.0.0.1:1", "--kind", "finished"), exitUsage, `--kind "finished": not an event kind`)
-	wantExit(t, cli(t, "", "tail", "--from", "127.0.0.1:1", "--store", "file:///tmp"), exitUsage, "not defined: -store")
+	wantExit(t, cli(t, "", "tail", "--from", "127.0.0.1:1", "--store", "file:///tmp"), exitUsage, "unknown flag --store")
 }
 
 // tail follows a real worker's --http /events stream.
@@ -176,5 +179,52 @@ func TestTailFollowsAWorker(t *testing.T) {
 	cancel()
 	if code := <-done; code != 0 || strings.Contains(out.String(), "claimed") {
 		t.Errorf("tail: exit %d\n%s%s", code, out.String(), errb.String())
+	}
+}
+
+// documentedKinds returns the kinds of docs/events.md's table of what the
+// queue publishes (its first column).
+func documentedKinds(t *testing.T) []string {
+	t.Helper()
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "events.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, _ := strings.Cut(string(doc), "| kind | published by |")
+	table, _, _ = strings.Cut(table, "\n\n")
+	var kinds []string
+	for _, m := range regexp.MustCompile("(?m)^\\| `([a-z_]+)` \\|").FindAllStringSubmatch(table, -1) {
+		kinds = append(kinds, m[1])
+	}
+	if len(kinds) < 30 {
+		t.Fatalf("found %d kinds in docs/events.md's table: the parse is wrong", len(kinds))
+	}
+	return kinds
+}
+
+// Every kind docs/events.md documents is one tail --kind accepts, and
+// keeps: a monitor's scheduled events among them.
+func TestTailAcceptsEveryDocumentedKind(t *testing.T) {
+	kinds := documentedKinds(t)
+	var published []string
+	for _, k := range events.Kinds() {
+		published = append(published, string(k))
+	}
+	slices.Sort(kinds)
+	slices.Sort(published)
+	if !slices.Equal(kinds, published) {
+		t.Errorf("docs/events.md documents the kinds\n  %v\nthe queue publishes\n  %v", kinds, published)
+	}
+	sched := ev(events.Scheduled, "t1", "report")
+	sched.Source = events.SourceMonitor
+	batch := []events.Event{ev(events.Claimed, "t0", "report"), sched}
+	r := runTail(t, 1, "--from", newEventServer(t, batch).URL, "--kind", "scheduled")
+	if r.code != 0 || !regexp.MustCompile(`monitor/w1\s+scheduled\s+t1`).MatchString(r.stdout) || strings.Contains(r.stdout, "claimed") {
+		t.Errorf("tail --kind scheduled: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	// Each server streams its events to its first connection only.
+	r = runTail(t, 2, "--from", newEventServer(t, batch).URL, "--kind", strings.Join(kinds, ","))
+	if r.code != 0 || !strings.Contains(r.stdout, "claimed") || !strings.Contains(r.stdout, "scheduled") {
+		t.Errorf("tail --kind <every documented kind>: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }

@@ -84,23 +84,24 @@ var waitCommand = &command{
 	name: "wait", args: "ID...", nargs: -1, json: true,
 	summary: "wait until tasks finish, print how each ended, and exit with a code that says it",
 	examples: []string{
-		"s3queue wait 01M8AHG5TJ57JN0X6S7S5PM513 --timeout 10m",
+		"s3queue wait 01M8AHG5TJ57JN0X6S7S5PM513 --wait-timeout 10m",
 		"s3queue wait 01M8AHG5TJ57JN0X6S7S5PM513 01M8AHG5VV8F97G35HQPT2NKJV --json | jq -r '.[].status'",
 	},
 	details: "Polls each unfinished task with one GET per poll; the interval starts at 250ms and grows by\n" +
 		"a quarter each poll up to --poll-max (1s). A blocked, pending or running task is waited on.\n" +
 		"Prints one line per task (--json: an array of {id, type, status, finished, attempt,\n" +
 		"max_attempts, updated_at, result, last_error}). Exit 0 when every task succeeded, 6 when one\n" +
-		"ended dead, 7 when one was canceled (and none dead), 8 when --timeout passed first (the\n" +
+		"ended dead, 7 when one was canceled (and none dead), 8 when --wait-timeout passed first (the\n" +
 		"unfinished tasks are printed as they stand), 3 when a task does not exist.",
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
-		timeout := fs.Duration("timeout", 0, "give up after this `duration` (exit 8); 0 waits as long as it takes")
+		timeout := waitTimeoutFlag(fs)
+		a.deprecatedFlag(fs, "timeout", "wait-timeout", "submit --timeout is the lease of an attempt")
 		poll := pollMaxFlag(fs)
 		return func(ctx context.Context, ids []string) error {
 			if len(ids) == 0 {
-				return usageError("wait: want at least one task ID (usage: s3queue wait ID... [--timeout D])")
+				return usageError("wait: want at least one task ID (usage: s3queue wait ID... [--wait-timeout D])")
 			}
-			if err := checkWaitFlags("wait", "--timeout", *timeout, *poll); err != nil {
+			if err := checkWaitFlags("wait", *timeout, *poll); err != nil {
 				return err
 			}
 			for _, id := range ids {
@@ -120,11 +121,17 @@ var waitCommand = &command{
 	},
 }
 
-// checkWaitFlags refuses a negative timeout and a poll cap that is not
-// positive.
-func checkWaitFlags(cmd, timeoutFlag string, timeout, poll time.Duration) error {
+// waitTimeoutFlag defines --wait-timeout, the limit of a wait: one name in
+// wait and submit --wait, where --timeout is the lease of an attempt.
+func waitTimeoutFlag(fs *flag.FlagSet) *time.Duration {
+	return fs.Duration("wait-timeout", 0, "give up waiting after this `duration` (exit 8); 0 waits as long as it takes")
+}
+
+// checkWaitFlags refuses a negative wait timeout and a poll cap that is
+// not positive.
+func checkWaitFlags(cmd string, timeout, poll time.Duration) error {
 	if timeout < 0 {
-		return usageError("%s: %s %v must not be negative (0 waits as long as it takes)", cmd, timeoutFlag, timeout)
+		return usageError("%s: --wait-timeout %v must not be negative (0 waits as long as it takes)", cmd, timeout)
 	}
 	if poll <= 0 {
 		return usageError("%s: --poll-max %v must be positive", cmd, poll)

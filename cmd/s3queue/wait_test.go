@@ -46,7 +46,7 @@ fail = "echo 'disk on fire' >&2; exit 3"
 		}
 	}
 	wantExit(t, cli(t, "", "wait", ok, canceled, "--store", store), exitCanceled, "1 of 2 tasks canceled")
-	r = cli(t, "", "wait", ok, held, "--store", store, "--timeout", "300ms", "--poll-max", "50ms")
+	r = cli(t, "", "wait", ok, held, "--store", store, "--wait-timeout", "300ms", "--poll-max", "50ms")
 	wantExit(t, r, exitTimeout, "1 of 2 tasks not finished after 300ms")
 	if !regexp.MustCompile(`(?m)^` + held + `\s+pending\s`).MatchString(r.stdout) {
 		t.Errorf("a timed-out wait does not print the unfinished task as it stands:\n%s", r.stdout)
@@ -71,7 +71,7 @@ func TestWaitUsageErrors(t *testing.T) {
 	id := strings.TrimSpace(must(t, "submit", "--store", store, "--type", "x"))
 	wantExit(t, cli(t, "", "wait", "--store", store), exitUsage, "want at least one task ID")
 	wantExit(t, cli(t, "", "wait", "not-an-id", "--store", store), exitUsage, `"not-an-id" is not a task id`)
-	wantExit(t, cli(t, "", "wait", id, "--store", store, "--timeout", "-1s"), exitUsage, "must not be negative")
+	wantExit(t, cli(t, "", "wait", id, "--store", store, "--wait-timeout", "-1s"), exitUsage, "wait: --wait-timeout -1s must not be negative")
 	wantExit(t, cli(t, "", "wait", id, "--store", store, "--poll-max", "0s"), exitUsage, "--poll-max 0s must be positive")
 	wantExit(t, cli(t, "", "wait", mustID(t), "--store", store), exitNotFound, "wait: task ")
 	// Ctrl-C at the first read of the task.

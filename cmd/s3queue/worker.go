@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"maps"
 	"net"
 	"slices"
@@ -15,6 +16,7 @@ import (
 	"github.com/s3queue/s3queue"
 	"github.com/s3queue/s3queue/internal/metrics"
 	"github.com/s3queue/s3queue/internal/schedule"
+	"github.com/s3queue/s3queue/internal/settings"
 	"github.com/s3queue/s3queue/monitor"
 	"github.com/s3queue/s3queue/s3store"
 	"github.com/s3queue/s3queue/task"
@@ -81,7 +83,8 @@ var workerCommand = &command{
 		})
 		var pools []worker.Pool
 		fs.Func("pool", "run tasks of `NAME=N[:TYPE,...]` in a pool of their own with N handlers at most\n"+
-			"(types: NAME alone unless listed; repeatable; wins over [pools.NAME] in queue.toml)", func(v string) error {
+			"(N as pools.NAME.max_in_flight: 0 or unbounded for none, auto for --concurrency; types: NAME\n"+
+			"alone unless listed; repeatable; wins over [pools.NAME] in queue.toml)", func(v string) error {
 			p, err := parsePoolFlag(v)
 			if err != nil {
 				return err
@@ -131,6 +134,11 @@ var workerCommand = &command{
 				}
 				defer ln.Close()
 			}
+			bus, closeEvents, err := a.openBus(*eventsTo, *httpAddr != "")
+			if err != nil {
+				return err
+			}
+			defer closeEvents()
 			st, url, err := a.openStore(ctx)
 			if err != nil {
 				return err
@@ -141,6 +149,7 @@ var workerCommand = &command{
 				return err
 			}
 			wcfg.Pools = mergePools(wcfg.Pools, pools)
+			warnIdlePools(a.log, pools, handlers)
 			if len(rateLimits) > 0 && wcfg.RateLimits == nil {
 				wcfg.RateLimits = map[string]worker.RateLimit{}
 			}
@@ -157,11 +166,6 @@ var workerCommand = &command{
 				reg = metrics.New()
 				reg.CountStore(counter)
 			}
-			bus, closeEvents, err := a.openBus(*eventsTo, reg != nil)
-			if err != nil {
-				return err
-			}
-			defer closeEvents()
 			wcfg.Events = bus
 			stopHTTP := func() {}
 			if reg != nil {
@@ -231,7 +235,10 @@ func describeRateLimits(limits map[string]worker.RateLimit) string {
 	return strings.Join(out, " ")
 }
 
-// parsePoolFlag parses --pool NAME=N[:TYPE,...].
+// parsePoolFlag parses --pool NAME=N[:TYPE,...]. N is read as queue.toml's
+// pools.NAME.max_in_flight is (worker.PoolKeys), so it means the same in
+// the flag and the file: a positive bound, 0 or "unbounded" for none, or
+// "auto" for worker.concurrency.
 func parsePoolFlag(v string) (worker.Pool, error) {
 	name, rest, ok := strings.Cut(v, "=")
 	name = strings.TrimSpace(name)
@@ -239,11 +246,12 @@ func parsePoolFlag(v string) (worker.Pool, error) {
 		return worker.Pool{}, fmt.Errorf("want NAME=N[:TYPE,...], got %q", v)
 	}
 	n, types, _ := strings.Cut(rest, ":")
-	limit, err := strconv.Atoi(strings.TrimSpace(n))
-	if err != nil || limit < 1 {
-		return worker.Pool{}, fmt.Errorf("pool %s: want a positive number of handlers, got %q", name, n)
+	p := worker.Pool{Name: name}
+	bound := worker.PoolKeys.Bind(&p)
+	i := slices.IndexFunc(bound.Keys, func(b settings.Bound) bool { return b.Name == worker.PoolKeys.Name+".max_in_flight" })
+	if err := bound.Keys[i].SetText(n); err != nil {
+		return worker.Pool{}, fmt.Errorf("pool %s: %w", name, err)
 	}
-	p := worker.Pool{Name: name, MaxInFlight: limit}
 	if types != "" {
 		for _, typ := range strings.Split(types, ",") {
 			typ = strings.TrimSpace(typ)
@@ -254,6 +262,26 @@ func parsePoolFlag(v string) (worker.Pool, error) {
 		}
 	}
 	return p, nil
+}
+
+// warnIdlePools warns about each type of the --pool flags that the worker
+// has no handler for: the pool would stay idle, its tasks claimed by no
+// worker that lacks the handler (most likely a misspelt type, or an
+// --exec left out). The pools of queue.toml are not warned about: a file
+// shared by workers of different handlers names types some do not run.
+func warnIdlePools(log *slog.Logger, flags []worker.Pool, handlers map[string]string) {
+	for _, p := range flags {
+		types := p.Types
+		if len(types) == 0 {
+			types = []string{p.Name}
+		}
+		for _, typ := range types {
+			if _, ok := handlers[typ]; !ok {
+				log.Warn(fmt.Sprintf("--pool %s: type %q has no handler (no --exec %s=COMMAND nor [handlers] %s): this worker claims no task of it", p.Name, typ, typ, typ),
+					"pool", p.Name, "type", typ)
+			}
+		}
+	}
 }
 
 // mergePools applies the --pool flags to the pools of queue.toml: a flag
@@ -322,6 +350,11 @@ var monitorCommand = &command{
 				}
 				defer ln.Close()
 			}
+			bus, closeEvents, err := a.openBus(*eventsTo, ln != nil)
+			if err != nil {
+				return err
+			}
+			defer closeEvents()
 			st, url, err := a.openStore(ctx)
 			if err != nil {
 				return err
@@ -341,11 +374,6 @@ var monitorCommand = &command{
 				reg.CountStore(counter)
 				mcfg.DeadList = deadListSize
 			}
-			bus, closeEvents, err := a.openBus(*eventsTo, reg != nil)
-			if err != nil {
-				return err
-			}
-			defer closeEvents()
 			mcfg.Events = bus
 			// The scheduler submits through the queue's producer, opened
 			// once the monitor has made sure the queue exists.

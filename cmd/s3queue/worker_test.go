@@ -539,8 +539,8 @@ func TestWorkerPoolFlagErrors(t *testing.T) {
 	store, _ := newStore(t)
 	for _, tc := range []struct{ flag, want string }{
 		{"slow", `want NAME=N[:TYPE,...], got "slow"`},
-		{"slow=0", `pool slow: want a positive number of handlers, got "0"`},
-		{"slow=two", `pool slow: want a positive number of handlers, got "two"`},
+		{"slow=two", `--pool "slow=two": pool slow: invalid limit "two": want a positive integer, "unbounded" (or 0) or "auto"`},
+		{"slow=-1", `pool slow: invalid limit "-1"`},
 		{"a=1:x,x y", `pool a: `},
 	} {
 		r := cli(t, "", "worker", "--store", store, "--exec", "slow=true", "--pool", tc.flag)
@@ -551,6 +551,65 @@ func TestWorkerPoolFlagErrors(t *testing.T) {
 	r := cli(t, "", "worker", "--store", store, "--exec", "slow=true", "--pool", "a=1:slow", "--pool", "b=1:slow")
 	if r.code != 2 || !strings.Contains(r.stderr, `type "slow" is in pools "a" and "b"`) {
 		t.Errorf("a type in two pools: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+// --pool NAME=N reads N as queue.toml reads pools.NAME.max_in_flight: 0
+// or "unbounded" is no bound, "auto" is the concurrency.
+func TestWorkerPoolFlagMeansWhatTheFileMeans(t *testing.T) {
+	store, _ := newStore(t)
+	for _, tc := range []struct{ file, flag, want string }{
+		{"0", "0", "default=4/block slow=unbounded/block"},
+		{`"unbounded"`, "unbounded", "default=4/block slow=unbounded/block"},
+		{`"auto"`, "auto", "default=4/block slow=4/block"},
+		{"3", "3", "default=4/block slow=3/block"},
+	} {
+		fromFile := writeConfig(t, "[log]\nformat = \"json\"\n[pools.slow]\nmax_in_flight = "+tc.file+"\n")
+		noPools := writeConfig(t, "[log]\nformat = \"json\"\n")
+		file := startedLog(t, "worker", "--store", store, "--config", fromFile, "--exec", "slow=true")
+		flag := startedLog(t, "worker", "--store", store, "--config", noPools, "--exec", "slow=true", "--pool", "slow="+tc.flag)
+		if file["pools"] != tc.want || flag["pools"] != tc.want {
+			t.Errorf("max_in_flight = %s started pools=%v; --pool slow=%s pools=%v; want both %q", tc.file, file["pools"], tc.flag, flag["pools"], tc.want)
+		}
+	}
+}
+
+// A --pool for a type the worker has no handler for is started, with a
+// warning naming the type: nothing would ever run in that pool.
+func TestWorkerWarnsOfAPoolWithoutHandler(t *testing.T) {
+	store, _ := newStore(t)
+	cfg := writeConfig(t, "[log]\nformat = \"json\"\n")
+	stderr, stop := background(t, "worker", "--store", store, "--config", cfg, "--exec", "job=cat", "--pool", "p=2:nosuch,job")
+	waitFor(t, "the worker to start", func() bool { return strings.Contains(stderr.String(), "worker started") })
+	if code := stop(); code != 0 {
+		t.Fatalf("worker exit %d:\n%s", code, stderr)
+	}
+	var warned []string
+	for _, line := range strings.Split(stderr.String(), "\n") {
+		if strings.Contains(line, `"level":"WARN"`) {
+			warned = append(warned, line)
+		}
+	}
+	if len(warned) != 1 || !strings.Contains(warned[0], `"type":"nosuch"`) || !strings.Contains(warned[0], `type \"nosuch\" has no handler`) {
+		t.Errorf("want one warning naming type nosuch (and none for job), got:\n%s", strings.Join(warned, "\n"))
+	}
+}
+
+// A start-up flag the worker or monitor cannot use is bad usage, exit 2,
+// whichever flag it is, before the store is opened.
+func TestBadStartUpFlagsExit2(t *testing.T) {
+	store, dir := newStore(t)
+	for _, args := range [][]string{
+		{"worker", "--exec", "x=cat", "--events", "/nonexistent/dir/x"},
+		{"worker", "--exec", "x=cat", "--http", "not an address"},
+		{"monitor", "--events", "/nonexistent/dir/x"},
+		{"monitor", "--http", "not an address"},
+	} {
+		r := cli(t, "", append(args, "--store", store)...)
+		wantExit(t, r, exitUsage, args[0]+": --"+strings.TrimPrefix(args[len(args)-2], "--"))
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Errorf("a refused start-up touched the store: %v", entries)
 	}
 }
 

@@ -239,7 +239,9 @@ func scheduleFrom(t map[string]any) (schedule.Definition, error) {
 		case "cron":
 			d.Cron, err = str(k, v)
 		case "every":
-			d.Every, err = dur(k, v)
+			if d.Every, err = dur(k, v); err == nil {
+				err = schedule.CheckEvery(d.Every.D())
+			}
 		case "timezone":
 			d.Timezone, err = str(k, v)
 		case "type":

@@ -48,6 +48,7 @@ func TestBadSchedulesAreOneErrorNamingTheSchedule(t *testing.T) {
 		{"[[schedule]]\nname = \"a\"\ncron = \"@daily\"\nevery = \"1m\"\ntype = \"t\"\n", `queue.toml: schedule "a": both cron and every are set`},
 		{"[[schedule]]\nname = \"a\"\ntype = \"t\"\n", `queue.toml: schedule "a": neither cron nor every is set`},
 		{"[[schedule]]\nname = \"a\"\nevery = \"soon\"\ntype = \"t\"\n", `queue.toml: schedule "a": every: time: invalid duration`},
+		{"[[schedule]]\nname = \"a\"\nevery = \"0s\"\ntype = \"t\"\n", `queue.toml: schedule "a": every 0s: must be positive, at least 1s`},
 		{"[[schedule]]\nname = \"a\"\nevery = \"1m\"\ntype = \"t\"\ncolour = \"red\"\n", `queue.toml: schedule "a": unknown key colour`},
 		{"[[schedule]]\nevery = \"1m\"\ntype = \"t\"\n", `queue.toml: invalid schedule name ""`},
 		{"[[schedule]]\nname = \"a\"\nevery = \"1m\"\ntype = \"t\"\n[[schedule]]\nname = \"a\"\nevery = \"2m\"\ntype = \"t\"\n", `queue.toml: schedule "a" is defined twice`},

@@ -153,6 +153,34 @@ const (
 	Scheduled Kind = "scheduled"
 )
 
+// kinds is every Kind above, in the order docs/events.md lists them. A
+// test holds it to the constants of this file, so a kind added there and
+// not here fails it.
+var kinds = []Kind{
+	Submitted, Claimed, Started, Succeeded, Failed, Retried, Dead, Snoozed, Canceled, CancelRequested,
+	LeaseLost, Released, Rejected, Dropped, OutcomeRejected, Corrupt, Requeued,
+	Blocked, Unblocked, DependencyFailed,
+	Redispatched, Repaired, Deleted, Scheduled,
+	SlotAcquired, SlotQueued, SlotReplaced, SlotRefused, SlotGranted, SlotFreed,
+	RateLimited,
+	ShardAcquired, ShardReleased, FleetAsleep, FleetWoken,
+	WorkerLeaseLost, InboxAsleep, InboxWoken, InboxRecovered,
+}
+
+// Kinds returns every kind the queue publishes: the one list readers of
+// kinds (tail --kind, metrics) take them from.
+func Kinds() []Kind { return append([]Kind(nil), kinds...) }
+
+// Known reports whether k is one of Kinds.
+func (k Kind) Known() bool {
+	for _, known := range kinds {
+		if k == known {
+			return true
+		}
+	}
+	return false
+}
+
 // IsOutcome reports whether k ends an attempt or a task's stay with a
 // worker in a way an operator reads: succeeded, failed, dead, canceled,
 // released, rejected, dropped, lease_lost and outcome_rejected. Log logs

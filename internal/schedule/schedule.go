@@ -75,6 +75,16 @@ func CheckName(name string) error {
 // MinEvery is the shortest fixed interval.
 const MinEvery = time.Second
 
+// CheckEvery checks an every interval that was given (the --every flag,
+// the every key of a [[schedule]] table): a zero one, which Validate
+// cannot tell from one left out, is refused as what it is.
+func CheckEvery(every time.Duration) error {
+	if every <= 0 {
+		return fmt.Errorf("every %v: must be positive, at least %v", every, MinEvery)
+	}
+	return nil
+}
+
 // Definition is what a user says a schedule is: when it ticks and the task
 // each tick submits. Its JSON form is the schedule object's (and the
 // fields of a [[schedule]] table in queue.toml).
