@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -245,7 +246,7 @@ func TestHandlerEnvAllowlist(t *testing.T) {
 		"A=B":                        `want NAME or PREFIX* separated by commas, got "A=B"`,
 	} {
 		r := cli(t, "", "worker", "--store", store, "--handler-env", bad, "--exec", "env=env")
-		wantExit(t, r, exitUsage, "flag -handler-env: "+want)
+		wantExit(t, r, exitUsage, "--handler-env "+strconv.Quote(bad)+": "+want)
 	}
 }
 
