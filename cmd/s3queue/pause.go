@@ -31,7 +31,7 @@ var pauseCommand = &command{
 			if err := checkTypes(args); err != nil {
 				return err
 			}
-			q, err := a.existingQueue(ctx)
+			_, q, err := a.queue(ctx)
 			if err != nil {
 				return err
 			}
