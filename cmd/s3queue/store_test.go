@@ -273,3 +273,57 @@ func copyFile(from, to string) error {
 	}
 	return dst.Close()
 }
+
+// A file store follows no symbolic link below its directory: a command
+// that meets one is refused with exit 5 naming it, and nothing outside the
+// store is created or removed through it.
+func TestSymlinkInTheStoreIsExit5(t *testing.T) {
+	setup := func(t *testing.T, link string) (store, outside string) {
+		store, dir := newStore(t)
+		must(t, "submit", "--store", store, "--type", "x")
+		outside = t.TempDir()
+		if err := os.WriteFile(filepath.Join(outside, "nightly.json.obj"), []byte("theirs"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(outside, filepath.Join(dir, link)); err != nil {
+			t.Fatal(err)
+		}
+		return store, outside
+	}
+	untouched := func(t *testing.T, outside string) {
+		t.Helper()
+		if got := storeTree(t, outside); len(got) != 1 {
+			t.Errorf("outside the store: %v, want only the file that was there", got)
+		}
+	}
+	t.Run("idempotency records", func(t *testing.T) {
+		store, outside := setup(t, "idempotency.dir")
+		r := cli(t, "", "submit", "--store", store, "--type", "x", "--idempotency-key", "k")
+		wantExit(t, r, exitUnusable, "idempotency.dir: a symbolic link, which the file store never follows")
+		untouched(t, outside)
+	})
+	t.Run("schedules", func(t *testing.T) {
+		store, outside := setup(t, "schedules.dir")
+		wantExit(t, cli(t, "", "schedule", "add", "nightly", "--every", "1h", "--type", "x", "--store", store),
+			exitUnusable, "symbolic link")
+		wantExit(t, cli(t, "", "schedule", "remove", "nightly", "--store", store), exitUnusable, "symbolic link")
+		untouched(t, outside)
+	})
+	t.Run("a dangling lock file", func(t *testing.T) {
+		store, dir := newStore(t)
+		outside := t.TempDir()
+		if err := os.Mkdir(filepath.Join(dir, ".locks"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 64 {
+			name := fmt.Sprintf("%02d.lock", i)
+			if err := os.Symlink(filepath.Join(outside, name), filepath.Join(dir, ".locks", name)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		wantExit(t, cli(t, "", "submit", "--store", store, "--type", "x"), exitUnusable, "symbolic link")
+		if got := storeTree(t, outside); len(got) != 0 {
+			t.Errorf("a submit created %v outside the store", got)
+		}
+	})
+}
