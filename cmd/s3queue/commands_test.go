@@ -382,7 +382,7 @@ func TestHelpAndVersion(t *testing.T) {
 			t.Errorf("help does not list %s", c.name)
 		}
 	}
-	for _, want := range []string{"Exit codes:", "3  task not found", "4  provider unsupported", "S3QUEUE_STORE"} {
+	for _, want := range []string{"Exit codes:", "3  not found: no task with that id, no schedule with that name, no queue in the store", "4  provider unsupported", "S3QUEUE_STORE"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("help lacks %q", want)
 		}
