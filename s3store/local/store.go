@@ -147,8 +147,14 @@ func (s *Store) rootProblem(write bool) error {
 	case !fi.IsDir():
 		return fmt.Errorf("%w: the store directory %s is not a directory", s3store.ErrUnusable, s.root)
 	}
-	if err := accessible(s.root, write); err != nil {
+	if err := accessible(s.root, false); err != nil {
 		return fmt.Errorf("%w: %w: permission denied on the store directory %s (%v)", s3store.ErrUnusable, s3store.ErrAccessDenied, s.root, err)
+	}
+	if !write {
+		return nil
+	}
+	if err := accessible(s.root, true); err != nil {
+		return fmt.Errorf("%w: %w: permission denied: this user may read the store directory %s but not write it (%v)", s3store.ErrUnusable, s3store.ErrAccessDenied, s.root, err)
 	}
 	return nil
 }
