@@ -23,6 +23,11 @@ var (
 	// Backends wrap their own configuration errors with it; services stop
 	// with one clear message instead of retrying.
 	ErrUnusable = errors.New("store unusable")
+	// ErrAccessDenied: the provider refused this caller the request (S3
+	// 403 AccessDenied, a file store's permission denied). It comes with
+	// ErrUnusable, except for a read of one object, which may be closed
+	// to us alone: one foreign object must not stop a process.
+	ErrAccessDenied = errors.New("access denied")
 )
 
 // Object is a stored object with its body.

@@ -193,13 +193,9 @@ func (a *app) submitBatch(ctx context.Context, path string, d batchDefaults) err
 		defer f.Close()
 		in = f
 	}
-	st, url, err := a.openStore(ctx)
+	_, q, err := a.queue(ctx)
 	if err != nil {
 		return err
-	}
-	q, err := a.openQueue(ctx, st, url, false)
-	if err != nil {
-		return unsupported(url, err)
 	}
 	b := &batch{out: a.stdout}
 	s, err := q.NewSubmitter(s3queue.SubmitterConfig{OnResult: b.outcome})

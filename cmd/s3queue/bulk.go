@@ -181,15 +181,6 @@ func (a *app) bulk(ctx context.Context, st s3store.Store, op bulkOp) error {
 	return nil
 }
 
-// noQueueReport is a bulk command's answer to err, an error opening the
-// queue: a store without a queue has no task to act on (an empty report).
-func (a *app) noQueueReport(err error, action string, dry bool) error {
-	if errors.Is(err, s3queue.ErrNoQueue) {
-		return a.printBulk(bulkReport{Action: action, DryRun: dry, IDs: []string{}}, nil)
-	}
-	return err
-}
-
 // printBulk prints a bulk operation's report; shown are the tasks of a dry
 // run, printed as list prints them.
 func (a *app) printBulk(rep bulkReport, shown []*task.Task) error {
@@ -269,7 +260,7 @@ func (b bulkFlags) form(cmd string, args []string, jsonOut bool) (bool, error) {
 func (a *app) bulkRequeue(ctx context.Context, f filter, dry bool) error {
 	st, q, err := a.existingStoreQueue(ctx)
 	if err != nil {
-		return a.noQueueReport(err, "requeue", dry)
+		return err
 	}
 	return a.bulk(ctx, st, bulkOp{name: "requeue", past: "requeued", f: f, dry: dry,
 		act: func(ctx context.Context, _, id string) (bulkResult, error) {
@@ -289,7 +280,7 @@ func (a *app) bulkRequeue(ctx context.Context, f filter, dry bool) error {
 func (a *app) bulkCancel(ctx context.Context, f filter, dry bool) error {
 	st, q, err := a.existingStoreQueue(ctx)
 	if err != nil {
-		return a.noQueueReport(err, "cancel", dry)
+		return err
 	}
 	return a.bulk(ctx, st, bulkOp{name: "cancel", past: "canceled", f: f, dry: dry,
 		act: func(ctx context.Context, _, id string) (bulkResult, error) {
@@ -317,7 +308,7 @@ const purgeSlack = time.Minute
 func (a *app) purge(ctx context.Context, f filter, hold time.Duration, dry bool) error {
 	st, q, err := a.existingStoreQueue(ctx)
 	if err != nil {
-		return a.noQueueReport(err, "purge", dry)
+		return err
 	}
 	c := clock.New(st, clock.Config{})
 	d := &retention.Deleter{Store: st, Clock: c, Local: clock.System(), DeleteHonoured: q.Manifest().DeleteHonoured(), Log: a.log,

@@ -330,7 +330,7 @@ func (a *app) demoStore(ctx context.Context, o demoOptions) (s3store.Store, stri
 		if err != nil {
 			return nil, "", nop, usageError("demo: --dir: %v", err)
 		}
-		if err := os.MkdirAll(dir, 0o755); err != nil {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return nil, "", nop, usageError("demo: --dir: %v", err)
 		}
 		entries, err := os.ReadDir(dir)

@@ -23,8 +23,8 @@ var doctorCommand = &command{
 	},
 	details: "Writes and deletes a few scratch objects under doctor/ (about ten requests). Exit 4 if the\n" +
 		"provider does not honour a conditional PUT s3queue relies on: it cannot claim tasks safely\n" +
-		"there. The command that creates a queue (submit, worker, monitor) runs the same check and\n" +
-		"records the result in the queue's manifest; later commands trust it.",
+		"there. The command that creates a queue (submit, schedule add, pause, worker, monitor) runs the\n" +
+		"same check and records the result in the queue's manifest; later commands trust it.",
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		return func(ctx context.Context, _ []string) error {
 			st, url, err := a.openStore(ctx)

@@ -16,7 +16,7 @@ const eventsBuffer = 8192
 
 // eventsFlag defines --events on fs.
 func eventsFlag(fs *flag.FlagSet) *string {
-	return fs.String("events", "", "append events as JSON lines to `FILE` (created 0644; - for stdout)")
+	return fs.String("events", "", "append events as JSON lines to `FILE` (created 0600; - for stdout)")
 }
 
 // openEvents returns the bus that writes events to path as JSON lines (nil
@@ -42,7 +42,9 @@ func (a *app) openBus(path string, always bool) (*s3queue.Bus, func() error, err
 	var f *os.File
 	if path != "-" {
 		var err error
-		f, err = os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+		// Events name task ids, types and errors: the file is the
+		// user's alone, as the file store's files are.
+		f, err = os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 		if err != nil {
 			// A start-up flag that cannot be used, as a bad --http
 			// address is: bad usage (exit 2), before the store is opened.

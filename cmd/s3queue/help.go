@@ -70,9 +70,10 @@ const exitCodesHelp = `Exit codes:
   0  ok
   1  runtime error (store unreachable, request failed, task in the wrong state, demo failed)
   2  usage or bad input (bad flags, non-JSON or oversized input, bad config, layout mismatch)
-  3  task not found
+  3  not found: no task with that id, no schedule with that name, no queue in the store
   4  provider unsupported (the store does not honour conditional PUT)
-  5  store unusable (bucket or directory gone, access denied): retrying cannot help
+  5  store unusable (bucket or directory gone, access denied, a symbolic link in a file store):
+     retrying cannot help
   6  wait, submit --wait, get --watch: a task ended dead
   7  wait, submit --wait, get --watch: a task ended canceled (and none dead)
   8  wait, submit --wait: the timeout passed before every task finished

@@ -38,9 +38,9 @@ const (
 	exitOK          = 0
 	exitRuntime     = 1 // store unreachable, a request failed, a task in the wrong state
 	exitUsage       = 2 // bad flags, bad input, bad config, layout mismatch
-	exitNotFound    = 3 // no task with that id
+	exitNotFound    = 3 // no task with that id, no schedule with that name, no queue in the store
 	exitUnsupported = 4 // the provider does not honour conditional PUT
-	exitUnusable    = 5 // the store will not heal: bucket or directory gone, access denied
+	exitUnusable    = 5 // the store will not heal: bucket or directory gone, access denied, a symbolic link in a file store
 	// How the tasks waited for ended (wait, submit --wait, get --watch):
 	exitDead     = 6 // a task ended dead
 	exitCanceled = 7 // a task ended canceled (and none dead)
@@ -450,7 +450,8 @@ func codeOf(err error) int {
 		return exitNotFound
 	case errors.Is(err, s3store.ErrUnsupportedProvider):
 		return exitUnsupported
-	case errors.Is(err, s3store.ErrUnusable):
+	case errors.Is(err, s3store.ErrUnusable), errors.Is(err, s3store.ErrAccessDenied):
+		// Closed to this user, even for one object: retrying cannot help.
 		return exitUnusable
 	case errors.Is(err, shards.ErrLayoutMismatch), errors.Is(err, worker.ErrWorkerIDInUse):
 		return exitUsage

@@ -36,7 +36,7 @@ var pauseCommand = &command{
 			if err := checkTypes("pause", args); err != nil {
 				return err
 			}
-			st, q, err := a.existingStoreQueue(ctx)
+			st, q, err := a.queue(ctx)
 			if err != nil {
 				return err
 			}

@@ -15,7 +15,7 @@ import (
 
 func TestPauseResumePausedCommands(t *testing.T) {
 	store, _ := newStore(t)
-	wantExit(t, cli(t, "", "pause", "mail", "--store", store), exitRuntime, "no queue")
+	wantExit(t, cli(t, "", "paused", "--store", store), exitNotFound, "no queue in "+store)
 	must(t, "submit", "--store", store, "--type", "job")
 	state := func(args ...string) pauseJSON {
 		t.Helper()

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 
+	"github.com/s3queue/s3queue/s3store"
 	"github.com/s3queue/s3queue/shards"
 )
 
@@ -26,13 +27,16 @@ var reshardCommand = &command{
 			if *n < 1 || *n > shards.MaxShards {
 				return usageError("reshard: --shards N is required, from the queue's current count up to %d (got %d)", shards.MaxShards, *n)
 			}
-			st, _, err := a.openStore(ctx)
+			st, url, err := a.openStore(ctx)
 			if err != nil {
 				return err
 			}
 			before, after, err := shards.Grow(ctx, st, *n)
-			if errors.Is(err, shards.ErrShrink) {
+			switch {
+			case errors.Is(err, shards.ErrShrink):
 				return withCode(exitUsage, err) // the queue has more shards than n
+			case errors.Is(err, s3store.ErrNotFound):
+				return noQueue(url) // no manifest: Grow wrote nothing
 			}
 			if err != nil {
 				return err

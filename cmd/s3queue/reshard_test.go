@@ -16,7 +16,7 @@ import (
 // request is one clear line and a non-zero exit.
 func TestReshard(t *testing.T) {
 	store, _ := newStore(t)
-	wantExit(t, cli(t, "", "reshard", "--shards", "32", "--store", store), exitRuntime, "reshard: no queue in this store")
+	wantExit(t, cli(t, "", "reshard", "--shards", "32", "--store", store), exitNotFound, "no queue in "+store)
 	if keys := storeKeys(t, store); len(keys) != 0 {
 		t.Fatalf("a reshard of an empty store wrote %v", keys)
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -12,7 +11,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/s3queue/s3queue"
 	"github.com/s3queue/s3queue/internal/taskio"
 	"github.com/s3queue/s3queue/task"
 )
@@ -87,10 +85,7 @@ var listCommand = &command{
 func (a *app) list(ctx context.Context, f filter, limit int) (found []*task.Task, more bool, err error) {
 	found = []*task.Task{}
 	st, _, err := a.existingStoreQueue(ctx)
-	switch {
-	case errors.Is(err, s3queue.ErrNoQueue):
-		return found, false, nil
-	case err != nil:
+	if err != nil {
 		return nil, false, err
 	}
 	s := &selector{st: st, f: f, onSkip: a.skipped}
@@ -211,33 +206,22 @@ var statsCommand = &command{
 		"by_type, by_shard, skipped, oldest_pending}.",
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		return func(ctx context.Context, _ []string) error {
-			qs := queueStats{ByStatus: map[task.Status]int{}, ByShard: map[int]map[task.Status]int{}, ByType: []typeCount{}}
-			for _, s := range statuses {
-				qs.ByStatus[s] = 0
-			}
 			q, err := a.existingQueue(ctx)
-			noQueue := errors.Is(err, s3queue.ErrNoQueue)
-			if err != nil && !noQueue {
+			if err != nil {
 				return err
 			}
-			if !noQueue {
-				s, err := q.Stats(ctx)
-				if err != nil {
-					return cause(err)
-				}
-				qs = queueStats{ServerTime: s.ServerTime, Shards: s.Shards, Total: s.Total,
-					ByStatus: s.ByStatus, ByShard: s.ByShard, ByType: typeCounts(s.ByType), Skipped: s.Skipped}
-				if o := s.OldestPending; o != nil {
-					qs.OldestPending = &oldestPending{ID: o.ID, AvailableAt: o.AvailableAt,
-						AgeSeconds: s.ServerTime.Sub(o.AvailableAt).Round(time.Millisecond).Seconds()}
-				}
+			s, err := q.Stats(ctx)
+			if err != nil {
+				return cause(err)
+			}
+			qs := queueStats{ServerTime: s.ServerTime, Shards: s.Shards, Total: s.Total,
+				ByStatus: s.ByStatus, ByShard: s.ByShard, ByType: typeCounts(s.ByType), Skipped: s.Skipped}
+			if o := s.OldestPending; o != nil {
+				qs.OldestPending = &oldestPending{ID: o.ID, AvailableAt: o.AvailableAt,
+					AgeSeconds: s.ServerTime.Sub(o.AvailableAt).Round(time.Millisecond).Seconds()}
 			}
 			if a.jsonOut {
 				return writeJSON(a.stdout, qs)
-			}
-			if noQueue {
-				fmt.Fprintln(a.stdout, "no queue in this store yet")
-				return nil
 			}
 			printStats(a.stdout, qs)
 			return nil

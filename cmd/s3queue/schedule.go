@@ -99,7 +99,16 @@ var scheduleCommand = &command{
 					return usageError("schedule add: %v", err)
 				}
 			}
-			q, err := a.existingQueue(ctx)
+			// A new schedule creates the queue, as a submit does; the other
+			// subcommands are about schedules a store without a queue
+			// cannot hold.
+			var q *s3queue.Queue
+			var err error
+			if sub == "add" {
+				_, q, err = a.queue(ctx)
+			} else {
+				q, err = a.existingQueue(ctx)
+			}
 			if err != nil {
 				return err
 			}

@@ -12,6 +12,7 @@ import (
 	"github.com/s3queue/s3queue/internal/config"
 	"github.com/s3queue/s3queue/s3store"
 	"github.com/s3queue/s3queue/s3store/storeurl"
+	"github.com/s3queue/s3queue/shards"
 )
 
 // storeURL is the store to use: --store, else S3QUEUE_STORE, else the
@@ -75,14 +76,29 @@ func (a *app) openQueue(ctx context.Context, st s3store.Store, url string, mustE
 	return q, cause(err)
 }
 
-// existingQueue opens the configured store and the queue in it, creating
-// none; it returns an error wrapping s3queue.ErrNoQueue when there is none.
-func (a *app) existingQueue(ctx context.Context) (*s3queue.Queue, error) {
+// queue opens the configured store and the queue in it, creating the queue
+// when the store has none, after the provider check (exit 4 on a store that
+// does not honour conditional writes): the one path of every command that
+// puts something new into the queue (submit, schedule add, pause), as
+// workers and monitors create it too.
+func (a *app) queue(ctx context.Context) (s3store.Store, *s3queue.Queue, error) {
 	st, url, err := a.openStore(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return a.openQueue(ctx, st, url, true)
+	q, err := a.openQueue(ctx, st, url, false)
+	if err != nil {
+		return nil, nil, unsupported(url, err)
+	}
+	return st, q, nil
+}
+
+// existingQueue opens the configured store and the queue in it, creating
+// nothing: the path of every command that reads the queue or changes what
+// is in it. A store without a queue is noQueue's error.
+func (a *app) existingQueue(ctx context.Context) (*s3queue.Queue, error) {
+	_, q, err := a.existingStoreQueue(ctx)
+	return q, err
 }
 
 // existingStoreQueue is existingQueue that also returns the store, for
@@ -93,28 +109,27 @@ func (a *app) existingStoreQueue(ctx context.Context) (s3store.Store, *s3queue.Q
 		return nil, nil, err
 	}
 	q, err := a.openQueue(ctx, st, url, true)
-	return st, q, err
-}
-
-// taskQueue opens the existing queue for a command about task id. A missing
-// queue means every task id is unknown.
-func (a *app) taskQueue(ctx context.Context, id string) (*s3queue.Queue, error) {
-	q, err := a.existingQueue(ctx)
 	if errors.Is(err, s3queue.ErrNoQueue) {
-		return nil, notFound(id)
-	}
-	return q, err
-}
-
-// taskStoreQueue is taskQueue that also returns the store, for the
-// commands that read objects beside the task (get reads a slot).
-func (a *app) taskStoreQueue(ctx context.Context, id string) (s3store.Store, *s3queue.Queue, error) {
-	st, q, err := a.existingStoreQueue(ctx)
-	if errors.Is(err, s3queue.ErrNoQueue) {
-		return nil, nil, notFound(id)
+		return nil, nil, noQueue(url)
 	}
 	return st, q, err
 }
+
+// noQueue is the answer of every command that needs a queue, on a store
+// that has none (a mistyped --store, most often): one message and exit 3,
+// the code of a task id or schedule name the store does not hold. Nothing
+// was created. It wraps s3queue.ErrNoQueue.
+func noQueue(url string) error {
+	return withCode(exitNotFound, noQueueError(fmt.Sprintf(
+		"no queue in %s (no %s): check --store; submit, schedule add, pause, a worker or a monitor creates the queue",
+		url, shards.ManifestKey)))
+}
+
+// noQueueError prints its own message and is s3queue.ErrNoQueue.
+type noQueueError string
+
+func (e noQueueError) Error() string      { return string(e) }
+func (noQueueError) Is(target error) bool { return target == s3queue.ErrNoQueue }
 
 // cause is an error of the s3queue package as the command reports it. That
 // package wraps each of its errors once, as "s3queue: OP: cause"; the

@@ -241,13 +241,9 @@ var submitCommand = &command{
 				return err
 			}
 
-			st, url, err := a.openStore(ctx)
+			_, q, err := a.queue(ctx)
 			if err != nil {
 				return err
-			}
-			q, err := a.openQueue(ctx, st, url, false)
-			if err != nil {
-				return unsupported(url, err)
 			}
 			id, err := q.Submit(ctx, typ, raw, opts)
 			if errors.Is(err, producer.ErrOutcomeUnknown) {

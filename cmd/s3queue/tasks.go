@@ -48,7 +48,7 @@ var getCommand = &command{
 			if *poll <= 0 {
 				return usageError("get: --poll-max %v must be positive", *poll)
 			}
-			st, q, err := a.taskStoreQueue(ctx, id)
+			st, q, err := a.existingStoreQueue(ctx)
 			if err != nil {
 				return err
 			}
@@ -93,7 +93,7 @@ var historyCommand = &command{
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		return func(ctx context.Context, args []string) error {
 			id := args[0]
-			q, err := a.taskQueue(ctx, id)
+			q, err := a.existingQueue(ctx)
 			if err != nil {
 				return err
 			}
@@ -146,7 +146,7 @@ var cancelCommand = &command{
 				return a.bulkCancel(ctx, f, *bf.dry)
 			}
 			id := args[0]
-			q, err := a.taskQueue(ctx, id)
+			q, err := a.existingQueue(ctx)
 			if err != nil {
 				return err
 			}
@@ -201,7 +201,7 @@ var requeueCommand = &command{
 				return a.bulkRequeue(ctx, f, *bf.dry)
 			}
 			id := args[0]
-			q, err := a.taskQueue(ctx, id)
+			q, err := a.existingQueue(ctx)
 			if err != nil {
 				return err
 			}
@@ -435,7 +435,7 @@ var resultCommand = &command{
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		return func(ctx context.Context, args []string) error {
 			id := args[0]
-			q, err := a.taskQueue(ctx, id)
+			q, err := a.existingQueue(ctx)
 			if err != nil {
 				return err
 			}

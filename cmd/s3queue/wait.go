@@ -110,9 +110,6 @@ var waitCommand = &command{
 				}
 			}
 			q, err := a.existingQueue(ctx)
-			if errors.Is(err, s3queue.ErrNoQueue) {
-				return notFound(ids[0])
-			}
 			if err != nil {
 				return err
 			}

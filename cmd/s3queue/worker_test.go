@@ -257,6 +257,8 @@ func TestUnsupportedProviderIsExit4(t *testing.T) {
 		{"worker", "--store", "s3://liar", "--exec", "x=cat"},
 		{"monitor", "--store", "s3://liar"},
 		{"submit", "--store", "s3://liar", "--type", "x"},
+		{"schedule", "add", "nightly", "--every", "1h", "--type", "x", "--store", "s3://liar"},
+		{"pause", "--store", "s3://liar"},
 	} {
 		t.Run(args[0], func(t *testing.T) {
 			var out, errb syncBuffer

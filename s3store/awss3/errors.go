@@ -24,8 +24,8 @@ var (
 	ErrNoSuchBucket = errors.New("no such bucket")
 	// ErrAccessDenied: the server rejected the credentials or refused them
 	// this request (403 InvalidAccessKeyId, SignatureDoesNotMatch,
-	// AccessDenied).
-	ErrAccessDenied = errors.New("access denied")
+	// AccessDenied). It is s3store.ErrAccessDenied.
+	ErrAccessDenied = s3store.ErrAccessDenied
 )
 
 // translatedError prints a short description of a provider error while

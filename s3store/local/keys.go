@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"path/filepath"
 	"strings"
 )
 
@@ -49,22 +48,25 @@ func checkKey(key string) error {
 	return nil
 }
 
-// objectPath is the file holding key, which checkKey accepted.
-func (s *Store) objectPath(key string) string {
-	dir, name := splitKey(key)
-	return filepath.Join(s.dirPath(dir), name+objSuffix)
+// keyPath returns the directories below the root, outermost first, that
+// hold the file of key (which checkKey accepted), and the file's name.
+func keyPath(key string) (dirs []string, name string) {
+	dir, last := splitKey(key)
+	return dirNames(dir), last + objSuffix
 }
 
-// dirPath is the directory holding the keys that start with dir, which is
-// empty or ends in '/'.
-func (s *Store) dirPath(dir string) string {
-	segs := strings.Split(dir, "/")
-	parts := make([]string, 0, len(segs))
-	parts = append(parts, s.root)
-	for _, seg := range segs[:len(segs)-1] {
-		parts = append(parts, seg+dirSuffix)
+// dirNames returns the directories below the root, outermost first, down
+// to the one holding the keys that start with dir, which is empty or ends
+// in '/'.
+func dirNames(dir string) []string {
+	if dir == "" {
+		return nil
 	}
-	return filepath.Join(parts...)
+	segs := strings.Split(dir[:len(dir)-1], "/")
+	for i := range segs {
+		segs[i] += dirSuffix
+	}
+	return segs
 }
 
 // splitKey splits a key or prefix after its last '/': "a/b/c" is "a/b/" and

@@ -1,6 +1,7 @@
 package local
 
 import (
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -56,7 +57,10 @@ func TestCheckKey(t *testing.T) {
 }
 
 func TestObjectPathsNeverCollide(t *testing.T) {
-	s := &Store{root: "/store"}
+	objectPath := func(key string) string {
+		dirs, name := keyPath(key)
+		return filepath.Join(append(append([]string{"/store"}, dirs...), name)...)
+	}
 	keys := []string{
 		"a", "a/", "a/b", "a.obj", "a.dir", "a.dir/b", "a.obj/b", "a/b.obj", ".obj", ".dir",
 		"a/.obj", "a/.dir", ".", "./a", "a/.", "a b", "a-b", "a/b/c", "a/b/",
@@ -64,14 +68,15 @@ func TestObjectPathsNeverCollide(t *testing.T) {
 	seen := make(map[string]string)
 	dirs := make(map[string]bool)
 	for _, key := range keys {
-		p := s.objectPath(key)
+		p := objectPath(key)
 		if other, ok := seen[p]; ok {
 			t.Errorf("keys %q and %q share the file %s", key, other, p)
 		}
 		seen[p] = key
 		dir, _ := splitKey(key)
-		for d := s.dirPath(dir); d != s.root; d = d[:strings.LastIndexByte(d, '/')] {
-			dirs[d] = true
+		names := dirNames(dir)
+		for i := range names {
+			dirs[filepath.Join(append([]string{"/store"}, names[:i+1]...)...)] = true
 		}
 	}
 	for p, key := range seen {
@@ -79,10 +84,10 @@ func TestObjectPathsNeverCollide(t *testing.T) {
 			t.Errorf("the file of %q, %s, is also a directory of another key", key, p)
 		}
 	}
-	if got, want := s.objectPath("a/b c/d"), "/store/a.dir/b c.dir/d.obj"; got != want {
+	if got, want := objectPath("a/b c/d"), "/store/a.dir/b c.dir/d.obj"; got != want {
 		t.Errorf("objectPath = %s, want %s", got, want)
 	}
-	if got, want := s.objectPath("a/"), "/store/a.dir/.obj"; got != want {
+	if got, want := objectPath("a/"), "/store/a.dir/.obj"; got != want {
 		t.Errorf("objectPath = %s, want %s", got, want)
 	}
 }

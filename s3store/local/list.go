@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 
@@ -34,13 +32,23 @@ func (s *Store) List(ctx context.Context, prefix string, opts s3store.ListOption
 	if !validDir(dir) {
 		return s3store.ListPage{}, nil // no key can start with prefix
 	}
-	if err := l.visit(s.dirPath(dir), dir, partial); err != nil {
+	c, err := s.openDirs(dirNames(dir), false)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		l.missing = true
+	case err != nil:
 		return s3store.ListPage{}, s.opError("list", prefix, err)
+	default:
+		err = l.visit(c.leaf(), dir, partial)
+		c.close()
+		if err != nil {
+			return s3store.ListPage{}, s.opError("list", prefix, err)
+		}
 	}
 	if l.missing {
 		// A directory the walk needed was missing: fine, unless it is the
 		// store's own.
-		if problem := s.rootProblem(); problem != nil {
+		if problem := s.rootProblem(false); problem != nil {
 			return s3store.ListPage{}, s.opError("list", prefix, problem)
 		}
 	}
@@ -71,12 +79,8 @@ type entry struct {
 // under a directory entry "<x>/" form one contiguous run in key order, since
 // no other entry's key starts with "<x>/"; a depth-first walk in that order
 // therefore yields keys in order.
-func (l *lister) visit(dir, base, partial string) error {
-	des, err := os.ReadDir(dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		l.missing = true
-		return nil // never created, or pruned by a concurrent delete
-	}
+func (l *lister) visit(dir dirFD, base, partial string) error {
+	des, err := dir.readDir()
 	if err != nil {
 		return err
 	}
@@ -97,14 +101,23 @@ func (l *lister) visit(dir, base, partial string) error {
 		if l.done {
 			return nil
 		}
-		path := filepath.Join(dir, e.name)
 		if e.isDir {
 			// Every key below starts with e.key: when StartAfter sorts
 			// after e.key without starting with it, so do all of them.
 			if e.key < l.startAfter && !strings.HasPrefix(l.startAfter, e.key) {
 				continue
 			}
-			if err := l.visit(path, e.key, ""); err != nil {
+			sub, err := dir.openDir(e.name)
+			if errors.Is(err, fs.ErrNotExist) {
+				l.missing = true
+				continue // pruned by a concurrent delete
+			}
+			if err != nil {
+				return err
+			}
+			err = l.visit(sub, e.key, "")
+			sub.close()
+			if err != nil {
 				return err
 			}
 			continue
@@ -112,7 +125,7 @@ func (l *lister) visit(dir, base, partial string) error {
 		if e.key <= l.startAfter {
 			continue
 		}
-		h, size, err := listInfo(path)
+		h, size, err := listInfo(dir, e.name)
 		if errors.Is(err, errNoObject) {
 			continue // deleted since ReadDir
 		}
@@ -132,17 +145,22 @@ func (l *lister) visit(dir, base, partial string) error {
 // stop: a file that cannot even be opened (its permissions) is listed with
 // what its directory entry says, and a Get of it reports why it cannot be
 // read.
-func listInfo(path string) (header, int64, error) {
-	h, size, err := readInfo(path)
-	if err == nil || errors.Is(err, errNoObject) {
+func listInfo(dir dirFD, name string) (header, int64, error) {
+	h, size, err := readInfo(dir, name)
+	switch {
+	case errors.Is(err, errSymlink):
+		// Replaced by a link since the directory was read: a link is
+		// no object, and a listing skips links.
+		return header{}, 0, errNoObject
+	case err == nil, errors.Is(err, errNoObject):
 		return h, size, err
 	}
-	fi, serr := os.Lstat(path)
+	size, modified, serr := dir.stat(name)
 	if errors.Is(serr, fs.ErrNotExist) {
 		return header{}, 0, errNoObject
 	}
 	if serr != nil {
 		return header{}, 0, err
 	}
-	return rawHeader(fi), fi.Size(), nil
+	return rawHeader(size, modified), size, nil
 }

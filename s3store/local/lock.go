@@ -3,47 +3,43 @@ package local
 import (
 	"fmt"
 	"os"
-	"path/filepath"
-	"sync"
 )
 
 // Writes to one key are serialized by one of lockShards lock files, picked by
 // a hash of the key. One file for the whole store would serialize every
 // write behind another's fsync; a file per key would litter the directory.
 // With 64 shards, writes to different keys rarely wait for each other.
+//
+// The lock directory and its files are made by the first write that needs
+// them: reading takes no lock, so a reader needs no write access and
+// leaves nothing behind.
 const (
 	lockShards = 64
 	lockDir    = ".locks" // no key suffix: invisible to List
 )
 
-// shardLock is one lock file. mu queues the goroutines of this process, so
-// at most one of them per shard blocks an OS thread in flock.
-type shardLock struct {
-	mu   sync.Mutex
-	path string
-}
-
-func (s *Store) initLocks() error {
-	dir := filepath.Join(s.root, lockDir)
-	if err := os.Mkdir(dir, 0o755); err != nil && !os.IsExist(err) {
-		return err
+// lockNames are the names of the lock files in lockDir.
+var lockNames = func() (names [lockShards]string) {
+	for i := range names {
+		names[i] = fmt.Sprintf("%02d.lock", i)
 	}
-	for i := range s.locks {
-		s.locks[i].path = filepath.Join(dir, fmt.Sprintf("%02d.lock", i))
-	}
-	return nil
-}
+	return names
+}()
 
 // lock takes the lock of key's shard, for this process and every other one
 // that opened the same directory, and returns the function releasing it.
-// Waiting is not cancellable, but holders keep it only for a check, a rename
-// and a directory fsync.
-func (s *Store) lock(key string) (unlock func(), err error) {
-	l := &s.locks[shardOf(key)]
-	l.mu.Lock()
+// root is the store's directory, open. Waiting is not cancellable, but
+// holders keep it only for a check, a rename and a directory fsync.
+//
+// The store's mutex of the shard queues the goroutines of this process, so
+// at most one of them per shard blocks an OS thread in flock.
+func (s *Store) lock(root dirFD, key string) (unlock func(), err error) {
+	shard := shardOf(key)
+	mu := &s.locks[shard]
+	mu.Lock()
 	// A fresh descriptor per lock: flock belongs to an open file
 	// description, and closing it releases the lock even if we crash.
-	f, err := os.OpenFile(l.path, os.O_RDWR|os.O_CREATE, 0o644)
+	f, err := openLock(root, shard)
 	if err == nil {
 		err = flockExclusive(f)
 		if err != nil {
@@ -51,13 +47,26 @@ func (s *Store) lock(key string) (unlock func(), err error) {
 		}
 	}
 	if err != nil {
-		l.mu.Unlock()
+		mu.Unlock()
 		return nil, fmt.Errorf("lock: %w", err)
 	}
 	return func() {
 		f.Close()
-		l.mu.Unlock()
+		mu.Unlock()
 	}, nil
+}
+
+// openLock opens the lock file of shard, making it (0600) and its
+// directory (0700) if missing. A link in their place is refused
+// (O_NOFOLLOW), so a planted one cannot make a write create a file
+// elsewhere.
+func openLock(root dirFD, shard uint32) (*os.File, error) {
+	d, err := openOrMake(root, lockDir, true)
+	if err != nil {
+		return nil, err
+	}
+	defer d.close()
+	return d.openFile(lockNames[shard], os.O_RDWR|os.O_CREATE, 0o600)
 }
 
 // shardOf hashes key with FNV-1a. The hash must be the same in every

@@ -9,9 +9,7 @@ import (
 	"io/fs"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"strconv"
-	"syscall"
 	"time"
 )
 
@@ -56,11 +54,12 @@ func newHeader(body []byte, now time.Time) header {
 	}
 }
 
-// rawHeader is the header of a file without one of ours.
-func rawHeader(fi fs.FileInfo) header {
+// rawHeader is the header of a file without one of ours, of this size and
+// modification time.
+func rawHeader(size int64, modified time.Time) header {
 	return header{
-		etag:     fmt.Sprintf("%s%x-%x", rawETagPrefix, fi.Size(), fi.ModTime().UnixNano()),
-		modified: fi.ModTime().UTC(),
+		etag:     fmt.Sprintf("%s%x-%x", rawETagPrefix, size, modified.UnixNano()),
+		modified: modified.UTC(),
 	}
 }
 
@@ -92,9 +91,9 @@ func (h header) bodyMatches(body []byte) bool {
 	return hex.EncodeToString(sum[:]) == h.etag[:2*md5.Size]
 }
 
-// readObject reads a whole object file, or returns errNoObject.
-func readObject(path string) (header, []byte, error) {
-	f, err := os.Open(path)
+// readObject reads the whole object file name in d, or returns errNoObject.
+func readObject(d dirFD, name string) (header, []byte, error) {
+	f, err := d.openFile(name, os.O_RDONLY, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		return header{}, nil, errNoObject
 	}
@@ -113,17 +112,17 @@ func readObject(path string) (header, []byte, error) {
 	h, ok := parseHeader(data)
 	switch {
 	case !ok:
-		return rawHeader(fi), data, nil
+		return rawHeader(fi.Size(), fi.ModTime()), data, nil
 	case !h.bodyMatches(data[headerLen:]):
 		return h, data, nil
 	}
 	return h, data[headerLen:], nil
 }
 
-// readInfo reads an object file's header and body size, or returns
-// errNoObject. It reads no body.
-func readInfo(path string) (header, int64, error) {
-	f, err := os.Open(path)
+// readInfo reads the header and body size of the object file name in d, or
+// returns errNoObject. It reads no body.
+func readInfo(d dirFD, name string) (header, int64, error) {
+	f, err := d.openFile(name, os.O_RDONLY, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		return header{}, 0, errNoObject
 	}
@@ -138,51 +137,42 @@ func readInfo(path string) (header, int64, error) {
 	var buf [headerLen]byte
 	if _, err := io.ReadFull(f, buf[:]); err != nil {
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			return rawHeader(fi), fi.Size(), nil
+			return rawHeader(fi.Size(), fi.ModTime()), fi.Size(), nil
 		}
 		return header{}, 0, err
 	}
 	h, ok := parseHeader(buf[:])
 	if !ok {
-		return rawHeader(fi), fi.Size(), nil
+		return rawHeader(fi.Size(), fi.ModTime()), fi.Size(), nil
 	}
 	return h, fi.Size() - int64(headerLen), nil
 }
 
-// writeTemp writes an object file under a temporary name in dir, synced to
-// disk, creating dir if needed. The name has neither key suffix, so List
-// never shows it, and it lives in dir so the rename that publishes it stays
-// within one filesystem.
-func (s *Store) writeTemp(dir string, h header, body []byte) (string, error) {
-	// A delete of the last key in a directory removes the directory
-	// (pruneDirs), possibly between our mkdir and our create: retry then.
-	const attempts = 10
-	for i := 0; ; i++ {
-		f, err := createTemp(dir)
-		if err == nil {
-			return f.Name(), writeAndClose(f, h.encode(), body)
-		}
-		if !errors.Is(err, fs.ErrNotExist) || i == attempts {
-			return "", err
-		}
-		if err := s.makeDirs(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return "", err
-		}
-	}
-}
-
-func createTemp(dir string) (*os.File, error) {
+// writeTemp writes an object file under a temporary name in d, synced to
+// disk, and returns the name. The name has neither key suffix, so List
+// never shows it, and it lives in the object's directory so the rename
+// that publishes it stays within one filesystem. The file is private to
+// this user (0600, narrowed by the umask): it holds a task's input or
+// result.
+func writeTemp(d dirFD, h header, body []byte) (string, error) {
 	for {
-		name := filepath.Join(dir, fmt.Sprintf(".put-%016x.tmp", rand.Uint64()))
-		f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-		if !errors.Is(err, fs.ErrExist) {
-			return f, err
+		name := fmt.Sprintf(".put-%016x.tmp", rand.Uint64())
+		f, err := d.openFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if errors.Is(err, fs.ErrExist) {
+			continue
 		}
+		if err != nil {
+			return "", err
+		}
+		if err := writeAndClose(f, h.encode(), body); err != nil {
+			d.remove(name)
+			return "", err
+		}
+		return name, nil
 	}
 }
 
-// writeAndClose writes the header and body to f and syncs it; on failure it
-// removes the file.
+// writeAndClose writes the header and body to f, syncs and closes it.
 func writeAndClose(f *os.File, head, body []byte) error {
 	_, err := f.Write(head)
 	if err == nil {
@@ -191,56 +181,6 @@ func writeAndClose(f *os.File, head, body []byte) error {
 	if err == nil {
 		err = f.Sync()
 	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(f.Name())
-	}
-	return err
-}
-
-// makeDirs creates dir and its missing parents below the root, syncing each
-// parent that gained an entry so the new directory survives a crash.
-func (s *Store) makeDirs(dir string) error {
-	var missing []string
-	for d := dir; d != s.root; d = filepath.Dir(d) {
-		missing = append(missing, d)
-	}
-	for i := len(missing) - 1; i >= 0; i-- {
-		err := os.Mkdir(missing[i], 0o755)
-		if errors.Is(err, fs.ErrExist) {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		if err := syncDir(filepath.Dir(missing[i])); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// pruneDirs removes dir and its parents below the root while they are
-// empty, so deleted keys do not leave an ever-growing tree behind. rmdir
-// fails on a non-empty directory, which is what stops it.
-func (s *Store) pruneDirs(dir string) {
-	for d := dir; d != s.root; d = filepath.Dir(d) {
-		if syscall.Rmdir(d) != nil {
-			return
-		}
-	}
-}
-
-// syncDir makes the entries of dir (a rename, a removal, a new directory)
-// durable.
-func syncDir(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = f.Sync()
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
