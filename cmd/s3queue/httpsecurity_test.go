@@ -458,3 +458,58 @@ func TestHTTPServersTimeOut(t *testing.T) {
 	}
 	t.Fatalf("/events ended before the claim of task %s: %v", echo, lines.Err())
 }
+
+// listening waits for the "http listening" lines of a command that
+// serves n listeners and returns each one's address by what it serves.
+func listening(t *testing.T, stderr *syncBuffer, n int) map[string]string {
+	t.Helper()
+	re := regexp.MustCompile(`msg="http listening" addr=(\S+) serves="?([^"\n]+)"?`)
+	var got map[string]string
+	waitFor(t, "the http listening lines", func() bool {
+		got = map[string]string{}
+		for _, m := range re.FindAllStringSubmatch(stderr.String(), -1) {
+			got[m[2]] = m[1]
+		}
+		return len(got) == n
+	})
+	return got
+}
+
+// --metrics-http serves /metrics and /healthz apart from --http, to
+// whoever reaches it (Prometheus and probes need no token, and they hold
+// no task data); --http then serves neither.
+func TestMetricsOnAListenerOfTheirOwn(t *testing.T) {
+	store, _ := newStore(t)
+	stderr, _ := background(t, "worker", "--store", store, "--exec", "x=cat", "--http", "127.0.0.1:0",
+		"--metrics-http", "127.0.0.1:0", "--token-file", tokenFile(t))
+	addrs := listening(t, stderr, 2)
+	main, metrics := "http://"+addrs["/events"], "http://"+addrs["/metrics /healthz"]
+	for _, path := range []string{"/metrics", "/healthz"} {
+		if r := call(t, "GET", metrics+path, "", "prometheus.monitoring.svc"); r.code != http.StatusOK {
+			t.Errorf("GET %s on --metrics-http: %d %s", path, r.code, r.body)
+		}
+		if r := call(t, "GET", main+path, testToken, ""); r.code != http.StatusNotFound {
+			t.Errorf("GET %s on --http: %d, want 404 (served apart)", path, r.code)
+		}
+	}
+	if r := call(t, "GET", metrics+"/events", testToken, ""); r.code != http.StatusNotFound {
+		t.Errorf("GET /events on --metrics-http: %d, want 404", r.code)
+	}
+	if r := call(t, "GET", main+"/events", testToken, ""); r.code != http.StatusOK {
+		t.Errorf("GET /events on --http: %d", r.code)
+	}
+
+	// A monitor with --metrics-http alone serves its metrics, and no
+	// dashboard.
+	stderr, _ = background(t, "monitor", "--store", store, "--metrics-http", "127.0.0.1:0")
+	metrics = "http://" + listening(t, stderr, 1)["/metrics /healthz"]
+	waitFor(t, "the queue gauges", func() bool {
+		r := call(t, "GET", metrics+"/metrics", "", "")
+		return r.code == http.StatusOK && strings.Contains(r.body, "s3queue_queue_depth{")
+	})
+	if r := call(t, "GET", metrics+"/api/state", "", ""); r.code != http.StatusNotFound {
+		t.Errorf("the dashboard on --metrics-http: %d, want 404", r.code)
+	}
+	wantExit(t, cli(t, "", "worker", "--store", store, "--exec", "x=cat", "--metrics-http", "nonsense"), exitUsage,
+		"worker: --metrics-http nonsense: listen tcp: address nonsense: missing port in address")
+}

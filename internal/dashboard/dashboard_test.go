@@ -145,7 +145,10 @@ func TestActionsNeedTheToken(t *testing.T) {
 	if code != http.StatusOK || !strings.Contains(body, `"canceled"`) {
 		t.Fatalf("cancel: %d %s", code, body)
 	}
-	_, state := do(t, h, "GET", "/api/state", "")
+	code, state := do(t, h, "GET", "/api/state", "Bearer "+secret)
+	if code != http.StatusOK || !strings.Contains(state, `"actions": true`) {
+		t.Fatalf("state with the token: %d %s", code, state)
+	}
 	for what, text := range map[string]string{"state": state, "log": log.String(), "error": body} {
 		if strings.Contains(text, secret) {
 			t.Fatalf("the token shows in the %s: %s", what, text)
