@@ -52,7 +52,7 @@ func (a *app) defineHTTPFlags(fs *flag.FlagSet, cmd, serves string) httpFlags {
 		f.tokenFile = fs.String("token-file", "", "read the token /events then needs from `FILE` (or set "+tokenEnv+")")
 	}
 	a.keyFlag(fs, "allowed-hosts", "http.allowed_hosts", "accept the host `NAMES` (comma-separated) in the Host header of requests to --http, besides\n"+
-		"localhost, IP addresses and --http's own host (wins over [http] allowed_hosts)")
+		"localhost, IP addresses, this machine's name and --http's own host (wins over [http] allowed_hosts)")
 	return f
 }
 
@@ -104,10 +104,10 @@ func (a *app) listenHTTP(cmd string, f httpFlags) (*httpListeners, error) {
 // serve serves the command's HTTP interface until stop is called:
 //
 //   - on --http: GET /events (the command's events as they happen, JSON
-//     lines; docs/events.md), behind the token when there is one; dash,
-//     if not nil, on every other path; and GET /metrics and GET /healthz
-//     unless --metrics-http moved them. Every request there must name
-//     this server in its Host header (httpguard.Hosts).
+//     lines; docs/events.md), behind the token when there is one, and
+//     dash, if not nil, on every other path, each for requests that name
+//     this server in their Host header (httpguard.Hosts); and GET
+//     /metrics and GET /healthz unless --metrics-http moved them.
 //   - on --metrics-http: GET /metrics (Prometheus text format) and GET
 //     /healthz (200 "ok" while the process runs), open to whoever reaches
 //     the port: they hold no task data.
@@ -129,25 +129,25 @@ func (a *app) serve(ctx context.Context, l *httpListeners, reg *metrics.Registry
 	})
 	var stops []func()
 	if l.main != nil {
-		mux := http.NewServeMux()
+		data := http.NewServeMux()
 		token := httpguard.NewToken(l.token, a.log.WithGroup("http"))
-		mux.Handle("GET /events", token.Require(events.Stream(bus, reg.StreamDropped)))
-		if l.metrics == nil {
-			mux.Handle("GET /metrics", health)
-			mux.Handle("GET /healthz", health)
-		}
-		if dash != nil {
-			mux.Handle("/", dash)
-		}
+		data.Handle("GET /events", token.Require(events.Stream(bus, reg.StreamDropped)))
 		paths := "/events"
-		if l.metrics == nil {
-			paths += " /metrics /healthz"
-		}
 		if dash != nil {
+			data.Handle("/", dash)
 			paths = "dashboard " + paths
 		}
-		h := httpguard.Hosts(l.addr, a.cfg.HTTPSection.AllowedHosts, a.log.WithGroup("http"), mux)
-		stops = append(stops, serveHTTP(ctx, a.log, l.main, h, paths))
+		mux := http.NewServeMux()
+		mux.Handle("/", httpguard.Hosts(l.addr, a.cfg.HTTPSection.AllowedHosts, a.log.WithGroup("http"), data))
+		if l.metrics == nil {
+			// Checked by neither token nor Host, as on --metrics-http:
+			// Prometheus and probes name targets as they like, and what
+			// these say is open to whoever reaches the port anyway.
+			mux.Handle("GET /metrics", health)
+			mux.Handle("GET /healthz", health)
+			paths += " /metrics /healthz"
+		}
+		stops = append(stops, serveHTTP(ctx, a.log, l.main, mux, paths))
 	}
 	if l.metrics != nil {
 		stops = append(stops, serveHTTP(ctx, a.log, l.metrics, health, "/metrics /healthz"))

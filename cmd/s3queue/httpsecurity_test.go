@@ -171,7 +171,7 @@ func TestDashboardRefusesOtherHosts(t *testing.T) {
 	port := base[strings.LastIndexByte(base, ':')+1:]
 
 	for _, host := range []string{"evil.example:" + port, "evil.example", "127.0.0.1.evil.example:" + port, "localhost.evil.example:" + port} {
-		for _, path := range []string{"/api/tasks/" + id, "/api/state", "/events", "/"} {
+		for _, path := range []string{"/api/tasks/" + id, "/api/state", "/events", "/", "/app.js"} {
 			r := call(t, "GET", base+path, "", host)
 			if r.code != http.StatusForbidden || strings.Contains(r.body, "4111") || !strings.Contains(r.body, "allowed_hosts") {
 				t.Errorf("GET %s, Host %s: %d %.200s; want 403 saying why", path, host, r.code, r.body)
@@ -181,6 +181,19 @@ func TestDashboardRefusesOtherHosts(t *testing.T) {
 	for _, host := range []string{"", "localhost:" + port, "LocalHost", "127.0.0.1:" + port, "[::1]:" + port, "10.1.2.3:" + port, "queue.example:" + port} {
 		if r := call(t, "GET", base+"/api/tasks/"+id, "", host); r.code != http.StatusOK {
 			t.Errorf("Host %q: %d %s, want 200", host, r.code, r.body)
+		}
+	}
+	// Prometheus and probes name their targets as they like: /metrics and
+	// /healthz, open to whoever reaches the port, check no Host.
+	for _, path := range []string{"/metrics", "/healthz"} {
+		if r := call(t, "GET", base+path, "", "worker-1.example:"+port); r.code != http.StatusOK {
+			t.Errorf("GET %s, Host worker-1.example: %d, want 200", path, r.code)
+		}
+	}
+	// The machine's own name is this server's.
+	if hostname, err := os.Hostname(); err == nil {
+		if r := call(t, "GET", base+"/api/state", "", hostname+":"+port); r.code != http.StatusOK {
+			t.Errorf("Host %s (this machine's name): %d, want 200", hostname, r.code)
 		}
 	}
 	waitFor(t, "the refusal in the log", func() bool {

@@ -70,7 +70,7 @@ var httpKeys = &settings.Section[HTTPSection]{
 	Name: "http",
 	Keys: []settings.Key[HTTPSection]{
 		settings.Strings("allowed_hosts", func(h *HTTPSection) *[]string { return &h.AllowedHosts }, nil,
-			"Host names a request to --http may name in its Host header, besides localhost, IP addresses and --http's own host (a guard against DNS rebinding): the names a Service or a proxy gives the dashboard, e.g. [\"s3queue-monitor.s3queue.svc\"]."),
+			"Host names a request to --http may name in its Host header, besides localhost, IP addresses, this machine's name and --http's own host (a guard against DNS rebinding): the names a Service or a proxy gives the dashboard, e.g. [\"s3queue-monitor.s3queue.svc\"]."),
 	},
 }
 

@@ -17,6 +17,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"strings"
 )
 
@@ -75,14 +76,18 @@ func (t *Token) Require(h http.Handler) http.Handler {
 }
 
 // Hosts returns h behind a check of the Host header. A request is served
-// if its Host (port aside) is empty, localhost, an IP address, the host of
-// listen, or one of allowed (case-insensitive); any other is refused with
-// 403 and logged at warn. An IP address is safe to accept: DNS rebinding
-// needs a name the attacker controls, and a page whose origin is an
-// address can only be this server's own.
+// if its Host (port aside) is empty, localhost, an IP address, this
+// machine's host name (os.Hostname), the host of listen, or one of allowed
+// (case-insensitive); any other is refused with 403 and logged at warn.
+// None of these can be an attacker's: DNS rebinding needs a name the
+// attacker controls, and a page whose origin is an address or a name of
+// this machine can only be this server's own.
 func Hosts(listen string, allowed []string, log *slog.Logger, h http.Handler) http.Handler {
 	names := map[string]bool{"localhost": true}
 	if host, _, err := net.SplitHostPort(listen); err == nil && host != "" {
+		names[canonical(host)] = true
+	}
+	if host, err := os.Hostname(); err == nil && host != "" {
 		names[canonical(host)] = true
 	}
 	for _, a := range allowed {
@@ -100,7 +105,7 @@ func Hosts(listen string, allowed []string, log *slog.Logger, h http.Handler) ht
 		}
 		log.Warn("http request refused: Host names another server", "remote_addr", r.RemoteAddr,
 			"method", r.Method, "path", r.URL.Path, "host", host)
-		WriteError(w, http.StatusForbidden, fmt.Sprintf("host %q is not a name of this server: a name other than localhost or an IP address must be listed in [http] allowed_hosts (--allowed-hosts)", host))
+		WriteError(w, http.StatusForbidden, fmt.Sprintf("host %q is not a name of this server: a name other than localhost, this machine's or an IP address must be listed in [http] allowed_hosts (--allowed-hosts)", host))
 	})
 }
 
