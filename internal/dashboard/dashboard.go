@@ -119,7 +119,7 @@ func New(cfg Config) (*Dashboard, error) {
 }
 
 // ServeHTTP serves the page and the API. No other site may frame them
-// (clickjacking: a page that overlays the dashboard's buttons).
+// (clickjacking: a page that lays its own buttons over the dashboard's).
 func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	h.Set("X-Content-Type-Options", "nosniff")
