@@ -43,9 +43,9 @@ var workerCommand = &command{
 		"provider first (exit 4 if it is unsupported); later ones trust the queue's manifest.\n" +
 		"--events FILE appends the worker's events (claimed, succeeded, failed, shard_acquired, ...)\n" +
 		"to FILE as JSON lines (- for stdout); see docs/events.md. --http ADDR serves /events (the\n" +
-		"same JSON lines, live; behind the token of --token-file or " + tokenEnv + " if one is given),\n" +
-		"/metrics (Prometheus) and /healthz on ADDR; --metrics-http ADDR serves the last two apart;\n" +
-		"see docs/operations.md and docs/security.md.\n" +
+		"same JSON lines, live; behind the token of --token-file or " + tokenEnv + ",\n" +
+		"if one is given), /metrics (Prometheus) and /healthz on ADDR; --metrics-http ADDR serves\n" +
+		"the last two apart; see docs/operations.md and docs/security.md.\n" +
 		"--rate-limit TYPE=N/INTERVAL starts at most N tasks of TYPE per INTERVAL fleet-wide (every\n" +
 		"worker running TYPE must set the same limit); tasks over it wait, pending; see\n" +
 		"docs/scheduling.md#rate-limits.",
@@ -281,7 +281,8 @@ var monitorCommand = &command{
 		"the queue's manifest. --events FILE appends what it does to tasks (redispatched, dead,\n" +
 		"repaired, deleted, corrupt) to FILE as JSON lines (- for stdout); see docs/events.md.\n" +
 		"--http ADDR serves the dashboard (docs/dashboard.md): read-only and open unless a token is\n" +
-		"given by --token-file FILE or " + tokenEnv + "; with one, its actions and its reads need it.\n" +
+		"given by --token-file FILE or " + tokenEnv + "; with one, its actions and\n" +
+		"its reads need it.\n" +
 		"Unless [monitor] scheduler = false, it submits the tasks of the queue's schedules, one per tick\n" +
 		"fleet-wide; it first writes queue.toml's [[schedule]] tables where the bucket's differ\n" +
 		"(docs/scheduling.md).",
