@@ -12,9 +12,10 @@ step() { printf '== %s (%ds)\n' "$*" "$SECONDS" >&2; }
 
 step "packages"
 # Debian packages the tests need, installed when missing (idempotent):
-# chromium for the dashboard's browser test (integration/dashboard_test.go,
-# which then fails rather than skips without a browser), zsh and fish for
-# the completion scripts' tests (cmd/s3queue/completion_test.go).
+# chromium for the dashboard's browser tests (integration/dashboard_test.go
+# and cmd/s3queue/browser_test.go, which then fail rather than skip without
+# a browser), zsh and fish for the completion scripts' tests
+# (cmd/s3queue/completion_test.go).
 mkdir -p .cache
 missing=()
 for pkg in chromium zsh fish; do

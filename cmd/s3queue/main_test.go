@@ -26,6 +26,9 @@ func TestMain(m *testing.M) {
 		main()
 		return
 	}
+	// The browser test's settings are the tests' own, not the command's:
+	// kept before the environment is cleared.
+	browser = browserEnv{chromium: os.Getenv("S3QUEUE_TEST_CHROMIUM"), require: os.Getenv("S3QUEUE_TEST_REQUIRE_BROWSER") != ""}
 	for _, kv := range os.Environ() {
 		if k, _, _ := strings.Cut(kv, "="); strings.HasPrefix(k, "S3QUEUE_") {
 			os.Unsetenv(k)

@@ -43,16 +43,23 @@ var tailCommand = &command{
 		"process serving that stream; a URL without a path gets /events), merges their events as they\n" +
 		"come, and prints one line per event (--json: each event's JSON line as received, the format\n" +
 		"of --events). An endpoint that drops is reconnected with backoff (250ms doubling to 5s), with\n" +
-		"a note on stderr; events sent while it was away are not replayed. It makes no request to the\n" +
-		"store. It runs until Ctrl-C (exit 0); exit 1 if no endpoint could be reached at the start.",
+		"a note on stderr; events sent while it was away are not replayed. An endpoint started with a\n" +
+		"token wants it: --token-file FILE or " + tokenEnv + " (sent to every --from as\n" +
+		"Authorization: Bearer). It makes no request to the store. It runs until Ctrl-C (exit 0);\n" +
+		"exit 1 if no endpoint could be reached at the start.",
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		var from urlList
 		fs.Var(&from, "from", "`URL` of a worker's events endpoint, its --http address (repeatable, or comma-separated)")
 		typ := fs.String("type", "", "only events of tasks of these `types` (comma-separated)")
 		kind := fs.String("kind", "", "only events of these `kinds` (comma-separated), e.g. succeeded,failed,dead")
+		tokenFile := fs.String("token-file", "", "send the token in `FILE` (or "+tokenEnv+") to endpoints started with one")
 		return func(ctx context.Context, _ []string) error {
 			if len(from) == 0 {
 				return usageError("tail: want at least one --from URL (a worker's --http address)")
+			}
+			token, _, err := a.readToken("tail", *tokenFile)
+			if err != nil {
+				return err
 			}
 			var f tailFilter
 			if *typ != "" {
@@ -73,7 +80,7 @@ var tailCommand = &command{
 					f.kinds = append(f.kinds, k)
 				}
 			}
-			return a.tail(ctx, from, f)
+			return a.tail(ctx, from, f, token)
 		}
 	},
 }
@@ -139,8 +146,9 @@ type tailLine struct {
 	raw  []byte
 }
 
-// tail follows the endpoints until ctx ends.
-func (a *app) tail(ctx context.Context, from []string, f tailFilter) error {
+// tail follows the endpoints until ctx ends, sending them token if it is
+// not "".
+func (a *app) tail(ctx context.Context, from []string, f tailFilter, token string) error {
 	var wg sync.WaitGroup
 	defer wg.Wait() // after cancel, below
 	ctx, cancel := context.WithCancel(ctx)
@@ -155,7 +163,7 @@ func (a *app) tail(ctx context.Context, from []string, f tailFilter) error {
 	}
 	client := &http.Client{Transport: tailTransport()}
 	for _, u := range from {
-		wg.Go(func() { follow(ctx, client, u, lines, first, note) })
+		wg.Go(func() { follow(ctx, client, u, token, lines, first, note) })
 	}
 	var failures []string
 	reached := false
@@ -202,11 +210,11 @@ func tailTransport() *http.Transport {
 // follow streams the event lines of the endpoint at u into lines,
 // reconnecting with backoff, until ctx ends. The outcome of its first
 // connection goes to first.
-func follow(ctx context.Context, client *http.Client, u string, lines chan<- tailLine, first chan<- error, note func(string, ...any)) {
+func follow(ctx context.Context, client *http.Client, u, token string, lines chan<- tailLine, first chan<- error, note func(string, ...any)) {
 	wait := tailRetryFirst
 	connected, down := false, false
 	for attempt := 0; ; attempt++ {
-		body, err := connect(ctx, client, u)
+		body, err := connect(ctx, client, u, token)
 		if ctx.Err() != nil {
 			if body != nil {
 				body.Close()
@@ -246,12 +254,15 @@ func follow(ctx context.Context, client *http.Client, u string, lines chan<- tai
 }
 
 // connect opens the event stream at u.
-func connect(ctx context.Context, client *http.Client, u string) (io.ReadCloser, error) {
+func connect(ctx context.Context, client *http.Client, u, token string) (io.ReadCloser, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", u, err)
 	}
 	req.Header.Set("Accept", "application/x-ndjson")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
 	resp, err := client.Do(req)
 	if err != nil {
 		var ue *url.Error
@@ -260,11 +271,19 @@ func connect(ctx context.Context, client *http.Client, u string) (io.ReadCloser,
 		}
 		return nil, fmt.Errorf("%s: %w", u, err)
 	}
-	if resp.StatusCode != http.StatusOK {
+	switch resp.StatusCode {
+	case http.StatusOK:
+		return resp.Body, nil
+	case http.StatusUnauthorized:
+		resp.Body.Close()
+		if token == "" {
+			return nil, fmt.Errorf("%s: %s: the endpoint wants a token: give it with --token-file FILE or %s", u, resp.Status, tokenEnv)
+		}
+		return nil, fmt.Errorf("%s: %s: the endpoint refused the token given (--token-file or %s)", u, resp.Status, tokenEnv)
+	default:
 		resp.Body.Close()
 		return nil, fmt.Errorf("%s: %s (is it a worker started with --http?)", u, resp.Status)
 	}
-	return resp.Body, nil
 }
 
 // stream copies the lines of body into lines until it ends.

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"net"
+	"net/http"
 	"slices"
 	"sort"
 	"strconv"
@@ -19,6 +19,7 @@ import (
 	"github.com/s3queue/s3queue/internal/settings"
 	"github.com/s3queue/s3queue/monitor"
 	"github.com/s3queue/s3queue/s3store"
+	"github.com/s3queue/s3queue/s3store/storeurl"
 	"github.com/s3queue/s3queue/task"
 	"github.com/s3queue/s3queue/worker"
 )
@@ -45,15 +46,17 @@ var workerCommand = &command{
 		"kills the running commands' process groups. A worker that creates the queue checks the\n" +
 		"provider first (exit 4 if it is unsupported); later ones trust the queue's manifest.\n" +
 		"--events FILE appends the worker's events (claimed, succeeded, failed, shard_acquired, ...)\n" +
-		"to FILE as JSON lines (- for stdout); see docs/events.md. --http ADDR serves /metrics\n" +
-		"(Prometheus), /healthz and /events (the same JSON lines, live) on ADDR; see docs/operations.md.\n" +
+		"to FILE as JSON lines (- for stdout); see docs/events.md. --http ADDR serves /events (the\n" +
+		"same JSON lines, live; behind the token of --token-file or " + tokenEnv + ",\n" +
+		"if one is given), /metrics (Prometheus) and /healthz on ADDR; --metrics-http ADDR serves\n" +
+		"the last two apart; see docs/operations.md and docs/security.md.\n" +
 		"--rate-limit TYPE=N/INTERVAL starts at most N tasks of TYPE per INTERVAL fleet-wide (every\n" +
 		"worker running TYPE must set the same limit); tasks over it wait, pending; see\n" +
 		"docs/scheduling.md#rate-limits.",
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		eventsTo := eventsFlag(fs)
 		a.keyFlag(fs, "concurrency", "worker.concurrency", "run `N` handlers at once in each pool that sets no max_in_flight (wins over [worker] concurrency and S3QUEUE_WORKER_CONCURRENCY)")
-		httpAddr := httpFlag(fs)
+		httpf := a.defineHTTPFlags(fs, "worker", "/events, and /metrics and /healthz unless --metrics-http,")
 		execs := map[string]string{}
 		fs.Func("exec", "run `TYPE=COMMAND` for tasks of TYPE (repeatable)", func(v string) error {
 			typ, cmd, ok := strings.Cut(v, "=")
@@ -126,15 +129,12 @@ var workerCommand = &command{
 			if err := hideEnviron(); err != nil {
 				a.log.Warn("worker: cannot hide its environment from handlers", "error", err)
 			}
-			var ln net.Listener
-			if *httpAddr != "" {
-				var err error
-				if ln, err = listenHTTP("worker", *httpAddr); err != nil {
-					return err
-				}
-				defer ln.Close()
+			hl, err := a.listenHTTP("worker", httpf)
+			if err != nil {
+				return err
 			}
-			bus, closeEvents, err := a.openBus(*eventsTo, *httpAddr != "")
+			defer hl.close()
+			bus, closeEvents, err := a.openBus(*eventsTo, hl.any())
 			if err != nil {
 				return err
 			}
@@ -158,7 +158,7 @@ var workerCommand = &command{
 				return usageError("worker: %v", err)
 			}
 			var reg *metrics.Registry
-			if *httpAddr != "" {
+			if hl.any() {
 				// Every request of the worker is counted and priced
 				// for /metrics: the counter wraps the store it uses.
 				counter := s3store.NewCounter(st)
@@ -170,7 +170,7 @@ var workerCommand = &command{
 			stopHTTP := func() {}
 			if reg != nil {
 				reg.Subscribe(bus)
-				stopHTTP = serveHTTP(ctx, a.log, ln, processMux(reg, bus, nil))
+				stopHTTP = a.serve(ctx, hl, reg, bus, nil, nil)
 				defer stopHTTP()
 			}
 			w, err := worker.New(ctx, st, wcfg)
@@ -330,27 +330,22 @@ var monitorCommand = &command{
 		"creates the queue checks the provider first (exit 4 if it is unsupported); later ones trust\n" +
 		"the queue's manifest. --events FILE appends what it does to tasks (redispatched, dead,\n" +
 		"repaired, deleted, corrupt) to FILE as JSON lines (- for stdout); see docs/events.md.\n" +
-		"--http ADDR serves the dashboard (docs/dashboard.md): read-only unless an action token is\n" +
-		"given by --token-file FILE or " + tokenEnv + ".\n" +
+		"--http ADDR serves the dashboard (docs/dashboard.md): read-only and open unless a token is\n" +
+		"given by --token-file FILE or " + tokenEnv + "; with one, its actions and\n" +
+		"its reads need it.\n" +
 		"Unless [monitor] scheduler = false, it submits the tasks of the queue's schedules, one per tick\n" +
 		"fleet-wide; it first writes queue.toml's [[schedule]] tables where the bucket's differ\n" +
 		"(docs/scheduling.md).",
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		eventsTo := eventsFlag(fs)
-		dash := defineDashboardFlags(fs)
+		httpf := a.defineHTTPFlags(fs, "monitor", "the dashboard, /events, and /metrics and /healthz unless --metrics-http,")
 		return func(ctx context.Context, _ []string) error {
-			token, err := a.dashboardToken(dash)
+			hl, err := a.listenHTTP("monitor", httpf)
 			if err != nil {
 				return err
 			}
-			var ln net.Listener
-			if *dash.addr != "" {
-				if ln, err = listenHTTP("monitor", *dash.addr); err != nil {
-					return err
-				}
-				defer ln.Close()
-			}
-			bus, closeEvents, err := a.openBus(*eventsTo, ln != nil)
+			defer hl.close()
+			bus, closeEvents, err := a.openBus(*eventsTo, hl.any())
 			if err != nil {
 				return err
 			}
@@ -365,13 +360,16 @@ var monitorCommand = &command{
 				return err
 			}
 			var reg *metrics.Registry
-			if ln != nil {
+			if hl.any() {
 				// The dashboard and /metrics show the monitor's own
-				// requests and their cost, and the newest dead tasks.
+				// requests and their cost, and the dashboard the newest
+				// dead tasks.
 				counter := s3store.NewCounter(st)
 				st = counter
 				reg = metrics.New()
 				reg.CountStore(counter)
+			}
+			if hl.main != nil {
 				mcfg.DeadList = deadListSize
 			}
 			mcfg.Events = bus
@@ -397,11 +395,13 @@ var monitorCommand = &command{
 			}
 			if reg != nil {
 				reg.Subscribe(bus)
-				h, err := a.monitorMux(reg, bus, m, q, token)
-				if err != nil {
-					return err
+				var dash http.Handler
+				if hl.main != nil {
+					if dash, err = a.monitorDashboard(m, q, hl.token, noSpend(url)); err != nil {
+						return err
+					}
 				}
-				stop := serveHTTP(ctx, a.log, ln, h)
+				stop := a.serve(ctx, hl, reg, bus, func() { reg.SetQueue(queueSnapshot(m.State())) }, dash)
 				defer stop()
 			}
 			a.log.Info("monitor started", "store", url, "interval", mcfg.Interval)
@@ -418,6 +418,16 @@ var monitorCommand = &command{
 			return err
 		}
 	},
+}
+
+// noSpend says why the requests to the store at url (redacted) cost
+// nothing, or "" if they are S3's: the dashboard then shows no spend.
+func noSpend(url string) string {
+	spec, err := storeurl.Parse(url)
+	if err != nil || spec.Scheme == storeurl.SchemeS3 {
+		return ""
+	}
+	return "a " + spec.Scheme + ":// store: its requests cost nothing (the spend shown for an s3:// store is the monitor's requests at S3 Standard prices)"
 }
 
 // unusable is the one message a long-running command ends with when its

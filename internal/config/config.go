@@ -63,6 +63,8 @@ type Config struct {
 	// SubmitSection is [submit]: the defaults of `s3queue submit`.
 	SubmitSection producer.Options
 	LogSection    LogSection
+	// HTTPSection is [http].
+	HTTPSection HTTPSection
 	// Schedules are the [[schedule]] tables, validated, in file order.
 	Schedules []schedule.Definition
 	// Handlers maps a task type to the shell command the worker command
@@ -89,6 +91,13 @@ type LogSection struct {
 	Format string // "text" or "json"
 }
 
+// HTTPSection is [http].
+type HTTPSection struct {
+	// AllowedHosts are the host names, besides localhost, IP addresses
+	// and the listen address's host, that requests may give in Host.
+	AllowedHosts []string
+}
+
 // tables returns every section bound to c, in file order. [handlers], a
 // table of task types, is decoded on its own.
 func (c *Config) tables() []settings.Table {
@@ -101,6 +110,7 @@ func (c *Config) tables() []settings.Table {
 		producer.ConfigKeys.Bind(&c.ProducerSection),
 		producer.SubmitKeys.Bind(&c.SubmitSection),
 		logKeys.Bind(&c.LogSection),
+		httpKeys.Bind(&c.HTTPSection),
 	}
 }
 

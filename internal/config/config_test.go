@@ -174,6 +174,9 @@ var keyCases = []keyCase{
 	{"submit.retry_jitter", `0.0`, "0", func(c Config) bool { return c.SubmitOptions().Retry.Jitter == 0 }},
 	{"log.level", `"debug"`, "debug", func(c Config) bool { return c.LogSection.Level == slog.LevelDebug }},
 	{"log.format", `"json"`, "json", func(c Config) bool { return c.LogSection.Format == "json" }},
+	{"http.allowed_hosts", `["q.example", "s3queue-monitor.s3queue.svc"]`, "q.example, s3queue-monitor.s3queue.svc", func(c Config) bool {
+		return reflect.DeepEqual(c.HTTPSection.AllowedHosts, []string{"q.example", "s3queue-monitor.s3queue.svc"})
+	}},
 }
 
 // snippet renders key = value as a queue.toml fragment.

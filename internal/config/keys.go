@@ -64,6 +64,16 @@ var logKeys = &settings.Section[LogSection]{
 	},
 }
 
+// httpKeys declares [http]: the HTTP interface of `worker --http` and
+// `monitor --http`.
+var httpKeys = &settings.Section[HTTPSection]{
+	Name: "http",
+	Keys: []settings.Key[HTTPSection]{
+		settings.Strings("allowed_hosts", func(h *HTTPSection) *[]string { return &h.AllowedHosts }, nil,
+			"Host names a request to --http may name in its Host header, besides localhost, IP addresses, this machine's name and --http's own host (a guard against DNS rebinding): the names a Service or a proxy gives the dashboard, e.g. [\"s3queue-monitor.s3queue.svc\"]."),
+	},
+}
+
 func parseLevel(s string) (slog.Level, error) {
 	switch strings.ToLower(s) {
 	case "debug":

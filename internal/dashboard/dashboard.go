@@ -7,8 +7,10 @@
 // monitor's sweeps already learnt (monitor.State, taken from memory). A task
 // detail costs one GET of the task object. Actions (requeue, cancel,
 // requeue the dead of a type) are refused unless the dashboard was given a
-// token at start-up and the request carries it (Authorization: Bearer); the
-// token never appears in a response, a log line or the page.
+// token at start-up and the request carries it (Authorization: Bearer);
+// with a token, the API's reads need it too (the page's HTML, script and
+// style, which hold no data, do not). The token never appears in a
+// response, a log line or the page.
 //
 // It must not scan the bucket, nor hold any state of its own beyond its
 // configuration.
@@ -16,11 +18,9 @@ package dashboard
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"embed"
-	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"log/slog"
 	"net/http"
@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/s3queue/s3queue/internal/cost"
+	"github.com/s3queue/s3queue/internal/httpguard"
 	"github.com/s3queue/s3queue/internal/taskio"
 	"github.com/s3queue/s3queue/monitor"
 	"github.com/s3queue/s3queue/producer"
@@ -61,12 +62,18 @@ type Config struct {
 	State StateSource
 	Tasks Tasks
 	// Token, if set, enables the actions for requests that carry it
-	// (Authorization: Bearer TOKEN). Empty: the dashboard is read-only.
+	// (Authorization: Bearer TOKEN), and the API's reads need it too.
+	// Empty: the dashboard is read-only, and its reads are open.
 	Token string
 	// Prices turn the monitor's request counts into spend (default
 	// cost.S3Standard).
 	Prices cost.Prices
-	// Logger logs each action (never its token); default slog.Default().
+	// NoSpend, if set, says why the monitor's requests cost nothing (its
+	// store is a directory or memory, not S3): the dashboard then shows no
+	// spend, and says why.
+	NoSpend string
+	// Logger logs each action and each refused token, with the client's
+	// address (never the token); default slog.Default().
 	Logger *slog.Logger
 	// Timeout bounds the requests of one API call (default 30s); in a
 	// bulk requeue, those of each task.
@@ -76,7 +83,7 @@ type Config struct {
 // Dashboard is the http.Handler of the page and its API.
 type Dashboard struct {
 	cfg   Config
-	token [sha256.Size]byte // the token's hash, compared in constant time
+	token *httpguard.Token
 	mux   *http.ServeMux
 	log   *slog.Logger
 }
@@ -96,28 +103,29 @@ func New(cfg Config) (*Dashboard, error) {
 		cfg.Timeout = 30 * time.Second
 	}
 	d := &Dashboard{cfg: cfg, mux: http.NewServeMux(), log: cfg.Logger.WithGroup("dashboard")}
-	if cfg.Token != "" {
-		d.token = sha256.Sum256([]byte(cfg.Token))
-	}
+	d.token = httpguard.NewToken(cfg.Token, d.log)
 	sub, err := fs.Sub(static, "static")
 	if err != nil {
 		return nil, err
 	}
 	files := http.FileServerFS(sub)
 	d.mux.Handle("GET /", files)
-	d.mux.HandleFunc("GET /api/state", d.state)
-	d.mux.HandleFunc("GET /api/tasks/{id}", d.getTask)
+	d.mux.Handle("GET /api/state", d.token.Require(http.HandlerFunc(d.state)))
+	d.mux.Handle("GET /api/tasks/{id}", d.token.Require(http.HandlerFunc(d.getTask)))
 	d.mux.HandleFunc("POST /api/tasks/{id}/requeue", d.action(d.requeue))
 	d.mux.HandleFunc("POST /api/tasks/{id}/cancel", d.action(d.cancel))
 	d.mux.HandleFunc("POST /api/dead/requeue", d.bulkAction(d.requeueDead))
 	return d, nil
 }
 
-// ServeHTTP serves the page and the API.
+// ServeHTTP serves the page and the API. No other site may frame them
+// (clickjacking: a page that lays its own buttons over the dashboard's).
 func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.Header().Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'")
-	w.Header().Set("Referrer-Policy", "no-referrer")
+	h := w.Header()
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; frame-ancestors 'none'")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Referrer-Policy", "no-referrer")
 	d.mux.ServeHTTP(w, r)
 }
 
@@ -132,9 +140,11 @@ type StateResponse struct {
 // Spend is the monitor's S3 spend, from its own request counts and the
 // price model of internal/cost.
 type Spend struct {
-	// Available is false when the monitor's store does not count its
-	// requests.
+	// Available is false when there is no spend to show: the store does
+	// not count its requests, or bills none (Why says which).
 	Available bool `json:"available"`
+	// Why there is no spend to show, when Available is false.
+	Why string `json:"why,omitempty"`
 	// PerHour is dollars per hour at the rate of the last WindowSecs.
 	PerHour    float64 `json:"per_hour"`
 	PerMonth   float64 `json:"per_month"`
@@ -145,8 +155,13 @@ type Spend struct {
 
 func (d *Dashboard) state(w http.ResponseWriter, r *http.Request) {
 	s := d.cfg.State.State()
-	resp := StateResponse{State: s, Actions: d.cfg.Token != ""}
-	if s.Requests != nil && s.Requests.WindowSecs > 0 {
+	resp := StateResponse{State: s, Actions: d.token.Set()}
+	switch {
+	case d.cfg.NoSpend != "":
+		resp.Spend.Why = d.cfg.NoSpend
+	case s.Requests == nil || s.Requests.WindowSecs <= 0:
+		resp.Spend.Why = "the monitor's store does not count its requests"
+	default:
 		last := requestsOf(s.Requests.LastHour)
 		resp.Spend = Spend{Available: true, WindowSecs: s.Requests.WindowSecs,
 			PerHour: last.Dollars(d.cfg.Prices) * 3600 / s.Requests.WindowSecs}
@@ -173,20 +188,55 @@ type TaskResponse struct {
 }
 
 func (d *Dashboard) getTask(w http.ResponseWriter, r *http.Request) {
+	id, err := taskID(r)
+	if err != nil {
+		writeError(w, statusOf(err), err.Error())
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), d.cfg.Timeout)
 	defer cancel()
-	t, err := d.cfg.Tasks.Get(ctx, r.PathValue("id"))
+	t, err := d.cfg.Tasks.Get(ctx, id)
 	if err != nil {
-		writeError(w, statusOf(err), err)
+		writeError(w, statusOf(err), message("get", id, err))
 		return
 	}
 	writeJSON(w, http.StatusOK, TaskResponse{Task: t})
 }
 
+// taskID is the request's {id}, if it is a task id (task.ValidID): the
+// operations would answer anything else "not found", which is no answer to
+// a path like ..%2Fqueue.json.
+func taskID(r *http.Request) (string, error) {
+	id := r.PathValue("id")
+	if !task.ValidID(id) {
+		return "", errBadRequest{fmt.Errorf("%q is not a task id: want 26 upper-case Crockford base32 characters", id)}
+	}
+	return id, nil
+}
+
+// message is err, an error of operation op on task id, as the API says
+// it: once. Each layer of the operations says what it did ("s3queue:
+// requeue: task X: requeue task X: only dead or canceled ..."), and the
+// innermost that names the task says the operation and the task once;
+// when none names it, the operation and the task are said before the
+// cause.
+func message(op, id string, err error) string {
+	msg := ""
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		if s := e.Error(); strings.Contains(s, id) {
+			msg = s
+		}
+	}
+	if msg == "" {
+		msg = op + " task " + id + ": " + strings.TrimPrefix(err.Error(), "s3queue: "+op+": ")
+	}
+	return msg
+}
+
 // action wraps an action's handler with the token check: without a
 // configured token every action is refused (403), and a request without
-// the token, or with another, is refused (401). Both answers say why, and
-// neither repeats what was sent.
+// the token, or with another, is refused (401, logged with the client's
+// address). Both answers say why, and neither repeats what was sent.
 func (d *Dashboard) action(h func(ctx context.Context, r *http.Request) (any, error)) http.HandlerFunc {
 	return d.guard(h, true)
 }
@@ -199,18 +249,15 @@ func (d *Dashboard) bulkAction(h func(ctx context.Context, r *http.Request) (any
 }
 
 // guard is action and bulkAction: the token check, then h, under one
-// Timeout when timed.
+// Timeout when timed. Each action is logged with its outcome and the
+// client's address.
 func (d *Dashboard) guard(h func(ctx context.Context, r *http.Request) (any, error), timed bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if d.cfg.Token == "" {
-			writeError(w, http.StatusForbidden, errors.New("actions are disabled: the monitor was started without a dashboard token (--token-file or S3QUEUE_DASHBOARD_TOKEN)"))
+		if !d.token.Set() {
+			writeError(w, http.StatusForbidden, "actions are disabled: the monitor was started without a dashboard token (--token-file or S3QUEUE_DASHBOARD_TOKEN)")
 			return
 		}
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		sum := sha256.Sum256([]byte(got))
-		if !ok || subtle.ConstantTimeCompare(sum[:], d.token[:]) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="s3queue"`)
-			writeError(w, http.StatusUnauthorized, errors.New("this action needs the dashboard token (Authorization: Bearer <token>); none was given, or it is wrong"))
+		if !d.token.Admit(w, r) {
 			return
 		}
 		ctx := r.Context()
@@ -218,16 +265,40 @@ func (d *Dashboard) guard(h func(ctx context.Context, r *http.Request) (any, err
 			var cancel context.CancelFunc
 			ctx, cancel = context.WithTimeout(ctx, d.cfg.Timeout)
 			defer cancel()
+		} else {
+			// The server's write timeout bounds one request's time; a bulk
+			// requeue takes a Timeout per round of bulkParallel tasks.
+			rounds := len(d.cfg.State.State().Dead)/bulkParallel + 2
+			_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(time.Duration(rounds) * d.cfg.Timeout))
 		}
 		out, err := h(ctx, r)
 		if err != nil {
-			d.log.Info("action refused", "path", r.URL.Path, "err", err)
-			writeError(w, statusOf(err), err)
+			msg := err.Error()
+			if id := r.PathValue("id"); id != "" && !errors.As(err, new(errBadRequest)) {
+				msg = message(opOf(r), id, err)
+			}
+			d.log.Info("action refused", "path", r.URL.Path, "remote_addr", r.RemoteAddr, "err", msg)
+			writeError(w, statusOf(err), msg)
 			return
 		}
-		d.log.Info("action", "path", r.URL.Path)
+		d.log.Info("action", "path", r.URL.Path, "remote_addr", r.RemoteAddr)
 		writeJSON(w, http.StatusOK, out)
 	}
+}
+
+// withoutTask is msg, a message of an operation on task id, without the
+// operation and the task: for an answer that names the task apart.
+func withoutTask(id, msg string) string {
+	if _, rest, ok := strings.Cut(msg, id+": "); ok {
+		return rest
+	}
+	return msg
+}
+
+// opOf is the operation an action's path names: its last segment
+// (requeue, cancel).
+func opOf(r *http.Request) string {
+	return r.URL.Path[strings.LastIndexByte(r.URL.Path, '/')+1:]
 }
 
 // ActionResponse is what an action returns.
@@ -249,14 +320,18 @@ type ActionResponse struct {
 	Status string `json:"status"`
 }
 
-// FailedRequeue is one task a bulk requeue could not requeue.
+// FailedRequeue is one task a bulk requeue could not requeue: its id,
+// and why (which does not repeat the id).
 type FailedRequeue struct {
 	ID    string `json:"id"`
 	Error string `json:"error"`
 }
 
 func (d *Dashboard) requeue(ctx context.Context, r *http.Request) (any, error) {
-	id := r.PathValue("id")
+	id, err := taskID(r)
+	if err != nil {
+		return nil, err
+	}
 	if err := d.cfg.Tasks.Requeue(ctx, id); err != nil {
 		return nil, err
 	}
@@ -264,7 +339,10 @@ func (d *Dashboard) requeue(ctx context.Context, r *http.Request) (any, error) {
 }
 
 func (d *Dashboard) cancel(ctx context.Context, r *http.Request) (any, error) {
-	id := r.PathValue("id")
+	id, err := taskID(r)
+	if err != nil {
+		return nil, err
+	}
 	requested, err := d.cfg.Tasks.Cancel(ctx, id)
 	if err != nil {
 		return nil, err
@@ -313,7 +391,7 @@ func (d *Dashboard) requeueDead(ctx context.Context, r *http.Request) (any, erro
 	out := ActionResponse{Requeued: []string{}}
 	for i, id := range ids {
 		if errs[i] != nil {
-			out.Failed = append(out.Failed, FailedRequeue{ID: id, Error: errs[i].Error()})
+			out.Failed = append(out.Failed, FailedRequeue{ID: id, Error: withoutTask(id, message("requeue", id, errs[i]))})
 			continue
 		}
 		out.Requeued = append(out.Requeued, id)
@@ -357,20 +435,9 @@ func statusOf(err error) int {
 	return http.StatusBadGateway
 }
 
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(code)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", " ")
-	_ = enc.Encode(v)
-}
+func writeJSON(w http.ResponseWriter, code int, v any) { httpguard.WriteJSON(w, code, v) }
 
 // ErrorResponse is every API error: one line saying what went wrong.
-type ErrorResponse struct {
-	Error string `json:"error"`
-}
+type ErrorResponse = httpguard.ErrorResponse
 
-func writeError(w http.ResponseWriter, code int, err error) {
-	writeJSON(w, code, ErrorResponse{Error: err.Error()})
-}
+func writeError(w http.ResponseWriter, code int, msg string) { httpguard.WriteError(w, code, msg) }

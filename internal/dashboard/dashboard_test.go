@@ -2,6 +2,7 @@ package dashboard_test
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -99,7 +100,11 @@ func TestAPageViewCostsNoRequest(t *testing.T) {
 	if d := st.Counts().Sub(before); d.Of(s3store.OpGet) != 1 || d.Total() != 1 {
 		t.Fatalf("a task detail made %v, want one GET", d)
 	}
-	if code, body := do(t, h, "GET", "/api/tasks/nope", ""); code != http.StatusNotFound || !strings.Contains(body, `"error": "task nope: task not found"`) {
+	unknown, err := task.NewID(time.Now(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, body := do(t, h, "GET", "/api/tasks/"+unknown, ""); code != http.StatusNotFound || !strings.Contains(body, `"error": "task `+unknown+`: task not found"`) {
 		t.Fatalf("an unknown id: %d %s", code, body)
 	}
 }
@@ -140,7 +145,10 @@ func TestActionsNeedTheToken(t *testing.T) {
 	if code != http.StatusOK || !strings.Contains(body, `"canceled"`) {
 		t.Fatalf("cancel: %d %s", code, body)
 	}
-	_, state := do(t, h, "GET", "/api/state", "")
+	code, state := do(t, h, "GET", "/api/state", "Bearer "+secret)
+	if code != http.StatusOK || !strings.Contains(state, `"actions": true`) {
+		t.Fatalf("state with the token: %d %s", code, state)
+	}
 	for what, text := range map[string]string{"state": state, "log": log.String(), "error": body} {
 		if strings.Contains(text, secret) {
 			t.Fatalf("the token shows in the %s: %s", what, text)

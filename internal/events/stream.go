@@ -2,6 +2,7 @@ package events
 
 import (
 	"fmt"
+	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -24,6 +25,12 @@ const streamWriteTimeout = 30 * time.Second
 // its publishers time. A client beyond it is answered 503 at once.
 const MaxStreamClients = 32
 
+// MaxStreamClientsPerAddr bounds the clients of one remote address (IP)
+// a Stream serves at once, so that one host cannot take all
+// MaxStreamClients and lock out the others (s3queue tail). A client
+// beyond it is answered 503 at once.
+const MaxStreamClientsPerAddr = 4
+
 // Stream returns a handler (GET /events) that sends each client the
 // events of bus published after it connected, as JSON lines
 // (application/x-ndjson) in exactly the form JSONLines writes, one event a
@@ -36,24 +43,60 @@ const MaxStreamClients = 32
 // time. dropped, if not nil, is told how many it lost, as it goes (at
 // the next line written after a loss) and when it ends.
 //
-// It serves at most MaxStreamClients at once; one more is refused with
-// 503 Service Unavailable and a body that says why.
+// It serves at most MaxStreamClients at once, and MaxStreamClientsPerAddr
+// from one address; one more is refused with 503 Service Unavailable and a
+// body that says why.
+//
+// A stream is exempt from the server's write timeout (http.Server's
+// WriteTimeout bounds a whole response): each of its writes has a
+// deadline of its own instead.
 func Stream(bus *Bus, dropped func(n int64)) http.Handler {
-	var clients atomic.Int64
+	var (
+		mu      sync.Mutex
+		clients int
+		perAddr = map[string]int{}
+	)
+	// join counts a client from addr in, unless that would break a bound;
+	// leave counts it out.
+	join := func(addr string) (refused string) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case clients >= MaxStreamClients:
+			return fmt.Sprintf("too many /events clients: %d are connected, the most this process serves; retry later, or close a stream you do not read", MaxStreamClients)
+		case perAddr[addr] >= MaxStreamClientsPerAddr:
+			return fmt.Sprintf("too many /events clients from %s: %d are connected from it, the most this process serves one address; retry later, or close a stream you do not read", addr, MaxStreamClientsPerAddr)
+		}
+		clients++
+		perAddr[addr]++
+		return ""
+	}
+	leave := func(addr string) {
+		mu.Lock()
+		defer mu.Unlock()
+		clients--
+		if perAddr[addr]--; perAddr[addr] == 0 {
+			delete(perAddr, addr)
+		}
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet {
 			w.Header().Set("Allow", http.MethodGet)
 			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 			return
 		}
-		if clients.Add(1) > MaxStreamClients {
-			clients.Add(-1)
+		addr := r.RemoteAddr
+		if host, _, err := net.SplitHostPort(addr); err == nil {
+			addr = host
+		}
+		if why := join(addr); why != "" {
 			w.Header().Set("Retry-After", "30")
-			http.Error(w, fmt.Sprintf("too many /events clients: %d are connected, the most this process serves; retry later, or close a stream you do not read", MaxStreamClients), http.StatusServiceUnavailable)
+			http.Error(w, why, http.StatusServiceUnavailable)
 			return
 		}
-		defer clients.Add(-1)
+		defer leave(addr)
 		rc := http.NewResponseController(w)
+		_ = rc.SetWriteDeadline(time.Time{}) // each write sets its own, below
 		var (
 			sub      atomic.Pointer[Subscription]
 			ready    = make(chan struct{}) // closed once the headers are out

@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -157,13 +159,19 @@ func TestStreamRefusesClientsBeyondItsCap(t *testing.T) {
 		cancel context.CancelFunc
 		done   chan struct{}
 	}
+	// from is a request from a client at address i (of its own).
+	from := func(ctx context.Context, i int) *http.Request {
+		r := httptest.NewRequestWithContext(ctx, http.MethodGet, "/events", nil)
+		r.RemoteAddr = fmt.Sprintf("192.0.2.%d:4000", i)
+		return r
+	}
 	var clients []client
-	for range MaxStreamClients {
+	for i := range MaxStreamClients {
 		ctx, cancel := context.WithCancel(context.Background())
 		c := client{cancel, make(chan struct{})}
 		go func() {
 			defer close(c.done)
-			h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequestWithContext(ctx, http.MethodGet, "/events", nil))
+			h.ServeHTTP(httptest.NewRecorder(), from(ctx, i))
 		}()
 		clients = append(clients, c)
 	}
@@ -181,7 +189,7 @@ func TestStreamRefusesClientsBeyondItsCap(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	w := httptest.NewRecorder()
-	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/events", nil))
+	h.ServeHTTP(w, from(context.Background(), 200))
 	if w.Code != http.StatusServiceUnavailable || !bytes.Contains(w.Body.Bytes(), []byte("too many /events clients: 32")) {
 		t.Fatalf("client %d: %d %q, want 503 saying why", MaxStreamClients+1, w.Code, w.Body.String())
 	}
@@ -195,7 +203,7 @@ func TestStreamRefusesClientsBeyondItsCap(t *testing.T) {
 	rec := httptest.NewRecorder()
 	go func() {
 		defer close(c.done)
-		h.ServeHTTP(rec, httptest.NewRequestWithContext(ctx, http.MethodGet, "/events", nil))
+		h.ServeHTTP(rec, from(ctx, 200))
 	}()
 	clients[0] = c
 	for len(bus.Stats()) < MaxStreamClients {
@@ -204,4 +212,45 @@ func TestStreamRefusesClientsBeyondItsCap(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// One address gets MaxStreamClientsPerAddr streams at most: one more from
+// it is refused with 503 saying why, while another address is served.
+func TestStreamBoundsTheClientsOfOneAddress(t *testing.T) {
+	bus := NewBus()
+	defer bus.Close()
+	h := Stream(bus, nil)
+	var wg sync.WaitGroup
+	ctx, cancel := context.WithCancel(context.Background())
+	defer func() { cancel(); wg.Wait() }()
+	serve := func(addr string) *httptest.ResponseRecorder {
+		r := httptest.NewRequestWithContext(ctx, http.MethodGet, "/events", nil)
+		r.RemoteAddr = addr
+		w := httptest.NewRecorder()
+		wg.Go(func() { h.ServeHTTP(w, r) })
+		return w
+	}
+	waitSubscribers := func(n int) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for len(bus.Stats()) < n {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d of %d clients subscribed", len(bus.Stats()), n)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	for i := range MaxStreamClientsPerAddr {
+		serve(fmt.Sprintf("198.51.100.7:%d", 4000+i))
+	}
+	waitSubscribers(MaxStreamClientsPerAddr)
+	w := httptest.NewRecorder()
+	r := httptest.NewRequest(http.MethodGet, "/events", nil)
+	r.RemoteAddr = "198.51.100.7:5000"
+	h.ServeHTTP(w, r)
+	if w.Code != http.StatusServiceUnavailable || !strings.Contains(w.Body.String(), "too many /events clients from 198.51.100.7: 4 are connected from it") {
+		t.Fatalf("client %d of one address: %d %q, want 503 saying why", MaxStreamClientsPerAddr+1, w.Code, w.Body.String())
+	}
+	serve("198.51.100.8:4000")
+	waitSubscribers(MaxStreamClientsPerAddr + 1)
 }

@@ -34,7 +34,7 @@ type Section[S any] struct {
 }
 
 // Key is one declared key of S. Declare keys with String, Int, Float,
-// Bool, Duration, Ints or Text.
+// Bool, Duration, Ints, Strings or Text.
 type Key[S any] interface {
 	// Name is the key's name within its section ("poll_min").
 	Name() string
@@ -559,6 +559,47 @@ func Ints[S any](name string, field func(*S) *[]int, def []int, doc string) *Typ
 		// shard), so only nil takes the default.
 		zero:  func(l []int) bool { return l == nil },
 		clone: slices.Clone[[]int],
+	}, name, field, def, doc)
+}
+
+// Strings declares a key holding a list of strings: an array in queue.toml,
+// commas in the environment and on the command line (a,b). An empty list
+// is nil.
+func Strings[S any](name string, field func(*S) *[]string, def []string, doc string) *Typed[S, []string] {
+	return declare(kind[[]string]{
+		decode: func(raw any) ([]string, error) {
+			arr, ok := raw.([]any)
+			if !ok {
+				return nil, fmt.Errorf("want an array of strings like [\"a\", \"b\"], got %s", Describe(raw))
+			}
+			var out []string
+			for _, e := range arr {
+				s, ok := e.(string)
+				if !ok {
+					return nil, fmt.Errorf("want an array of strings like [\"a\", \"b\"], found %s", Describe(e))
+				}
+				out = append(out, s)
+			}
+			return out, nil
+		},
+		parse: func(s string) ([]string, error) {
+			var out []string
+			for _, part := range strings.Split(s, ",") {
+				if part = strings.TrimSpace(part); part != "" {
+					out = append(out, part)
+				}
+			}
+			return out, nil
+		},
+		format: func(l []string) string {
+			parts := make([]string, len(l))
+			for i, s := range l {
+				parts[i] = strconv.Quote(s)
+			}
+			return "[" + strings.Join(parts, ", ") + "]"
+		},
+		zero:  func(l []string) bool { return len(l) == 0 },
+		clone: slices.Clone[[]string],
 	}, name, field, def, doc)
 }
 

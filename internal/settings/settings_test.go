@@ -16,6 +16,7 @@ type conf struct {
 	On    bool
 	Wait  time.Duration
 	List  []int
+	Names []string
 	Never bool // with Wait 0: Wait 0 is meant
 }
 
@@ -29,6 +30,7 @@ var section = &settings.Section[conf]{
 		settings.Duration("wait", func(c *conf) *time.Duration { return &c.Wait }, 90*time.Second, "A wait.").
 			Must(settings.NotNegative).Unset(func(c *conf) bool { return c.Wait == 0 && !c.Never }),
 		settings.Ints("list", func(c *conf) *[]int { return &c.List }, nil, "A list."),
+		settings.Strings("names", func(c *conf) *[]string { return &c.Names }, nil, "Names."),
 	},
 	Rules: []settings.Rule[conf]{{Keys: []string{"n", "f"}, Check: func(c *conf) error {
 		if float64(c.N) < c.F {
@@ -43,7 +45,7 @@ func TestBindParsesChecksAndFormats(t *testing.T) {
 	tab := section.Bind(&c)
 	want := map[string]struct{ def, economy string }{
 		"s.name": {`"x"`, ""}, "s.n": {"4", ""}, "s.f": {"2.0", "8.0"}, "s.on": {"false", ""},
-		"s.wait": {`"1m30s"`, ""}, "s.list": {"[]", ""},
+		"s.wait": {`"1m30s"`, ""}, "s.list": {"[]", ""}, "s.names": {"[]", ""},
 	}
 	for _, k := range tab.Keys {
 		k.Reset()
@@ -68,6 +70,7 @@ func TestBindParsesChecksAndFormats(t *testing.T) {
 		{"s.wait", "5s", "5s", ""},
 		{"s.wait", "-5s", "-5s", "duration -5s must not be negative"},
 		{"s.list", []any{int64(1), int64(2)}, "1, 2", ""},
+		{"s.names", []any{"a.example", "b"}, " a.example, b ", ""},
 	} {
 		for i, k := range tab.Keys {
 			if k.Name != tc.key {
@@ -81,7 +84,7 @@ func TestBindParsesChecksAndFormats(t *testing.T) {
 			}
 		}
 	}
-	if c.N != 7 || c.F != 3 || !c.On || c.Wait != 5*time.Second || len(c.List) != 2 {
+	if c.N != 7 || c.F != 3 || !c.On || c.Wait != 5*time.Second || len(c.List) != 2 || strings.Join(c.Names, " ") != "a.example b" {
 		t.Errorf("values not set: %+v", c)
 	}
 	for _, k := range tab.Keys {

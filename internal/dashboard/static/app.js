@@ -1,9 +1,12 @@
 // The s3queue dashboard: polls /api/state, draws it, shows a task on
 // demand. Every text from the server goes through textContent, never HTML.
+// A monitor started with a token wants it on every API request: the page
+// sends what is typed in its token box (kept in the page's memory only).
 "use strict";
 
 const $ = (id) => document.getElementById(id);
 let state = null;
+let needToken = false; // the server answered 401: the token box is needed
 let shownTask = null;
 let shownLive = false; // the task shown may still change: re-read it now and then
 let shownRead = 0;     // when it was last read (ms)
@@ -49,15 +52,32 @@ function money(d) {
 
 async function api(method, path) {
   const opts = { method, headers: {} };
-  if (method !== "GET") {
-    const token = $("token").value;
-    if (token) opts.headers["Authorization"] = "Bearer " + token;
-  }
+  const token = $("token").value;
+  if (token) opts.headers["Authorization"] = "Bearer " + token;
   const r = await fetch(path, opts);
   let body = null;
   try { body = await r.json(); } catch (e) { body = { error: "the dashboard answered " + r.status + " without JSON" }; }
-  if (!r.ok) throw new Error((body && body.error) || ("HTTP " + r.status));
+  if (r.status === 401 && !needToken) {
+    needToken = true;
+    drawAccess();
+  }
+  if (!r.ok) {
+    const err = new Error((body && body.error) || ("HTTP " + r.status));
+    err.status = r.status;
+    throw err;
+  }
   return body;
+}
+
+// drawAccess shows the token box when the server wants a token, and the
+// action buttons only when actions are enabled (a monitor without a token
+// refuses them all).
+function drawAccess() {
+  const actions = !!(state && state.actions);
+  $("token-form").hidden = !(actions || needToken);
+  $("task-requeue").hidden = !actions;
+  $("task-cancel").hidden = !actions;
+  $("dead-types").hidden = !actions;
 }
 
 async function refresh() {
@@ -65,6 +85,10 @@ async function refresh() {
     state = await api("GET", "api/state");
     draw();
   } catch (e) {
+    if (e.status === 401) {
+      $("summary").textContent = $("token").value ? "the token typed is not this dashboard's: " + e.message : "this dashboard needs its token: type it in the Token box";
+      return;
+    }
     $("summary").textContent = "cannot reach the monitor: " + e.message;
   }
 }
@@ -81,9 +105,10 @@ function draw() {
     $("spend").textContent = money(s.spend.per_hour) + "/h";
     $("spend-note").textContent = money(s.spend.per_month) + "/month at the rate of the last " + ago(s.spend.window_secs) + "; the monitor's own requests";
   } else {
-    $("spend").textContent = "n/a";
-    $("spend-note").textContent = "not available: the monitor's store does not count its requests";
+    $("spend").textContent = "none";
+    $("spend-note").textContent = (s.spend && s.spend.why) || "not available";
   }
+  drawAccess();
   drawShards(s);
   drawMembers(s);
   drawDead(s);
@@ -125,7 +150,7 @@ function drawDead(s) {
   const rows = dead.map((d) => el("tr", { "data-id": d.id },
     el("td", {}, el("a", { onclick: () => showTask(d.id) }, el("code", {}, d.id))), el("td", {}, d.type),
     el("td", { class: "err", title: d.last_error }, d.last_error), el("td", {}, d.attempts), el("td", {}, ago(since(d.ended)) + " ago"),
-    el("td", {}, el("button", { type: "button", class: "secondary requeue", onclick: () => act("POST", "api/tasks/" + encodeURIComponent(d.id) + "/requeue", "requeued " + d.id, d.id) }, "Requeue"))));
+    el("td", {}, s.actions ? el("button", { type: "button", class: "secondary requeue", onclick: () => act("POST", "api/tasks/" + encodeURIComponent(d.id) + "/requeue", "requeued " + d.id, d.id) }, "Requeue") : "")));
   if (!rows.length) rows.push(el("tr", {}, el("td", { colspan: 6, class: "muted" }, "no dead task")));
   $("dead").tBodies[0].replaceChildren(...rows);
 }
@@ -242,7 +267,8 @@ function drawTask(t) {
 
 document.addEventListener("DOMContentLoaded", () => {
   $("search").addEventListener("submit", (e) => { e.preventDefault(); message(""); showTask($("search-id").value); });
-  $("token-form").addEventListener("submit", (e) => e.preventDefault());
+  $("token-form").addEventListener("submit", (e) => { e.preventDefault(); refresh(); });
+  $("token").addEventListener("change", () => refresh());
   $("task-requeue").addEventListener("click", () => act("POST", "api/tasks/" + encodeURIComponent(shownTask) + "/requeue", "requeued " + shownTask, shownTask));
   $("task-cancel").addEventListener("click", () => act("POST", "api/tasks/" + encodeURIComponent(shownTask) + "/cancel", "canceled " + shownTask, shownTask));
   const m = location.hash.match(/^#task=(.+)$/);
