@@ -90,7 +90,10 @@ type Task struct {
 	Shard  int             `json:"shard"`
 	Status Status          `json:"status"`
 	// Attempt counts attempts started (claims made) so far; a snooze (up
-	// to MaxSnoozes) and a release at shutdown give their attempt back.
+	// to MaxSnoozes) and a release at shutdown give their attempt back,
+	// so the next run is the same attempt. A task canceled after a
+	// snooze, before it runs again (or instead of the snooze), keeps the
+	// snoozed attempt: its handler ran.
 	Attempt int `json:"attempt"`
 	// Snoozes counts the handler's requests to retry later (Snooze) since
 	// submit or the last requeue.
@@ -347,7 +350,7 @@ func New(id string, shard int, spec Spec, now time.Time) (*Task, error) {
 		t.Status = Blocked
 		t.History = t.History[:1]
 		t.Version = 0
-		t.settleDeps(now)
+		t.settleDeps(now, "", "")
 		if t.Status == Blocked {
 			t.Version = 1
 		}

@@ -578,6 +578,7 @@ func (r *run) commit(o outcome, cause error) {
 			ref, resErr = r.storeResult(ctx, res)
 		}
 	}
+	var snoozed error // a snooze backed off: its error, naming the delay
 	decide := func(t *task.Task, now time.Time) error {
 		switch {
 		case r.release != "":
@@ -650,7 +651,15 @@ func (r *run) commit(o outcome, cause error) {
 		}
 		var ra retryAfterError
 		if errors.As(o.err, &ra) {
-			if err := t.Snooze(r.claimID, ra.delay, o.err.Error(), now); err != nil {
+			if ra.backoff {
+				ra.delay = t.SnoozeDelay(rnd.Keyed(r.claimID))
+				snoozed = ra // what the history and the event say
+			}
+			reason := o.err.Error()
+			if snoozed != nil {
+				reason = snoozed.Error()
+			}
+			if err := t.Snooze(r.claimID, ra.delay, reason, now); err != nil {
 				return err
 			}
 			// Past task.MaxSnoozes a snooze is a failed attempt, and a
@@ -740,7 +749,11 @@ func (r *run) commit(o outcome, cause error) {
 	if kind == "canceled" && phase == "" {
 		phase = PhaseInFlight // not handed back: its handler ran
 	}
-	w.emit(Event{Kind: Kind(kind), TaskID: t0.ID, Shard: t0.Shard, Type: t0.Type, Attempt: t0.Attempt, Err: o.err, Pool: r.pool.name, Phase: string(phase), Duration: r.ran})
+	outErr := o.err
+	if snoozed != nil {
+		outErr = snoozed
+	}
+	w.emit(Event{Kind: Kind(kind), TaskID: t0.ID, Shard: t0.Shard, Type: t0.Type, Attempt: t0.Attempt, Err: outErr, Pool: r.pool.name, Phase: string(phase), Duration: r.ran})
 	if t := r.v.Task; deps.NeedsPassOn(t) {
 		w.passOn(t)
 	}

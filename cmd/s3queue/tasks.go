@@ -56,7 +56,7 @@ var getCommand = &command{
 			if errors.Is(err, s3queue.ErrResultUnavailable) && t != nil && !*watch {
 				// The task, then what is wrong with its result.
 				if a.jsonOut {
-					writeJSON(a.stdout, t)
+					writeJSON(a.stdout, taskJSON(t))
 				} else {
 					printTask(a.stdout, t, readSlotPlace(ctx, st, t))
 				}
@@ -68,13 +68,22 @@ var getCommand = &command{
 				return a.watch(ctx, q, t, *poll)
 			}
 			if a.jsonOut {
-				return writeJSON(a.stdout, t)
+				return writeJSON(a.stdout, taskJSON(t))
 			}
 			printTask(a.stdout, t, readSlotPlace(ctx, st, t))
 			return nil
 		}
 	},
 }
+
+// getJSON is get --json's task: the task object, with its snoozes even
+// when there are none (the object leaves a 0 out).
+type getJSON struct {
+	*task.Task
+	Snoozes int `json:"snoozes"`
+}
+
+func taskJSON(t *task.Task) getJSON { return getJSON{t, t.Snoozes} }
 
 var historyCommand = &command{
 	name: "history", args: "ID", nargs: 1, json: true,
@@ -247,6 +256,7 @@ func printTask(w io.Writer, t *task.Task, place *slotPlace) {
 	row("status", string(t.Status))
 	row("priority", t.Priority.String())
 	row("attempt", fmt.Sprintf("%d of %d", t.Attempt, t.MaxAttempts))
+	row("snoozes", fmt.Sprintf("%d (runs that asked to run again later; past %d, each uses an attempt)", t.Snoozes, task.MaxSnoozes))
 	row("shard", fmt.Sprint(t.Shard))
 	row("created", fmtTime(t.CreatedAt))
 	row("available", fmtTime(t.AvailableAt))

@@ -357,7 +357,7 @@ func (e Env) settleEdge(ctx context.Context, parent *task.Task, o s3store.Object
 			return false, err
 		}
 		t := v.Task.Clone()
-		switch err := t.SettleDep(parent.ID, parent.Status, iv.Latest); {
+		switch err := t.SettleDep(parent.ID, parent.Status, parent.LastError, iv.Latest); {
 		case errors.Is(err, task.ErrNoChange):
 			return false, nil
 		case err != nil:
