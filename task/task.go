@@ -171,6 +171,10 @@ type Task struct {
 	// HistoryDropped counts transitions dropped to keep History within
 	// MaxHistory. The first (submit) entry is always kept.
 	HistoryDropped int `json:"history_dropped,omitempty"`
+
+	// stamp, when set (Stamp), is the time the transitions record instead
+	// of the time they decide by. Not stored.
+	stamp time.Time
 }
 
 // Dep is one dependency of a task: a parent task, and its end once known.

@@ -456,11 +456,34 @@ func (t *Task) statusErr(op string, sentinel error) error {
 	return fmt.Errorf("%s task %s: %w: status %s", op, t.ID, sentinel, t.Status)
 }
 
-// commit records a successful transition. History is rebuilt into a fresh
+// Stamp makes the transitions that follow on this copy of the task record
+// at, the writer's best estimate of S3 time (clock.Interval.Mid), as their
+// history entries' At and as UpdatedAt, instead of the time they decide by.
+// A worker decides by the latest time its S3 clock allows, so that a lease
+// runs its full length by everyone's reckoning; recorded, that time runs
+// up to the Date header's resolution (1 s) ahead of the true time, and
+// ahead of the times other writers record. A task due at once by such a
+// transition (a release, a requeue) is due at the recorded time. Not
+// stored: a task read again has no stamp.
+func (t *Task) Stamp(at time.Time) { t.stamp = at.UTC() }
+
+// commit records a successful transition at now, or at the stamp. The time
+// recorded is after the task's last one (UpdatedAt), by a nanosecond if it
+// must: writers' clocks differ by their uncertainty, and a history must read
+// in the order its transitions were made. History is rebuilt into a fresh
 // slice, so shallow copies of the task never share a backing array that a
 // later transition writes into.
 func (t *Task) commit(now time.Time, tr *Transition) {
 	now = now.UTC()
+	if !t.stamp.IsZero() {
+		if t.AvailableAt.Equal(now) {
+			t.AvailableAt = t.stamp
+		}
+		now = t.stamp
+	}
+	if !now.After(t.UpdatedAt) && !t.UpdatedAt.IsZero() {
+		now = t.UpdatedAt.Add(time.Nanosecond)
+	}
 	t.Version++
 	t.UpdatedAt = now
 	if tr == nil {

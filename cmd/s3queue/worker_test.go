@@ -656,3 +656,38 @@ retry_max = "1h"
 		t.Errorf("history:\n%s", out)
 	}
 }
+
+// The times history, get and list show are the S3 clock's best estimate,
+// not the upper bound a worker decides leases by (which ran a second
+// ahead): on the embedded store, whose clock is exact, every recorded time
+// of a task lies between the wall-clock times around its life, and a task
+// submitted after another finished reads as updated after it (issue 26.8).
+func TestRecordedTimesAreTheServersTime(t *testing.T) {
+	store, _ := newStore(t)
+	cfg := writeConfig(t, fastWorker)
+	const slack = 20 * time.Millisecond
+	before := time.Now()
+	first := submit(t, store, cfg, "echo")
+	_, stop := background(t, "worker", "--store", store, "--config", cfg, "--exec", "echo=cat")
+	done := waitTerminal(t, store, first)
+	after := time.Now()
+	second := submit(t, store, cfg, "echo")
+	stop()
+
+	if done.Status != task.Succeeded || len(done.History) < 3 {
+		t.Fatalf("first task %s, history %+v", done.Status, done.History)
+	}
+	for _, h := range done.History {
+		if h.At.Before(before.Add(-slack)) || h.At.After(after.Add(slack)) {
+			t.Errorf("%s→%s recorded at %s, outside the task's life [%s, %s]", h.From, h.To,
+				fmtTime(h.At), fmtTime(before), fmtTime(after))
+		}
+	}
+	if u := done.UpdatedAt; u.After(after.Add(slack)) {
+		t.Errorf("updated %s, after the task was seen finished at %s", fmtTime(u), fmtTime(after))
+	}
+	if s := getTask(t, store, second); !s.CreatedAt.After(done.UpdatedAt) {
+		t.Errorf("a task submitted after another finished reads as created at %s, before that one's end at %s",
+			fmtTime(s.CreatedAt), fmtTime(done.UpdatedAt))
+	}
+}
