@@ -46,7 +46,9 @@ type Worker = worker.Worker
 // Handler runs one attempt of a task. It returns the result (JSON, may be
 // nil) or an error: a plain error is a failed attempt, retried by the task's
 // policy; Permanent(err) makes the task dead at once; RetryAfter(d, err)
-// runs it again after d without using an attempt. ctx is canceled when the
+// runs it again after d without using an attempt, and RetryLater(err)
+// after its retry policy's backoff by its snoozes so far (a snooze; the
+// task's Snoozes counts them). ctx is canceled when the
 // lease is lost, the task is canceled or the worker shuts down
 // (context.Cause is ErrLeaseLost, ErrCanceled or ErrShutdown).
 type Handler = worker.Handler
@@ -217,8 +219,14 @@ var (
 func Permanent(err error) error { return worker.Permanent(err) }
 
 // RetryAfter asks for the task to run again after delay without using up
-// an attempt.
+// an attempt (a snooze: Task.Snoozes counts it; from the 51st on, a snooze
+// uses up an attempt).
 func RetryAfter(delay time.Duration, err error) error { return worker.RetryAfter(delay, err) }
+
+// RetryLater is RetryAfter with the delay the task's retry policy gives its
+// next snooze: the policy's backoff by the snooze's number (1s, 2s, 4s ...
+// up to max_delay, 5m by default, jittered), as the CLI's exit code 75.
+func RetryLater(err error) error { return worker.RetryLater(err) }
 
 // NewWorker returns a worker on the queue configured by Config.Worker.
 // Register its handlers with Handle, then call Run; a worker never claims a

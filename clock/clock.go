@@ -58,10 +58,24 @@ func (c *Config) fill() {
 // [Earliest, Latest].
 type Interval struct {
 	Earliest, Latest time.Time
+	// Best, when set, is a better single estimate than the middle: the
+	// server's Date had a finer resolution than the clock assumes (an
+	// embedded store's Date is its exact time; an HTTP Date never is).
+	// It lies within [Earliest, Latest].
+	Best time.Time
 }
 
-// Mid is the best single estimate.
-func (i Interval) Mid() time.Time { return i.Earliest.Add(i.Latest.Sub(i.Earliest) / 2) }
+// Mid is the best single estimate: Best when set, else the middle of the
+// interval. Decisions take a bound (Earliest or Latest); the times a
+// writer records for people to read (a task's history, its updated time)
+// take Mid, which is off the true time by at most half the interval's
+// width (half a second with S3's 1-second Date), either way.
+func (i Interval) Mid() time.Time {
+	if !i.Best.IsZero() {
+		return i.Best
+	}
+	return i.Earliest.Add(i.Latest.Sub(i.Earliest) / 2)
+}
 
 // Uncertainty is the width of the interval.
 func (i Interval) Uncertainty() time.Duration { return i.Latest.Sub(i.Earliest) }
@@ -88,6 +102,10 @@ type Authoritative struct {
 	have     bool
 	lo, hi   time.Time     // bounds on A
 	lastSeen time.Duration // e() of the newest sample
+	// best estimates A from the newest sample whose Date was finer than
+	// a second (zero: the newest was not): the Date, taken at the middle
+	// of its round trip.
+	best     time.Time
 	samples  int64
 	requests int64
 }
@@ -148,8 +166,14 @@ func (c *Authoritative) Observe(s s3store.DateSample) {
 		}
 	}
 	c.lo, c.hi, c.have = lo, hi, true
-	if recv > c.lastSeen {
+	if recv >= c.lastSeen {
 		c.lastSeen = recv
+		// An HTTP Date is whole seconds; a finer one is the server's
+		// exact time (the embedded stores').
+		c.best = time.Time{}
+		if s.Date.Nanosecond() != 0 {
+			c.best = s.Date.Add(rtt/2 - recv)
+		}
 	}
 }
 
@@ -171,7 +195,17 @@ func (c *Authoritative) Now(ctx context.Context) (Interval, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	drift := time.Duration(float64(e-c.lastSeen) * c.cfg.DriftPPM / 1e6)
-	return Interval{Earliest: c.lo.Add(e - drift), Latest: c.hi.Add(e + drift)}, nil
+	iv := Interval{Earliest: c.lo.Add(e - drift), Latest: c.hi.Add(e + drift)}
+	if !c.best.IsZero() {
+		iv.Best = c.best.Add(e)
+		if iv.Best.Before(iv.Earliest) {
+			iv.Best = iv.Earliest
+		}
+		if iv.Best.After(iv.Latest) {
+			iv.Best = iv.Latest
+		}
+	}
+	return iv, nil
 }
 
 // Sync asks the source for its time now, whatever samples the clock has.

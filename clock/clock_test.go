@@ -137,3 +137,42 @@ func TestElapsedTimeComesFromTheLocalMonotonicClock(t *testing.T) {
 		t.Fatalf("20s later the clock says [%v, %v], want an interval around %v", iv.Earliest, iv.Latest, want)
 	}
 }
+
+// The estimate a writer records (Mid) is the true time within half the
+// Date's resolution for an HTTP server, whose Date is whole seconds, and
+// the true time for an embedded store, whose Date is exact: never the
+// upper bound, which runs up to a second ahead. The bounds stay as wide.
+func TestMidIsTheBestEstimate(t *testing.T) {
+	ctx := context.Background()
+	t.Run("whole-second Dates: the middle", func(t *testing.T) {
+		st, truth := serverAt(time.Hour)
+		c := clock.New(st, clock.Config{})
+		iv, err := c.Now(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := iv.Mid().Sub(truth()); d < -600*time.Millisecond || d > 600*time.Millisecond {
+			t.Errorf("Mid is %v off the true time, want within half a second", d)
+		}
+		if !iv.Best.IsZero() || !iv.Mid().Equal(iv.Earliest.Add(iv.Uncertainty()/2)) {
+			t.Errorf("Mid %v of [%v, %v] with Best %v, want the middle", iv.Mid(), iv.Earliest, iv.Latest, iv.Best)
+		}
+	})
+	t.Run("exact Dates: the Date", func(t *testing.T) {
+		st := mem.New()
+		off := 2 * time.Hour
+		st.SetNow(func() time.Time { return time.Now().Add(off) })
+		c := clock.New(st, clock.Config{})
+		iv, err := c.Now(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		truth := time.Now().Add(off)
+		if d := iv.Mid().Sub(truth); d < -50*time.Millisecond || d > 50*time.Millisecond {
+			t.Errorf("Mid is %v off the exact time, want it (interval [%v, %v])", d, iv.Earliest, iv.Latest)
+		}
+		if iv.Uncertainty() < 900*time.Millisecond {
+			t.Errorf("the bounds narrowed to %v: decisions must keep the Date's assumed resolution", iv.Uncertainty())
+		}
+	})
+}

@@ -246,7 +246,9 @@ type Monitor struct {
 // tasks, then live ones and recent finished ones mixed. Sweeps start at the
 // floor, the last key of that head as the previous sweep saw it: the
 // retained history (days of finished tasks) is not listed every few seconds,
-// and a sweep takes one page, not one per thousand retained tasks. Only
+// and a sweep takes one page, not one per thousand retained tasks (a
+// history that fits in the room its last page leaves is listed anyway:
+// headFits). Only
 // Requeue turns a finished task live again; the full walk below the floor
 // every FullSweep catches one whose announcement was lost.
 type sweep struct {
@@ -723,9 +725,13 @@ func (m *Monitor) listPage(ctx context.Context, shard int, after string) (s3stor
 func (m *Monitor) sweepPage(ctx context.Context, shard int, sw *sweep) (TickStats, error) {
 	var st TickStats
 	if !sw.mid {
-		sw.mid, sw.cursor, sw.started = true, sw.floor, time.Time{}
-		sw.sawLive, sw.settling, sw.settled, sw.lower = false, true, sw.floor, nil
-		sw.obs.sweepStarted(sw.floor)
+		from := sw.floor
+		if m.headFits(sw) {
+			from = "" // the history costs no page more: list it too
+		}
+		sw.mid, sw.cursor, sw.started = true, from, time.Time{}
+		sw.sawLive, sw.settling, sw.settled, sw.lower = false, true, from, nil
+		sw.obs.sweepStarted(from)
 	}
 	page, iv, err := m.listPage(ctx, shard, sw.cursor)
 	if err != nil {
@@ -735,6 +741,7 @@ func (m *Monitor) sweepPage(ctx context.Context, shard int, sw *sweep) (TickStat
 		sw.started = iv.Earliest
 	}
 	m.pageListed(sw, page, iv)
+	sw.obs.curListed += len(page.Objects)
 	// The floor stays floorLag behind S3 time: a task submitted now has an
 	// id of now, and must not land below it.
 	ceiling := shards.KeyBefore(shard, iv.Earliest.Add(-floorLag))
@@ -783,6 +790,33 @@ func (m *Monitor) sweepPage(ctx context.Context, shard int, sw *sweep) (TickStat
 	}
 	sw.every, sw.due = every, sw.started.Add(every)
 	return st, nil
+}
+
+// headFits reports whether the next sweep of sw can start from the shard's
+// first key instead of its floor for no more LIST pages than the last one
+// took: the finished history below the floor, as last counted, fits in the
+// room its last page left. Such a sweep lists every key of the shard, so
+// what State counts and lists as dead follows the bucket within one sweep
+// whoever deleted what (a purge, a lifecycle rule, a person at the
+// console), and a task requeued below the floor is watched at once. A
+// history longer than that is listed by the full walks alone (every
+// FullSweep): listing it at every sweep would cost a LIST per thousand
+// retained tasks each time.
+func (m *Monitor) headFits(sw *sweep) bool {
+	ob := &sw.obs
+	if sw.floor == "" || !ob.prevDone {
+		return true
+	}
+	head := 0
+	for _, n := range ob.below {
+		head += n
+	}
+	above, whole := ob.prevListed, ob.prevListed+head
+	if ob.prevStart == "" { // the last sweep listed the history too
+		above, whole = max(0, ob.prevListed-head), ob.prevListed
+	}
+	pages := func(keys int) int { return max(1, (keys+m.cfg.PageSize-1)/m.cfg.PageSize) }
+	return pages(whole) <= pages(above)
 }
 
 // overran reports whether the sweep of shard in progress, whose cursor

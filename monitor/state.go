@@ -57,11 +57,18 @@ type State struct {
 // ShardState is one shard as the monitor last saw it.
 type ShardState struct {
 	Shard int `json:"shard"`
-	// Counts by status: the last completed sweep's (keys above the floor)
-	// plus the last full walk's (below it) and the finished runs the
-	// sweeps settled since. A task requeued from below the floor may count
-	// twice until the next full walk.
+	// Counts by status. When Whole, the last completed sweep's: it
+	// listed every key of the shard, so a task deleted by anyone (a purge,
+	// a lifecycle rule, a person at the console) is no longer counted.
+	// Otherwise the shard's finished history below its floor was too long
+	// to list at every sweep (more keys than the room the sweep's last
+	// page left): the counts are the last sweep's (keys above the floor)
+	// plus the last full walk's (below it, at Walked) and the finished
+	// runs the sweeps settled since, and a task deleted or requeued below
+	// the floor is seen at the next full walk.
 	Counts map[task.Status]int `json:"counts"`
+	// Whole says the last completed sweep listed every key of the shard.
+	Whole bool `json:"whole"`
 	// Depth is how many tasks wait to run: pending ones.
 	Depth int `json:"depth"`
 	// OldestPending is the id time (submit time) of the oldest pending
@@ -170,19 +177,22 @@ type shardObs struct {
 	curOldest   time.Time
 	curPages    []pageMark
 	curEdge     map[string]bool
-	start       string // the floor it started from
+	curListed   int    // keys it listed
+	start       string // the floor it started from ("": the first key)
 	gen         int    // +1 per sweep
 
 	// The last completed sweep's pages and edge keys: a finished key is
 	// newly ended if it ended after that sweep listed it.
-	prevPages []pageMark
-	prevStart string
-	prevEdge  map[string]bool
-	prevDone  bool
+	prevPages  []pageMark
+	prevStart  string
+	prevEdge   map[string]bool
+	prevDone   bool
+	prevListed int
 
 	above, below tally // published: the last sweep's and below its floor
 	oldest       time.Time
 	swept        time.Time
+	whole        bool // the last sweep listed every key of the shard
 
 	walk    tally // the full walk in progress
 	walkGen int
@@ -275,6 +285,12 @@ func (m *Monitor) countEnded(ob *shardObs, o s3store.ObjectInfo, s task.Status, 
 		}
 		ob.curEdge[o.Key] = true
 	}
+	if ob.prevDone && o.Key <= ob.prevStart && len(ob.prevPages) > 0 && o.LastModified.Before(ob.prevPages[0].lo) {
+		// Below the floor the previous sweep started from, and finished
+		// before it: a sweep counted it when it first listed it finished
+		// (the floor rises past finished keys only).
+		return
+	}
 	if ob.prevDone && o.Key > ob.prevStart {
 		i := sort.Search(len(ob.prevPages), func(i int) bool { return ob.prevPages[i].last >= o.Key })
 		if i < len(ob.prevPages) {
@@ -340,7 +356,7 @@ func (m *Monitor) pageListed(sw *sweep, page s3store.ListPage, iv clock.Interval
 
 // sweepStarted resets the tallies of a sweep starting at floor.
 func (ob *shardObs) sweepStarted(floor string) {
-	ob.cur, ob.settle, ob.curOldest, ob.curPages, ob.curEdge = tally{}, tally{}, time.Time{}, nil, nil
+	ob.cur, ob.settle, ob.curOldest, ob.curPages, ob.curEdge, ob.curListed = tally{}, tally{}, time.Time{}, nil, nil, 0
 	ob.start = floor
 	ob.gen++
 }
@@ -368,12 +384,18 @@ func (m *Monitor) sweepEnded(shard int, sw *sweep, startedAt time.Time, end stri
 		}
 	}
 	ob.above = ob.cur
+	if ob.start == "" {
+		// It listed the history too: what the full walk counted below the
+		// floor may be stale (deleted since, or requeued above it).
+		ob.below = tally{}
+	}
 	if sw.floor > ob.start && sw.floor == sw.settled {
 		ob.below = ob.below.plus(ob.settle)
 		ob.above = ob.cur.minus(ob.settle)
 	}
-	ob.oldest, ob.swept = ob.curOldest, startedAt
+	ob.oldest, ob.swept, ob.whole = ob.curOldest, startedAt, ob.start == "" && end == ""
 	ob.prevPages, ob.prevStart, ob.prevEdge, ob.prevDone = ob.curPages, ob.start, ob.curEdge, true
+	ob.prevListed = ob.curListed
 	// Dead tasks in the swept range not listed this time are gone
 	// (deleted, or requeued and listed under another size already).
 	for k, e := range m.obs.dead {
@@ -601,7 +623,7 @@ func (m *Monitor) publishState(ctx context.Context, st *TickStats) {
 				s.Totals[status] += t[i]
 			}
 			ss.Depth = ss.Counts[task.Pending]
-			ss.OldestPending, ss.Swept, ss.Walked = ob.oldest, ob.swept, ob.walked
+			ss.OldestPending, ss.Swept, ss.Walked, ss.Whole = ob.oldest, ob.swept, ob.walked, ob.whole
 		}
 		s.Shards = append(s.Shards, ss)
 	}

@@ -239,3 +239,128 @@ func TestStateCountsWhatTheSweepsListed(t *testing.T) {
 		t.Errorf("state names monitor %q, leading %v", s.Monitor, s.Leading)
 	}
 }
+
+// Tasks deleted behind the monitor's back (a purge, a lifecycle rule, a
+// person at the console) leave its counts and its dead-letter list at the
+// next sweep, even once the floor has risen past them: a shard whose
+// history fits in the sweep's page is listed whole at every sweep, at no
+// extra cost. A history longer than that is left to the full walk, and
+// State says so (Whole false).
+func TestStateFollowsDeletionsWithinOneSweep(t *testing.T) {
+	ctx := context.Background()
+	mst, srv, clk := fakeTime()
+	counter := s3store.NewCounter(mst)
+	p, err := producer.New(ctx, counter, producer.Config{Shards: 1, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := func() time.Time { iv, _ := clk.Now(ctx); return iv.Latest }
+	end := func(how task.Status) taskio.Versioned {
+		t.Helper()
+		id, err := p.Submit(ctx, "mail", nil, producer.Options{MaxAttempts: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := taskio.LoadID(ctx, counter, id, []int{1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if how == task.Canceled {
+			if _, err := p.Cancel(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+			return v
+		}
+		if err := v.Task.ClaimBy("w", "c", now()); err != nil {
+			t.Fatal(err)
+		}
+		if v, err = taskio.Update(ctx, counter, clock.System(), v.Task, v.ETag); err != nil {
+			t.Fatal(err)
+		}
+		if how == task.Succeeded {
+			err = v.Task.Succeed("c", nil, now())
+		} else {
+			err = v.Task.Fail("c", "boom", true, now(), func() float64 { return 0.5 })
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v, err = taskio.Update(ctx, counter, clock.System(), v.Task, v.ETag); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	var all []taskio.Versioned
+	for _, how := range []task.Status{task.Succeeded, task.Succeeded, task.Succeeded, task.Dead, task.Dead, task.Canceled, task.Canceled} {
+		all = append(all, end(how))
+	}
+	m, err := monitor.New(ctx, counter, monitor.Config{Shards: 1, PageSize: 10, Interval: 5 * time.Second,
+		SweepMax: time.Minute, Clock: clk, DeadList: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tick := func() {
+		t.Helper()
+		*srv = srv.Add(5 * time.Second)
+		if _, err := m.Tick(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sweeps := func(n int) {
+		t.Helper()
+		want := m.Stats().SweepsCompleted + n
+		for i := 0; i < 50 && m.Stats().SweepsCompleted < want; i++ {
+			tick()
+		}
+		if m.Stats().SweepsCompleted < want {
+			t.Fatalf("%d sweeps did not complete in 50 ticks", n)
+		}
+	}
+	check := func(what string, succeeded, dead, canceled int, whole bool) {
+		t.Helper()
+		s := m.State()
+		c := s.Shards[0].Counts
+		if c[task.Succeeded] != succeeded || c[task.Dead] != dead || c[task.Canceled] != canceled {
+			t.Errorf("%s: counts %v, want %d succeeded, %d dead, %d canceled", what, c, succeeded, dead, canceled)
+		}
+		if s.Totals[task.Succeeded] != succeeded || s.Totals[task.Dead] != dead {
+			t.Errorf("%s: totals %v", what, s.Totals)
+		}
+		if len(s.Dead) != dead {
+			t.Errorf("%s: %d tasks on the dead-letter list (%+v), want %d", what, len(s.Dead), s.Dead, dead)
+		}
+		for _, d := range s.Dead {
+			if _, err := p.Get(ctx, d.ID); err != nil {
+				t.Errorf("%s: the dead-letter list has %s, which is gone: %v", what, d.ID, err)
+			}
+		}
+		if s.Shards[0].Whole != whole {
+			t.Errorf("%s: whole %v, want %v", what, s.Shards[0].Whole, whole)
+		}
+	}
+	// The floor rises past the finished tasks.
+	*srv = srv.Add(2 * time.Minute)
+	sweeps(3)
+	tick() // the dead-letter list reads its candidates
+	check("before", 3, 2, 2, true)
+	for _, v := range []taskio.Versioned{all[0], all[1], all[3], all[5]} {
+		if err := mst.Delete(ctx, v.Task.Key(), s3store.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := counter.Counts()
+	sweeps(1)
+	check("one sweep after the deletions", 1, 1, 1, true)
+	if d := counter.Counts().Sub(before); d.Of(s3store.OpList) != 1 {
+		t.Errorf("the sweep made %d LISTs, want 1: a history that fits in its page costs nothing more", d.Of(s3store.OpList))
+	}
+
+	// A history longer than the room the sweep's page leaves: sweeps start
+	// at the floor, and say the counts below it are the full walk's.
+	for range 12 {
+		end(task.Succeeded)
+	}
+	*srv = srv.Add(2 * time.Minute)
+	sweeps(3)
+	check("a long history", 13, 1, 1, false)
+}

@@ -90,7 +90,10 @@ type Task struct {
 	Shard  int             `json:"shard"`
 	Status Status          `json:"status"`
 	// Attempt counts attempts started (claims made) so far; a snooze (up
-	// to MaxSnoozes) and a release at shutdown give their attempt back.
+	// to MaxSnoozes) and a release at shutdown give their attempt back,
+	// so the next run is the same attempt. A task canceled after a
+	// snooze, before it runs again (or instead of the snooze), keeps the
+	// snoozed attempt: its handler ran.
 	Attempt int `json:"attempt"`
 	// Snoozes counts the handler's requests to retry later (Snooze) since
 	// submit or the last requeue.
@@ -168,6 +171,10 @@ type Task struct {
 	// HistoryDropped counts transitions dropped to keep History within
 	// MaxHistory. The first (submit) entry is always kept.
 	HistoryDropped int `json:"history_dropped,omitempty"`
+
+	// stamp, when set (Stamp), is the time the transitions record instead
+	// of the time they decide by. Not stored.
+	stamp time.Time
 }
 
 // Dep is one dependency of a task: a parent task, and its end once known.
@@ -347,7 +354,7 @@ func New(id string, shard int, spec Spec, now time.Time) (*Task, error) {
 		t.Status = Blocked
 		t.History = t.History[:1]
 		t.Version = 0
-		t.settleDeps(now)
+		t.settleDeps(now, "", "")
 		if t.Status == Blocked {
 			t.Version = 1
 		}

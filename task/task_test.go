@@ -368,6 +368,24 @@ func TestSnooze(t *testing.T) {
 			t.Errorf("history entry = %+v", last)
 		}
 	})
+	t.Run("backs off by the retry policy, snooze after snooze", func(t *testing.T) {
+		tk := newTask(t, func(s *Spec) {
+			s.Retry = &RetryPolicy{InitialDelay: Duration(time.Second), MaxDelay: Duration(5 * time.Second), Multiplier: 2}
+		})
+		var got []time.Duration
+		for i := range 5 {
+			got = append(got, tk.SnoozeDelay(nil))
+			c := fmt.Sprint("c", i)
+			must(t, tk.ClaimBy("w", c, tk.AvailableAt))
+			must(t, tk.Snooze(c, got[i], "", tk.AvailableAt))
+		}
+		if fmt.Sprint(got) != "[1s 2s 4s 5s 5s]" {
+			t.Errorf("snooze delays %v, want the policy's backoff, capped", got)
+		}
+		if d := tk.SnoozeDelay(func() float64 { return 1 }); d != 5*time.Second {
+			t.Errorf("without jitter in the policy, jitter changed the delay to %v", d)
+		}
+	})
 	t.Run("gives attempts back up to MaxSnoozes, counted", func(t *testing.T) {
 		tk := newTask(t, func(s *Spec) { s.MaxAttempts = 1 })
 		now := t0
@@ -520,6 +538,44 @@ func TestCancel(t *testing.T) {
 		}, ErrCancelAlreadyRequested)
 		if !requested {
 			t.Error("requested = false for a task whose cancel is pending")
+		}
+	})
+	t.Run("a snoozed attempt counts once canceled", func(t *testing.T) {
+		// Attempt 1 ran and asked to retry later; canceled before it runs
+		// again, the task says it ran once, not 0/2 as if it never had.
+		tk := running(t, nil)
+		must(t, tk.Snooze("c1", time.Minute, "busy", t0.Add(time.Second)))
+		_, err := tk.Cancel(t0.Add(2 * time.Second))
+		must(t, err)
+		if last := tk.History[len(tk.History)-1]; tk.Attempt != 1 || last.From != Pending || last.To != Canceled || last.Attempt != 1 {
+			t.Errorf("attempt %d, last transition %+v: want attempt 1 kept", tk.Attempt, last)
+		}
+	})
+	t.Run("a failed attempt counts once canceled", func(t *testing.T) {
+		tk := running(t, nil)
+		must(t, tk.Fail("c1", "boom", false, t0.Add(time.Second), nil))
+		_, err := tk.Cancel(t0.Add(2 * time.Second))
+		must(t, err)
+		if tk.Attempt != 1 {
+			t.Errorf("attempt %d, want 1", tk.Attempt)
+		}
+	})
+	t.Run("a snooze a cancel overtook counts", func(t *testing.T) {
+		tk := running(t, nil)
+		_, err := tk.Cancel(t0.Add(time.Second))
+		must(t, err)
+		must(t, tk.Snooze("c1", time.Minute, "busy", t0.Add(2*time.Second)))
+		if tk.Status != Canceled || tk.Attempt != 1 {
+			t.Errorf("status %s attempt %d, want canceled at attempt 1", tk.Status, tk.Attempt)
+		}
+	})
+	t.Run("a release that never ran does not count", func(t *testing.T) {
+		tk := running(t, nil)
+		must(t, tk.Release("c1", "dropped", t0.Add(time.Second)))
+		_, err := tk.Cancel(t0.Add(2 * time.Second))
+		must(t, err)
+		if tk.Attempt != 0 {
+			t.Errorf("attempt %d, want 0: the released run may never have started", tk.Attempt)
 		}
 	})
 	for _, s := range []Status{Succeeded, Dead, Canceled} {
@@ -760,13 +816,13 @@ func TestDependencies(t *testing.T) {
 		if w := tk.Waiting(); len(w) != 2 {
 			t.Errorf("waiting on %v, want both parents", w)
 		}
-		if err := tk.SettleDep(p1, Succeeded, now.Add(time.Second)); err != nil || tk.Status != Blocked || tk.Version != 2 {
+		if err := tk.SettleDep(p1, Succeeded, "", now.Add(time.Second)); err != nil || tk.Status != Blocked || tk.Version != 2 {
 			t.Fatalf("first parent: %v, %s v%d", err, tk.Status, tk.Version)
 		}
-		if err := tk.SettleDep(p1, Succeeded, now.Add(2*time.Second)); !errors.Is(err, ErrNoChange) {
+		if err := tk.SettleDep(p1, Succeeded, "", now.Add(2*time.Second)); !errors.Is(err, ErrNoChange) {
 			t.Errorf("settling a parent twice: %v, want ErrNoChange", err)
 		}
-		if err := tk.SettleDep(p2, Succeeded, now.Add(3*time.Second)); err != nil || tk.Status != Pending {
+		if err := tk.SettleDep(p2, Succeeded, "", now.Add(3*time.Second)); err != nil || tk.Status != Pending {
 			t.Fatalf("last parent: %v, %s", err, tk.Status)
 		}
 		if !tk.AvailableAt.Equal(now.Add(3 * time.Second)) {
@@ -787,7 +843,7 @@ func TestDependencies(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := tk.SettleDep(p2, Dead, now); err != nil || tk.Status != tc.want {
+			if err := tk.SettleDep(p2, Dead, "", now); err != nil || tk.Status != tc.want {
 				t.Errorf("policy %q: %v, %s, want %s", tc.policy, err, tk.Status, tc.want)
 			}
 		}
@@ -814,7 +870,7 @@ func TestDependencies(t *testing.T) {
 		if _, err := tk.Cancel(now); err != nil || tk.Status != Canceled {
 			t.Errorf("cancel: %v %s", err, tk.Status)
 		}
-		if err := tk.SettleDep(p1, Succeeded, now); !errors.Is(err, ErrNoChange) {
+		if err := tk.SettleDep(p1, Succeeded, "", now); !errors.Is(err, ErrNoChange) {
 			t.Errorf("settling a canceled task: %v, want ErrNoChange", err)
 		}
 	})

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -179,6 +180,15 @@ func (t *Task) Snooze(claimID string, delay time.Duration, reason string, now ti
 	return t.handBack("snooze", claimID, delay, "snoozed", reason, true, now)
 }
 
+// SnoozeDelay is how long the task's next snooze waits when its handler
+// names no delay (the CLI's exit 75, worker.RetryLater): its retry
+// policy's delay for that snooze's number, Snoozes+1, so snoozes back off
+// as failed attempts do (1s, 2s, 4s ... up to 5m under the default
+// policy), less up to the policy's jitter drawn from rnd (nil: none).
+func (t *Task) SnoozeDelay(rnd func() float64) time.Duration {
+	return t.Retry.withDefaults().Delay(t.Snoozes+1, rnd)
+}
+
 // Release hands the attempt under claimID back because the worker is
 // shutting down: → pending now, Attempt decremented. It is not the
 // handler's doing, so it never counts against MaxSnoozes. If a cancel was
@@ -202,7 +212,11 @@ func (t *Task) handBack(op, claimID string, delay time.Duration, what, reason st
 	if t.CancelRequested {
 		worker, attempt := t.Claim.Worker, t.Attempt
 		t.Claim = nil
-		t.Attempt = max(t.Attempt-1, 0)
+		if !counted {
+			// A release: the handler may not have started (a run
+			// given back from the worker's queue).
+			t.Attempt = max(t.Attempt-1, 0)
+		} // a snooze's handler ran, and the task ends: it counts
 		t.CancelRequested = false
 		t.Status = Canceled
 		t.commit(now, &Transition{From: Running, To: Canceled, Worker: worker, Reason: "canceled instead of " + r, Attempt: attempt})
@@ -270,6 +284,7 @@ func (t *Task) Cancel(now time.Time) (requested bool, err error) {
 	case t.Status == Pending || t.Status == Blocked:
 		from := t.Status
 		t.Status = Canceled
+		t.Attempt = max(t.Attempt, t.snoozedBack())
 		t.commit(now, &Transition{From: from, To: Canceled, Reason: "canceled", Attempt: t.Attempt})
 		return false, nil
 	case t.Status == Running && t.CancelRequested:
@@ -285,6 +300,22 @@ func (t *Task) Cancel(now time.Time) (requested bool, err error) {
 	default:
 		return false, t.statusErr("cancel", ErrTerminal)
 	}
+}
+
+// snoozedBack returns the attempt the task's last run gave back by a
+// snooze (running → pending, the attempt not counted), or 0 when its last
+// run did not. That attempt's handler ran: a task canceled before it runs
+// again counts it.
+func (t *Task) snoozedBack() int {
+	for i := len(t.History) - 1; i >= 0; i-- {
+		if h := t.History[i]; h.From == Running && h.To != Running {
+			if h.To == Pending && h.Attempt > t.Attempt && strings.HasPrefix(h.Reason, "snoozed") {
+				return h.Attempt
+			}
+			return 0
+		}
+	}
+	return 0
 }
 
 // Requeue gives a dead or canceled task a fresh start: → pending now with
@@ -425,11 +456,34 @@ func (t *Task) statusErr(op string, sentinel error) error {
 	return fmt.Errorf("%s task %s: %w: status %s", op, t.ID, sentinel, t.Status)
 }
 
-// commit records a successful transition. History is rebuilt into a fresh
+// Stamp makes the transitions that follow on this copy of the task record
+// at, the writer's best estimate of S3 time (clock.Interval.Mid), as their
+// history entries' At and as UpdatedAt, instead of the time they decide by.
+// A worker decides by the latest time its S3 clock allows, so that a lease
+// runs its full length by everyone's reckoning; recorded, that time runs
+// up to the Date header's resolution (1 s) ahead of the true time, and
+// ahead of the times other writers record. A task due at once by such a
+// transition (a release, a requeue) is due at the recorded time. Not
+// stored: a task read again has no stamp.
+func (t *Task) Stamp(at time.Time) { t.stamp = at.UTC() }
+
+// commit records a successful transition at now, or at the stamp. The time
+// recorded is after the task's last one (UpdatedAt), by a nanosecond if it
+// must: writers' clocks differ by their uncertainty, and a history must read
+// in the order its transitions were made. History is rebuilt into a fresh
 // slice, so shallow copies of the task never share a backing array that a
 // later transition writes into.
 func (t *Task) commit(now time.Time, tr *Transition) {
 	now = now.UTC()
+	if !t.stamp.IsZero() {
+		if t.AvailableAt.Equal(now) {
+			t.AvailableAt = t.stamp
+		}
+		now = t.stamp
+	}
+	if !now.After(t.UpdatedAt) && !t.UpdatedAt.IsZero() {
+		now = t.UpdatedAt.Add(time.Nanosecond)
+	}
 	t.Version++
 	t.UpdatedAt = now
 	if tr == nil {
@@ -483,11 +537,13 @@ func (t *Task) Waiting() []string {
 // SettleDep records that the dependency parent ended with status ended
 // (terminal). A blocked task whose dependencies have all succeeded becomes
 // pending (due at once, or at its own later AvailableAt); one whose
-// dependency ended dead or canceled is canceled, or dead under DepFail.
-// Errors: ErrNoChange when there is nothing to write (the dependency was
-// already settled, the task no longer blocked, or parent is not one of its
-// dependencies): settling is idempotent.
-func (t *Task) SettleDep(parent string, ended Status, now time.Time) error {
+// dependency ended dead or canceled is canceled, or dead under DepFail,
+// with LastError "dependency PARENT ended STATUS", then ": " and why (the
+// parent's own last error) when there is one. Errors: ErrNoChange when
+// there is nothing to write (the dependency was already settled, the task
+// no longer blocked, or parent is not one of its dependencies): settling
+// is idempotent.
+func (t *Task) SettleDep(parent string, ended Status, why string, now time.Time) error {
 	if !ended.Terminal() {
 		return fmt.Errorf("settle dependency %s of task %s: %w: status %s is not an end", parent, t.ID, ErrInvalid, ended)
 	}
@@ -500,15 +556,16 @@ func (t *Task) SettleDep(parent string, ended Status, now time.Time) error {
 	}
 	t.Deps = slices.Clone(t.Deps)
 	t.Deps[i].Ended = ended
-	t.settleDeps(now)
+	t.settleDeps(now, parent, why)
 	if t.Status == Blocked {
 		t.commit(now, nil) // one dependency less to wait for
 	}
 	return nil
 }
 
-// settleDeps moves a blocked task on once its dependencies say so.
-func (t *Task) settleDeps(now time.Time) {
+// settleDeps moves a blocked task on once its dependencies say so. why is
+// the last error of dependency parent, the one just settled ("" for none).
+func (t *Task) settleDeps(now time.Time, parent, why string) {
 	now = now.UTC()
 	for _, d := range t.Deps {
 		if d.Ended == Dead || d.Ended == Canceled {
@@ -517,10 +574,14 @@ func (t *Task) settleDeps(now time.Time) {
 				to, verb = Dead, "dead"
 			}
 			t.Status = to
-			if to == Dead {
-				t.LastError = fmt.Sprintf("dependency %s ended %s", d.ID, d.Ended)
+			// Canceled or dead, it says why: wait and get show a task
+			// that never ran the reason it will not.
+			msg := fmt.Sprintf("dependency %s ended %s", d.ID, d.Ended)
+			t.LastError = msg
+			if d.ID == parent && why != "" {
+				t.LastError = truncateUTF8(msg+": "+why, MaxErrorBytes)
 			}
-			t.commit(now, &Transition{From: Blocked, To: to, Reason: fmt.Sprintf("%s: dependency %s ended %s", verb, d.ID, d.Ended)})
+			t.commit(now, &Transition{From: Blocked, To: to, Reason: verb + ": " + msg})
 			return
 		}
 	}

@@ -549,13 +549,17 @@ func (w *Worker) tryClaim(ctx context.Context, s settler, a *attempt, iv clock.I
 	if l != nil {
 		a.unclaimed = *t
 	}
-	at := iv.Latest
+	at, stamp := iv.Latest, iv.Mid()
 	if l != nil {
 		// The time the reservation was made at, in the tokens' window:
 		// the task's history dates the start in the window it counts in.
-		at = w.rateAt.Latest
+		at, stamp = w.rateAt.Latest, w.rateAt.Mid()
 	}
+	// The lease's expiry counts from the latest the S3 clock can be; the
+	// history records the best estimate (task.Stamp).
+	t.Stamp(stamp)
 	if err := t.ClaimBy(w.cfg.ID, claimID, at); err != nil {
+		t.Stamp(time.Time{})
 		if evicted != nil {
 			p.requeue(evicted) // back where it was
 		}
@@ -628,6 +632,7 @@ func (w *Worker) adopt(ctx context.Context, a *attempt, iv clock.Interval) bool 
 // for those alone).
 func (w *Worker) missDeadline(ctx context.Context, a *attempt, iv clock.Interval) bool {
 	t := a.v.Task
+	t.Stamp(iv.Mid())
 	if err := t.MissDeadline(iv.Latest); err != nil {
 		return false
 	}

@@ -31,16 +31,31 @@ func IsPermanent(err error) bool { var p permanentError; return errors.As(err, &
 type retryAfterError struct {
 	delay time.Duration
 	err   error
+	// backoff: the delay is the task's (Task.SnoozeDelay), set when the
+	// snooze is recorded.
+	backoff bool
 }
 
 func (e retryAfterError) Error() string {
+	if e.backoff && e.delay == 0 {
+		return fmt.Sprintf("retry later: %v", e.err)
+	}
 	return fmt.Sprintf("retry after %v: %v", e.delay, e.err)
 }
 func (e retryAfterError) Unwrap() error { return e.err }
 
 // RetryAfter asks for the task to run again after delay without using up an
-// attempt (the CLI's exit code 75).
-func RetryAfter(delay time.Duration, err error) error { return retryAfterError{delay, err} }
+// attempt (a snooze: the task is pending again, due after delay, and its
+// snoozes count one more). From the 51st snooze on (task.MaxSnoozes), a
+// snooze uses up an attempt as a failure does.
+func RetryAfter(delay time.Duration, err error) error { return retryAfterError{delay: delay, err: err} }
+
+// RetryLater is RetryAfter with the delay the task's retry policy gives
+// its next snooze (task.Task.SnoozeDelay): the policy's backoff by the
+// snooze's number, so a handler that keeps asking waits 1s, 2s, 4s ... up
+// to the policy's max_delay (5m by default), jittered. The CLI's exit code
+// 75 is RetryLater.
+func RetryLater(err error) error { return retryAfterError{err: err, backoff: true} }
 
 type crashedError struct{ err error }
 

@@ -659,3 +659,55 @@ func TestAFleetJustAsleepAnswersItsDoorbellWithinABellPoll(t *testing.T) {
 		}
 	})
 }
+
+// RetryLater snoozes by the task's retry policy: the n-th snooze waits the
+// policy's delay for n, so a handler that keeps asking backs off.
+func TestRetryLaterBacksOffBySnoozes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		st := mem.New()
+		p, err := producer.New(ctx, st, producer.Config{Shards: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := worker.New(ctx, st, worker.Config{Shards: 1, Concurrency: 1, OwnShards: []int{0}, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var seen []int
+		w.Handle("job", func(_ context.Context, tk *task.Task) (json.RawMessage, error) {
+			seen = append(seen, tk.Snoozes)
+			return nil, worker.RetryLater(errors.New("busy"))
+		})
+		id, err := p.Submit(ctx, "job", nil, producer.Options{
+			Retry: &task.RetryPolicy{InitialDelay: task.Duration(time.Minute), MaxDelay: task.Duration(3 * time.Minute), Multiplier: 2}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, want := range []time.Duration{time.Minute, 2 * time.Minute, 3 * time.Minute} {
+			if _, err := w.Poll(ctx); err != nil {
+				t.Fatal(err)
+			}
+			w.Wait()
+			got, err := p.Get(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Status != task.Pending || got.Snoozes != i+1 || got.Attempt != 0 {
+				t.Fatalf("after snooze %d: %s, snoozes %d, attempt %d", i+1, got.Status, got.Snoozes, got.Attempt)
+			}
+			// Due the delay after the latest the S3 clock could be (the
+			// history records the best estimate, up to a second before).
+			if d := got.AvailableAt.Sub(got.UpdatedAt); d < want || d > want+time.Second {
+				t.Errorf("snooze %d waits %v, want %v", i+1, d, want)
+			}
+			if r := got.History[len(got.History)-1].Reason; r != "snoozed: retry after "+want.String()+": busy" {
+				t.Errorf("snooze %d: history says %q", i+1, r)
+			}
+			time.Sleep(want + 2*time.Second) // the fake clock: the snooze's delay passes
+		}
+		if fmt.Sprint(seen) != "[0 1 2]" {
+			t.Errorf("the handler saw snoozes %v, want [0 1 2]", seen)
+		}
+	})
+}

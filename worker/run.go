@@ -496,7 +496,7 @@ func (r *run) update(ctx context.Context, change func(*task.Task, time.Time) err
 				// stayed running).
 				return again(attempt, failed.ID, err)
 			}
-			if v.Task.Version == failed.Version && v.Task.UpdatedAt.Equal(failed.UpdatedAt) {
+			if sameWrite(v.Task, failed) {
 				// Our write landed; only its response was lost.
 				r.v = v
 				return false, nil
@@ -508,9 +508,11 @@ func (r *run) update(ctx context.Context, change func(*task.Task, time.Time) err
 			return false, err
 		}
 		t := cur.Task.Clone()
-		// Stamp with the latest the S3 clock can be: a lease then runs
+		// Decide by the latest the S3 clock can be: a lease then runs
 		// its full length by everyone's reckoning, however uncertain the
-		// clock (see untilLeaseLost and the monitor's takeover rule).
+		// clock (see untilLeaseLost and the monitor's takeover rule). The
+		// history records the best estimate, as other writers do.
+		t.Stamp(iv.Mid())
 		if err := change(t, iv.Latest); err != nil {
 			if errors.Is(err, task.ErrClaimMismatch) || errors.Is(err, task.ErrNotRunning) {
 				return false, ErrLeaseLost
@@ -538,6 +540,29 @@ func (r *run) update(ctx context.Context, change func(*task.Task, time.Time) err
 		return fmt.Errorf("update task %s: %w", r.v.Task.ID, err)
 	}
 	return err
+}
+
+// sameWrite reports whether got, read back, is the write want whose
+// response was lost. Version and UpdatedAt alone do not tell: another
+// writer's change of the same version may record the same time (two
+// writers whose clocks agree, or whose estimates both fall before the
+// task's last change: task.Stamp), so what the write changed is compared
+// too.
+func sameWrite(got, want *task.Task) bool {
+	if got.Version != want.Version || !got.UpdatedAt.Equal(want.UpdatedAt) || got.Status != want.Status ||
+		got.Attempt != want.Attempt || got.Snoozes != want.Snoozes || got.CancelRequested != want.CancelRequested ||
+		!got.AvailableAt.Equal(want.AvailableAt) || got.LastError != want.LastError || len(got.History) != len(want.History) ||
+		(got.Claim == nil) != (want.Claim == nil) {
+		return false
+	}
+	if got.Claim != nil && (got.Claim.ID != want.Claim.ID || !got.Claim.ExpiresAt.Equal(want.Claim.ExpiresAt)) {
+		return false
+	}
+	if n := len(got.History); n > 0 {
+		a, b := got.History[n-1], want.History[n-1]
+		return a.At.Equal(b.At) && a.From == b.From && a.To == b.To && a.Worker == b.Worker && a.Reason == b.Reason && a.Attempt == b.Attempt
+	}
+	return true
 }
 
 // commit records the handler's outcome, fenced on the claim.
@@ -578,6 +603,7 @@ func (r *run) commit(o outcome, cause error) {
 			ref, resErr = r.storeResult(ctx, res)
 		}
 	}
+	var snoozed error // a snooze backed off: its error, naming the delay
 	decide := func(t *task.Task, now time.Time) error {
 		switch {
 		case r.release != "":
@@ -650,7 +676,15 @@ func (r *run) commit(o outcome, cause error) {
 		}
 		var ra retryAfterError
 		if errors.As(o.err, &ra) {
-			if err := t.Snooze(r.claimID, ra.delay, o.err.Error(), now); err != nil {
+			if ra.backoff {
+				ra.delay = t.SnoozeDelay(rnd.Keyed(r.claimID))
+				snoozed = ra // what the history and the event say
+			}
+			reason := o.err.Error()
+			if snoozed != nil {
+				reason = snoozed.Error()
+			}
+			if err := t.Snooze(r.claimID, ra.delay, reason, now); err != nil {
 				return err
 			}
 			// Past task.MaxSnoozes a snooze is a failed attempt, and a
@@ -740,7 +774,11 @@ func (r *run) commit(o outcome, cause error) {
 	if kind == "canceled" && phase == "" {
 		phase = PhaseInFlight // not handed back: its handler ran
 	}
-	w.emit(Event{Kind: Kind(kind), TaskID: t0.ID, Shard: t0.Shard, Type: t0.Type, Attempt: t0.Attempt, Err: o.err, Pool: r.pool.name, Phase: string(phase), Duration: r.ran})
+	outErr := o.err
+	if snoozed != nil {
+		outErr = snoozed
+	}
+	w.emit(Event{Kind: Kind(kind), TaskID: t0.ID, Shard: t0.Shard, Type: t0.Type, Attempt: t0.Attempt, Err: outErr, Pool: r.pool.name, Phase: string(phase), Duration: r.ran})
 	if t := r.v.Task; deps.NeedsPassOn(t) {
 		w.passOn(t)
 	}
@@ -878,7 +916,7 @@ func (r *run) requeueCrashed(o outcome) crashOutcome {
 		if t.Status != task.Pending {
 			return errNotRequeued
 		}
-		t.AvailableAt = now
+		t.AvailableAt = t.UpdatedAt // due at once: when the failure was recorded
 		if !paused {
 			return t.ClaimBy(w.cfg.ID, claimID, now)
 		}

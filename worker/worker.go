@@ -42,8 +42,10 @@ import (
 // Handler runs one attempt of a task. It returns the result (JSON, may be
 // nil) or an error: a plain error is a failed attempt (retried by policy),
 // Permanent(err) dead-letters the task, RetryAfter(d, err) runs it again
-// later without using an attempt. ctx is canceled when the lease is lost,
-// the task is canceled, or the worker shuts down (context.Cause says which);
+// after d without using an attempt, RetryLater(err) after the task's retry
+// policy's backoff by its snoozes so far (Task.Snoozes counts them). ctx is
+// canceled when the lease is lost, the task is canceled, or the worker
+// shuts down (context.Cause says which);
 // it ends with context.DeadlineExceeded at the attempt's start plus the
 // task's timeout, or at the task's deadline when that comes first
 // (ctx.Deadline says when). An error returned after the timeout fails the

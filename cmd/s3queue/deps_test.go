@@ -156,6 +156,34 @@ step = "true"
 	if !strings.Contains(hist, "blocked→canceled") || !strings.Contains(hist, "dependency "+parent+" ended dead") {
 		t.Errorf("history of the canceled child:\n%s", hist)
 	}
+
+	// Each says why as its last error, down the chain, with the failed
+	// parent's own error; wait and get show it.
+	byChild := "dependency " + parent + " ended dead: "
+	if le := getTask(t, store, child).LastError; !strings.HasPrefix(le, byChild) || !strings.Contains(le, "no disk") {
+		t.Errorf("the canceled child's last error %q, want %q and the parent's error", le, byChild+"...")
+	}
+	if le, want := getTask(t, store, failed).LastError, "dependency "+child+" ended canceled: "+byChild; !strings.HasPrefix(le, want) {
+		t.Errorf("the dead grandchild's last error %q, want %q...", le, want)
+	}
+	r := cli(t, "", "wait", child, "--store", store)
+	out := r.stdout
+	if line := lineWith(out, child); !strings.Contains(line, "canceled") || !strings.Contains(line, "dependency "+parent+" ended dead") {
+		t.Errorf("wait on the canceled child:\n%s", out)
+	}
+	if out := must(t, "get", child, "--store", store); !strings.Contains(out, "dependency "+parent+" ended dead: ") {
+		t.Errorf("get of the canceled child:\n%s", out)
+	}
+}
+
+// lineWith returns the first line of out that contains s.
+func lineWith(out, s string) string {
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, s) {
+			return l
+		}
+	}
+	return ""
 }
 
 func TestSubmitAfterErrors(t *testing.T) {

@@ -26,9 +26,6 @@ const (
 	// exitRetryLater is the exit status (EX_TEMPFAIL) a command uses to ask
 	// for another run later without using up an attempt.
 	exitRetryLater = 75
-	// defaultRetryLater is the delay after exit 75 when the task's retry
-	// policy gives none.
-	defaultRetryLater = 10 * time.Second
 	// stderrTail is how much of a failed command's stderr becomes the
 	// task's error.
 	stderrTail = 2 << 10
@@ -76,6 +73,7 @@ func (h execHandler) handle(ctx context.Context, t *task.Task) (json.RawMessage,
 	cmd.Env = append(slices.Clip(env.vars),
 		config.EnvTaskID+"="+t.ID,
 		config.EnvAttempt+"="+strconv.Itoa(t.Attempt),
+		config.EnvSnoozes+"="+strconv.Itoa(t.Snoozes),
 		config.EnvTaskType+"="+t.Type,
 	)
 	// The attempt's trace context, in OpenTelemetry's environment
@@ -140,11 +138,8 @@ func (h execHandler) handle(ctx context.Context, t *task.Task) (json.RawMessage,
 		}
 		return result(stdout.Bytes(), limit)
 	case code == exitRetryLater:
-		delay := t.Retry.Delay(t.Attempt, nil)
-		if delay <= 0 {
-			delay = defaultRetryLater
-		}
-		return nil, worker.RetryAfter(delay, withTail(fmt.Errorf("command asked to run again later (exit %d)", code), tail))
+		// Backed off by the task's retry policy, by its snoozes so far.
+		return nil, worker.RetryLater(withTail(fmt.Errorf("command asked to run again later (exit %d)", code), tail))
 	case code < 0:
 		// Killed by a signal the worker did not send (a segfault, the OOM
 		// killer): a crash, which crash_policy handles.

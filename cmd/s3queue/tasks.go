@@ -28,7 +28,7 @@ var getCommand = &command{
 	details: "One GET. A task submitted with --after lists its dependencies, what became of each, and\n" +
 		"those it still waits for. A task waiting for its slot names the task that holds the slot and\n" +
 		"its own place in line (one GET more, of the slot object). --json prints the task object as\n" +
-		"stored in the bucket.\n" +
+		"stored in the bucket, with snoozes (runs that exited 75 / asked to run again later) always present.\n" +
 		"A result stored apart (larger than the workers' result_inline_max) costs one GET more; get\n" +
 		"shows its first 1024 bytes ('s3queue result ID' prints it whole), --json includes it whole.\n" +
 		"A result dropped by the monitor's result_ttl shows as \"expired at T\". A result object\n" +
@@ -56,7 +56,7 @@ var getCommand = &command{
 			if errors.Is(err, s3queue.ErrResultUnavailable) && t != nil && !*watch {
 				// The task, then what is wrong with its result.
 				if a.jsonOut {
-					writeJSON(a.stdout, t)
+					writeJSON(a.stdout, taskJSON(t))
 				} else {
 					printTask(a.stdout, t, readSlotPlace(ctx, st, t))
 				}
@@ -68,13 +68,22 @@ var getCommand = &command{
 				return a.watch(ctx, q, t, *poll)
 			}
 			if a.jsonOut {
-				return writeJSON(a.stdout, t)
+				return writeJSON(a.stdout, taskJSON(t))
 			}
 			printTask(a.stdout, t, readSlotPlace(ctx, st, t))
 			return nil
 		}
 	},
 }
+
+// getJSON is get --json's task: the task object, with its snoozes even
+// when there are none (the object leaves a 0 out).
+type getJSON struct {
+	*task.Task
+	Snoozes int `json:"snoozes"`
+}
+
+func taskJSON(t *task.Task) getJSON { return getJSON{t, t.Snoozes} }
 
 var historyCommand = &command{
 	name: "history", args: "ID", nargs: 1, json: true,
@@ -84,6 +93,8 @@ var historyCommand = &command{
 		"s3queue history 01M8AHG5TJ57JN0X6S7S5PM513 --json | jq -r '.[].reason'",
 	},
 	details: "One GET: the history lives on the task object (at most 32 entries: the first transition and the last 31).\n" +
+		"Each time is S3 time as the writing process's clock estimated it (within half a second: S3's Date has\n" +
+		"whole seconds), not that machine's wall clock; a time is never before the one above it.\n" +
 		"A task submitted with --after starts blocked; its dependencies' outcome moves it on\n" +
 		"(blocked→pending \"dependencies succeeded\", or blocked→canceled \"dependency ID ended dead\").\n" +
 		"Below the transitions, from the same GET: each dependency with what the task has learned of it\n" +
@@ -247,6 +258,7 @@ func printTask(w io.Writer, t *task.Task, place *slotPlace) {
 	row("status", string(t.Status))
 	row("priority", t.Priority.String())
 	row("attempt", fmt.Sprintf("%d of %d", t.Attempt, t.MaxAttempts))
+	row("snoozes", fmt.Sprintf("%d (runs that asked to run again later; past %d, each uses an attempt)", t.Snoozes, task.MaxSnoozes))
 	row("shard", fmt.Sprint(t.Shard))
 	row("created", fmtTime(t.CreatedAt))
 	row("available", fmtTime(t.AvailableAt))

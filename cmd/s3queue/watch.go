@@ -50,7 +50,7 @@ func (a *app) watch(ctx context.Context, q *s3queue.Queue, t *task.Task, poll ti
 
 // changed reports whether a watcher has something new to print.
 func changed(old, t *task.Task) bool {
-	return old.Status != t.Status || old.Attempt != t.Attempt || old.LastError != t.LastError ||
+	return old.Status != t.Status || old.Attempt != t.Attempt || old.Snoozes != t.Snoozes || old.LastError != t.LastError ||
 		old.CancelRequested != t.CancelRequested || (old.Claim == nil) != (t.Claim == nil) ||
 		old.Claim != nil && t.Claim != nil && old.Claim.Worker != t.Claim.Worker
 }
@@ -60,7 +60,7 @@ func changed(old, t *task.Task) bool {
 // read as one JSON line.
 func (a *app) printWatched(old, t *task.Task) error {
 	if a.jsonOut {
-		b, err := json.Marshal(t)
+		b, err := json.Marshal(taskJSON(t))
 		if err != nil {
 			return err
 		}
@@ -79,6 +79,9 @@ func (a *app) printWatched(old, t *task.Task) error {
 		parts = append(parts, string(t.Status))
 	}
 	parts = append(parts, fmt.Sprintf("attempt %d/%d", t.Attempt, t.MaxAttempts))
+	if t.Snoozes > 0 {
+		parts = append(parts, fmt.Sprintf("snoozes %d", t.Snoozes))
+	}
 	if t.Claim != nil && t.Status == task.Running {
 		parts = append(parts, "worker "+t.Claim.Worker)
 	}

@@ -35,12 +35,15 @@ var workerCommand = &command{
 	details: "Handlers come from [handlers] in queue.toml and from --exec (which wins for the same type).\n" +
 		"Each task runs as /bin/sh -c COMMAND in its own process group: the input on stdin, stdout\n" +
 		"becomes the result (JSON, or a JSON string otherwise), and on failure the last 2 KiB of\n" +
-		"stderr become the task's error. Exit 0 succeeds; exit 75 runs the task again after its retry\n" +
-		"delay (10s if none) without using an attempt; any other status fails the attempt. The\n" +
-		"command sees S3QUEUE_TASK_ID, S3QUEUE_ATTEMPT and S3QUEUE_TASK_TYPE, and the worker's environment\n" +
-		"without its credentials (AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, MINIO_ROOT_PASSWORD, ...;\n" +
-		"docs/security.md), or with --handler-env only the variables it names. At the task's\n" +
-		"timeout, or when the task is canceled or its lease lost, the group gets SIGTERM and 3s\n" +
+		"stderr become the task's error. Exit 0 succeeds; exit 75 (a snooze) runs the task again\n" +
+		"without using an attempt, after its retry policy's delay for the snooze's number (1s, 2s,\n" +
+		"4s ... up to retry_max; from the 51st snooze on, each uses an attempt); any other status\n" +
+		"fails the attempt. The command sees S3QUEUE_TASK_ID, S3QUEUE_ATTEMPT (the same after a\n" +
+		"snooze), S3QUEUE_SNOOZES (the snoozes before this run) and S3QUEUE_TASK_TYPE, and the\n" +
+		"worker's environment without its credentials (AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN,\n" +
+		"MINIO_ROOT_PASSWORD, ...; docs/security.md), or with --handler-env only the variables it\n" +
+		"names. At the task's timeout, or when the task is canceled or its lease lost, the group\n" +
+		"gets SIGTERM and 3s\n" +
 		"later SIGKILL. On SIGTERM/SIGINT the worker stops claiming and waits shutdown_grace for\n" +
 		"running tasks, then stops them and hands them back; a second signal exits at once and\n" +
 		"kills the running commands' process groups. A worker that creates the queue checks the\n" +

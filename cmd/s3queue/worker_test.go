@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -633,5 +634,121 @@ func TestWorkerCrashRequeue(t *testing.T) {
 	}
 	if code := stop(); code != 0 {
 		t.Errorf("worker exit %d; stderr:\n%s", code, stderr)
+	}
+}
+
+// Exit 75 backs off as retries do (the n-th snooze waits the retry
+// policy's delay for n), each run learns how often the task snoozed
+// (S3QUEUE_SNOOZES; S3QUEUE_ATTEMPT stays 1: a snooze gives its attempt
+// back), get shows the count, and a task canceled while it waits after a
+// snooze keeps the attempt that ran (issue 26, items 6 and 9).
+func TestExit75BacksOffAndCountsSnoozes(t *testing.T) {
+	store, _ := newStore(t)
+	runs := filepath.Join(t.TempDir(), "runs")
+	worker, _, _ := strings.Cut(fastWorker, "[submit]")
+	cfg := writeConfig(t, worker+`
+[submit]
+retry_initial = "100ms"
+retry_max = "1h"
+retry_jitter = 0
+`)
+	// Three snoozes, then success: 100ms, 200ms, 400ms.
+	later := submit(t, store, cfg, "later")
+	// One snooze, then a wait of an hour: canceled while it waits.
+	stuck := submit(t, store, writeConfig(t, worker+`
+[submit]
+retry_initial = "1h"
+retry_max = "1h"
+`), "stuck", "--max-attempts", "2")
+	_, stop := background(t, "worker", "--store", store, "--config", cfg,
+		"--exec", `later=echo "$S3QUEUE_ATTEMPT $S3QUEUE_SNOOZES" >> `+runs+`; [ "$S3QUEUE_SNOOZES" -ge 3 ] || exit 75`,
+		"--exec", "stuck=exit 75")
+	got := waitTerminal(t, store, later)
+	waitFor(t, "the stuck task's snooze", func() bool { return getTask(t, store, stuck).Snoozes == 1 })
+	if code := stop(); code != 0 {
+		t.Fatalf("worker exit %d", code)
+	}
+
+	if got.Status != task.Succeeded || got.Attempt != 1 || got.Snoozes != 3 {
+		t.Errorf("later: %s, attempt %d, snoozes %d; want succeeded at attempt 1 after 3 snoozes", got.Status, got.Attempt, got.Snoozes)
+	}
+	b, err := os.ReadFile(runs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "1 0\n1 1\n1 2\n1 3\n"; string(b) != want {
+		t.Errorf("the runs saw S3QUEUE_ATTEMPT and S3QUEUE_SNOOZES\n%s, want\n%s", b, want)
+	}
+	var delays []string
+	for _, h := range got.History {
+		if h.From == task.Running && h.To == task.Pending {
+			d, _, _ := strings.Cut(strings.TrimPrefix(h.Reason, "snoozed: retry after "), ":")
+			delays = append(delays, d)
+			if !strings.Contains(h.Reason, "exit 75") {
+				t.Errorf("snooze %q: want the exit code", h.Reason)
+			}
+		}
+	}
+	if got, want := strings.Join(delays, " "), "100ms 200ms 400ms"; got != want {
+		t.Errorf("the snoozes waited %s, want %s (the retry policy's backoff)", got, want)
+	}
+	if out := must(t, "get", later, "--store", store); !regexp.MustCompile(`(?m)^snoozes:\s+3\b`).MatchString(out) {
+		t.Errorf("get does not show the snoozes:\n%s", out)
+	}
+	var raw map[string]any
+	if err := json.Unmarshal([]byte(must(t, "get", stuck, "--json", "--store", store)), &raw); err != nil || raw["snoozes"] != 1.0 {
+		t.Errorf("get --json: snoozes %v (%v), want 1", raw["snoozes"], err)
+	}
+	var none map[string]any
+	if err := json.Unmarshal([]byte(must(t, "get", submit(t, store, cfg, "new"), "--json", "--store", store)), &none); err != nil || none["snoozes"] != 0.0 {
+		t.Errorf("get --json of a task that never snoozed: snoozes %v (%v), want 0", none["snoozes"], err)
+	}
+
+	// Canceled while it waits after its snooze: the attempt that ran counts.
+	must(t, "cancel", stuck, "--store", store)
+	c := getTask(t, store, stuck)
+	if last := c.History[len(c.History)-1]; c.Status != task.Canceled || c.Attempt != 1 || last.From != task.Pending || last.Attempt != 1 {
+		t.Errorf("canceled after a snooze: %s, attempt %d, last transition %+v; want canceled, attempt 1", c.Status, c.Attempt, last)
+	}
+	if out := must(t, "list", "--status", "canceled", "--store", store); !strings.Contains(lineWith(out, stuck), "1/2") {
+		t.Errorf("list shows the canceled task without its attempt:\n%s", out)
+	}
+	if out := must(t, "history", stuck, "--store", store); !regexp.MustCompile(`pending→canceled\s+1\s`).MatchString(out) {
+		t.Errorf("history:\n%s", out)
+	}
+}
+
+// The times history, get and list show are the S3 clock's best estimate,
+// not the upper bound a worker decides leases by (which ran a second
+// ahead): on the embedded store, whose clock is exact, every recorded time
+// of a task lies between the wall-clock times around its life, and a task
+// submitted after another finished reads as updated after it (issue 26.8).
+func TestRecordedTimesAreTheServersTime(t *testing.T) {
+	store, _ := newStore(t)
+	cfg := writeConfig(t, fastWorker)
+	const slack = 20 * time.Millisecond
+	before := time.Now()
+	first := submit(t, store, cfg, "echo")
+	_, stop := background(t, "worker", "--store", store, "--config", cfg, "--exec", "echo=cat")
+	done := waitTerminal(t, store, first)
+	after := time.Now()
+	second := submit(t, store, cfg, "echo")
+	stop()
+
+	if done.Status != task.Succeeded || len(done.History) < 3 {
+		t.Fatalf("first task %s, history %+v", done.Status, done.History)
+	}
+	for _, h := range done.History {
+		if h.At.Before(before.Add(-slack)) || h.At.After(after.Add(slack)) {
+			t.Errorf("%s→%s recorded at %s, outside the task's life [%s, %s]", h.From, h.To,
+				fmtTime(h.At), fmtTime(before), fmtTime(after))
+		}
+	}
+	if u := done.UpdatedAt; u.After(after.Add(slack)) {
+		t.Errorf("updated %s, after the task was seen finished at %s", fmtTime(u), fmtTime(after))
+	}
+	if s := getTask(t, store, second); !s.CreatedAt.After(done.UpdatedAt) {
+		t.Errorf("a task submitted after another finished reads as created at %s, before that one's end at %s",
+			fmtTime(s.CreatedAt), fmtTime(done.UpdatedAt))
 	}
 }

@@ -16,11 +16,14 @@ const EnvPrefix = "S3QUEUE_"
 const EnvStore = EnvPrefix + "STORE"
 
 // The variables the worker command sets for the commands it runs: the
-// task's id, its attempt (1 for the first) and its type. A handler may
-// itself run s3queue, so they are not configuration keys, and not errors.
+// task's id, its attempt (1 for the first; a snooze gives its attempt
+// back, so a run after one is the same attempt), how many times it has
+// snoozed (exit 75) before this run, and its type. A handler may itself
+// run s3queue, so they are not configuration keys, and not errors.
 const (
 	EnvTaskID   = EnvPrefix + "TASK_ID"
 	EnvAttempt  = EnvPrefix + "ATTEMPT"
+	EnvSnoozes  = EnvPrefix + "SNOOZES"
 	EnvTaskType = EnvPrefix + "TASK_TYPE"
 )
 
@@ -35,7 +38,7 @@ const EnvDashboardToken = EnvPrefix + "DASHBOARD_TOKEN"
 // (integration/chaos) and the test servers (integration/harness). A name ending in "_" reserves every
 // variable it starts.
 var reservedEnv = []string{
-	EnvTaskID, EnvAttempt, EnvTaskType, EnvDashboardToken,
+	EnvTaskID, EnvAttempt, EnvSnoozes, EnvTaskType, EnvDashboardToken,
 	EnvPrefix + "TEST_", EnvPrefix + "SIM_", EnvPrefix + "BENCH_", EnvPrefix + "CHAOS_",
 	EnvPrefix + "MINIO_IMAGE", EnvPrefix + "VERSITYGW_IMAGE",
 }

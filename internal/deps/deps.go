@@ -211,7 +211,7 @@ func (e Env) markDependents(ctx context.Context, v taskio.Versioned) (task.Statu
 			return false, err
 		}
 		t = t.Clone()
-		t.MarkDependents(iv.Latest)
+		t.MarkDependents(iv.Mid())
 		if _, err := taskio.Update(ctx, e.Store, e.Local, t, v.ETag); err != nil {
 			return s3store.LostRace(err), err
 		}
@@ -357,7 +357,7 @@ func (e Env) settleEdge(ctx context.Context, parent *task.Task, o s3store.Object
 			return false, err
 		}
 		t := v.Task.Clone()
-		switch err := t.SettleDep(parent.ID, parent.Status, iv.Latest); {
+		switch err := t.SettleDep(parent.ID, parent.Status, parent.LastError, iv.Mid()); {
 		case errors.Is(err, task.ErrNoChange):
 			return false, nil
 		case err != nil:

@@ -312,7 +312,7 @@ func (e Env) grant(ctx context.Context, key string, m Member, since time.Time) (
 		}
 		nt := v.Task.Clone()
 		// Under the holder's turn: its end then passes this turn on.
-		if err := nt.SlotGranted(m.Turn, iv.Latest); errors.Is(err, task.ErrNoChange) {
+		if err := nt.SlotGranted(m.Turn, iv.Mid()); errors.Is(err, task.ErrNoChange) {
 			return false, nil // pending or running already
 		} else if err != nil {
 			return false, err
@@ -454,7 +454,7 @@ func (e Env) CancelReplaced(ctx context.Context, m Member, by string) error {
 			return false, nil // requeued into its slot since: a new turn
 		}
 		t := v.Task.Clone()
-		if err := t.SlotReplaced(by, iv.Latest); errors.Is(err, task.ErrNoChange) {
+		if err := t.SlotReplaced(by, iv.Mid()); errors.Is(err, task.ErrNoChange) {
 			return false, nil
 		} else if err != nil {
 			return false, err

@@ -97,6 +97,11 @@ const (
 	// Schedules (see checkSchedules).
 	InvSchedule = "one task per tick, on S3 time" // never two tasks for one tick, none before its tick, none missed while monitors run
 
+	// InvInOrder: each write of a task records a time (updated_at) after
+	// the last one's, and its history's times never go back (issue 26.8:
+	// writers whose clocks differ recorded them out of order).
+	InvInOrder = "a task's history reads in order"
+
 	retentionMargin = 5 * time.Second // clock uncertainty the monitor may use
 	cursorLag       = time.Minute     // how far a member's scan may trail its shard's keys
 )
@@ -313,6 +318,9 @@ func (w *world) check() Result {
 			}
 			if why := badStep(prev, t); why != "" {
 				add(InvTransition, id, "%s at %s: %s", e.Proc, at, why)
+			}
+			if why := outOfOrder(prev, t); why != "" {
+				add(InvInOrder, id, "%s at %s: %s", e.Proc, at, why)
 			}
 			if prev.Status == task.Running && prev.Claim != nil {
 				owner := claimedBy[prev.Claim.ID]
@@ -772,6 +780,33 @@ func ended(t *task.Task) int {
 	return len(t.Deps) - len(t.Waiting())
 }
 
+// snoozedBack is the attempt t's last run gave back by a snooze, or -1.
+func snoozedBack(t *task.Task) int {
+	for i := len(t.History) - 1; i >= 0; i-- {
+		if h := t.History[i]; h.From == task.Running && h.To != task.Running {
+			if h.To == task.Pending && strings.HasPrefix(h.Reason, "snoozed") && h.Attempt == t.Attempt+1 {
+				return h.Attempt
+			}
+			return -1
+		}
+	}
+	return -1
+}
+
+// outOfOrder says how the write of next records a time before prev's, or "".
+func outOfOrder(prev, next *task.Task) string {
+	if !next.UpdatedAt.After(prev.UpdatedAt) {
+		return fmt.Sprintf("updated at %s, not after the last write's %s", next.UpdatedAt.Format(time.RFC3339Nano), prev.UpdatedAt.Format(time.RFC3339Nano))
+	}
+	for i := 1; i < len(next.History); i++ {
+		if next.History[i].At.Before(next.History[i-1].At) {
+			return fmt.Sprintf("history entry %d (%s→%s) at %s, before the one above it at %s", i, next.History[i].From, next.History[i].To,
+				next.History[i].At.Format(time.RFC3339Nano), next.History[i-1].At.Format(time.RFC3339Nano))
+		}
+	}
+	return ""
+}
+
 // badStep says what is wrong with the write of next over prev, or "".
 func badStep(prev, next *task.Task) string {
 	from, to := prev.Status, next.Status
@@ -781,6 +816,11 @@ func badStep(prev, next *task.Task) string {
 			return fmt.Sprintf("claimed without a claim or with attempt %d after %d", next.Attempt, prev.Attempt)
 		}
 	case from == task.Pending && to == task.Canceled:
+		// A cancel keeps the count, and counts the attempt a snooze gave
+		// back: its handler ran (issue 26.6).
+		if next.Attempt != prev.Attempt && next.Attempt != snoozedBack(prev) {
+			return fmt.Sprintf("canceled at attempt %d from attempt %d", next.Attempt, prev.Attempt)
+		}
 	case from == task.Pending && to == task.Dead:
 		// Found past its deadline: ended unstarted (task.MissDeadline).
 		if next.Deadline.IsZero() || !next.UpdatedAt.After(next.Deadline) || next.Attempt != prev.Attempt ||

@@ -124,8 +124,17 @@ function drawShards(s) {
       el("td", {}, sh.lease_expires ? ago(-since(sh.lease_expires)) : "–"),
       el("td", { class: "depth" }, sh.depth), el("td", {}, sh.oldest_pending ? ago(sh.oldest_pending_secs) : "–"),
       el("td", {}, c.running || 0), el("td", {}, c.blocked || 0), el("td", {}, c.succeeded || 0),
-      el("td", {}, c.dead || 0), el("td", {}, c.canceled || 0), el("td", {}, sh.swept ? ago(since(sh.swept)) + " ago" : "not yet"));
+      el("td", {}, c.dead || 0), el("td", {}, c.canceled || 0), el("td", {}, swept(sh)));
   }));
+}
+
+// swept says when the shard was last swept and, when that sweep started
+// past a history too long to list each time, when the history was counted.
+function swept(sh) {
+  if (!sh.swept) return "not yet";
+  const t = ago(since(sh.swept)) + " ago";
+  if (sh.whole) return t;
+  return t + " (history " + (sh.walked ? "walked " + ago(since(sh.walked)) + " ago" : "not walked yet") + ")";
 }
 
 function drawMembers(s) {
