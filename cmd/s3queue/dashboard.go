@@ -99,9 +99,9 @@ func queueSnapshot(s monitor.State) metrics.QueueSnapshot {
 		q.Shards = append(q.Shards, metrics.ShardSnapshot{
 			Shard: sh.Shard, Pending: c[task.Pending], Running: c[task.Running], Blocked: c[task.Blocked],
 			Succeeded: c[task.Succeeded], Dead: c[task.Dead], Canceled: c[task.Canceled],
+			AnyPending:    !sh.OldestPending.IsZero(),
 			OldestPending: time.Duration(sh.OldestPendingSecs * float64(time.Second)),
 		})
-		q.Dead += c[task.Dead]
 	}
 	return q
 }

@@ -19,6 +19,19 @@ import (
 // otherwise the module version from the build info is used.
 var version = ""
 
+// versionString is the version 's3queue version' prints and
+// s3queue_build_info exports: the one set at build time, else the module's
+// (go install), else "(devel)".
+func versionString() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "(devel)"
+}
+
 var versionCommand = &command{
 	name: "version", nargs: 0, noStore: true,
 	summary: "print the version",
@@ -27,14 +40,7 @@ var versionCommand = &command{
 	},
 	define: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		return func(context.Context, []string) error {
-			v := version
-			if v == "" {
-				v = "(devel)"
-				if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-					v = bi.Main.Version
-				}
-			}
-			fmt.Fprintf(a.stdout, "s3queue %s (%s, task format %d, layout format %d)\n", v, runtime.Version(), task.FormatVersion, shards.FormatVersion)
+			fmt.Fprintf(a.stdout, "s3queue %s (%s, task format %d, layout format %d)\n", versionString(), runtime.Version(), task.FormatVersion, shards.FormatVersion)
 			return nil
 		}
 	},

@@ -166,8 +166,8 @@ var workerCommand = &command{
 				// for /metrics: the counter wraps the store it uses.
 				counter := s3store.NewCounter(st)
 				st = counter
-				reg = metrics.New()
-				reg.CountStore(counter)
+				reg = metrics.New(metrics.Config{Version: versionString()})
+				reg.CountStore(counter, noSpend(url) == "")
 			}
 			wcfg.Events = bus
 			stopHTTP := func() {}
@@ -369,8 +369,8 @@ var monitorCommand = &command{
 				// dead tasks.
 				counter := s3store.NewCounter(st)
 				st = counter
-				reg = metrics.New()
-				reg.CountStore(counter)
+				reg = metrics.New(metrics.Config{Version: versionString()})
+				reg.CountStore(counter, noSpend(url) == "")
 			}
 			if hl.main != nil {
 				mcfg.DeadList = deadListSize
@@ -424,7 +424,8 @@ var monitorCommand = &command{
 }
 
 // noSpend says why the requests to the store at url (redacted) cost
-// nothing, or "" if they are S3's: the dashboard then shows no spend.
+// nothing, or "" if they are S3's: the dashboard then shows no spend, and
+// /metrics exports no s3queue_s3_spend_dollars_total.
 func noSpend(url string) string {
 	spec, err := storeurl.Parse(url)
 	if err != nil || spec.Scheme == storeurl.SchemeS3 {

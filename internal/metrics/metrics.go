@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"net/http"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -16,41 +17,39 @@ import (
 	"github.com/s3queue/s3queue/s3store"
 )
 
-// SpendWindow is how far back the spend-per-hour gauge looks: long enough
-// to smooth a worker's polling rhythm, short enough to show a change of
-// load within minutes.
-const SpendWindow = 10 * time.Minute
-
-// spendSlot is the resolution of the spend window.
-const spendSlot = 10 * time.Second
-
 // Registry holds one process's metrics. Its methods are safe for
 // concurrent use.
 type Registry struct {
-	reg *prometheus.Registry
-	// now is the clock of the spend window (time.Now; tests substitute).
-	now    func() time.Time
+	reg    *prometheus.Registry
 	prices cost.Prices
 
-	tasks    *prometheus.CounterVec
-	handler  *prometheus.HistogramVec
-	asleep   prometheus.Gauge
-	dropped  *dropped
-	requests *prometheus.CounterVec
-	latency  *prometheus.HistogramVec
-	dollars  prometheus.Counter
-	spend    *window
+	submitted *prometheus.CounterVec
+	attempts  *prometheus.CounterVec
+	events    *prometheus.CounterVec
+	handler   *prometheus.HistogramVec
+	asleep    prometheus.Gauge
+	dropped   *dropped
+	requests  *prometheus.CounterVec
+	latency   *prometheus.HistogramVec
+	dollars   prometheus.Counter // nil until CountStore counts a billed store
 
-	queueDepth  *prometheus.GaugeVec
+	stored      *prometheus.GaugeVec
 	queueOldest *prometheus.GaugeVec
-	queueDead   *prometheus.GaugeVec // no labels: absent until SetQueue
 
 	typesMu sync.Mutex
 	types   map[string]bool // the type label values given out, at most MaxTypeLabels
 }
 
+// Config is what a registry needs to know of its process.
+type Config struct {
+	// Version is the s3queue version, the version label of
+	// s3queue_build_info ("(devel)" when empty).
+	Version string
+}
+
 // MaxTypeLabels bounds the distinct values of the type label of
-// s3queue_tasks_total and s3queue_handler_duration_seconds in one
+// s3queue_tasks_submitted_total, s3queue_task_attempts_total,
+// s3queue_events_total and s3queue_handler_duration_seconds in one
 // registry: a monitor counts the events of every type it finds in the
 // bucket, and task types are whatever producers write, so without a bound
 // one careless producer (a type per customer, say) makes series without
@@ -80,13 +79,20 @@ func (r *Registry) typeLabel(typ string) string {
 
 // New returns a registry with the process's metrics, the Go runtime's and
 // the process's (go_*, process_*).
-func New() *Registry {
-	r := &Registry{reg: prometheus.NewRegistry(), now: time.Now, prices: cost.S3Standard}
-	r.spend = newWindow(r.now(), SpendWindow, spendSlot)
-	r.tasks = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "s3queue_tasks_total",
-		Help: "Task events this process published, by task type and outcome (the event's kind: claimed, succeeded, failed, dead, ...).",
+func New(cfg Config) *Registry {
+	r := &Registry{reg: prometheus.NewRegistry(), prices: cost.S3Standard}
+	r.submitted = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "s3queue_tasks_submitted_total",
+		Help: "Tasks this process submitted (an idempotent repeat creates none), by task type.",
+	}, []string{"type"})
+	r.attempts = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "s3queue_task_attempts_total",
+		Help: "Attempts this worker ended, one each, by task type and outcome: succeeded, failed (to be retried), dead, snoozed, canceled, released, outcome_rejected, lease_lost.",
 	}, []string{"type", "outcome"})
+	r.events = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "s3queue_events_total",
+		Help: "Events this process published (its /events stream), one each, by kind and task type (empty for an event of no task).",
+	}, []string{"kind", "type"})
 	r.handler = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "s3queue_handler_duration_seconds",
 		Help:    "How long handlers ran, by task type and the attempt's outcome.",
@@ -108,28 +114,25 @@ func New() *Registry {
 		Help:    "Latency of S3 requests by operation, retries inside the client included.",
 		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 	}, []string{"op"})
-	r.dollars = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "s3queue_s3_spend_dollars_total",
-		Help: "Estimated dollars of this process's S3 requests at S3 Standard list prices (the model of 's3queue cost').",
-	})
-	spend := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "s3queue_s3_spend_dollars_per_hour",
-		Help: "Estimated S3 request spend per hour of this process, from its requests over the last 10 minutes (since start, if less).",
-	}, func() float64 { return r.spend.perHour(r.now()) })
-	r.queueDepth = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "s3queue_queue_depth",
-		Help: "Tasks in the queue by shard and status, as the monitor's last sweep found them.",
+	r.stored = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "s3queue_tasks",
+		Help: "Tasks stored in the bucket by shard and status (finished ones until retention deletes them), as the monitor's last sweep found them.",
 	}, []string{"shard", "status"})
 	r.queueOldest = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "s3queue_queue_oldest_pending_seconds",
-		Help: "Age of the oldest pending task by shard (0: none), as the monitor's last sweep found it.",
+		Help: "Age of the oldest pending task by shard (no series: none pending), as the monitor's last sweep found it.",
 	}, []string{"shard"})
-	r.queueDead = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "s3queue_queue_dead_tasks",
-		Help: "Dead tasks in the queue, as the monitor's last sweep found them.",
-	}, nil)
-	r.reg.MustRegister(r.tasks, r.handler, r.asleep, r.dropped, r.requests, r.latency, r.dollars, spend,
-		r.queueDepth, r.queueOldest, r.queueDead,
+	version := cfg.Version
+	if version == "" {
+		version = "(devel)"
+	}
+	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "s3queue_build_info",
+		Help: "1, labeled with the s3queue version (as 's3queue version' prints it) and the Go version it was built with.",
+	}, []string{"version", "goversion"})
+	build.WithLabelValues(version, runtime.Version()).Set(1)
+	r.reg.MustRegister(r.submitted, r.attempts, r.events, r.handler, r.asleep, r.dropped, r.requests, r.latency,
+		r.stored, r.queueOldest, build,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// Every operation and outcome is exported from the start, at 0: a
 	// rate() over a series that appears late misses its first requests.
@@ -167,11 +170,12 @@ func (r *Registry) Handler() http.Handler {
 // of outcomes waits here instead of being lost to a scrape's lock.
 const metricsBuffer = 8192
 
-// Subscribe feeds the registry from bus: task events count in
-// s3queue_tasks_total, outcomes with a handler's run time in
-// s3queue_handler_duration_seconds, and the doorbell's sleep in
-// s3queue_fleet_asleep. The subscription ends when the bus closes. Call it
-// once per registry.
+// Subscribe feeds the registry from bus: every event counts in
+// s3queue_events_total, submits in s3queue_tasks_submitted_total, the ends
+// of a worker's attempts in s3queue_task_attempts_total (with a handler's
+// run time in s3queue_handler_duration_seconds), and the doorbell's sleep
+// sets s3queue_fleet_asleep. The subscription ends when the bus closes.
+// Call it once per registry.
 func (r *Registry) Subscribe(bus *events.Bus) *events.Subscription {
 	sub := bus.Subscribe(SubscriberMetrics, metricsBuffer, r.Observe)
 	r.dropped.sub.Store(sub)
@@ -201,41 +205,67 @@ func (r *Registry) Observe(e events.Event) {
 	switch e.Kind {
 	case events.FleetAsleep, events.InboxAsleep:
 		r.asleep.Set(1)
-		return
 	case events.FleetWoken, events.InboxWoken:
 		r.asleep.Set(0)
+	}
+	if !e.Kind.Known() {
+		return // a kind this build does not know: no label of unbounded values
+	}
+	typ := ""
+	if e.Type != "" {
+		typ = r.typeLabel(e.Type)
+	}
+	r.events.WithLabelValues(string(e.Kind), typ).Inc()
+	if e.Kind == events.Submitted {
+		r.submitted.WithLabelValues(typ).Inc()
 		return
 	}
-	if !taskKinds[e.Kind] {
+	if !attemptEnded(e) {
 		return
 	}
-	typ := r.typeLabel(e.Type)
-	r.tasks.WithLabelValues(typ, string(e.Kind)).Inc()
+	r.attempts.WithLabelValues(typ, string(e.Kind)).Inc()
 	if e.Duration > 0 {
 		r.handler.WithLabelValues(typ, string(e.Kind)).Observe(e.Duration.Seconds())
 	}
 }
 
-// taskKinds are the kinds counted in s3queue_tasks_total: each concerns
-// one task of a known type. (Corrupt is about an object, often with no
-// type; the fleet and inbox kinds about the worker.)
-var taskKinds = map[events.Kind]bool{
-	events.Submitted: true, events.Claimed: true, events.Started: true, events.Succeeded: true,
-	events.Failed: true, events.Retried: true, events.Dead: true, events.Snoozed: true,
-	events.Canceled: true, events.CancelRequested: true, events.LeaseLost: true, events.Released: true,
-	events.Rejected: true, events.Dropped: true, events.OutcomeRejected: true, events.Requeued: true,
-	events.Redispatched: true, events.Repaired: true, events.Deleted: true,
-	events.Blocked: true, events.Unblocked: true, events.DependencyFailed: true,
-	events.SlotAcquired: true, events.SlotQueued: true, events.SlotReplaced: true, events.SlotRefused: true,
-	events.SlotGranted: true, events.SlotFreed: true, events.RateLimited: true,
+// attemptEnded reports whether e, published by a worker, ends one of its
+// attempts: each claim (and each new attempt of a crashed handler's task
+// requeued in place) ends in exactly one such event, so that the sum of
+// s3queue_task_attempts_total over its labels is the number of attempts
+// the worker ended. Retried follows a failed one and ends nothing; a lease
+// lost while the handler ran is followed by the attempt's commit (its
+// outcome, or outcome_rejected), so only a lease lost before the handler
+// started (phase pending: no commit follows) ends the attempt. The
+// monitor's and producer's dead and canceled end no attempt of theirs.
+func attemptEnded(e events.Event) bool {
+	if e.Source != events.SourceWorker {
+		return false
+	}
+	switch e.Kind {
+	case events.Succeeded, events.Failed, events.Dead, events.Snoozed, events.Canceled, events.Released,
+		events.OutcomeRejected:
+		return true
+	case events.LeaseLost:
+		return e.Phase == events.PhasePending
+	}
+	return false
 }
 
 // CountStore counts the requests of c in s3queue_s3_requests_total and
-// s3queue_s3_request_duration_seconds, and prices them (cost.S3Standard)
-// in s3queue_s3_spend_dollars_total and the spend-per-hour gauge. It
-// takes c's request hook (s3store.Counter.OnRequest): call it before the
-// store is used.
-func (r *Registry) CountStore(c *s3store.Counter) {
+// s3queue_s3_request_duration_seconds. When billed, it also prices them
+// (cost.S3Standard) in s3queue_s3_spend_dollars_total; a store whose
+// requests cost nothing (file://, mem://) exports no spend, as the
+// dashboard shows none for it. It takes c's request hook
+// (s3store.Counter.OnRequest): call it once, before the store is used.
+func (r *Registry) CountStore(c *s3store.Counter, billed bool) {
+	if billed {
+		r.dollars = prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "s3queue_s3_spend_dollars_total",
+			Help: "Estimated dollars of this process's S3 requests at S3 Standard list prices (the model of 's3queue cost').",
+		})
+		r.reg.MustRegister(r.dollars)
+	}
 	c.OnRequest(r.request)
 }
 
@@ -244,9 +274,8 @@ func (r *Registry) request(op s3store.Op, outcome s3store.Outcome, d time.Durati
 	r.requests.WithLabelValues(op.String(), outcome.String()).Inc()
 	r.latency.WithLabelValues(op.String()).Observe(d.Seconds())
 	// S3 bills refused conditional writes and 404s too, as cost.FromCounts.
-	if p := r.prices.Per(op); p > 0 {
+	if p := r.prices.Per(op); p > 0 && r.dollars != nil {
 		r.dollars.Add(p)
-		r.spend.add(r.now(), p)
 	}
 }
 
@@ -263,25 +292,24 @@ func (r *Registry) StreamDropped(n int64) {
 type QueueSnapshot struct {
 	// Shards has one entry per shard swept.
 	Shards []ShardSnapshot
-	// Dead is the number of dead tasks in the whole queue.
-	Dead int
 }
 
 // ShardSnapshot counts one shard's tasks by status.
 type ShardSnapshot struct {
 	Shard                                                int
 	Pending, Running, Blocked, Succeeded, Dead, Canceled int
-	// OldestPending is the age of the shard's oldest pending task (by S3
-	// time); 0 when it has none.
+	// AnyPending says the sweep found a pending task, and OldestPending
+	// is then the age of the oldest (by S3 time).
+	AnyPending    bool
 	OldestPending time.Duration
 }
 
-// SetQueue replaces the queue-level gauges with s: s3queue_queue_depth,
-// s3queue_queue_oldest_pending_seconds and s3queue_queue_dead_tasks. A
-// shard missing from s disappears from them. Only a process that calls
-// it (the monitor) exports these gauges.
+// SetQueue replaces the queue-level gauges with s: s3queue_tasks and
+// s3queue_queue_oldest_pending_seconds. A shard missing from s disappears
+// from them, and from the second one a shard with no pending task. Only a
+// process that calls it (the monitor) exports these gauges.
 func (r *Registry) SetQueue(s QueueSnapshot) {
-	r.queueDepth.Reset()
+	r.stored.Reset()
 	r.queueOldest.Reset()
 	for _, sh := range s.Shards {
 		shard := strconv.Itoa(sh.Shard)
@@ -290,68 +318,10 @@ func (r *Registry) SetQueue(s QueueSnapshot) {
 			n      int
 		}{{"pending", sh.Pending}, {"running", sh.Running}, {"blocked", sh.Blocked},
 			{"succeeded", sh.Succeeded}, {"dead", sh.Dead}, {"canceled", sh.Canceled}} {
-			r.queueDepth.WithLabelValues(shard, v.status).Set(float64(v.n))
+			r.stored.WithLabelValues(shard, v.status).Set(float64(v.n))
 		}
-		r.queueOldest.WithLabelValues(shard).Set(sh.OldestPending.Seconds())
-	}
-	r.queueDead.WithLabelValues().Set(float64(s.Dead))
-}
-
-// window sums values over a sliding span of time in slots.
-type window struct {
-	mu    sync.Mutex
-	start time.Time
-	slot  time.Duration
-	sums  []float64
-	idx   []int64 // the slot number each entry of sums holds
-}
-
-func newWindow(start time.Time, span, slot time.Duration) *window {
-	n := int(span / slot)
-	w := &window{start: start, slot: slot, sums: make([]float64, n), idx: make([]int64, n)}
-	for i := range w.idx {
-		w.idx[i] = -1
-	}
-	return w
-}
-
-func (w *window) slotOf(t time.Time) int64 {
-	d := t.Sub(w.start)
-	if d < 0 {
-		return 0
-	}
-	return int64(d / w.slot)
-}
-
-func (w *window) add(t time.Time, v float64) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	k := w.slotOf(t)
-	i := k % int64(len(w.sums))
-	if w.idx[i] != k {
-		w.idx[i], w.sums[i] = k, 0
-	}
-	w.sums[i] += v
-}
-
-// perHour is the sum of the window's slots, per hour of the time they
-// cover: the current slot up to t and the full ones before it (between
-// span-slot and span), but nothing before the window started.
-func (w *window) perHour(t time.Time) float64 {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	k := w.slotOf(t)
-	n := int64(len(w.sums))
-	first := max(k-n+1, 0)
-	var sum float64
-	for i, at := range w.idx {
-		if at >= first && at <= k {
-			sum += w.sums[i]
+		if sh.AnyPending {
+			r.queueOldest.WithLabelValues(shard).Set(sh.OldestPending.Seconds())
 		}
 	}
-	covered := t.Sub(w.start.Add(time.Duration(first) * w.slot))
-	if covered < time.Second {
-		covered = time.Second // a process seconds old: no estimate from a blip
-	}
-	return sum / covered.Hours()
 }

@@ -36,11 +36,11 @@ var (
 	descWaiting = prometheus.NewDesc("s3queue_dispatch_waiting",
 		"Tasks found due by the pool's last poll and not accepted (no room).", []string{"pool"}, nil)
 	descMaxInFlight = prometheus.NewDesc("s3queue_dispatch_max_in_flight",
-		"The pool's bound on running handlers (-1: unbounded).", []string{"pool"}, nil)
+		"The pool's bound on running handlers (no series: unbounded).", []string{"pool"}, nil)
 	descWait = prometheus.NewDesc("s3queue_dispatch_wait_seconds",
 		"Time from discovery (listing) to dispatch (a handler starts), by pool.", []string{"pool"}, nil)
 	descRenewals = prometheus.NewDesc("s3queue_lease_renewals_total",
-		"Task lease renewals by result: ok (written), error (a request failed; retried before the lease runs out).", []string{"result"}, nil)
+		"Task lease renewals by outcome: ok (written), error (a request failed; retried before the lease runs out).", []string{"outcome"}, nil)
 	descLost = prometheus.NewDesc("s3queue_leases_lost_total",
 		"Task leases this worker lost: its handler was canceled (or the claimed task never started) and another worker may run the task.", nil, nil)
 	descMember = prometheus.NewDesc("s3queue_fleet_member",
@@ -68,7 +68,9 @@ func (c *workerCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descInFlight, float64(s.InFlight), s.Pool)
 		gauge(descPending, float64(s.Pending), s.Pool)
 		gauge(descWaiting, float64(s.Waiting), s.Pool)
-		gauge(descMaxInFlight, float64(s.MaxInFlight), s.Pool)
+		if s.MaxInFlight >= 0 { // worker.Unbounded: no series
+			gauge(descMaxInFlight, float64(s.MaxInFlight), s.Pool)
+		}
 	}
 	for pool, h := range c.w.QueueWait() {
 		ch <- waitHistogram(h, pool)
