@@ -23,33 +23,100 @@ import (
 // _sum and _count too), and the families by name.
 func exported(t *testing.T) map[string]bool {
 	t.Helper()
-	r := New()
-	r.Observe(events.Event{Kind: events.Succeeded, Type: "x", Duration: time.Second})
-	r.Observe(events.Event{Kind: events.FleetAsleep})
-	c := s3store.NewCounter(mem.New())
-	r.CountStore(c)
-	if _, err := c.Head(t.Context(), "k"); err == nil {
-		t.Fatal("head of a missing key succeeded")
-	}
-	r.SetQueue(QueueSnapshot{Dead: 1, Shards: []ShardSnapshot{{Shard: 0, Pending: 1}}})
-	r.WatchWorker(&fakeWorker{states: []worker.QueueState{{Pool: "default"}},
-		wait: map[string]worker.Histogram{"default": {Bounds: []float64{1}, Counts: []uint64{0, 0}}}, assign: shards.Assignment{}})
-	fams, err := r.Gatherer().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
 	names := map[string]bool{}
-	for _, f := range fams {
+	for _, f := range exportedFamilies(t) {
 		n := f.GetName()
-		if !strings.HasPrefix(n, "s3queue_") {
-			continue
-		}
 		names[n] = true
 		if f.GetType() == dto.MetricType_HISTOGRAM {
 			names[n+"_bucket"], names[n+"_sum"], names[n+"_count"] = true, true, true
 		}
 	}
 	return names
+}
+
+// exportedFamilies returns the s3queue_ families of a registry fed with
+// everything that feeds it (a worker's events and gauges, a billed
+// store's requests, a monitor's sweep).
+func exportedFamilies(t *testing.T) []*dto.MetricFamily {
+	t.Helper()
+	r := New(Config{Version: "v0.0.0-test"})
+	r.Observe(events.Event{Kind: events.Submitted, Source: events.SourceProducer, Type: "x"})
+	r.Observe(events.Event{Kind: events.Succeeded, Source: events.SourceWorker, Type: "x", Duration: time.Second})
+	r.Observe(events.Event{Kind: events.FleetAsleep, Source: events.SourceWorker})
+	c := s3store.NewCounter(mem.New())
+	r.CountStore(c, true)
+	if _, err := c.Head(t.Context(), "k"); err == nil {
+		t.Fatal("head of a missing key succeeded")
+	}
+	r.SetQueue(QueueSnapshot{Shards: []ShardSnapshot{{Shard: 0, Pending: 1, AnyPending: true, OldestPending: time.Second}}})
+	r.WatchWorker(&fakeWorker{states: []worker.QueueState{{Pool: "default", MaxInFlight: 4}, {Pool: "io", MaxInFlight: worker.Unbounded}},
+		wait: map[string]worker.Histogram{"default": {Bounds: []float64{1}, Counts: []uint64{0, 0}}}, assign: shards.Assignment{}})
+	fams, err := r.Gatherer().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []*dto.MetricFamily
+	for _, f := range fams {
+		if strings.HasPrefix(f.GetName(), "s3queue_") {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// labels is every label name the metrics use, and the one thing each
+// names: a label means the same wherever it appears, and one thing has
+// one label name (no result beside outcome, no kind of event called an
+// outcome).
+var labels = map[string]string{
+	"type":       "a task's type (capped: other)",
+	"outcome":    "how an attempt, a request or a renewal ended",
+	"kind":       "an event's kind",
+	"subscriber": "an event subscriber of the process",
+	"op":         "an S3 operation",
+	"pool":       "a worker's dispatch pool",
+	"shard":      "a shard of the queue",
+	"status":     "a task's status",
+	"version":    "the s3queue version",
+	"goversion":  "the Go version of the build",
+}
+
+// Prometheus practice, checked on what a scrape shows: counters end in
+// _total and gauges do not, every label is one of labels, and no series
+// holds a sentinel (a negative gauge for "unbounded", say).
+func TestMetricsFollowPrometheusPractice(t *testing.T) {
+	for _, f := range exportedFamilies(t) {
+		n := f.GetName()
+		switch f.GetType() {
+		case dto.MetricType_COUNTER:
+			if !strings.HasSuffix(n, "_total") {
+				t.Errorf("counter %s does not end in _total", n)
+			}
+		case dto.MetricType_GAUGE:
+			if strings.HasSuffix(n, "_total") {
+				t.Errorf("gauge %s ends in _total", n)
+			}
+			if strings.Contains(n, "_per_") {
+				t.Errorf("gauge %s is a rate: export a counter and let PromQL's rate() compute it", n)
+			}
+		}
+		for _, m := range f.Metric {
+			for _, l := range m.Label {
+				if _, ok := labels[l.GetName()]; !ok {
+					t.Errorf("%s has a label %q the metrics do not otherwise use", n, l.GetName())
+				}
+			}
+			if g := m.GetGauge(); g != nil && g.GetValue() < 0 {
+				t.Errorf("%s%v = %v: a sentinel", n, m.Label, g.GetValue())
+			}
+		}
+	}
+	// The unbounded pool has no bound to show.
+	for _, f := range exportedFamilies(t) {
+		if f.GetName() == "s3queue_dispatch_max_in_flight" && len(f.Metric) != 1 {
+			t.Errorf("s3queue_dispatch_max_in_flight has %d series, want 1: the unbounded pool has none", len(f.Metric))
+		}
+	}
 }
 
 var metricName = regexp.MustCompile(`\bs3queue_[a-z0-9_]+`)
@@ -115,9 +182,9 @@ func TestDeployAndDocsNameExportedMetrics(t *testing.T) {
 		}
 		check("the dashboard", refs)
 		// The panels the operations guide promises.
-		for _, n := range []string{"s3queue_tasks_total", "s3queue_handler_duration_seconds_bucket", "s3queue_queue_depth",
-			"s3queue_queue_oldest_pending_seconds", "s3queue_queue_dead_tasks", "s3queue_leases_lost_total",
-			"s3queue_s3_requests_total", "s3queue_s3_spend_dollars_per_hour"} {
+		for _, n := range []string{"s3queue_task_attempts_total", "s3queue_tasks_submitted_total", "s3queue_handler_duration_seconds_bucket",
+			"s3queue_tasks", "s3queue_queue_oldest_pending_seconds", "s3queue_leases_lost_total",
+			"s3queue_s3_requests_total", "s3queue_s3_spend_dollars_total"} {
 			if !panels[n] {
 				t.Errorf("no panel of the dashboard shows %s", n)
 			}
@@ -137,7 +204,10 @@ func TestDeployAndDocsNameExportedMetrics(t *testing.T) {
 		}
 	})
 	t.Run("operations guide", func(t *testing.T) {
-		doc := read("../../docs/operations.md")
+		doc, changelog, ok := strings.Cut(read("../../docs/operations.md"), "\n## Changelog\n")
+		if !ok {
+			t.Fatal("docs/operations.md has no Changelog section")
+		}
 		check("docs/operations.md", metricName.FindAllString(doc, -1))
 		var missing []string
 		for n := range names {
@@ -149,6 +219,32 @@ func TestDeployAndDocsNameExportedMetrics(t *testing.T) {
 		sort.Strings(missing)
 		if len(missing) > 0 {
 			t.Errorf("docs/operations.md does not document %v", missing)
+		}
+		// The changelog's rows name an old metric (exported no more) and
+		// what replaced it (exported), or none.
+		if i := strings.Index(changelog, "\n## "); i >= 0 {
+			changelog = changelog[:i]
+		}
+		rows := 0
+		for _, l := range strings.Split(changelog, "\n") {
+			cells := strings.Split(l, "|")
+			if len(cells) < 4 || strings.HasPrefix(strings.TrimSpace(cells[1]), "---") || strings.TrimSpace(cells[1]) == "old" {
+				continue
+			}
+			rows++
+			for _, n := range metricName.FindAllString(cells[1], -1) {
+				if names[n] && !strings.Contains(cells[1], "label") {
+					t.Errorf("the changelog lists %s as old, but it is exported", n)
+				}
+			}
+			for _, n := range metricName.FindAllString(cells[2], -1) {
+				if !names[n] {
+					t.Errorf("the changelog replaces with %s, which is not exported", n)
+				}
+			}
+		}
+		if rows < 5 {
+			t.Errorf("the changelog has %d rows, want one per change (at least 5)", rows)
 		}
 	})
 }

@@ -3,8 +3,11 @@ package metrics
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http/httptest"
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -27,54 +30,143 @@ func compare(t *testing.T, r *Registry, want string, names ...string) {
 	}
 }
 
-func TestTaskEventsCountByTypeAndOutcome(t *testing.T) {
-	r := New()
-	for _, e := range []events.Event{
-		{Kind: events.Claimed, Type: "resize", TaskID: "a"},
-		{Kind: events.Succeeded, Type: "resize", TaskID: "a", Duration: 30 * time.Millisecond},
-		{Kind: events.Claimed, Type: "resize", TaskID: "b"},
-		{Kind: events.Failed, Type: "resize", TaskID: "b", Duration: 2 * time.Second, Err: errors.New("x")},
-		{Kind: events.Retried, Type: "resize", TaskID: "b"},
-		{Kind: events.Succeeded, Type: "mail", TaskID: "c", Duration: 3 * time.Millisecond},
-		{Kind: events.Released, Type: "mail", TaskID: "d"}, // never ran: no duration
-		{Kind: events.Corrupt, Key: "tasks/000/x.json"},    // not a task's: not counted
-		{Kind: events.ShardAcquired, Shard: 2},
-	} {
+// worker is an event a worker publishes.
+func worker_(e events.Event) events.Event {
+	e.Source = events.SourceWorker
+	return e
+}
+
+// A user sums each task counter over its labels and gets a count that
+// means something: tasks submitted, attempts ended, events published.
+// One task's submit, claim and start never count as three tasks.
+func TestTaskCountersSumToTasksAndAttempts(t *testing.T) {
+	r := New(Config{})
+	evs := []events.Event{
+		// The producer submits three tasks.
+		{Kind: events.Submitted, Source: events.SourceProducer, Type: "resize", TaskID: "a"},
+		{Kind: events.Submitted, Source: events.SourceProducer, Type: "resize", TaskID: "b"},
+		{Kind: events.Submitted, Source: events.SourceProducer, Type: "mail", TaskID: "c"},
+		// a: one attempt, succeeded.
+		worker_(events.Event{Kind: events.Claimed, Type: "resize", TaskID: "a"}),
+		worker_(events.Event{Kind: events.Started, Type: "resize", TaskID: "a"}),
+		worker_(events.Event{Kind: events.Succeeded, Type: "resize", TaskID: "a", Duration: 30 * time.Millisecond}),
+		// b: failed and retried, then its lease was lost while it ran
+		// and its outcome refused, then lost again before it started,
+		// then dead.
+		worker_(events.Event{Kind: events.Claimed, Type: "resize", TaskID: "b"}),
+		worker_(events.Event{Kind: events.Started, Type: "resize", TaskID: "b"}),
+		worker_(events.Event{Kind: events.Failed, Type: "resize", TaskID: "b", Duration: 2 * time.Second, Err: errors.New("x")}),
+		worker_(events.Event{Kind: events.Retried, Type: "resize", TaskID: "b"}),
+		worker_(events.Event{Kind: events.Claimed, Type: "resize", TaskID: "b"}),
+		worker_(events.Event{Kind: events.Started, Type: "resize", TaskID: "b"}),
+		worker_(events.Event{Kind: events.LeaseLost, Type: "resize", TaskID: "b"}),
+		worker_(events.Event{Kind: events.OutcomeRejected, Type: "resize", TaskID: "b", Duration: time.Second}),
+		worker_(events.Event{Kind: events.Claimed, Type: "resize", TaskID: "b"}),
+		worker_(events.Event{Kind: events.LeaseLost, Type: "resize", TaskID: "b", Phase: events.PhasePending}),
+		worker_(events.Event{Kind: events.Claimed, Type: "resize", TaskID: "b"}),
+		worker_(events.Event{Kind: events.Started, Type: "resize", TaskID: "b"}),
+		worker_(events.Event{Kind: events.Dead, Type: "resize", TaskID: "b", Duration: time.Second}),
+		// c: released unstarted (no duration), then succeeded.
+		worker_(events.Event{Kind: events.Claimed, Type: "mail", TaskID: "c"}),
+		worker_(events.Event{Kind: events.Released, Type: "mail", TaskID: "c"}),
+		worker_(events.Event{Kind: events.Claimed, Type: "mail", TaskID: "c"}),
+		worker_(events.Event{Kind: events.Started, Type: "mail", TaskID: "c"}),
+		worker_(events.Event{Kind: events.Succeeded, Type: "mail", TaskID: "c", Duration: 3 * time.Millisecond}),
+		// Not a worker's attempt: the monitor's dead (an expired
+		// lease), a producer's cancel, an object's corruption, the fleet.
+		{Kind: events.Redispatched, Source: events.SourceMonitor, Type: "mail", TaskID: "d"},
+		{Kind: events.Dead, Source: events.SourceMonitor, Type: "mail", TaskID: "d"},
+		{Kind: events.Canceled, Source: events.SourceProducer, Type: "mail", TaskID: "e"},
+		worker_(events.Event{Kind: events.Corrupt, Key: "tasks/000/x.json"}),
+		worker_(events.Event{Kind: events.ShardAcquired, Shard: 2}),
+		worker_(events.Event{Kind: "no_such_kind", Type: "mail"}), // not counted at all
+	}
+	claims := 0
+	for _, e := range evs {
+		if e.Kind == events.Claimed {
+			claims++
+		}
 		r.Observe(e)
 	}
 	compare(t, r, `
-# HELP s3queue_tasks_total Task events this process published, by task type and outcome (the event's kind: claimed, succeeded, failed, dead, ...).
-# TYPE s3queue_tasks_total counter
-s3queue_tasks_total{outcome="claimed",type="resize"} 2
-s3queue_tasks_total{outcome="failed",type="resize"} 1
-s3queue_tasks_total{outcome="released",type="mail"} 1
-s3queue_tasks_total{outcome="retried",type="resize"} 1
-s3queue_tasks_total{outcome="succeeded",type="mail"} 1
-s3queue_tasks_total{outcome="succeeded",type="resize"} 1
-`, "s3queue_tasks_total")
+# HELP s3queue_task_attempts_total Attempts this worker ended, one each, by task type and outcome: succeeded, failed (to be retried), dead, snoozed, canceled, released, outcome_rejected, lease_lost.
+# TYPE s3queue_task_attempts_total counter
+s3queue_task_attempts_total{outcome="dead",type="resize"} 1
+s3queue_task_attempts_total{outcome="failed",type="resize"} 1
+s3queue_task_attempts_total{outcome="lease_lost",type="resize"} 1
+s3queue_task_attempts_total{outcome="outcome_rejected",type="resize"} 1
+s3queue_task_attempts_total{outcome="released",type="mail"} 1
+s3queue_task_attempts_total{outcome="succeeded",type="mail"} 1
+s3queue_task_attempts_total{outcome="succeeded",type="resize"} 1
+# HELP s3queue_tasks_submitted_total Tasks this process submitted (an idempotent repeat creates none), by task type.
+# TYPE s3queue_tasks_submitted_total counter
+s3queue_tasks_submitted_total{type="mail"} 1
+s3queue_tasks_submitted_total{type="resize"} 2
+`, "s3queue_task_attempts_total", "s3queue_tasks_submitted_total")
 
-	// The durations land in their buckets, by type and outcome; an
-	// outcome without a run observes nothing.
-	if n := testutil.CollectAndCount(r.handler); n != 3 {
-		t.Errorf("%d handler-duration series, want 3 (resize succeeded, resize failed, mail succeeded)", n)
-	}
 	text := scrape(t, r)
+	if got := sum(t, text, "s3queue_tasks_submitted_total"); got != 3 {
+		t.Errorf("sum(s3queue_tasks_submitted_total) = %v, want 3: the tasks submitted", got)
+	}
+	if got := sum(t, text, "s3queue_task_attempts_total"); got != float64(claims) {
+		t.Errorf("sum(s3queue_task_attempts_total) = %v, want %d: one per claim", got, claims)
+	}
+	if got := sum(t, text, "s3queue_events_total"); got != float64(len(evs)-1) {
+		t.Errorf("sum(s3queue_events_total) = %v, want %d: every event of a known kind, once", got, len(evs)-1)
+	}
 	for _, line := range []string{
+		`s3queue_events_total{kind="claimed",type="resize"} 5`,
+		`s3queue_events_total{kind="lease_lost",type="resize"} 2`,
+		`s3queue_events_total{kind="dead",type="mail"} 1`,
+		`s3queue_events_total{kind="corrupt",type=""} 1`,
+		`s3queue_events_total{kind="shard_acquired",type=""} 1`,
+		// The durations land in their buckets, by type and the attempt's
+		// outcome; an attempt that never ran observes nothing.
 		`s3queue_handler_duration_seconds_bucket{outcome="succeeded",type="resize",le="0.025"} 0`,
 		`s3queue_handler_duration_seconds_bucket{outcome="succeeded",type="resize",le="0.05"} 1`,
 		`s3queue_handler_duration_seconds_bucket{outcome="failed",type="resize",le="1"} 0`,
 		`s3queue_handler_duration_seconds_bucket{outcome="failed",type="resize",le="2.5"} 1`,
 		`s3queue_handler_duration_seconds_sum{outcome="failed",type="resize"} 2`,
 		`s3queue_handler_duration_seconds_count{outcome="succeeded",type="mail"} 1`,
+		`s3queue_handler_duration_seconds_count{outcome="outcome_rejected",type="resize"} 1`,
 	} {
 		if !strings.Contains(text, line+"\n") {
 			t.Errorf("scrape lacks %q", line)
 		}
 	}
+	if strings.Contains(text, `no_such_kind`) {
+		t.Error("an unknown kind is a label value")
+	}
+	if n := testutil.CollectAndCount(r.handler); n != 5 {
+		t.Errorf("%d handler-duration series, want 5", n)
+	}
+}
+
+// sum is what sum(name) returns over a scrape: the series of name, added.
+func sum(t *testing.T, text, name string) float64 {
+	t.Helper()
+	var total float64
+	n := 0
+	for _, l := range strings.Split(text, "\n") {
+		rest, ok := strings.CutPrefix(l, name)
+		if !ok || rest == "" || (rest[0] != '{' && rest[0] != ' ') {
+			continue
+		}
+		f, err := strconv.ParseFloat(rest[strings.LastIndexByte(rest, ' ')+1:], 64)
+		if err != nil {
+			t.Fatalf("%q: %v", l, err)
+		}
+		total += f
+		n++
+	}
+	if n == 0 {
+		t.Fatalf("no series of %s in the scrape", name)
+	}
+	return total
 }
 
 func TestFleetSleep(t *testing.T) {
-	r := New()
+	r := New(Config{})
 	gauge := func() float64 { return testutil.ToFloat64(r.asleep) }
 	if gauge() != 0 {
 		t.Fatalf("asleep %v at start", gauge())
@@ -96,16 +188,16 @@ func TestFleetSleep(t *testing.T) {
 // The subscriber feeds the registry from a bus, and its drops are
 // exported.
 func TestSubscribe(t *testing.T) {
-	r := New()
+	r := New(Config{})
 	bus := events.NewBus()
 	r.Subscribe(bus)
 	bus.Publish(events.Event{Kind: events.Submitted, Type: "x"})
 	bus.Close() // returns once the subscriber handled what it buffered
 	compare(t, r, `
-# HELP s3queue_tasks_total Task events this process published, by task type and outcome (the event's kind: claimed, succeeded, failed, dead, ...).
-# TYPE s3queue_tasks_total counter
-s3queue_tasks_total{outcome="submitted",type="x"} 1
-`, "s3queue_tasks_total")
+# HELP s3queue_tasks_submitted_total Tasks this process submitted (an idempotent repeat creates none), by task type.
+# TYPE s3queue_tasks_submitted_total counter
+s3queue_tasks_submitted_total{type="x"} 1
+`, "s3queue_tasks_submitted_total")
 	r.StreamDropped(3)
 	compare(t, r, `
 # HELP s3queue_events_dropped_total Events a subscriber of this process lost to a full buffer: metrics (these counters miss them), stream (GET /events clients).
@@ -116,17 +208,13 @@ s3queue_events_dropped_total{subscriber="stream"} 3
 }
 
 func TestS3RequestsAndSpend(t *testing.T) {
-	r := New()
-	now := time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
-	r.now = func() time.Time { return now }
-	r.spend = newWindow(now, SpendWindow, spendSlot)
+	r := New(Config{})
 	st := s3store.NewCounter(mem.New())
-	r.CountStore(st)
+	r.CountStore(st, true)
 	ctx := context.Background()
 
-	// At 12:01: 1,000 PUTs (one refused), a GET that finds nothing, a
-	// DELETE (free).
-	now = now.Add(time.Minute)
+	// 1,000 PUTs (one refused), a GET that finds nothing, a DELETE
+	// (free), 100 LISTs.
 	for i := range 1000 {
 		opts := s3store.PutOptions{}
 		if i == 999 {
@@ -156,89 +244,107 @@ func TestS3RequestsAndSpend(t *testing.T) {
 			t.Errorf("scrape lacks %q", line)
 		}
 	}
-	// 1,000 PUTs at $0.005 per 1,000 and a GET at $0.0004 per 1,000.
+	if got := sum(t, text, "s3queue_s3_requests_total"); got != 1002 {
+		t.Errorf("sum(s3queue_s3_requests_total) = %v, want 1002: every request once", got)
+	}
+	// 1,000 PUTs at $0.005 per 1,000 and a GET at $0.0004 per 1,000: a
+	// counter, so that rate() gives the spend per second over any window.
 	wantDollars := 0.005 + 0.0000004
-	if got := testutil.ToFloat64(r.dollars); !near(got, wantDollars) {
+	if got := gather(t, r, "s3queue_s3_spend_dollars_total"); !near(got, wantDollars) {
 		t.Errorf("spend total $%v, want $%v", got, wantDollars)
 	}
-
-	spend := func() float64 { return r.spend.perHour(r.now()) }
-	// At 12:02 the process has run two minutes: the window covers them.
-	now = now.Add(time.Minute)
-	if got, want := spend(), wantDollars/(2.0/60); !near(got, want) {
-		t.Errorf("spend at 12:02 $%v/h, want $%v/h (2 minutes' requests over 2 minutes)", got, want)
-	}
-	// At 12:10 the window is full and holds them still. It covers its
-	// last 59 whole slots and the current one up to now: at a slot's
-	// start, 9m50s.
-	full := SpendWindow - spendSlot
-	now = now.Add(8 * time.Minute)
-	if got, want := spend(), wantDollars/full.Hours(); !near(got, want) {
-		t.Errorf("spend at 12:10 $%v/h, want $%v/h (over %v)", got, want, full)
-	}
-	// At 12:20 they have slid out of it.
-	now = now.Add(10 * time.Minute)
-	if got := spend(); got != 0 {
-		t.Errorf("spend at 12:20 $%v/h, want 0: the requests were 19 minutes ago", got)
-	}
-	// The gauge in the scrape is the window's.
-	now = now.Add(time.Minute)
 	for range 100 {
 		if _, err := st.List(ctx, "", s3store.ListOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	gauge := gather(t, r, "s3queue_s3_spend_dollars_per_hour")
-	if want := 100 * 0.000005 / full.Hours(); !near(gauge, want) {
-		t.Errorf("spend gauge $%v/h, want $%v/h", gauge, want)
+	if got, want := gather(t, r, "s3queue_s3_spend_dollars_total"), wantDollars+100*0.000005; !near(got, want) {
+		t.Errorf("spend total after 100 LISTs $%v, want $%v", got, want)
+	}
+	if strings.Contains(scrape(t, r), "s3queue_s3_spend_dollars_per_hour") {
+		t.Error("the scrape has a spend-per-hour gauge: rate(s3queue_s3_spend_dollars_total[1h]) * 3600 is it")
+	}
+}
+
+// A store whose requests cost nothing (file://, mem://) has its requests
+// counted and exports no spend, as the dashboard shows none: an absent
+// series, not a 0 that reads as "free S3".
+func TestUnbilledStoreExportsNoSpend(t *testing.T) {
+	r := New(Config{})
+	st := s3store.NewCounter(mem.New())
+	r.CountStore(st, false)
+	if _, err := st.Put(context.Background(), "k", []byte("x"), s3store.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	text := scrape(t, r)
+	if !strings.Contains(text, `s3queue_s3_requests_total{op="PUT",outcome="ok"} 1`+"\n") {
+		t.Errorf("the PUT is not counted:\n%s", text)
+	}
+	if strings.Contains(text, "s3queue_s3_spend") {
+		t.Errorf("an unbilled store exports a spend:\n%s", text)
+	}
+}
+
+// s3queue_build_info says which build runs, as 's3queue version' does.
+func TestBuildInfo(t *testing.T) {
+	for _, tc := range []struct{ version, want string }{{"v1.2.3", "v1.2.3"}, {"", "(devel)"}} {
+		r := New(Config{Version: tc.version})
+		line := fmt.Sprintf("s3queue_build_info{goversion=%q,version=%q} 1\n", runtime.Version(), tc.want)
+		if text := scrape(t, r); !strings.Contains(text, line) {
+			t.Errorf("version %q: the scrape lacks %q", tc.version, line)
+		}
 	}
 }
 
 func TestSetQueue(t *testing.T) {
-	r := New()
-	if n := testutil.CollectAndCount(r.queueDead); n != 0 {
-		t.Fatalf("a registry that never had a sweep exports %d dead-task gauges; want none", n)
+	r := New(Config{})
+	if n := testutil.CollectAndCount(r.stored); n != 0 {
+		t.Fatalf("a registry that never had a sweep exports %d s3queue_tasks series; want none", n)
 	}
-	r.SetQueue(QueueSnapshot{Dead: 4, Shards: []ShardSnapshot{
-		{Shard: 0, Pending: 5, Running: 2, Dead: 3, OldestPending: 90 * time.Second},
+	r.SetQueue(QueueSnapshot{Shards: []ShardSnapshot{
+		{Shard: 0, Pending: 5, Running: 2, Dead: 3, AnyPending: true, OldestPending: 90 * time.Second},
 		{Shard: 1, Succeeded: 7, Blocked: 1, Canceled: 2, Dead: 1},
 	}})
 	compare(t, r, `
-# HELP s3queue_queue_depth Tasks in the queue by shard and status, as the monitor's last sweep found them.
-# TYPE s3queue_queue_depth gauge
-s3queue_queue_depth{shard="0",status="blocked"} 0
-s3queue_queue_depth{shard="0",status="canceled"} 0
-s3queue_queue_depth{shard="0",status="dead"} 3
-s3queue_queue_depth{shard="0",status="pending"} 5
-s3queue_queue_depth{shard="0",status="running"} 2
-s3queue_queue_depth{shard="0",status="succeeded"} 0
-s3queue_queue_depth{shard="1",status="blocked"} 1
-s3queue_queue_depth{shard="1",status="canceled"} 2
-s3queue_queue_depth{shard="1",status="dead"} 1
-s3queue_queue_depth{shard="1",status="pending"} 0
-s3queue_queue_depth{shard="1",status="running"} 0
-s3queue_queue_depth{shard="1",status="succeeded"} 7
-# HELP s3queue_queue_oldest_pending_seconds Age of the oldest pending task by shard (0: none), as the monitor's last sweep found it.
+# HELP s3queue_tasks Tasks stored in the bucket by shard and status (finished ones until retention deletes them), as the monitor's last sweep found them.
+# TYPE s3queue_tasks gauge
+s3queue_tasks{shard="0",status="blocked"} 0
+s3queue_tasks{shard="0",status="canceled"} 0
+s3queue_tasks{shard="0",status="dead"} 3
+s3queue_tasks{shard="0",status="pending"} 5
+s3queue_tasks{shard="0",status="running"} 2
+s3queue_tasks{shard="0",status="succeeded"} 0
+s3queue_tasks{shard="1",status="blocked"} 1
+s3queue_tasks{shard="1",status="canceled"} 2
+s3queue_tasks{shard="1",status="dead"} 1
+s3queue_tasks{shard="1",status="pending"} 0
+s3queue_tasks{shard="1",status="running"} 0
+s3queue_tasks{shard="1",status="succeeded"} 7
+# HELP s3queue_queue_oldest_pending_seconds Age of the oldest pending task by shard (no series: none pending), as the monitor's last sweep found it.
 # TYPE s3queue_queue_oldest_pending_seconds gauge
 s3queue_queue_oldest_pending_seconds{shard="0"} 90
-s3queue_queue_oldest_pending_seconds{shard="1"} 0
-# HELP s3queue_queue_dead_tasks Dead tasks in the queue, as the monitor's last sweep found them.
-# TYPE s3queue_queue_dead_tasks gauge
-s3queue_queue_dead_tasks 4
-`, "s3queue_queue_depth", "s3queue_queue_oldest_pending_seconds", "s3queue_queue_dead_tasks")
+`, "s3queue_tasks", "s3queue_queue_oldest_pending_seconds")
+	// What a user sums: the stored tasks, the dead ones (the old
+	// s3queue_queue_dead_tasks), the live ones.
+	text := scrape(t, r)
+	if got := sum(t, text, "s3queue_tasks"); got != 21 {
+		t.Errorf("sum(s3queue_tasks) = %v, want 21 stored tasks", got)
+	}
+	if got := sum(t, text, `s3queue_tasks{shard="0",status="dead"}`) + sum(t, text, `s3queue_tasks{shard="1",status="dead"}`); got != 4 {
+		t.Errorf("dead tasks %v, want 4", got)
+	}
+	if strings.Contains(text, "s3queue_queue_dead_tasks") || strings.Contains(text, "s3queue_queue_depth") {
+		t.Error("the scrape still has the old queue gauges")
+	}
 
-	// After a reshard to one shard, shard 1 is gone from the gauges.
-	r.SetQueue(QueueSnapshot{Shards: []ShardSnapshot{{Shard: 0, Pending: 1, OldestPending: time.Second}}})
-	compare(t, r, `
-# HELP s3queue_queue_oldest_pending_seconds Age of the oldest pending task by shard (0: none), as the monitor's last sweep found it.
-# TYPE s3queue_queue_oldest_pending_seconds gauge
-s3queue_queue_oldest_pending_seconds{shard="0"} 1
-# HELP s3queue_queue_dead_tasks Dead tasks in the queue, as the monitor's last sweep found them.
-# TYPE s3queue_queue_dead_tasks gauge
-s3queue_queue_dead_tasks 0
-`, "s3queue_queue_oldest_pending_seconds", "s3queue_queue_dead_tasks")
-	if n := testutil.CollectAndCount(r.queueDepth); n != 6 {
-		t.Errorf("%d depth series after the reshard, want 6 (one shard, six statuses)", n)
+	// After a reshard to one shard, shard 1 is gone from the gauges; a
+	// shard whose pending tasks all ran has no age.
+	r.SetQueue(QueueSnapshot{Shards: []ShardSnapshot{{Shard: 0, Succeeded: 1}}})
+	if n := testutil.CollectAndCount(r.queueOldest); n != 0 {
+		t.Errorf("%d oldest-pending series with no pending task, want none", n)
+	}
+	if n := testutil.CollectAndCount(r.stored); n != 6 {
+		t.Errorf("%d s3queue_tasks series after the reshard, want 6 (one shard, six statuses)", n)
 	}
 }
 
@@ -257,7 +363,7 @@ func (f *fakeWorker) Member() (bool, shards.Assignment)      { return f.member, 
 func (f *fakeWorker) Stats() worker.Stats                    { return f.stats }
 
 func TestWatchWorker(t *testing.T) {
-	r := New()
+	r := New(Config{})
 	w := &fakeWorker{
 		states: []worker.QueueState{
 			{Pool: "default", InFlight: 3, Pending: 1, Waiting: 0, MaxInFlight: 4},
@@ -284,6 +390,9 @@ s3queue_dispatch_pending{pool="io"} 0
 # TYPE s3queue_dispatch_waiting gauge
 s3queue_dispatch_waiting{pool="default"} 0
 s3queue_dispatch_waiting{pool="io"} 7
+# HELP s3queue_dispatch_max_in_flight The pool's bound on running handlers (no series: unbounded).
+# TYPE s3queue_dispatch_max_in_flight gauge
+s3queue_dispatch_max_in_flight{pool="default"} 4
 # HELP s3queue_dispatch_wait_seconds Time from discovery (listing) to dispatch (a handler starts), by pool.
 # TYPE s3queue_dispatch_wait_seconds histogram
 s3queue_dispatch_wait_seconds_bucket{pool="default",le="0.005"} 2
@@ -292,10 +401,10 @@ s3queue_dispatch_wait_seconds_bucket{pool="default",le="60"} 3
 s3queue_dispatch_wait_seconds_bucket{pool="default",le="+Inf"} 4
 s3queue_dispatch_wait_seconds_sum{pool="default"} 70.006
 s3queue_dispatch_wait_seconds_count{pool="default"} 4
-# HELP s3queue_lease_renewals_total Task lease renewals by result: ok (written), error (a request failed; retried before the lease runs out).
+# HELP s3queue_lease_renewals_total Task lease renewals by outcome: ok (written), error (a request failed; retried before the lease runs out).
 # TYPE s3queue_lease_renewals_total counter
-s3queue_lease_renewals_total{result="error"} 1
-s3queue_lease_renewals_total{result="ok"} 12
+s3queue_lease_renewals_total{outcome="error"} 1
+s3queue_lease_renewals_total{outcome="ok"} 12
 # HELP s3queue_leases_lost_total Task leases this worker lost: its handler was canceled (or the claimed task never started) and another worker may run the task.
 # TYPE s3queue_leases_lost_total counter
 s3queue_leases_lost_total 2
@@ -305,7 +414,7 @@ s3queue_fleet_member 1
 # HELP s3queue_fleet_shards_owned Active shards the worker polls at full speed as a fleet member.
 # TYPE s3queue_fleet_shards_owned gauge
 s3queue_fleet_shards_owned 2
-`, "s3queue_dispatch_in_flight", "s3queue_dispatch_pending", "s3queue_dispatch_waiting", "s3queue_dispatch_wait_seconds",
+`, "s3queue_dispatch_in_flight", "s3queue_dispatch_pending", "s3queue_dispatch_waiting", "s3queue_dispatch_max_in_flight", "s3queue_dispatch_wait_seconds",
 		"s3queue_lease_renewals_total", "s3queue_leases_lost_total", "s3queue_fleet_member", "s3queue_fleet_shards_owned")
 
 	// Read at scrape time: a change shows at the next scrape.
