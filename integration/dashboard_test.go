@@ -267,7 +267,7 @@ func TestDashboardInChromiumMinIO(t *testing.T) {
 	// The same server exports the queue-level gauges, read from the
 	// monitor's state at each scrape.
 	var scraped string
-	succeeded := regexp.MustCompile(`(?m)^s3queue_queue_depth\{shard="\d+",status="succeeded"\} [1-9]`)
+	succeeded := regexp.MustCompile(`(?m)^s3queue_tasks\{shard="\d+",status="succeeded"\} [1-9]`)
 	for deadline := time.Now().Add(time.Minute); ; {
 		resp, err := http.Get(page + "metrics")
 		if err != nil {

@@ -46,6 +46,21 @@ func httpGet(t *testing.T, url string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
+// sumSeries is what sum(name) returns over a scrape: its series, added.
+func sumSeries(scrape, name string) float64 {
+	var total float64
+	for _, l := range strings.Split(scrape, "\n") {
+		rest, ok := strings.CutPrefix(l, name)
+		if !ok || rest == "" || (rest[0] != '{' && rest[0] != ' ') {
+			continue
+		}
+		if f, err := strconv.ParseFloat(rest[strings.LastIndexByte(rest, ' ')+1:], 64); err == nil {
+			total += f
+		}
+	}
+	return total
+}
+
 // sample returns the value of the series line (name and labels, as the
 // text format writes them) in a scrape, or -1.
 func sample(scrape, series string) float64 {
@@ -116,31 +131,61 @@ func TestWorkerServesMetricsAndEvents(t *testing.T) {
 		t.Fatalf("task %s", got.Status)
 	}
 
-	// The outcome reaches the counters through the bus: wait for it.
+	// Two more tasks: each attempt ends once in
+	// s3queue_task_attempts_total, so its sum is the attempts the
+	// worker made, not a count of every event of every task.
+	more := []string{submit(t, store, cfg, "echo", "--input", `{"n":2}`), submit(t, store, cfg, "echo", "--input", `{"n":3}`)}
+	for _, id := range more {
+		if got := waitTerminal(t, store, id); got.Status != task.Succeeded {
+			t.Fatalf("task %s", got.Status)
+		}
+	}
+
+	// The outcomes reach the counters through the bus: wait for them.
 	var scrape string
-	waitFor(t, "the success in /metrics", func() bool {
+	waitFor(t, "the successes in /metrics", func() bool {
 		_, scrape = httpGet(t, base+"/metrics")
-		return sample(scrape, `s3queue_tasks_total{outcome="succeeded",type="echo"}`) == 1
+		return sample(scrape, `s3queue_task_attempts_total{outcome="succeeded",type="echo"}`) == 3
 	})
+	if got := sumSeries(scrape, "s3queue_task_attempts_total"); got != 3 {
+		t.Errorf("sum(s3queue_task_attempts_total) = %v, want 3: three tasks, one attempt each\n%s", got, scrape)
+	}
+	for series, want := range map[string]float64{
+		`s3queue_events_total{kind="claimed",type="echo"}`:                        3,
+		`s3queue_events_total{kind="started",type="echo"}`:                        3,
+		`s3queue_events_total{kind="succeeded",type="echo"}`:                      3,
+		`s3queue_handler_duration_seconds_count{outcome="succeeded",type="echo"}`: 3,
+	} {
+		if got := sample(scrape, series); got != want {
+			t.Errorf("%s = %v, want %v", series, got, want)
+		}
+	}
 	for series, min := range map[string]float64{
-		`s3queue_tasks_total{outcome="claimed",type="echo"}`:                      1,
-		`s3queue_handler_duration_seconds_count{outcome="succeeded",type="echo"}`: 1,
-		// The claim and the commit at least, and the listings.
-		`s3queue_s3_requests_total{op="PUT",outcome="ok"}`:    2,
+		// The claims and the commits at least, and the listings.
+		`s3queue_s3_requests_total{op="PUT",outcome="ok"}`:    6,
 		`s3queue_s3_requests_total{op="LIST",outcome="ok"}`:   1,
-		`s3queue_s3_request_duration_seconds_count{op="PUT"}`: 2,
-		`s3queue_s3_spend_dollars_total`:                      2 * 0.005 / 1000,
+		`s3queue_s3_request_duration_seconds_count{op="PUT"}`: 6,
 		`s3queue_dispatch_in_flight{pool="default"}`:          0,
-		`s3queue_dispatch_wait_seconds_count{pool="default"}`: 1,
-		`s3queue_lease_renewals_total{result="ok"}`:           0,
+		`s3queue_dispatch_wait_seconds_count{pool="default"}`: 3,
+		`s3queue_lease_renewals_total{outcome="ok"}`:          0,
 		`s3queue_fleet_member`:                                0,
 	} {
 		if got := sample(scrape, series); got < min {
 			t.Errorf("%s = %v, want at least %v", series, got, min)
 		}
 	}
-	if sample(scrape, `s3queue_s3_spend_dollars_per_hour`) <= 0 {
-		t.Errorf("spend per hour is not positive after requests:\n%s", scrape)
+	// The worker submitted nothing itself ('s3queue submit' did).
+	if strings.Contains(scrape, "s3queue_tasks_submitted_total{") {
+		t.Errorf("the worker counts submits it never made:\n%s", scrape)
+	}
+	// A file:// store's requests cost nothing: no spend, as the
+	// dashboard shows none.
+	if strings.Contains(scrape, "s3queue_s3_spend") {
+		t.Errorf("a file:// store's worker exports a spend:\n%s", scrape)
+	}
+	build := regexp.MustCompile(`(?m)^s3queue_build_info\{goversion="go[^"]+",version="[^"]+"\} 1$`)
+	if !build.MatchString(scrape) {
+		t.Errorf("no s3queue_build_info in the scrape:\n%s", scrape)
 	}
 
 	if code := stop(); code != 0 {

@@ -518,7 +518,7 @@ func TestMetricsOnAListenerOfTheirOwn(t *testing.T) {
 	metrics = "http://" + listening(t, stderr, 1)["/metrics /healthz"]
 	waitFor(t, "the queue gauges", func() bool {
 		r := call(t, "GET", metrics+"/metrics", "", "")
-		return r.code == http.StatusOK && strings.Contains(r.body, "s3queue_queue_depth{")
+		return r.code == http.StatusOK && strings.Contains(r.body, "s3queue_tasks{")
 	})
 	if r := call(t, "GET", metrics+"/api/state", "", ""); r.code != http.StatusNotFound {
 		t.Errorf("the dashboard on --metrics-http: %d, want 404", r.code)
