@@ -225,3 +225,52 @@ func TestWorkerHTTPListenFailure(t *testing.T) {
 		})
 	}
 }
+
+// The monitor's /metrics, as a user reads it: s3queue_tasks counts the
+// stored tasks by status (summed, the tasks in the queue), the oldest
+// pending age exists while a task waits and goes once none does, and a
+// file:// store has no spend.
+func TestMonitorServesTaskGauges(t *testing.T) {
+	store, _ := newStore(t)
+	cfg := writeConfig(t, fastWorker+"[monitor]\ninterval = \"100ms\"\n")
+	ids := []string{submit(t, store, cfg, "echo"), submit(t, store, cfg, "echo"), submit(t, store, cfg, "echo")}
+	stderr, _ := background(t, "monitor", "--store", store, "--config", cfg, "--metrics-http", "127.0.0.1:0")
+	base := "http://" + listening(t, stderr, 1)["/metrics /healthz"]
+
+	var scrape string
+	waitFor(t, "the three pending tasks in /metrics", func() bool {
+		_, scrape = httpGet(t, base+"/metrics")
+		return sumSeries(scrape, "s3queue_tasks") == 3
+	})
+	if got := sumSeries(scrape, `s3queue_tasks{shard="0",status="pending"}`); got != 3 {
+		t.Errorf("pending tasks %v, want 3:\n%s", got, scrape)
+	}
+	if !strings.Contains(scrape, "s3queue_queue_oldest_pending_seconds{") {
+		t.Errorf("no oldest-pending age while three tasks wait:\n%s", scrape)
+	}
+	for _, gone := range []string{"s3queue_queue_depth", "s3queue_queue_dead_tasks", "s3queue_s3_spend", "s3queue_tasks_total"} {
+		if strings.Contains(scrape, gone) {
+			t.Errorf("the monitor exports %s", gone)
+		}
+	}
+	if !strings.Contains(scrape, "s3queue_build_info{") {
+		t.Errorf("no s3queue_build_info:\n%s", scrape)
+	}
+
+	// A worker runs them: the stored tasks are the same three, succeeded,
+	// and no task waits, so no shard has an age.
+	background(t, "worker", "--store", store, "--config", cfg, "--exec", "echo=cat")
+	for _, id := range ids {
+		waitTerminal(t, store, id)
+	}
+	waitFor(t, "the three succeeded tasks in /metrics", func() bool {
+		_, scrape = httpGet(t, base+"/metrics")
+		return sumSeries(scrape, `s3queue_tasks{shard="0",status="succeeded"}`) == 3
+	})
+	if got := sumSeries(scrape, "s3queue_tasks"); got != 3 {
+		t.Errorf("sum(s3queue_tasks) = %v, want 3 stored tasks:\n%s", got, scrape)
+	}
+	if strings.Contains(scrape, "s3queue_queue_oldest_pending_seconds{") {
+		t.Errorf("an oldest-pending age with no pending task (a sentinel):\n%s", scrape)
+	}
+}
