@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/s3queue/s3queue/clock"
+	"github.com/s3queue/s3queue/internal/backoff"
 	"github.com/s3queue/s3queue/internal/deps"
 	"github.com/s3queue/s3queue/internal/rnd"
 	"github.com/s3queue/s3queue/internal/taskio"
@@ -472,7 +473,7 @@ func (r *run) update(ctx context.Context, change func(*task.Task, time.Time) err
 			return false, err
 		}
 		w.log.Warn("update task; will retry", "task_id", id, "err", err)
-		if w.pause(ctx, 500*time.Millisecond<<attempt) != nil {
+		if w.pause(ctx, updatePause.Delay(attempt+1, nil)) != nil {
 			return false, err
 		}
 		return true, err
@@ -541,6 +542,11 @@ func (r *run) update(ctx context.Context, change func(*task.Task, time.Time) err
 	}
 	return err
 }
+
+// updatePause is update's pause after a failed request (not a lost race):
+// 500ms, 1s, 2s, without jitter. (At most three: again gives up after the
+// third attempt.)
+var updatePause = backoff.Policy{Initial: 500 * time.Millisecond, Max: 2 * time.Second, Multiplier: 2}
 
 // sameWrite reports whether got, read back, is the write want whose
 // response was lost. Version and UpdatedAt alone do not tell: another
