@@ -609,99 +609,34 @@ func (r *run) commit(o outcome, cause error) {
 			ref, resErr = r.storeResult(ctx, res)
 		}
 	}
+	out := task.Outcome{ClaimID: r.claimID, Attempt: r.v.Task.Attempt, Release: r.release, MissedDeadline: r.missed,
+		ShutDown: errors.Is(cause, ErrShutdown), Err: o.err, Permanent: IsPermanent(o.err),
+		TimedOut: r.stoppedBy == stoppedByTimeout, PastDeadline: r.stoppedBy == stoppedByDeadline,
+		Result: res, ResultRef: ref}
+	if errors.Is(resErr, errStoreResult) {
+		out.StoreErr = resErr
+	} else {
+		out.ResultErr = resErr
+	}
+	var ra retryAfterError
+	if errors.As(o.err, &ra) {
+		out.Snooze = &task.Snooze{Delay: ra.delay, Backoff: ra.backoff}
+		if ra.backoff {
+			// What the history and the event say names the delay drawn.
+			out.Snooze.Reason = func(d time.Duration) string { ra := ra; ra.delay = d; return ra.Error() }
+		}
+	}
 	var snoozed error // a snooze backed off: its error, naming the delay
 	decide := func(t *task.Task, now time.Time) error {
-		switch {
-		case r.release != "":
-			kind = "released"
-			if err := t.Release(r.claimID, r.release, now); err != nil {
-				return err
-			}
-			if r.missed && t.Status == task.Pending {
-				if err := t.MissDeadline(now); err != nil {
-					return err
-				}
-			}
-			kind = failedKind(t, true)
-			if kind == "snoozed" {
-				kind = "released"
-			}
-			return nil
-		case errors.Is(cause, ErrShutdown) && o.err != nil:
-			kind = "released"
-			return t.Release(r.claimID, "worker shut down", now)
-		case o.err != nil && r.stoppedBy != "":
-			// The handler's time ran out and it returned an error: the
-			// attempt timed out (retried by the policy), or the deadline
-			// stopped it (dead: a retry would start after it).
-			detail := o.err.Error()
-			if detail == context.DeadlineExceeded.Error() {
-				detail = "" // the context's own error says nothing more
-			}
-			if r.stoppedBy == stoppedByDeadline {
-				if err := t.FailPastDeadline(r.claimID, detail, now); err != nil {
-					return err
-				}
-				kind = failedKind(t, false)
-				return nil
-			}
-			msg := "timed out after " + t.Timeout.D().String()
-			if detail != "" {
-				msg += ": " + detail
-			}
-			if err := t.Fail(r.claimID, msg, IsPermanent(o.err), now, rnd.Keyed(r.claimID)); err != nil {
-				return err
-			}
-			kind = failedKind(t, false)
-			return nil
-		case o.err == nil && errors.Is(resErr, errStoreResult):
-			// The result object could not be written: a failed attempt,
-			// retried as any other.
-			if err := t.Fail(r.claimID, resErr.Error(), false, now, rnd.Keyed(r.claimID)); err != nil {
-				return err
-			}
-			kind = failedKind(t, false)
-			return nil
-		case o.err == nil:
-			kind = "succeeded"
-			err := resErr
-			switch {
-			case err != nil:
-			case ref != nil:
-				err = t.SucceedRef(r.claimID, *ref, now)
-			default:
-				err = t.Succeed(r.claimID, res, now)
-			}
-			if !errors.Is(err, task.ErrInvalid) {
-				return err
-			}
-			// The result cannot be stored (too large, not JSON): a
-			// permanent failure, recorded now rather than left to expire.
-			kind = "dead"
-			return t.Fail(r.claimID, "handler result refused: "+err.Error(), true, now, rnd.Keyed(r.claimID))
-		}
-		var ra retryAfterError
-		if errors.As(o.err, &ra) {
-			if ra.backoff {
-				ra.delay = t.SnoozeDelay(rnd.Keyed(r.claimID))
-				snoozed = ra // what the history and the event say
-			}
-			reason := o.err.Error()
-			if snoozed != nil {
-				reason = snoozed.Error()
-			}
-			if err := t.Snooze(r.claimID, ra.delay, reason, now); err != nil {
-				return err
-			}
-			// Past task.MaxSnoozes a snooze is a failed attempt, and a
-			// cancel requested meanwhile wins.
-			kind = failedKind(t, t.Attempt != r.v.Task.Attempt)
-			return nil
-		}
-		if err := t.Fail(r.claimID, o.err.Error(), IsPermanent(o.err), now, rnd.Keyed(r.claimID)); err != nil {
+		s, err := t.Settle(out, now, rnd.Keyed(r.claimID))
+		if err != nil {
 			return err
 		}
-		kind = failedKind(t, false)
+		kind = s.Kind
+		if s.Backoff {
+			ra.delay = s.Delay
+			snoozed = ra
+		}
 		return nil
 	}
 	marked := int64(-1) // the version whose ended marker is written
@@ -854,21 +789,6 @@ func (r *run) dropResult(ctx context.Context, ref *task.ResultRef, err error) {
 	if derr := r.w.st.Delete(ctx, ref.Key, s3store.DeleteOptions{}); derr != nil && !errors.Is(derr, s3store.ErrNotFound) {
 		r.w.log.Warn("delete the result object of a refused commit", "task_id", r.v.Task.ID, "key", ref.Key, "err", derr)
 	}
-}
-
-// failedKind names the event of an attempt that did not succeed, from the
-// status its write left: dead, canceled (a cancel requested meanwhile
-// wins), snoozed (back to pending without using an attempt), or failed.
-func failedKind(t *task.Task, snoozed bool) string {
-	switch {
-	case t.Status == task.Dead:
-		return "dead"
-	case t.Status == task.Canceled:
-		return "canceled"
-	case t.Status == task.Pending && snoozed:
-		return "snoozed"
-	}
-	return "failed"
 }
 
 // crashOutcome is what requeueCrashed did with a crashed handler's task.
