@@ -609,25 +609,13 @@ func (r *run) commit(o outcome, cause error) {
 			ref, resErr = r.storeResult(ctx, res)
 		}
 	}
-	out := task.Outcome{ClaimID: r.claimID, Attempt: r.v.Task.Attempt, Release: r.release, MissedDeadline: r.missed,
-		ShutDown: errors.Is(cause, ErrShutdown), Err: o.err, Permanent: IsPermanent(o.err),
-		TimedOut: r.stoppedBy == stoppedByTimeout, PastDeadline: r.stoppedBy == stoppedByDeadline,
-		Result: res, ResultRef: ref}
-	if errors.Is(resErr, errStoreResult) {
-		out.StoreErr = resErr
-	} else {
-		out.ResultErr = resErr
-	}
-	var ra retryAfterError
-	if errors.As(o.err, &ra) {
-		out.Snooze = &task.Snooze{Delay: ra.delay, Backoff: ra.backoff}
-		if ra.backoff {
-			// What the history and the event say names the delay drawn.
-			out.Snooze.Reason = func(d time.Duration) string { ra := ra; ra.delay = d; return ra.Error() }
-		}
-	}
-	var snoozed error // a snooze backed off: its error, naming the delay
-	decide := func(t *task.Task, now time.Time) error {
+	// The decision is task.Settle's, taken again on each re-read after a
+	// lost race (with a source that draws the same); commit does the
+	// requests around it and reports.
+	out, ra := r.outcome(o, cause, res, ref, resErr)
+	var snoozed error   // a snooze backed off: its error, naming the delay
+	marked := int64(-1) // the version whose ended marker is written
+	err := r.update(ctx, func(t *task.Task, now time.Time) error {
 		s, err := t.Settle(out, now, rnd.Keyed(r.claimID))
 		if err != nil {
 			return err
@@ -636,13 +624,6 @@ func (r *run) commit(o outcome, cause error) {
 		if s.Backoff {
 			ra.delay = s.Delay
 			snoozed = ra
-		}
-		return nil
-	}
-	marked := int64(-1) // the version whose ended marker is written
-	err := r.update(ctx, func(t *task.Task, now time.Time) error {
-		if err := decide(t, now); err != nil {
-			return err
 		}
 		if deps.NeedsPassOn(t) && marked != t.Version {
 			// Its dependents, or its slot's next task, are to learn its
@@ -697,20 +678,7 @@ func (r *run) commit(o outcome, cause error) {
 		}
 		h(q)
 	}
-	switch kind {
-	case "succeeded":
-		w.stats.succeeded.Add(1)
-	case "failed":
-		w.stats.failed.Add(1)
-	case "dead":
-		w.stats.dead.Add(1)
-	case "snoozed":
-		w.stats.snoozed.Add(1)
-	case "canceled":
-		w.stats.canceled.Add(1)
-	case "released":
-		w.stats.released.Add(1)
-	}
+	w.countEnding(kind)
 	phase := r.phase
 	if kind == "canceled" && phase == "" {
 		phase = PhaseInFlight // not handed back: its handler ran
@@ -733,6 +701,48 @@ func (r *run) commit(o outcome, cause error) {
 		if err := shards.Announce(ctx, w.st, r.v.Task, iv.Latest, r.announceShard()); err != nil {
 			w.log.Warn("announce retry", "task_id", t0.ID, "err", err)
 		}
+	}
+}
+
+// outcome is the handler's outcome o (its context ended by cause) as Settle
+// takes it, with the result normalised (res, or ref when stored apart; resErr
+// if either failed); ra is the handler's snooze request, if it made one.
+func (r *run) outcome(o outcome, cause error, res json.RawMessage, ref *task.ResultRef, resErr error) (task.Outcome, retryAfterError) {
+	out := task.Outcome{ClaimID: r.claimID, Attempt: r.v.Task.Attempt, Release: r.release, MissedDeadline: r.missed,
+		ShutDown: errors.Is(cause, ErrShutdown), Err: o.err, Permanent: IsPermanent(o.err),
+		TimedOut: r.stoppedBy == stoppedByTimeout, PastDeadline: r.stoppedBy == stoppedByDeadline,
+		Result: res, ResultRef: ref}
+	if errors.Is(resErr, errStoreResult) {
+		out.StoreErr = resErr
+	} else {
+		out.ResultErr = resErr
+	}
+	var ra retryAfterError
+	if errors.As(o.err, &ra) {
+		out.Snooze = &task.Snooze{Delay: ra.delay, Backoff: ra.backoff}
+		if ra.backoff {
+			// What the history and the event say names the delay drawn.
+			out.Snooze.Reason = func(d time.Duration) string { ra := ra; ra.delay = d; return ra.Error() }
+		}
+	}
+	return out, ra
+}
+
+// countEnding counts a commit's outcome by its kind (task.Settlement).
+func (w *Worker) countEnding(kind string) {
+	switch kind {
+	case "succeeded":
+		w.stats.succeeded.Add(1)
+	case "failed":
+		w.stats.failed.Add(1)
+	case "dead":
+		w.stats.dead.Add(1)
+	case "snoozed":
+		w.stats.snoozed.Add(1)
+	case "canceled":
+		w.stats.canceled.Add(1)
+	case "released":
+		w.stats.released.Add(1)
 	}
 }
 
