@@ -56,7 +56,7 @@ func (c CAS) Retry(ctx context.Context, try func(attempt int) (lost bool, err er
 		if attempt+1 >= CASAttempts {
 			return fmt.Errorf("%w: %w", ErrContended, err)
 		}
-		if err := c.sleep(ctx, c.pause(attempt+1)); err != nil {
+		if err := c.sleep(ctx, c.Pause(attempt+1)); err != nil {
 			return err
 		}
 	}
@@ -67,8 +67,9 @@ func (c CAS) Retry(ctx context.Context, try func(attempt int) (lost bool, err er
 // source, exactly n half-steps.
 var casPause = backoff.Policy{Initial: CASPauseStep / 2, Max: CASAttempts * CASPauseStep / 2, Linear: true, Jitter: 1, Spread: backoff.Around}
 
-// pause is how long to wait after the n-th lost race in a row.
-func (c CAS) pause(n int) time.Duration { return casPause.Delay(n, c.Jitter) }
+// Pause is how long Retry waits after the n-th lost race in a row (n >= 1),
+// for a loop that cannot be a Retry.
+func (c CAS) Pause(n int) time.Duration { return casPause.Delay(n, c.Jitter) }
 
 func (c CAS) sleep(ctx context.Context, d time.Duration) error {
 	if c.Sleep != nil {
