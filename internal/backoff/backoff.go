@@ -1,7 +1,8 @@
 // Package backoff is the queue's one shape of delay between the tries of
-// something that failed or lost a race: a task's retry policy, a worker's
-// failing fleet requests, the pause between lost CAS races, and a commit's
-// pause after a failed request all draw their delays from a Policy.
+// something that failed or lost a race: a task's retry policy (its failed
+// attempts and snoozes), the pauses between lost CAS races, a worker's
+// failing fleet requests and task updates, and the S3 client's retries all
+// draw their delays from a Policy.
 //
 // It is pure code: no clock, no I/O and no global randomness. Randomness is
 // passed to Delay, so a seeded run (the simulator) replays exactly; the
