@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/s3queue/s3queue/internal/backoff"
 )
 
 // LostRace reports whether err is a conditional write that lost to another
@@ -54,20 +56,20 @@ func (c CAS) Retry(ctx context.Context, try func(attempt int) (lost bool, err er
 		if attempt+1 >= CASAttempts {
 			return fmt.Errorf("%w: %w", ErrContended, err)
 		}
-		if err := c.sleep(ctx, c.pause(attempt+1)); err != nil {
+		if err := c.sleep(ctx, c.Pause(attempt+1)); err != nil {
 			return err
 		}
 	}
 }
 
-// pause is how long to wait after the n-th lost race in a row.
-func (c CAS) pause(n int) time.Duration {
-	f := 0.5
-	if c.Jitter != nil {
-		f = c.Jitter()
-	}
-	return time.Duration(f * float64(time.Duration(n)*CASPauseStep))
-}
+// casPause is the pause after the n-th lost race in a row: n half-steps on
+// average, uniform in [0, n×CASPauseStep) (full jitter); without a jitter
+// source, exactly n half-steps.
+var casPause = backoff.Policy{Initial: CASPauseStep / 2, Max: CASAttempts * CASPauseStep / 2, Linear: true, Jitter: 1, Spread: backoff.Around}
+
+// Pause is how long Retry waits after the n-th lost race in a row (n >= 1),
+// for a loop that cannot be a Retry.
+func (c CAS) Pause(n int) time.Duration { return casPause.Delay(n, c.Jitter) }
 
 func (c CAS) sleep(ctx context.Context, d time.Duration) error {
 	if c.Sleep != nil {

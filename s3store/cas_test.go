@@ -61,6 +61,30 @@ func TestCASRetriesLostRacesWithGrowingPauses(t *testing.T) {
 	}
 }
 
+// A pause after the n-th lost race is uniform in [0, n steps), n half-steps
+// without a source of jitter.
+func TestCASPause(t *testing.T) {
+	for n := 1; n < s3store.CASAttempts; n++ {
+		top := time.Duration(n) * s3store.CASPauseStep
+		for _, tc := range []struct {
+			jitter func() float64
+			want   time.Duration
+		}{
+			{nil, top / 2},
+			{func() float64 { return 0 }, 0},
+			{func() float64 { return 0.25 }, top / 4},
+			{func() float64 { return 0.5 }, top / 2},
+		} {
+			if got := (s3store.CAS{Jitter: tc.jitter}).Pause(n); got != tc.want {
+				t.Errorf("Pause(%d) = %s, want %s", n, got, tc.want)
+			}
+		}
+		if got := (s3store.CAS{Jitter: func() float64 { return 0.999999 }}).Pause(n); got >= top || got < top*99/100 {
+			t.Errorf("Pause(%d) at the top of the draws = %s, want just below %s", n, got, top)
+		}
+	}
+}
+
 func TestCASReturnsAnErrorThatIsNoLostRaceAtOnce(t *testing.T) {
 	cas, pauses := casRecorder(0.5)
 	boom := errors.New("boom")

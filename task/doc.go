@@ -1,9 +1,10 @@
 // Package task owns the task model of s3queue: the canonical task object
 // stored at tasks/{shard}/{id}.json, its JSON encoding and the status its
 // size tells a listing, its state machine (claim, renew, succeed, fail,
-// snooze, expire, cancel, requeue), retry delays, task ids, the mapping from
-// keys to shards, and the idempotency record at idempotency/{hash}.json
-// that binds an idempotency key to the one task it created.
+// snooze, expire, cancel, requeue), the decision of a worker's commit
+// (Settle), retry delays, task ids, the mapping from keys to shards, and the
+// idempotency record at idempotency/{hash}.json that binds an idempotency
+// key to the one task it created.
 //
 // It is pure code and must not do I/O: it never imports s3store, never reads
 // the local clock and never uses global randomness. Every function that needs

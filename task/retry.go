@@ -6,6 +6,8 @@ import (
 	"math"
 	"strconv"
 	"time"
+
+	"github.com/s3queue/s3queue/internal/backoff"
 )
 
 // Duration is a time.Duration that marshals as a Go duration string ("1m30s")
@@ -112,27 +114,11 @@ func (p RetryPolicy) Validate() error {
 // Jitter of itself using rnd, which returns values in [0, 1). A nil rnd
 // means no jitter. The result is never negative.
 func (p RetryPolicy) Delay(attempt int, rnd func() float64) time.Duration {
-	attempt = max(attempt, 1)
-	mult := p.Multiplier
-	if !(mult >= 1) || math.IsInf(mult, 0) { // also catches NaN from a hand-edited object
-		mult = 1
-	}
-	ceiling := float64(max(p.MaxDelay, 0))
-	d := float64(max(p.InitialDelay, 0)) * math.Pow(mult, float64(attempt-1))
-	if !(d <= ceiling) { // also catches +Inf
-		d = ceiling
-	}
-	if rnd != nil && p.Jitter > 0 {
-		r := rnd()
-		if !(r >= 0) { // NaN or negative
-			r = 0
-		}
-		r = min(r, 1)
-		j := min(p.Jitter, 1)
-		d -= d * j * r
-	}
-	if d >= float64(math.MaxInt64) {
-		return time.Duration(math.MaxInt64)
-	}
-	return time.Duration(max(d, 0))
+	return p.backoff().Delay(attempt, rnd)
+}
+
+// backoff is the policy as the queue's one backoff shape (a multiplier
+// below 1 or not finite, from a hand-edited object, counts as 1).
+func (p RetryPolicy) backoff() backoff.Policy {
+	return backoff.Policy{Initial: p.InitialDelay.D(), Max: p.MaxDelay.D(), Multiplier: p.Multiplier, Jitter: p.Jitter, Spread: backoff.Below}
 }

@@ -6,38 +6,35 @@ import (
 	"sync"
 	"time"
 
+	"github.com/s3queue/s3queue/internal/backoff"
 	"github.com/s3queue/s3queue/s3store"
 )
 
-// backoff paces the retries of one failing operation: bounded exponential,
+// retryPace paces the retries of one failing operation: bounded exponential,
 // with jitter, so a persistent error costs a request (and a log line) now
 // and then, not a hot loop.
-type backoff struct {
+type retryPace struct {
 	n    int       // failures in a row
 	next time.Time // local monotonic time before which not to retry
 }
 
 // failed records a failure at now and returns the wait before the next
 // try: base doubled per failure in a row, at most max, ±25 % jitter.
-func (b *backoff) failed(now time.Time, base, max time.Duration, rnd func() float64) time.Duration {
-	d := max
-	if b.n < 30 && base<<b.n < max {
-		d = base << b.n
-	}
-	d = time.Duration(float64(d) * (0.75 + 0.5*rnd()))
+func (b *retryPace) failed(now time.Time, base, max time.Duration, rnd func() float64) time.Duration {
 	b.n++
+	d := backoff.Policy{Initial: base, Max: max, Multiplier: 2, Jitter: 0.25, Spread: backoff.Around}.Delay(b.n, rnd)
 	b.next = now.Add(d)
 	return d
 }
 
 // ok records a success.
-func (b *backoff) ok() { *b = backoff{} }
+func (b *retryPace) ok() { *b = retryPace{} }
 
 // ready reports whether a try is allowed at now.
-func (b *backoff) ready(now time.Time) bool { return !now.Before(b.next) }
+func (b *retryPace) ready(now time.Time) bool { return !now.Before(b.next) }
 
 // until is how long until the next try is allowed (0 if it is).
-func (b *backoff) until(now time.Time) time.Duration { return max(b.next.Sub(now), 0) }
+func (b *retryPace) until(now time.Time) time.Duration { return max(b.next.Sub(now), 0) }
 
 // guarded is the worker's view of its store: every error that will not heal
 // (s3store.ErrUnusable: the bucket or local root gone, access denied) stops

@@ -71,7 +71,7 @@ type membership struct {
 	// again only when their object changes.
 	apps map[string]shards.Application
 
-	retry backoff // of the fleet requests, after a failure
+	retry retryPace // of the fleet requests, after a failure
 }
 
 // saturated reports that, at local time now, the member has been behind

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/s3queue/s3queue/clock"
+	"github.com/s3queue/s3queue/internal/backoff"
 	"github.com/s3queue/s3queue/internal/deps"
 	"github.com/s3queue/s3queue/internal/rnd"
 	"github.com/s3queue/s3queue/internal/taskio"
@@ -472,7 +473,7 @@ func (r *run) update(ctx context.Context, change func(*task.Task, time.Time) err
 			return false, err
 		}
 		w.log.Warn("update task; will retry", "task_id", id, "err", err)
-		if w.pause(ctx, 500*time.Millisecond<<attempt) != nil {
+		if w.pause(ctx, updatePause.Delay(attempt+1, nil)) != nil {
 			return false, err
 		}
 		return true, err
@@ -542,6 +543,11 @@ func (r *run) update(ctx context.Context, change func(*task.Task, time.Time) err
 	return err
 }
 
+// updatePause is update's pause after a failed request (not a lost race):
+// 500ms, 1s, 2s, without jitter. (At most three: again gives up after the
+// third attempt.)
+var updatePause = backoff.Policy{Initial: 500 * time.Millisecond, Max: 2 * time.Second, Multiplier: 2}
+
 // sameWrite reports whether got, read back, is the write want whose
 // response was lost. Version and UpdatedAt alone do not tell: another
 // writer's change of the same version may record the same time (two
@@ -603,105 +609,21 @@ func (r *run) commit(o outcome, cause error) {
 			ref, resErr = r.storeResult(ctx, res)
 		}
 	}
-	var snoozed error // a snooze backed off: its error, naming the delay
-	decide := func(t *task.Task, now time.Time) error {
-		switch {
-		case r.release != "":
-			kind = "released"
-			if err := t.Release(r.claimID, r.release, now); err != nil {
-				return err
-			}
-			if r.missed && t.Status == task.Pending {
-				if err := t.MissDeadline(now); err != nil {
-					return err
-				}
-			}
-			kind = failedKind(t, true)
-			if kind == "snoozed" {
-				kind = "released"
-			}
-			return nil
-		case errors.Is(cause, ErrShutdown) && o.err != nil:
-			kind = "released"
-			return t.Release(r.claimID, "worker shut down", now)
-		case o.err != nil && r.stoppedBy != "":
-			// The handler's time ran out and it returned an error: the
-			// attempt timed out (retried by the policy), or the deadline
-			// stopped it (dead: a retry would start after it).
-			detail := o.err.Error()
-			if detail == context.DeadlineExceeded.Error() {
-				detail = "" // the context's own error says nothing more
-			}
-			if r.stoppedBy == stoppedByDeadline {
-				if err := t.FailPastDeadline(r.claimID, detail, now); err != nil {
-					return err
-				}
-				kind = failedKind(t, false)
-				return nil
-			}
-			msg := "timed out after " + t.Timeout.D().String()
-			if detail != "" {
-				msg += ": " + detail
-			}
-			if err := t.Fail(r.claimID, msg, IsPermanent(o.err), now, rnd.Keyed(r.claimID)); err != nil {
-				return err
-			}
-			kind = failedKind(t, false)
-			return nil
-		case o.err == nil && errors.Is(resErr, errStoreResult):
-			// The result object could not be written: a failed attempt,
-			// retried as any other.
-			if err := t.Fail(r.claimID, resErr.Error(), false, now, rnd.Keyed(r.claimID)); err != nil {
-				return err
-			}
-			kind = failedKind(t, false)
-			return nil
-		case o.err == nil:
-			kind = "succeeded"
-			err := resErr
-			switch {
-			case err != nil:
-			case ref != nil:
-				err = t.SucceedRef(r.claimID, *ref, now)
-			default:
-				err = t.Succeed(r.claimID, res, now)
-			}
-			if !errors.Is(err, task.ErrInvalid) {
-				return err
-			}
-			// The result cannot be stored (too large, not JSON): a
-			// permanent failure, recorded now rather than left to expire.
-			kind = "dead"
-			return t.Fail(r.claimID, "handler result refused: "+err.Error(), true, now, rnd.Keyed(r.claimID))
-		}
-		var ra retryAfterError
-		if errors.As(o.err, &ra) {
-			if ra.backoff {
-				ra.delay = t.SnoozeDelay(rnd.Keyed(r.claimID))
-				snoozed = ra // what the history and the event say
-			}
-			reason := o.err.Error()
-			if snoozed != nil {
-				reason = snoozed.Error()
-			}
-			if err := t.Snooze(r.claimID, ra.delay, reason, now); err != nil {
-				return err
-			}
-			// Past task.MaxSnoozes a snooze is a failed attempt, and a
-			// cancel requested meanwhile wins.
-			kind = failedKind(t, t.Attempt != r.v.Task.Attempt)
-			return nil
-		}
-		if err := t.Fail(r.claimID, o.err.Error(), IsPermanent(o.err), now, rnd.Keyed(r.claimID)); err != nil {
-			return err
-		}
-		kind = failedKind(t, false)
-		return nil
-	}
+	// The decision is task.Settle's, taken again on each re-read after a
+	// lost race (with a source that draws the same); commit does the
+	// requests around it and reports.
+	out, ra := r.outcome(o, cause, res, ref, resErr)
+	var snoozed error   // a snooze backed off: its error, naming the delay
 	marked := int64(-1) // the version whose ended marker is written
 	err := r.update(ctx, func(t *task.Task, now time.Time) error {
-		if err := decide(t, now); err != nil {
+		s, err := t.Settle(out, now, rnd.Keyed(r.claimID))
+		if err != nil {
 			return err
+		}
+		kind = s.Kind
+		if s.Backoff {
+			ra.delay = s.Delay
+			snoozed = ra
 		}
 		if deps.NeedsPassOn(t) && marked != t.Version {
 			// Its dependents, or its slot's next task, are to learn its
@@ -756,20 +678,7 @@ func (r *run) commit(o outcome, cause error) {
 		}
 		h(q)
 	}
-	switch kind {
-	case "succeeded":
-		w.stats.succeeded.Add(1)
-	case "failed":
-		w.stats.failed.Add(1)
-	case "dead":
-		w.stats.dead.Add(1)
-	case "snoozed":
-		w.stats.snoozed.Add(1)
-	case "canceled":
-		w.stats.canceled.Add(1)
-	case "released":
-		w.stats.released.Add(1)
-	}
+	w.countEnding(kind)
 	phase := r.phase
 	if kind == "canceled" && phase == "" {
 		phase = PhaseInFlight // not handed back: its handler ran
@@ -792,6 +701,48 @@ func (r *run) commit(o outcome, cause error) {
 		if err := shards.Announce(ctx, w.st, r.v.Task, iv.Latest, r.announceShard()); err != nil {
 			w.log.Warn("announce retry", "task_id", t0.ID, "err", err)
 		}
+	}
+}
+
+// outcome is the handler's outcome o (its context ended by cause) as Settle
+// takes it, with the result normalised (res, or ref when stored apart; resErr
+// if either failed); ra is the handler's snooze request, if it made one.
+func (r *run) outcome(o outcome, cause error, res json.RawMessage, ref *task.ResultRef, resErr error) (task.Outcome, retryAfterError) {
+	out := task.Outcome{ClaimID: r.claimID, Attempt: r.v.Task.Attempt, Release: r.release, MissedDeadline: r.missed,
+		ShutDown: errors.Is(cause, ErrShutdown), Err: o.err, Permanent: IsPermanent(o.err),
+		TimedOut: r.stoppedBy == stoppedByTimeout, PastDeadline: r.stoppedBy == stoppedByDeadline,
+		Result: res, ResultRef: ref}
+	if errors.Is(resErr, errStoreResult) {
+		out.StoreErr = resErr
+	} else {
+		out.ResultErr = resErr
+	}
+	var ra retryAfterError
+	if errors.As(o.err, &ra) {
+		out.Snooze = &task.Snooze{Delay: ra.delay, Backoff: ra.backoff}
+		if ra.backoff {
+			// What the history and the event say names the delay drawn.
+			out.Snooze.Reason = func(d time.Duration) string { ra := ra; ra.delay = d; return ra.Error() }
+		}
+	}
+	return out, ra
+}
+
+// countEnding counts a commit's outcome by its kind (task.Settlement).
+func (w *Worker) countEnding(kind string) {
+	switch kind {
+	case "succeeded":
+		w.stats.succeeded.Add(1)
+	case "failed":
+		w.stats.failed.Add(1)
+	case "dead":
+		w.stats.dead.Add(1)
+	case "snoozed":
+		w.stats.snoozed.Add(1)
+	case "canceled":
+		w.stats.canceled.Add(1)
+	case "released":
+		w.stats.released.Add(1)
 	}
 }
 
@@ -848,21 +799,6 @@ func (r *run) dropResult(ctx context.Context, ref *task.ResultRef, err error) {
 	if derr := r.w.st.Delete(ctx, ref.Key, s3store.DeleteOptions{}); derr != nil && !errors.Is(derr, s3store.ErrNotFound) {
 		r.w.log.Warn("delete the result object of a refused commit", "task_id", r.v.Task.ID, "key", ref.Key, "err", derr)
 	}
-}
-
-// failedKind names the event of an attempt that did not succeed, from the
-// status its write left: dead, canceled (a cancel requested meanwhile
-// wins), snoozed (back to pending without using an attempt), or failed.
-func failedKind(t *task.Task, snoozed bool) string {
-	switch {
-	case t.Status == task.Dead:
-		return "dead"
-	case t.Status == task.Canceled:
-		return "canceled"
-	case t.Status == task.Pending && snoozed:
-		return "snoozed"
-	}
-	return "failed"
 }
 
 // crashOutcome is what requeueCrashed did with a crashed handler's task.

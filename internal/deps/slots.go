@@ -237,9 +237,9 @@ func (e Env) Advance(ctx context.Context, t *task.Task) error {
 			}
 			if err := e.writeSlot(ctx, s, etag); err != nil {
 				if s3store.LostRace(err) {
-					// Another writer of the slot: a jittered pause, as
-					// s3store.CAS makes, before reading it again.
-					if err := e.sleep(ctx, time.Duration(e.jitter()()*float64(s3store.CASPauseStep))); err != nil {
+					// Another writer of the slot: s3store.CAS's first
+					// pause, before reading it again.
+					if err := e.sleep(ctx, s3store.CAS{Jitter: e.jitter()}.Pause(1)); err != nil {
 						return err
 					}
 					continue

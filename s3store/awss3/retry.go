@@ -10,13 +10,15 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/smithy-go"
+
+	"github.com/s3queue/s3queue/internal/backoff"
 )
 
 // Backoff parameters; variables so tests can shrink them.
 var (
 	// retryBaseDelay is the first retry's maximum delay; it doubles with each
 	// attempt up to retryMaxDelay. Full jitter: the delay is uniform in
-	// [0, cap], which spreads a fleet's retries after a shared hiccup.
+	// [0, cap), which spreads a fleet's retries after a shared hiccup.
 	retryBaseDelay = 100 * time.Millisecond
 	// slowDownBaseDelay replaces retryBaseDelay after a 503 SlowDown, which
 	// is S3 asking for less load, not a glitch.
@@ -52,18 +54,18 @@ func newRetryer(maxRetries int) aws.Retryer {
 }
 
 // backoffDelay returns the delay before retrying after failed attempt
-// number attempt (1-based).
+// number attempt (1-based): uniform in [0, cap), the cap doubling from the
+// base delay per attempt up to retryMaxDelay (the queue's backoff with full
+// jitter about half the cap). The draw is the global source's: the SDK's
+// retries are no part of a seeded run.
 func backoffDelay(attempt int, err error) (time.Duration, error) {
-	ceiling := retryBaseDelay
+	base := retryBaseDelay
 	var apiErr smithy.APIError
 	if errors.As(err, &apiErr) && apiErr.ErrorCode() == "SlowDown" {
-		ceiling = slowDownBaseDelay
+		base = slowDownBaseDelay
 	}
-	for i := 1; i < attempt && ceiling < retryMaxDelay; i++ {
-		ceiling *= 2
-	}
-	ceiling = min(ceiling, retryMaxDelay)
-	return rand.N(ceiling + 1), nil
+	p := backoff.Policy{Initial: base / 2, Max: retryMaxDelay / 2, Multiplier: 2, Jitter: 1, Spread: backoff.Around}
+	return p.Delay(attempt, rand.Float64), nil
 }
 
 // isRetryable is the retry policy described at newRetryer.

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/smithy-go"
+
 	"github.com/s3queue/s3queue/s3store"
 )
 
@@ -689,5 +691,40 @@ func TestProfileSecretsNeverAppearInErrors(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "[REDACTED]") {
 		t.Fatalf("err %q lost the rest of the server's message", err)
+	}
+}
+
+// The SDK's retries wait a uniform draw below a cap that doubles per
+// attempt from the base delay (more after a SlowDown) up to the maximum.
+func TestBackoffDelay(t *testing.T) {
+	base, slow := retryBaseDelay, slowDownBaseDelay
+	retryBaseDelay, slowDownBaseDelay = 100*time.Millisecond, 500*time.Millisecond
+	defer func() { retryBaseDelay, slowDownBaseDelay = base, slow }()
+	slowDown := &smithy.GenericAPIError{Code: "SlowDown"}
+	for _, tc := range []struct {
+		attempt int
+		err     error
+		cap     time.Duration
+	}{
+		{1, errors.New("reset"), 100 * time.Millisecond},
+		{2, errors.New("reset"), 200 * time.Millisecond},
+		{4, errors.New("reset"), 800 * time.Millisecond},
+		{8, errors.New("reset"), retryMaxDelay},
+		{1000, errors.New("reset"), retryMaxDelay},
+		{1, slowDown, 500 * time.Millisecond},
+		{3, slowDown, 2 * time.Second},
+		{7, slowDown, retryMaxDelay},
+	} {
+		lo, hi := tc.cap, time.Duration(0)
+		for range 500 {
+			d, err := backoffDelay(tc.attempt, tc.err)
+			if err != nil || d < 0 || d >= tc.cap {
+				t.Fatalf("backoffDelay(%d, %v) = %s, %v; want below %s", tc.attempt, tc.err, d, err, tc.cap)
+			}
+			lo, hi = min(lo, d), max(hi, d)
+		}
+		if lo > tc.cap/10 || hi < tc.cap*9/10 {
+			t.Errorf("backoffDelay(%d, %v) drew only from [%s, %s] of [0, %s)", tc.attempt, tc.err, lo, hi, tc.cap)
+		}
 	}
 }
