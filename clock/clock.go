@@ -208,6 +208,22 @@ func (c *Authoritative) Now(ctx context.Context) (Interval, error) {
 	return iv, nil
 }
 
+// Held returns the bounds the clock's samples still give, however old,
+// without a request: wider than Now's by the drift since the newest
+// sample, and as certain. ok is false before the first sample. It is the
+// answer when the server cannot be asked (a partition): a lease judged by
+// Held is judged conservatively, never optimistically.
+func (c *Authoritative) Held() (iv Interval, ok bool) {
+	e := c.elapsed(c.cfg.Local.Now())
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.have {
+		return Interval{}, false
+	}
+	drift := time.Duration(float64(e-c.lastSeen) * c.cfg.DriftPPM / 1e6)
+	return Interval{Earliest: c.lo.Add(e - drift), Latest: c.hi.Add(e + drift)}, true
+}
+
 // Sync asks the source for its time now, whatever samples the clock has.
 func (c *Authoritative) Sync(ctx context.Context) error {
 	sent := c.cfg.Local.Now()

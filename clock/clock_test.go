@@ -176,3 +176,37 @@ func TestMidIsTheBestEstimate(t *testing.T) {
 		}
 	})
 }
+
+// Held answers from the samples it has, however old, and never asks: the
+// bounds a worker cut off from the server judges its leases by.
+func TestHeldBoundsWithoutARequest(t *testing.T) {
+	ctx := context.Background()
+	st := mem.New()
+	counter := s3store.NewCounter(st)
+	local := time.Now()
+	c := clock.New(counter, clock.Config{MaxAge: 30 * time.Second, Local: clock.LocalFunc(func() time.Time { return local })})
+	if _, ok := c.Held(); ok {
+		t.Fatal("Held answered before any sample")
+	}
+	fresh, err := c.Now(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	local = local.Add(10 * time.Minute) // far past MaxAge
+	held, ok := c.Held()
+	if !ok {
+		t.Fatal("Held has no bounds after a sample")
+	}
+	if got := counter.Counts().Of(s3store.OpHead); got != 1 {
+		t.Fatalf("Held issued a request (%d HEADs, want the first Now's 1)", got)
+	}
+	if want := fresh.Latest.Add(10 * time.Minute); held.Latest.Before(want) {
+		t.Errorf("held latest %v, want at least %v: ten local minutes passed", held.Latest, want)
+	}
+	if want := fresh.Earliest.Add(10 * time.Minute); held.Earliest.After(want) {
+		t.Errorf("held earliest %v, want at most %v", held.Earliest, want)
+	}
+	if held.Uncertainty() <= fresh.Uncertainty() {
+		t.Errorf("held uncertainty %v, want wider than the fresh %v by the drift", held.Uncertainty(), fresh.Uncertainty())
+	}
+}

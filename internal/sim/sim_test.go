@@ -29,7 +29,7 @@ func seeds(t *testing.T, short int) []uint64 {
 	}
 	n, ok := envCount(t, "S3QUEUE_SIM_SEEDS")
 	if !ok {
-		n = short
+		return append(seedRange(t, short), foundSeeds...)
 	}
 	return seedRange(t, n)
 }
@@ -62,6 +62,12 @@ func seedRange(t *testing.T, n int) []uint64 {
 	}
 	return out
 }
+
+// foundSeeds are seeds past the short run that once broke an invariant,
+// run by every `go test` too: 280, a handler started 29 s after its lease
+// expired (a partitioned worker's clock could not be read, and its lease
+// was assumed a third of the timeout long).
+var foundSeeds = []uint64{280}
 
 // shortSeeds is how many seeds every `go test` runs (about a minute on two
 // cores with the race detector).
