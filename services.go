@@ -267,6 +267,9 @@ func (q *Queue) NewWorker(ctx context.Context) (*Worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("s3queue: new worker on %s: %w", q.where, err)
 	}
+	if q.cfg.Metrics != nil {
+		q.cfg.Metrics.watchWorker(w)
+	}
 	return w, nil
 }
 
@@ -308,6 +311,9 @@ func (q *Queue) NewMonitor(ctx context.Context) (*Monitor, error) {
 		if len(wrote) > 0 {
 			q.log.Info("wrote the configured schedules that were missing or differed", "schedules", wrote)
 		}
+	}
+	if q.cfg.Metrics != nil {
+		q.cfg.Metrics.watchMonitor(m)
 	}
 	return m, nil
 }
