@@ -43,7 +43,9 @@ type MonitorConfig = monitor.Config
 // without using up an attempt.
 type Worker = worker.Worker
 
-// Handler runs one attempt of a task. It returns the result (JSON, may be
+// Handler runs one attempt of a task, given the task as stored, for
+// Worker.Handle (Handle registers a typed handler instead, which gets a
+// Job and returns a Go value). It returns the result (JSON, may be
 // nil) or an error: a plain error is a failed attempt, retried by the task's
 // policy; Permanent(err) makes the task dead at once; RetryAfter(d, err)
 // runs it again after d without using an attempt, and RetryLater(err)
