@@ -84,6 +84,9 @@ type Config struct {
 	// one: a tool that only inspects or manages tasks should not create a
 	// queue by mistake. It costs one HEAD request more.
 	MustExist bool
+	// Metrics, if set, collects the Prometheus metrics of the queue and
+	// of its services (see Metrics): serve them with Metrics.Handler.
+	Metrics *Metrics
 	// OnSkip, if set, is told of each object under tasks/ that List or
 	// Stats passes over because it is not a readable task, in key order, on
 	// the goroutine that called them. Nil logs each as a warning.
@@ -180,6 +183,14 @@ func OpenStore(ctx context.Context, st s3store.Store, cfg Config) (*Queue, error
 	return open(ctx, st, where, cfg)
 }
 
+// billed reports whether the store's requests cost money: every store but
+// a file:// or mem:// one, and one built in code (OpenStore without
+// Config.Store) is taken to be S3.
+func billed(url string) bool {
+	spec, err := storeurl.Parse(url)
+	return url == "" || err != nil || spec.Scheme == storeurl.SchemeS3
+}
+
 func open(ctx context.Context, st s3store.Store, where string, cfg Config) (*Queue, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -188,6 +199,20 @@ func open(ctx context.Context, st s3store.Store, where string, cfg Config) (*Que
 		cfg.Local = clock.System()
 	}
 	shareRand(&cfg)
+	if cfg.Metrics != nil {
+		if err := cfg.Metrics.take(); err != nil {
+			return nil, fmt.Errorf("s3queue: open queue in %s: %w", where, err)
+		}
+		// Every request of the queue's services is counted and priced,
+		// as the command's --http does.
+		counter := s3store.NewCounter(st)
+		cfg.Metrics.reg.CountStore(counter, billed(cfg.Store))
+		st = counter
+		if cfg.Events == nil {
+			cfg.Events = NewBus(WithBusLogger(cfg.Logger))
+		}
+		cfg.Metrics.reg.Subscribe(cfg.Events)
+	}
 	// The clock exists before the first request, so every response syncs it.
 	q := &Queue{cfg: cfg, store: st, clock: clock.New(st, clock.Config{Local: cfg.Local}),
 		log: cfg.Logger.WithGroup("queue"), where: where, workerIDs: make(map[string]bool)}

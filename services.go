@@ -43,7 +43,9 @@ type MonitorConfig = monitor.Config
 // without using up an attempt.
 type Worker = worker.Worker
 
-// Handler runs one attempt of a task. It returns the result (JSON, may be
+// Handler runs one attempt of a task, given the task as stored, for
+// Worker.Handle (Handle registers a typed handler instead, which gets a
+// Job and returns a Go value). It returns the result (JSON, may be
 // nil) or an error: a plain error is a failed attempt, retried by the task's
 // policy; Permanent(err) makes the task dead at once; RetryAfter(d, err)
 // runs it again after d without using an attempt, and RetryLater(err)
@@ -267,6 +269,9 @@ func (q *Queue) NewWorker(ctx context.Context) (*Worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("s3queue: new worker on %s: %w", q.where, err)
 	}
+	if q.cfg.Metrics != nil {
+		q.cfg.Metrics.watchWorker(w)
+	}
 	return w, nil
 }
 
@@ -308,6 +313,9 @@ func (q *Queue) NewMonitor(ctx context.Context) (*Monitor, error) {
 		if len(wrote) > 0 {
 			q.log.Info("wrote the configured schedules that were missing or differed", "schedules", wrote)
 		}
+	}
+	if q.cfg.Metrics != nil {
+		q.cfg.Metrics.watchMonitor(m)
 	}
 	return m, nil
 }

@@ -1,6 +1,7 @@
 package producer_test
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 
@@ -12,7 +13,7 @@ func TestZeroFieldsTakeTheDefaults(t *testing.T) {
 	var c producer.Config
 	producer.ConfigKeys.Fill(&c)
 	want := producer.Config{BatchParallelism: 8, MaxQueueDepth: 0, QueuePolicy: producer.Block}
-	if c != want {
+	if !reflect.DeepEqual(c, want) {
 		t.Errorf("filled zero Config:\n got %+v\nwant %+v", c, want)
 	}
 	// A negative parallelism took the default before it was a key.

@@ -113,7 +113,19 @@ type Config struct {
 	// s3queue.submit_batch; docs/tracing.md); nil is
 	// otel.GetTracerProvider(), a no-op unless the program installs one.
 	TracerProvider trace.TracerProvider
+	// Middleware wraps every submit (Submit, and so SubmitBatch, SubmitEach
+	// and the Submitter), the first outermost (see Middleware).
+	Middleware []Middleware
 }
+
+// Middleware wraps every submit of a producer (Config.Middleware): it
+// submits req by calling next, with ctx or a context derived from it,
+// and returns what next returned. It may change req first (its type,
+// input or options), refuse it by returning an error without calling
+// next (nothing is created, and Submit returns the error), or act after.
+// The s3queue.submit span is next's: a span the middleware starts around
+// next is its parent, and the trace the task carries.
+type Middleware func(ctx context.Context, req Request, next func(context.Context, Request) (string, error)) (string, error)
 
 // Producer submits and manages tasks.
 type Producer struct {
@@ -323,6 +335,21 @@ var ErrUnknownDependency = deps.ErrUnknownParent
 // The submit is a span, s3queue.submit, a child of ctx's span, whose trace
 // context the task carries to the workers that run it (docs/tracing.md).
 func (p *Producer) Submit(ctx context.Context, typ string, input any, opts Options) (string, error) {
+	if len(p.cfg.Middleware) == 0 {
+		return p.submitTraced(ctx, typ, input, opts)
+	}
+	call := func(ctx context.Context, r Request) (string, error) {
+		return p.submitTraced(ctx, r.Type, r.Input, r.Options)
+	}
+	for i := len(p.cfg.Middleware) - 1; i >= 0; i-- {
+		mw, next := p.cfg.Middleware[i], call
+		call = func(ctx context.Context, r Request) (string, error) { return mw(ctx, r, next) }
+	}
+	return call(ctx, Request{Type: typ, Input: input, Options: opts})
+}
+
+// submitTraced is Submit within its span, past the middleware.
+func (p *Producer) submitTraced(ctx context.Context, typ string, input any, opts Options) (string, error) {
 	ctx, span := p.trace.Tracer.Start(ctx, tracing.SpanSubmit, trace.WithSpanKind(trace.SpanKindProducer))
 	id, t, err := p.submit(ctx, typ, input, opts)
 	if span.IsRecording() {

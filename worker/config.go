@@ -192,6 +192,9 @@ type Config struct {
 	// trace a task carries from its submit; nil is
 	// otel.GetTracerProvider(), a no-op unless the program installs one.
 	TracerProvider trace.TracerProvider
+	// Middleware wraps every handler invocation, the first outermost,
+	// inside the run's span (see Middleware).
+	Middleware []Middleware
 }
 
 // Event is something that happened in the worker: to a task (claimed,

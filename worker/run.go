@@ -249,12 +249,6 @@ func (r *run) execute() {
 	done := make(chan outcome, 1)
 	crashed := false
 	own := r.v.Task.Clone()
-	// The handler's context carries the run's span: the spans its code
-	// starts are the span's children.
-	hctx, span := w.trace.Tracer.Start(r.spanParent(hctx), tracing.SpanRun, trace.WithSpanKind(trace.SpanKindConsumer))
-	if span.IsRecording() {
-		span.SetAttributes(append(taskAttrs(own, w.cfg.ID), tracing.Operation.String("run"), tracing.OperationType.String("process"))...)
-	}
 	began := w.now()
 	// The handler's context ends at the task's timeout or deadline,
 	// whichever comes first (the command handler is killed then too); the
@@ -281,13 +275,12 @@ func (r *run) execute() {
 				// error differ from run to run, and a stack is kilobytes.
 				w.log.Error("handler panicked", "task_id", r.v.Task.ID, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 				crashed = true
-				err := fmt.Errorf("handler panicked: %v", p)
-				endRun(span, err)
-				done <- outcome{err: err}
+				done <- outcome{err: fmt.Errorf("handler panicked: %v", p)}
 			}
 		}()
-		res, err := r.handler(hdl, own)
-		endRun(span, err)
+		// The handler's context carries the run's span (traceRun): the
+		// spans its code starts are the span's children.
+		res, err := w.invoke(r.spanParent(hdl), own, r.handler)
 		done <- outcome{res, err}
 	}()
 

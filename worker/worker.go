@@ -15,6 +15,8 @@
 // handler slots), forward.go (tasks of a type this worker cannot run),
 // handoff.go (a busy member's backlog handed to members that are not busy),
 // run.go (one handler run: renewals and the fenced commit) and shutdown.go.
+// middleware.go wraps each handler call: the run's span, then
+// Config.Middleware.
 package worker
 
 import (

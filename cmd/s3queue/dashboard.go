@@ -5,13 +5,10 @@ import (
 	"net/http"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/s3queue/s3queue/internal/config"
 	"github.com/s3queue/s3queue/internal/dashboard"
-	"github.com/s3queue/s3queue/internal/metrics"
 	"github.com/s3queue/s3queue/monitor"
-	"github.com/s3queue/s3queue/task"
 )
 
 // tokenEnv names the environment variable that may hold the token of
@@ -89,19 +86,4 @@ func (a *app) monitorDashboard(m *monitor.Monitor, tasks dashboard.Tasks, token,
 	}
 	a.log.Info("dashboard", "actions", token != "", "reads_need_token", token != "")
 	return d, nil
-}
-
-// queueSnapshot turns the monitor's state into the queue-level gauges.
-func queueSnapshot(s monitor.State) metrics.QueueSnapshot {
-	var q metrics.QueueSnapshot
-	for _, sh := range s.Shards {
-		c := sh.Counts
-		q.Shards = append(q.Shards, metrics.ShardSnapshot{
-			Shard: sh.Shard, Pending: c[task.Pending], Running: c[task.Running], Blocked: c[task.Blocked],
-			Succeeded: c[task.Succeeded], Dead: c[task.Dead], Canceled: c[task.Canceled],
-			AnyPending:    !sh.OldestPending.IsZero(),
-			OldestPending: time.Duration(sh.OldestPendingSecs * float64(time.Second)),
-		})
-	}
-	return q
 }

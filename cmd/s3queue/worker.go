@@ -404,7 +404,7 @@ var monitorCommand = &command{
 						return err
 					}
 				}
-				stop := a.serve(ctx, hl, reg, bus, func() { reg.SetQueue(queueSnapshot(m.State())) }, dash)
+				stop := a.serve(ctx, hl, reg, bus, func() { reg.SetQueue(metrics.Snapshot(m.State())) }, dash)
 				defer stop()
 			}
 			a.log.Info("monitor started", "store", url, "interval", mcfg.Interval)
