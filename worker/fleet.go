@@ -1063,8 +1063,9 @@ func (w *Worker) refreshEvery() time.Duration {
 // grace, and at least until every standby in the roster has had a turn
 // since (a turn planned while the fleet was awake comes within one round
 // of the standbys at standby_poll, one planned while it slept before
-// within one at bell_poll), at most maxStandbyWait. Its cost is the
-// member's doorbell reads for that while, once per sleep.
+// within one at bell_poll; from that read on, each takes every one of its
+// slots on the sleeping fleet's turns: nextTurn), at most maxStandbyWait.
+// Its cost is the member's doorbell reads for that while, once per sleep.
 func (w *Worker) handover() time.Duration {
 	round := time.Duration(len(w.fleet.fleet.Standbys)) * max(w.cfg.BellPoll, w.cfg.StandbyPoll)
 	return min(max(w.cfg.AwakeGrace, round), maxStandbyWait)
