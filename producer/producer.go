@@ -71,7 +71,7 @@ type Config struct {
 	// read at most every DiscoveryTTL (default 30s), and rings that
 	// worker's doorbell if it sleeps; with none live it announces the task
 	// on the shared path (docs/direct-dispatch.md).
-	DispatchMode string
+	DispatchMode shards.DispatchMode
 	DiscoveryTTL time.Duration
 	Selection    direct.Selection
 	// LateAfter: a task whose PUT completes this long after its id's time

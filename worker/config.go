@@ -64,7 +64,7 @@ type Config struct {
 	// cache the worker leases ([queue.direct_dispatch]): a worker that
 	// marks itself asleep keeps listing its inbox that long, and AwakeGrace
 	// more. See docs/direct-dispatch.md.
-	DispatchMode                                                  string
+	DispatchMode                                                  shards.DispatchMode
 	DiscoveryTTL                                                  time.Duration
 	LeaseDuration, LeaseRenewalInterval, OverflowScavengeInterval time.Duration
 	// OwnShards pins the worker to these shards: it polls them and takes no
