@@ -168,6 +168,20 @@ const (
 	QueueDropOldest = worker.DropOldest
 )
 
+// CrashPolicy is what a crashed handler does to its task
+// (WorkerConfig.CrashPolicy, [worker] crash_policy).
+type CrashPolicy = worker.CrashPolicy
+
+// The crash policies of a worker.
+const (
+	// CrashFail (default): a failed attempt, retried after the task's
+	// retry delay, by any worker.
+	CrashFail = worker.CrashFail
+	// CrashRequeue: a failed attempt, run again at once by this worker,
+	// ahead of its pool's pending tasks.
+	CrashRequeue = worker.CrashRequeue
+)
+
 // QueueState is a worker pool's gauges (Worker.QueueStates).
 type QueueState = worker.QueueState
 

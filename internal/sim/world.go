@@ -182,7 +182,7 @@ type QueuePlan struct {
 	Policy   worker.QueuePolicy
 	InFlight int // one handler per worker: tasks wait in pending
 	Depth    int
-	Crash    string
+	Crash    worker.CrashPolicy
 }
 
 // Reshard is one planned `s3queue reshard`.
