@@ -157,7 +157,7 @@ func TestSlotEvents(t *testing.T) {
 	r := record(bus)
 	f := setup(t, s3queue.Config{Events: bus})
 	ctx := context.Background()
-	slot := func(admission string) s3queue.SubmitOptions {
+	slot := func(admission s3queue.Admission) s3queue.SubmitOptions {
 		return s3queue.SubmitOptions{Slot: "customer-42", Admission: admission}
 	}
 

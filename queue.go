@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"reflect"
 	"sync"
 	"time"
 
@@ -33,16 +32,17 @@ type Config struct {
 	Store string
 	// Shards is the queue's shard count; 0 accepts the queue's count (16 for
 	// a new queue). It applies to the producer, the workers and the
-	// monitors: the Shards fields of Producer, Worker and Monitor are
-	// ignored.
+	// monitors: leave the Shards of Producer, Worker and Monitor 0 (a
+	// value other than this one is an error from Open, NewWorker or
+	// NewMonitor).
 	Shards int
-	// DispatchMode is "shared" or "direct": how new tasks reach workers
-	// ([queue] dispatch_mode, docs/direct-dispatch.md). It is recorded
-	// when the queue is created; a Queue configured with the other mode
-	// fails to open it. Set, it applies to the producer, the workers and
-	// the monitors, whatever their own DispatchMode says; "" leaves theirs
-	// (shared unless set).
-	DispatchMode string
+	// DispatchMode is DispatchShared or DispatchDirect: how new tasks reach
+	// workers ([queue] dispatch_mode, docs/direct-dispatch.md). It is
+	// recorded when the queue is created; a Queue configured with the other
+	// mode fails to open it. Set, it applies to the producer, the workers
+	// and the monitors, and their own DispatchMode must be empty or the
+	// same (another is an error); "" leaves theirs (shared unless set).
+	DispatchMode DispatchMode
 	// Logger receives the logs of the queue and its services (default
 	// slog.Default()); the Logger of Producer, Worker or Monitor, if set,
 	// wins for that service.
@@ -64,6 +64,14 @@ type Config struct {
 	// wins for that service. Nil is otel.GetTracerProvider(), a no-op
 	// unless the program installs one.
 	TracerProvider trace.TracerProvider
+	// Rand is the random source of the queue's services (default
+	// crypto/rand): ids, jitter and sampling. The producer, the workers and
+	// the monitors draw from it under one lock, so a seeded reader replays
+	// and need not be safe for concurrent use. The Rand of Producer,
+	// Worker or Monitor, if set, wins for that service, under a lock of its
+	// own shared by every service of that kind: a reader given to two of
+	// them must be safe for concurrent use, so give a shared one here.
+	Rand io.Reader
 	// Submit holds the defaults of Submit and SubmitBatch.
 	Submit SubmitDefaults
 	// Producer tunes submission and task management. Its LeaseMargin, when
@@ -198,7 +206,13 @@ func open(ctx context.Context, st s3store.Store, where string, cfg Config) (*Que
 	if cfg.Local == nil {
 		cfg.Local = clock.System()
 	}
-	shareRand(&cfg)
+	// Each reader is wrapped once, here: every worker and monitor made
+	// from the Queue copies its config, and shares the one lock.
+	for _, r := range []*io.Reader{&cfg.Rand, &cfg.Producer.Rand, &cfg.Worker.Rand, &cfg.Monitor.Rand} {
+		if *r != nil {
+			*r = rnd.New(*r)
+		}
+	}
 	if cfg.Metrics != nil {
 		if err := cfg.Metrics.take(); err != nil {
 			return nil, fmt.Errorf("s3queue: open queue in %s: %w", where, err)
@@ -222,39 +236,6 @@ func open(ctx context.Context, st s3store.Store, where string, cfg Config) (*Que
 	return q, nil
 }
 
-// shareRand puts each distinct Rand of the services' configs behind one
-// lock: every worker and monitor made from the Queue copies its config, so
-// without it several would read one reader at once, each under a lock of
-// its own. A reader given to two fields is shared by both.
-func shareRand(cfg *Config) {
-	var readers []io.Reader
-	var shared []*rnd.Source
-	wrap := func(r *io.Reader) {
-		if *r == nil {
-			return
-		}
-		for i, orig := range readers {
-			if sameReader(orig, *r) {
-				*r = shared[i]
-				return
-			}
-		}
-		s := rnd.New(*r)
-		readers, shared = append(readers, *r), append(shared, s)
-		*r = s
-	}
-	wrap(&cfg.Producer.Rand)
-	wrap(&cfg.Worker.Rand)
-	wrap(&cfg.Monitor.Rand)
-}
-
-// sameReader reports whether a and b are the same reader, without
-// panicking on readers of a type that cannot be compared.
-func sameReader(a, b io.Reader) bool {
-	t := reflect.TypeOf(a)
-	return t == reflect.TypeOf(b) && t.Comparable() && a == b
-}
-
 // openProducer opens the queue's producer, which reads the queue's manifest
 // (and creates it, unless MustExist).
 func (q *Queue) openProducer(ctx context.Context) error {
@@ -270,30 +251,71 @@ func (q *Queue) openProducer(ctx context.Context) error {
 		}
 	}
 	pc := cfg.Producer
-	pc.Shards, pc.Clock = cfg.Shards, q.clock
-	if cfg.DispatchMode != "" {
-		pc.DispatchMode = cfg.DispatchMode
-	}
-	if pc.Logger == nil {
-		pc.Logger = cfg.Logger
+	if err := q.applyShared(shared{service: "Producer", shards: &pc.Shards, dispatchMode: &pc.DispatchMode,
+		clock: &pc.Clock, logger: &pc.Logger, local: &pc.Local, events: &pc.Events, tracer: &pc.TracerProvider, rand: &pc.Rand}); err != nil {
+		return err
 	}
 	if pc.LeaseMargin == 0 {
 		pc.LeaseMargin = cfg.Worker.LeaseMargin
-	}
-	if pc.Local == nil {
-		pc.Local = cfg.Local
-	}
-	if pc.Events == nil {
-		pc.Events = cfg.Events
-	}
-	if pc.TracerProvider == nil {
-		pc.TracerProvider = cfg.TracerProvider
 	}
 	p, err := producer.New(ctx, q.store, pc)
 	if err != nil {
 		return err
 	}
 	q.producer = p
+	return nil
+}
+
+// shared points at the fields of a service's config that the Queue owns
+// (Shards, DispatchMode, Clock) or defaults (Logger, Local, Events,
+// TracerProvider, Rand), for applyShared.
+type shared struct {
+	service      string // "Producer", "Worker" or "Monitor", for errors
+	shards       *int
+	dispatchMode *DispatchMode
+	clock        **clock.Authoritative
+	logger       **slog.Logger
+	local        *clock.Local
+	events       **Bus
+	tracer       *trace.TracerProvider // nil: the service makes no spans
+	rand         *io.Reader
+}
+
+// applyShared gives a service config the queue's settings: the one place
+// the producer, the workers and the monitors made from q take them. A field
+// the Queue owns that the service config sets to another value is an error,
+// never overwritten; the defaulted ones keep the service's own when set.
+func (q *Queue) applyShared(s shared) error {
+	cfg := q.cfg
+	if *s.shards != 0 && *s.shards != cfg.Shards {
+		return fmt.Errorf("Config.%s.Shards is %d, Config.Shards %d: the queue sets it, leave it 0", s.service, *s.shards, cfg.Shards)
+	}
+	*s.shards = cfg.Shards
+	if cfg.DispatchMode != "" {
+		if *s.dispatchMode != "" && *s.dispatchMode != cfg.DispatchMode {
+			return fmt.Errorf("Config.%s.DispatchMode is %q, Config.DispatchMode %q: the queue sets it, leave it empty", s.service, *s.dispatchMode, cfg.DispatchMode)
+		}
+		*s.dispatchMode = cfg.DispatchMode
+	}
+	if *s.clock != nil && *s.clock != q.clock {
+		return fmt.Errorf("Config.%s.Clock is set: every service of a Queue shares the queue's clock, leave it nil", s.service)
+	}
+	*s.clock = q.clock
+	if *s.logger == nil {
+		*s.logger = cfg.Logger
+	}
+	if *s.local == nil {
+		*s.local = cfg.Local
+	}
+	if *s.events == nil {
+		*s.events = cfg.Events
+	}
+	if s.tracer != nil && *s.tracer == nil {
+		*s.tracer = cfg.TracerProvider
+	}
+	if *s.rand == nil {
+		*s.rand = cfg.Rand
+	}
 	return nil
 }
 

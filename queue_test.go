@@ -650,11 +650,12 @@ func (r *countingReader) Read(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// Workers made from one Config share its Rand: their draws are serialised
-// by the queue (go test -race proves it), and each still gets its own id.
+// The services made from one Config share its Rand: their draws are
+// serialised by the queue (go test -race proves it), and each worker still
+// gets its own id.
 func TestWorkersShareOneRand(t *testing.T) {
 	src := &countingReader{}
-	f := setupOn(t, mem.New(), s3queue.Config{Worker: s3queue.WorkerConfig{Rand: src}, Monitor: s3queue.MonitorConfig{Rand: src}})
+	f := setupOn(t, mem.New(), s3queue.Config{Rand: src})
 	ids := make(chan string, 4)
 	var wg sync.WaitGroup
 	for range 4 {
@@ -698,4 +699,51 @@ func TestNewWorkerRefusesATakenID(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), `"w1"`) || !strings.Contains(err.Error(), "already in use") {
 		t.Fatalf("second NewWorker with id w1: %v, want an error naming the id", err)
 	}
+}
+
+// The fields a Queue owns are never overwritten: a service config that sets
+// them to another value than the queue's is an error naming the field.
+func TestServiceConfigConflictingWithTheQueueIsAnError(t *testing.T) {
+	ctx := context.Background()
+	other := clock.New(mem.New(), clock.Config{})
+	for _, tc := range []struct {
+		name  string
+		cfg   s3queue.Config
+		field string
+		new   func(q *s3queue.Queue) error
+	}{
+		{"worker shards", s3queue.Config{Shards: 4, Worker: s3queue.WorkerConfig{Shards: 8}}, "Config.Worker.Shards",
+			func(q *s3queue.Queue) error { _, err := q.NewWorker(ctx); return err }},
+		{"monitor dispatch mode", s3queue.Config{DispatchMode: s3queue.DispatchShared, Monitor: s3queue.MonitorConfig{DispatchMode: s3queue.DispatchDirect}}, "Config.Monitor.DispatchMode",
+			func(q *s3queue.Queue) error { _, err := q.NewMonitor(ctx); return err }},
+		{"worker clock", s3queue.Config{Worker: s3queue.WorkerConfig{Clock: other}}, "Config.Worker.Clock",
+			func(q *s3queue.Queue) error { _, err := q.NewWorker(ctx); return err }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.cfg.Logger = quiet
+			q, err := s3queue.OpenStore(ctx, mem.New(), tc.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := tc.new(q); err == nil || !strings.Contains(err.Error(), tc.field) {
+				t.Fatalf("got %v, want an error naming %s", err, tc.field)
+			}
+		})
+	}
+	t.Run("producer shards", func(t *testing.T) {
+		_, err := s3queue.OpenStore(ctx, mem.New(), s3queue.Config{Logger: quiet, Shards: 4, Producer: s3queue.ProducerConfig{Shards: 8}})
+		if err == nil || !strings.Contains(err.Error(), "Config.Producer.Shards") {
+			t.Fatalf("got %v, want an error naming Config.Producer.Shards", err)
+		}
+	})
+	t.Run("the same values are fine", func(t *testing.T) {
+		q, err := s3queue.OpenStore(ctx, mem.New(), s3queue.Config{Logger: quiet, Shards: 4, DispatchMode: s3queue.DispatchShared,
+			Worker: s3queue.WorkerConfig{Shards: 4, DispatchMode: s3queue.DispatchShared}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := q.NewWorker(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
 }

@@ -15,12 +15,13 @@ import (
 )
 
 // ProducerConfig tunes the queue's producer (see producer.Config). Its
-// Shards and Clock are the queue's.
+// Shards, DispatchMode and Clock are the queue's (Config.Shards,
+// Config.DispatchMode): leave them zero.
 type ProducerConfig = producer.Config
 
 // WorkerConfig configures a worker: concurrency, polling, fleet membership,
 // shutdown grace, events (see worker.Config). Zero fields take the defaults.
-// Its Shards and Clock are the queue's.
+// Its Shards, DispatchMode and Clock are the queue's: leave them zero.
 type WorkerConfig = worker.Config
 
 // RateLimit is at most N starts of a task type per Interval of S3 time,
@@ -32,8 +33,8 @@ type RateLimit = worker.RateLimit
 func ParseRateLimit(s string) (RateLimit, error) { return worker.ParseRateLimit(s) }
 
 // MonitorConfig configures a monitor: sweep interval, retention, leader
-// election (see monitor.Config). Zero fields take the defaults. Its Shards
-// and Clock are the queue's.
+// election (see monitor.Config). Zero fields take the defaults. Its Shards,
+// DispatchMode and Clock are the queue's: leave them zero.
 type MonitorConfig = monitor.Config
 
 // Worker claims tasks and runs the handlers registered with Handle, with
@@ -167,6 +168,20 @@ const (
 	QueueDropOldest = worker.DropOldest
 )
 
+// CrashPolicy is what a crashed handler does to its task
+// (WorkerConfig.CrashPolicy, [worker] crash_policy).
+type CrashPolicy = worker.CrashPolicy
+
+// The crash policies of a worker.
+const (
+	// CrashFail (default): a failed attempt, retried after the task's
+	// retry delay, by any worker.
+	CrashFail = worker.CrashFail
+	// CrashRequeue: a failed attempt, run again at once by this worker,
+	// ahead of its pool's pending tasks.
+	CrashRequeue = worker.CrashRequeue
+)
+
 // QueueState is a worker pool's gauges (Worker.QueueStates).
 type QueueState = worker.QueueState
 
@@ -198,10 +213,14 @@ var (
 	ErrShutdown = worker.ErrShutdown
 )
 
-// Direct dispatch (docs/direct-dispatch.md).
+// DispatchMode is how new tasks reach workers (Config.DispatchMode, [queue]
+// dispatch_mode, docs/direct-dispatch.md): DispatchShared or DispatchDirect, the strings "shared"
+// and "direct" in queue.toml and the manifest.
+type DispatchMode = shards.DispatchMode
+
 const (
 	// DispatchShared and DispatchDirect are the values of
-	// Config.DispatchMode ([queue] dispatch_mode).
+	// Config.DispatchMode.
 	DispatchShared = shards.DispatchShared
 	DispatchDirect = shards.DispatchDirect
 )
@@ -237,8 +256,9 @@ func RetryLater(err error) error { return worker.RetryLater(err) }
 // the Queue only (leave it empty and each gets a unique one).
 func (q *Queue) NewWorker(ctx context.Context) (*Worker, error) {
 	c := q.cfg.Worker
-	if q.cfg.DispatchMode != "" {
-		c.DispatchMode = q.cfg.DispatchMode
+	if err := q.applyShared(shared{service: "Worker", shards: &c.Shards, dispatchMode: &c.DispatchMode,
+		clock: &c.Clock, logger: &c.Logger, local: &c.Local, events: &c.Events, tracer: &c.TracerProvider, rand: &c.Rand}); err != nil {
+		return nil, fmt.Errorf("s3queue: new worker on %s: %w", q.where, err)
 	}
 	if c.DiscoveryTTL == 0 {
 		c.DiscoveryTTL = q.cfg.Producer.DiscoveryTTL
@@ -251,19 +271,6 @@ func (q *Queue) NewWorker(ctx context.Context) (*Worker, error) {
 		if taken {
 			return nil, fmt.Errorf("s3queue: new worker on %s: worker id %q is already in use by another worker of this queue; leave Config.Worker.ID empty to give each worker its own", q.where, c.ID)
 		}
-	}
-	c.Shards, c.Clock = q.cfg.Shards, q.clock
-	if c.Logger == nil {
-		c.Logger = q.cfg.Logger
-	}
-	if c.Local == nil {
-		c.Local = q.cfg.Local
-	}
-	if c.Events == nil {
-		c.Events = q.cfg.Events
-	}
-	if c.TracerProvider == nil {
-		c.TracerProvider = q.cfg.TracerProvider
 	}
 	w, err := worker.New(ctx, q.store, c)
 	if err != nil {
@@ -282,21 +289,12 @@ func (q *Queue) NewWorker(ctx context.Context) (*Worker, error) {
 // where they are missing or differ (ApplySchedules).
 func (q *Queue) NewMonitor(ctx context.Context) (*Monitor, error) {
 	c := q.cfg.Monitor
-	c.Shards, c.Clock = q.cfg.Shards, q.clock
-	if q.cfg.DispatchMode != "" {
-		c.DispatchMode = q.cfg.DispatchMode
+	if err := q.applyShared(shared{service: "Monitor", shards: &c.Shards, dispatchMode: &c.DispatchMode,
+		clock: &c.Clock, logger: &c.Logger, local: &c.Local, events: &c.Events, rand: &c.Rand}); err != nil {
+		return nil, fmt.Errorf("s3queue: new monitor on %s: %w", q.where, err)
 	}
 	if c.WorkerLease == 0 {
 		c.WorkerLease = q.cfg.Worker.LeaseDuration
-	}
-	if c.Logger == nil {
-		c.Logger = q.cfg.Logger
-	}
-	if c.Local == nil {
-		c.Local = q.cfg.Local
-	}
-	if c.Events == nil {
-		c.Events = q.cfg.Events
 	}
 	if c.Submit == nil {
 		c.Submit = q.SubmitTick

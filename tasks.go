@@ -38,6 +38,32 @@ type RetryPolicy = task.RetryPolicy
 // MaxAttempts, Timeout and Retry take Config.Submit.
 type SubmitOptions = producer.Options
 
+// DepFailure is what a dependency that ends dead or canceled does to its
+// dependents (SubmitOptions.OnDepFailure; docs/dependencies.md).
+type DepFailure = task.DepFailure
+
+const (
+	// DepCancel (default): the dependent is canceled; it never ran.
+	DepCancel = task.DepCancel
+	// DepFail: the dependent is dead, as if it had failed for good.
+	DepFail = task.DepFail
+)
+
+// Admission is how a task takes its place in its slot
+// (SubmitOptions.Admission; docs/slots.md).
+type Admission = producer.Admission
+
+const (
+	// AdmitQueue (default): the task waits its turn.
+	AdmitQueue = producer.AdmitQueue
+	// AdmitReplace: latest wins: the task replaces the one waiting next,
+	// and the holder is asked to stop.
+	AdmitReplace = producer.AdmitReplace
+	// AdmitDropIfRunning: refused with ErrSlotBusy while the slot is
+	// busy; nothing is created.
+	AdmitDropIfRunning = producer.AdmitDropIfRunning
+)
+
 // Request is one task of a SubmitBatch.
 type Request = producer.Request
 

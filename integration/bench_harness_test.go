@@ -118,7 +118,7 @@ func settings(tb testing.TB, env map[string]string) config.Config {
 // benchmarks' direct-dispatch cases. Each case runs on a fresh bucket
 // (newRig), so the queue is created in that mode.
 func directEnv(env map[string]string) map[string]string {
-	out := map[string]string{config.EnvPrefix + "QUEUE_DISPATCH_MODE": shards.DispatchDirect}
+	out := map[string]string{config.EnvPrefix + "QUEUE_DISPATCH_MODE": string(shards.DispatchDirect)}
 	for k, v := range env {
 		out[k] = v
 	}

@@ -46,7 +46,7 @@ func runIdleFleet(b *testing.B, env map[string]string) {
 	warmup := envDuration("S3QUEUE_BENCH_IDLE_WARMUP", 10*time.Minute)
 	r := newRig(b, "q")
 	conf := settings(b, env)
-	isDirect := conf.QueueSection.DispatchMode == shards.DispatchDirect
+	isDirect := conf.QueueSection.Mode() == shards.DispatchDirect
 	r.startProducer(conf.Producer())
 	r.startMonitor(conf.Monitor())
 	for range workers {

@@ -48,7 +48,7 @@ type Config struct {
 	// the inboxes of dead workers to the overflow every RepairAfter
 	// (internal/direct.Recover), reading only the leases not written for
 	// WorkerLease (the workers' lease_duration_secs; 0 reads them all).
-	DispatchMode string
+	DispatchMode shards.DispatchMode
 	WorkerLease  time.Duration
 	// Interval between ticks in Run.
 	Interval time.Duration

@@ -71,7 +71,7 @@ type Config struct {
 	// read at most every DiscoveryTTL (default 30s), and rings that
 	// worker's doorbell if it sleeps; with none live it announces the task
 	// on the shared path (docs/direct-dispatch.md).
-	DispatchMode string
+	DispatchMode shards.DispatchMode
 	DiscoveryTTL time.Duration
 	Selection    direct.Selection
 	// LateAfter: a task whose PUT completes this long after its id's time
@@ -238,6 +238,27 @@ func (p *Producer) learn(ctx context.Context) bool {
 	return true
 }
 
+// Admission is how a task takes its place in its slot (Options.Admission):
+// AdmitQueue ("" too), AdmitReplace or AdmitDropIfRunning, the strings
+// "queue", "replace" and "drop-if-running" of the CLI and batch lines.
+// ParseAdmission checks one.
+type Admission = deps.Admission
+
+// The admissions of a submit (docs/slots.md).
+const (
+	// AdmitQueue: the task waits its turn behind the slot's holder.
+	AdmitQueue = deps.AdmitQueue
+	// AdmitReplace: latest wins: the task replaces the one waiting next
+	// (canceled), and the holder is asked to stop.
+	AdmitReplace = deps.AdmitReplace
+	// AdmitDropIfRunning: refused with ErrSlotBusy while the slot has a
+	// holder or a task waiting; nothing is created.
+	AdmitDropIfRunning = deps.AdmitDropIfRunning
+)
+
+// ParseAdmission parses an admission's name ("" is AdmitQueue).
+func ParseAdmission(s string) (Admission, error) { return deps.ParseAdmission(s) }
+
 // Options are the per-task settings of Submit.
 type Options struct {
 	// Delay makes the task available this long after submit.
@@ -299,15 +320,15 @@ type Options struct {
 	DependsOn []string
 	// OnDepFailure is what a dependency that ends dead or canceled does to
 	// this task: task.DepCancel (the default) or task.DepFail.
-	OnDepFailure string
+	OnDepFailure task.DepFailure
 	// Slot is the task's slot key: at most one task of a key runs at a
-	// time, fleet-wide; Admission ("queue", the default, "replace" or
-	// "drop-if-running") is how it takes its place. A drop-if-running
+	// time, fleet-wide; Admission (AdmitQueue, the default, AdmitReplace or
+	// AdmitDropIfRunning) is how it takes its place. A drop-if-running
 	// submit that finds the slot busy fails with ErrSlotBusy and creates
 	// nothing. A task may have a slot or dependencies, not both. See
 	// docs/slots.md.
 	Slot      string
-	Admission string
+	Admission Admission
 	// ID, if set, is the id to create the task under: one a Submit
 	// returned with ErrOutcomeUnknown, to submit the same task again. A
 	// task of that id that exists already (the first create landed) is
@@ -482,7 +503,7 @@ func (p *Producer) submit(ctx context.Context, typ string, input any, opts Optio
 	var adm deps.Admitted
 	var admitted time.Time // local time the slot admitted the task
 	if opts.Slot != "" {
-		a, err := deps.ParseAdmission(opts.Admission)
+		a, err := deps.ParseAdmission(string(opts.Admission))
 		if err != nil {
 			return "", nil, fmt.Errorf("submit: %w", err)
 		}

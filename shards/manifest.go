@@ -55,21 +55,35 @@ type Manifest struct {
 	// DispatchMode is how new tasks reach workers: DispatchShared ("", a
 	// queue created before it was recorded, is shared) or DispatchDirect.
 	// Fixed when the queue is created.
-	DispatchMode string `json:"dispatch_mode,omitempty"`
+	DispatchMode DispatchMode `json:"dispatch_mode,omitempty"`
 }
 
-// The dispatch modes ([queue] dispatch_mode; docs/direct-dispatch.md).
+// DispatchMode is how new tasks reach workers ([queue] dispatch_mode;
+// docs/direct-dispatch.md): DispatchShared or DispatchDirect.
+type DispatchMode string
+
+// The dispatch modes.
 const (
 	// DispatchShared: members of the fleet find new tasks by listing the
 	// shards they lease.
-	DispatchShared = "shared"
+	DispatchShared DispatchMode = "shared"
 	// DispatchDirect: producers route each new task to a live worker's
 	// inbox; the shards carry only ready pointers (retries, repairs).
-	DispatchDirect = "direct"
+	DispatchDirect DispatchMode = "direct"
 )
 
+// Validate reports an error unless m is DispatchShared, DispatchDirect or
+// "" (shared).
+func (m DispatchMode) Validate() error {
+	switch m {
+	case "", DispatchShared, DispatchDirect:
+		return nil
+	}
+	return fmt.Errorf("dispatch mode %q: want %q or %q", string(m), DispatchShared, DispatchDirect)
+}
+
 // Mode is the queue's dispatch mode.
-func (m Manifest) Mode() string {
+func (m Manifest) Mode() DispatchMode {
 	if m.DispatchMode == "" {
 		return DispatchShared
 	}
@@ -123,12 +137,12 @@ func Open(ctx context.Context, st s3store.Store, wantShards int) (Manifest, erro
 // shards that direct-mode workers only read for ready pointers, and a
 // direct-mode producer's inbox entries would wait for workers that hold no
 // inbox.
-func OpenMode(ctx context.Context, st s3store.Store, wantShards int, mode string) (Manifest, error) {
+func OpenMode(ctx context.Context, st s3store.Store, wantShards int, mode DispatchMode) (Manifest, error) {
+	if err := mode.Validate(); err != nil {
+		return Manifest{}, err
+	}
 	if mode == "" {
 		mode = DispatchShared
-	}
-	if mode != DispatchShared && mode != DispatchDirect {
-		return Manifest{}, fmt.Errorf("dispatch mode %q: want %q or %q", mode, DispatchShared, DispatchDirect)
 	}
 	if wantShards < 0 || wantShards > MaxShards {
 		return Manifest{}, fmt.Errorf("shard count %d out of range 1..%d", wantShards, MaxShards)

@@ -149,7 +149,7 @@ type Task struct {
 	Deps []Dep `json:"deps,omitempty"`
 	// OnDepFailure is what a dependency that ends dead or canceled does to
 	// this task: DepCancel (also "") or DepFail.
-	OnDepFailure string `json:"on_dep_failure,omitempty"`
+	OnDepFailure DepFailure `json:"on_dep_failure,omitempty"`
 	// Dependents: other tasks depend on this one (their edges are under
 	// deps/): whoever records its end passes the outcome on.
 	Dependents bool `json:"dependents,omitempty"`
@@ -186,14 +186,27 @@ type Dep struct {
 	Ended Status `json:"ended,omitempty"`
 }
 
-// What a dependency that ends dead or canceled does to its dependents
-// (Spec.OnDepFailure).
+// DepFailure is what a dependency that ends dead or canceled does to its
+// dependents (Spec.OnDepFailure): DepCancel ("" too) or DepFail, the strings
+// "cancel" and "fail" in a task object's on_dep_failure.
+type DepFailure string
+
+// What a dependency that ends dead or canceled does to its dependents.
 const (
 	// DepCancel: the dependent is canceled (the default): it never ran.
-	DepCancel = "cancel"
+	DepCancel DepFailure = "cancel"
 	// DepFail: the dependent is dead, as if it had failed for good.
-	DepFail = "fail"
+	DepFail DepFailure = "fail"
 )
+
+// Validate reports an error unless d is DepCancel, DepFail or "".
+func (d DepFailure) Validate() error {
+	switch d {
+	case "", DepCancel, DepFail:
+		return nil
+	}
+	return fmt.Errorf("on dependency failure %q: want cancel or fail", string(d))
+}
 
 // Spec is what a producer asks for.
 type Spec struct {
@@ -232,7 +245,7 @@ type Spec struct {
 	// blocked; one whose parent already failed is created canceled or dead.
 	Deps []Dep
 	// OnDepFailure: DepCancel ("" too) or DepFail.
-	OnDepFailure string
+	OnDepFailure DepFailure
 	// Slot is the task's slot key; SlotWait creates it blocked, waiting
 	// for its slot (its admission put it behind the slot's holder).
 	Slot     string
@@ -387,12 +400,12 @@ func cloneTrace(trace map[string]string) map[string]string {
 }
 
 // checkDeps checks a task's dependencies at submit.
-func checkDeps(id string, deps []Dep, onFailure string) error {
+func checkDeps(id string, deps []Dep, onFailure DepFailure) error {
 	if len(deps) > MaxDeps {
 		return fmt.Errorf("new task %s: %w: %d dependencies, over %d", id, ErrInvalid, len(deps), MaxDeps)
 	}
-	if onFailure != "" && onFailure != DepCancel && onFailure != DepFail {
-		return fmt.Errorf("new task %s: %w: on dependency failure %q: want cancel or fail", id, ErrInvalid, onFailure)
+	if err := onFailure.Validate(); err != nil {
+		return fmt.Errorf("new task %s: %w: %w", id, ErrInvalid, err)
 	}
 	seen := make(map[string]bool, len(deps))
 	for _, d := range deps {

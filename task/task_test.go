@@ -834,7 +834,7 @@ func TestDependencies(t *testing.T) {
 	})
 	t.Run("a failed parent cancels, or fails under DepFail", func(t *testing.T) {
 		for _, tc := range []struct {
-			policy string
+			policy DepFailure
 			want   Status
 		}{{"", Canceled}, {DepCancel, Canceled}, {DepFail, Dead}} {
 			s := spec(Dep{ID: p1}, Dep{ID: p2})

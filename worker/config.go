@@ -46,7 +46,7 @@ type Config struct {
 	// CrashFail ("" too: a failed attempt, retried after the task's retry
 	// delay, by any worker) or CrashRequeue (a failed attempt, run again
 	// at once by this worker, ahead of its pool's pending tasks).
-	CrashPolicy string
+	CrashPolicy CrashPolicy
 	// Pools run the task types they list with their own handlers and
 	// limits; the other types run in the default pool.
 	Pools []Pool
@@ -64,7 +64,7 @@ type Config struct {
 	// cache the worker leases ([queue.direct_dispatch]): a worker that
 	// marks itself asleep keeps listing its inbox that long, and AwakeGrace
 	// more. See docs/direct-dispatch.md.
-	DispatchMode                                                  string
+	DispatchMode                                                  shards.DispatchMode
 	DiscoveryTTL                                                  time.Duration
 	LeaseDuration, LeaseRenewalInterval, OverflowScavengeInterval time.Duration
 	// OwnShards pins the worker to these shards: it polls them and takes no
@@ -282,8 +282,26 @@ func (c *Config) validate() error {
 	return checkPools(c)
 }
 
+// CrashPolicy is what a crashed handler does to its task (Config.CrashPolicy,
+// [worker] crash_policy): CrashFail or CrashRequeue.
+type CrashPolicy string
+
 // Crash policies (Config.CrashPolicy).
 const (
-	CrashFail    = "fail"
-	CrashRequeue = "requeue"
+	CrashFail    CrashPolicy = "fail"
+	CrashRequeue CrashPolicy = "requeue"
 )
+
+// ParseCrashPolicy parses a crash policy's name: "fail" or "requeue".
+func ParseCrashPolicy(s string) (CrashPolicy, error) {
+	p := CrashPolicy(s)
+	return p, p.Validate()
+}
+
+// Validate reports an error unless p is CrashFail or CrashRequeue.
+func (p CrashPolicy) Validate() error {
+	if p != CrashFail && p != CrashRequeue {
+		return fmt.Errorf("unknown crash policy %q: want fail or requeue", string(p))
+	}
+	return nil
+}

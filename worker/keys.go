@@ -35,8 +35,8 @@ var ConfigKeys = &settings.Section[Config]{
 		settings.Text("queue_policy", func(c *Config) *QueuePolicy { return &c.QueuePolicy }, Block, ParsePolicy,
 			func(p QueuePolicy) string { return string(p) },
 			"What a full default pool does with a task it finds: \"block\" claims only for a free handler and leaves the rest in the bucket; \"reject\" and \"drop-latest\" claim ahead up to max_queue_depth and leave the rest, reported; \"drop-oldest\" claims ahead and releases the oldest pending task for the newest."),
-		settings.Text("crash_policy", func(c *Config) *string { return &c.CrashPolicy }, CrashFail, parseCrashPolicy,
-			func(s string) string { return s },
+		settings.Text("crash_policy", func(c *Config) *CrashPolicy { return &c.CrashPolicy }, CrashFail, ParseCrashPolicy,
+			func(p CrashPolicy) string { return string(p) },
 			"What a crashed handler (a Go handler that panics, a command killed by a signal the worker did not send) does to its task: \"fail\" records a failed attempt, retried after the task's retry delay by any worker; \"requeue\" records it and runs the task again at once on this worker, ahead of its pool's pending tasks."),
 		settings.Duration("poll_min", func(c *Config) *time.Duration { return &c.PollMin }, 200*time.Millisecond,
 			"The shortest wait after a poll that found work.").
@@ -167,13 +167,6 @@ func checkLimitKey(n int) error {
 		return nil
 	}
 	return checkLimit(n)
-}
-
-func parseCrashPolicy(s string) (string, error) {
-	if s != CrashFail && s != CrashRequeue {
-		return "", fmt.Errorf("unknown crash policy %q: want fail or requeue", s)
-	}
-	return s, nil
 }
 
 func checkID(s string) error {

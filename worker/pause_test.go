@@ -24,13 +24,13 @@ import (
 // too, where the paused tasks arrive in the workers' inboxes. And a
 // whole-queue pause stops every claim until the resume.
 func TestPauseStopsClaimsFleetWideUntilResume(t *testing.T) {
-	for _, mode := range []string{shards.DispatchShared, shards.DispatchDirect} {
-		t.Run(mode+"/type", func(t *testing.T) { testPause(t, mode, "mail") })
-		t.Run(mode+"/queue", func(t *testing.T) { testPause(t, mode) })
+	for _, mode := range []shards.DispatchMode{shards.DispatchShared, shards.DispatchDirect} {
+		t.Run(string(mode)+"/type", func(t *testing.T) { testPause(t, mode, "mail") })
+		t.Run(string(mode)+"/queue", func(t *testing.T) { testPause(t, mode) })
 	}
 }
 
-func testPause(t *testing.T, mode string, types ...string) {
+func testPause(t *testing.T, mode shards.DispatchMode, types ...string) {
 	synctest.Test(t, func(t *testing.T) {
 		st := mem.New()
 		f := newFleet(t, st, 2)

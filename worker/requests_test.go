@@ -37,7 +37,7 @@ func TestRequestsPerTask(t *testing.T) {
 // runTasksCounted submits 400 tasks to a queue in dispatch mode and runs
 // them on 2 workers driven poll by poll, and returns the requests that
 // took, the task count, and how many tasks each worker ran.
-func runTasksCounted(t *testing.T, mode string) (s3store.Counts, int, []int64) {
+func runTasksCounted(t *testing.T, mode shards.DispatchMode) (s3store.Counts, int, []int64) {
 	t.Helper()
 	return runTasksCountedWith(t, mode, nil)
 }
@@ -59,7 +59,7 @@ func TestRequestsPerTaskWithResultsStoredApart(t *testing.T) {
 
 // runTasksCountedWith is runTasksCounted with handlers that return result
 // (nil: none) and workers that store results over 1 KiB apart.
-func runTasksCountedWith(t *testing.T, mode string, result *json.RawMessage) (s3store.Counts, int, []int64) {
+func runTasksCountedWith(t *testing.T, mode shards.DispatchMode, result *json.RawMessage) (s3store.Counts, int, []int64) {
 	t.Helper()
 	ctx := context.Background()
 	st := s3store.NewCounter(mem.New())

@@ -7,7 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/s3queue/s3queue/internal/deps"
+	"github.com/s3queue/s3queue/producer"
 	"io"
 	"os"
 	"sync"
@@ -154,18 +154,19 @@ func parseLine(line []byte, d batchDefaults) (s3queue.Request, error) {
 		o.Slot = *l.Slot
 	}
 	if l.Admission != nil {
-		if _, err := deps.ParseAdmission(*l.Admission); err != nil || *l.Admission == "" {
+		a, err := producer.ParseAdmission(*l.Admission)
+		if err != nil || *l.Admission == "" {
 			return r, fmt.Errorf(`"admission" %q: want "queue", "replace" or "drop-if-running"`, *l.Admission)
 		}
-		o.Admission = *l.Admission
+		o.Admission = a
 		if o.Slot == "" {
 			return r, errors.New(`"admission" needs "slot" (or --slot)`)
 		}
 	}
 	if l.OnDepFailure != nil {
-		switch *l.OnDepFailure {
+		switch d := task.DepFailure(*l.OnDepFailure); d {
 		case task.DepCancel, task.DepFail:
-			o.OnDepFailure = *l.OnDepFailure
+			o.OnDepFailure = d
 		default:
 			return r, fmt.Errorf(`"on_dep_failure" %q: want "cancel" or "fail"`, *l.OnDepFailure)
 		}

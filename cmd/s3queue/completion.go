@@ -76,7 +76,7 @@ func flagValues() map[string][]string {
 		"log-level":      {"debug", "info", "warn", "error"},
 		"status":         statusNames,
 		"admission":      {"queue", "replace", "drop-if-running"},
-		"on-dep-failure": {task.DepCancel, task.DepFail},
+		"on-dep-failure": {string(task.DepCancel), string(task.DepFail)},
 		"profile":        profiles,
 	}
 }

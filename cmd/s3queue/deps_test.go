@@ -334,7 +334,7 @@ func TestSubmitBatchAfter(t *testing.T) {
 	}
 	for n, want := range map[int]struct {
 		deps   []string
-		policy string
+		policy task.DepFailure
 	}{
 		1: {[]string{parent}, ""},
 		2: {[]string{parent}, task.DepFail},

@@ -66,7 +66,7 @@ func (a *app) openQueue(ctx context.Context, st s3store.Store, url string, mustE
 		Local:        local,
 		Store:        url,
 		Shards:       a.cfg.Shards,
-		DispatchMode: a.cfg.QueueSection.DispatchMode,
+		DispatchMode: a.cfg.QueueSection.Mode(),
 		Logger:       a.log,
 		Submit:       s3queue.SubmitDefaults{MaxAttempts: so.MaxAttempts, Timeout: so.Timeout, Retry: so.Retry},
 		Producer:     a.cfg.Producer(),

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/s3queue/s3queue/internal/deps"
 	"io"
 	"os"
 	"regexp"
@@ -100,9 +99,9 @@ var submitCommand = &command{
 		fs.StringVar(&shardKey, "key", "", "shard `key`: tasks with the same key share a shard")
 		fs.StringVar(&priority, "priority", "default", "`high|default|low`: under a backlog a worker claims higher priorities first (docs/scheduling.md)")
 		fs.Var(&after, "after", "run only after task `ID` has succeeded (repeatable, or comma-separated); the task is blocked until then")
-		fs.StringVar(&onDepFailure, "on-dep-failure", task.DepCancel, "what a dependency that ends dead or canceled does: `cancel|fail` the task (fail: it ends dead)")
+		fs.StringVar(&onDepFailure, "on-dep-failure", string(task.DepCancel), "what a dependency that ends dead or canceled does: `cancel|fail` the task (fail: it ends dead)")
 		fs.StringVar(&slot, "slot", "", "slot `key`: at most one task of the key runs at a time, fleet-wide")
-		fs.StringVar(&admission, "admission", string(deps.AdmitQueue), "how the task takes its place in a busy slot: `queue|replace|drop-if-running`")
+		fs.StringVar(&admission, "admission", string(producer.AdmitQueue), "how the task takes its place in a busy slot: `queue|replace|drop-if-running`")
 		fs.StringVar(&traceparent, "traceparent", "", "W3C trace context `header` (00-TRACEID-SPANID-FLAGS): the workers' spans continue that trace (docs/tracing.md)")
 		fs.StringVar(&id, "id", "", "create the task under this task `ID`: one a submit printed with exit 9 (its outcome unknown), to submit the same task again; if it exists, its id is printed and nothing is created")
 		fs.StringVar(&batch, "batch", "", "submit one task per JSON line of `file` (- for stdin); the other flags are the lines' defaults")
@@ -171,9 +170,9 @@ var submitCommand = &command{
 				opts.Priority = p
 			}
 			opts.DependsOn = after
-			switch onDepFailure {
+			switch d := task.DepFailure(onDepFailure); d {
 			case task.DepCancel, task.DepFail:
-				opts.OnDepFailure = onDepFailure
+				opts.OnDepFailure = d
 			default:
 				return usageError("submit: --on-dep-failure %q: want cancel or fail", onDepFailure)
 			}
@@ -181,10 +180,11 @@ var submitCommand = &command{
 				return usageError("submit: --on-dep-failure needs --after (it says what a failed dependency does)")
 			}
 			opts.Slot = slot
-			if _, err := deps.ParseAdmission(admission); err != nil {
+			adm, err := producer.ParseAdmission(admission)
+			if err != nil {
 				return usageError("submit: --admission %q: want queue, replace or drop-if-running", admission)
 			}
-			opts.Admission = admission
+			opts.Admission = adm
 			if set["admission"] && !set["slot"] && !set["batch"] {
 				return usageError("submit: --admission needs --slot")
 			}

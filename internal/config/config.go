@@ -30,6 +30,7 @@ import (
 	"github.com/s3queue/s3queue/internal/settings"
 	"github.com/s3queue/s3queue/monitor"
 	"github.com/s3queue/s3queue/producer"
+	"github.com/s3queue/s3queue/shards"
 	"github.com/s3queue/s3queue/worker"
 )
 
@@ -78,6 +79,9 @@ type QueueSection struct {
 	// shards.DispatchDirect).
 	DispatchMode string
 }
+
+// Mode is DispatchMode as the services take it (checked when loaded).
+func (q QueueSection) Mode() shards.DispatchMode { return shards.DispatchMode(q.DispatchMode) }
 
 // DirectSection is [queue.direct_dispatch].
 type DirectSection struct {
@@ -269,7 +273,7 @@ func (c *Config) crossCheck(tables []settings.Table, src map[string]string) erro
 func (c Config) Worker() worker.Config {
 	w := c.WorkerSection
 	w.Shards = c.Shards
-	w.DispatchMode, w.DiscoveryTTL = c.QueueSection.DispatchMode, c.DirectSection.DiscoveryTTL
+	w.DispatchMode, w.DiscoveryTTL = c.QueueSection.Mode(), c.DirectSection.DiscoveryTTL
 	if len(w.OwnShards) > 0 {
 		w.OwnShards = slices.Clone(w.OwnShards)
 	} else {
@@ -288,7 +292,7 @@ func (c Config) Worker() worker.Config {
 func (c Config) Monitor() monitor.Config {
 	m := c.MonitorSection
 	m.Shards = c.Shards
-	m.DispatchMode, m.WorkerLease = c.QueueSection.DispatchMode, c.WorkerSection.LeaseDuration
+	m.DispatchMode, m.WorkerLease = c.QueueSection.Mode(), c.WorkerSection.LeaseDuration
 	m.KeepForever = m.Retention == 0
 	m.NoScheduler = !m.Scheduler
 	return m
@@ -301,7 +305,7 @@ func (c Config) Monitor() monitor.Config {
 func (c Config) Producer() producer.Config {
 	p := c.ProducerSection
 	p.Shards, p.LeaseMargin = c.Shards, c.WorkerSection.LeaseMargin
-	p.DispatchMode, p.DiscoveryTTL, p.Selection = c.QueueSection.DispatchMode, c.DirectSection.DiscoveryTTL, c.DirectSection.Selection
+	p.DispatchMode, p.DiscoveryTTL, p.Selection = c.QueueSection.Mode(), c.DirectSection.DiscoveryTTL, c.DirectSection.Selection
 	return p
 }
 

@@ -31,9 +31,9 @@ var topKeys = &settings.Section[Config]{
 var queueKeys = &settings.Section[QueueSection]{
 	Name: "queue",
 	Keys: []settings.Key[QueueSection]{
-		settings.String("dispatch_mode", func(q *QueueSection) *string { return &q.DispatchMode }, shards.DispatchShared,
+		settings.String("dispatch_mode", func(q *QueueSection) *string { return &q.DispatchMode }, string(shards.DispatchShared),
 			"How new tasks reach workers: \"shared\" (fleet members list the shards they lease) or \"direct\" (each producer routes a task to a live worker's inbox; docs/direct-dispatch.md). Recorded when the queue is created: a process configured with the other mode refuses to open it.").
-			Must(settings.OneOf("dispatch_mode", shards.DispatchShared, shards.DispatchDirect)),
+			Must(settings.OneOf("dispatch_mode", string(shards.DispatchShared), string(shards.DispatchDirect))),
 	},
 }
 

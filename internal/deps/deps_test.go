@@ -84,7 +84,7 @@ func (f *fixture) told(id string) []task.Status {
 }
 
 // submit creates a task that depends on parents (none: a plain task).
-func (f *fixture) submit(onFailure string, parents ...string) string {
+func (f *fixture) submit(onFailure task.DepFailure, parents ...string) string {
 	f.t.Helper()
 	id, err := f.p.Submit(f.ctx, "t", nil, producer.Options{DependsOn: parents, OnDepFailure: onFailure})
 	if err != nil {
@@ -289,7 +289,7 @@ func TestADiamondReleasesItsJoinOnlyAfterBothSides(t *testing.T) {
 
 func TestAFailurePassesOnTransitively(t *testing.T) {
 	for _, tc := range []struct {
-		onFailure string
+		onFailure task.DepFailure
 		parentEnd task.Status
 		want      task.Status
 	}{

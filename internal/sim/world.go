@@ -182,7 +182,7 @@ type QueuePlan struct {
 	Policy   worker.QueuePolicy
 	InFlight int // one handler per worker: tasks wait in pending
 	Depth    int
-	Crash    string
+	Crash    worker.CrashPolicy
 }
 
 // Reshard is one planned `s3queue reshard`.
@@ -1173,7 +1173,7 @@ func (w *world) act(ctx context.Context, p *proc, prod *producer.Producer, rng, 
 		}
 		if srng != nil && srng.IntN(2) == 0 && len(opts.DependsOn) == 0 && opts.IdempotencyKey == "" {
 			opts.Slot = fmt.Sprintf("k%d", srng.IntN(3))
-			opts.Admission = []string{"queue", "queue", "replace", "drop-if-running"}[srng.IntN(4)]
+			opts.Admission = []producer.Admission{"queue", "queue", "replace", "drop-if-running"}[srng.IntN(4)]
 		}
 		opts.Priority = priorityOf(prng)
 		if lrng != nil && lrng.IntN(2) == 0 {
