@@ -21,7 +21,6 @@ import (
 
 	"github.com/s3queue/s3queue/clock"
 	"github.com/s3queue/s3queue/internal/deps"
-	"github.com/s3queue/s3queue/internal/direct"
 	"github.com/s3queue/s3queue/internal/events"
 	"github.com/s3queue/s3queue/internal/pause"
 	"github.com/s3queue/s3queue/internal/retention"
@@ -199,10 +198,7 @@ type Monitor struct {
 	// examined again at each check, below the watermark too, until one
 	// decides.
 	orphansAgain map[string]bool
-	// recoverNext is when (local time) the next recovery of dead workers'
-	// inboxes is due (direct dispatch).
-	recoverNext time.Time
-	depsEvery   time.Duration
+	depsEvery    time.Duration
 	// slotsSeen: the ETag at which each slot object's holder was last
 	// found landed (deps.CheckHolders).
 	slotsSeen map[string]string
@@ -235,6 +231,8 @@ type Monitor struct {
 	// skips paused types (pausedType).
 	pauseMu sync.Mutex
 	pauses  *pause.Watch
+
+	inbox inboxRecovery // direct dispatch only
 
 	// sched submits the schedules' ticks (nil: no scheduler); Run's
 	// goroutine alone steps it.
@@ -314,6 +312,8 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Monitor, error) {
 		mon.sched = &schedule.Scheduler{Store: st, Clock: c, Local: local, Submit: cfg.Submit, Refresh: cfg.ScheduleRefresh,
 			Log: mon.log.WithGroup("scheduler"), Fired: mon.publishScheduled}
 	}
+	mon.inbox = inboxRecovery{st: st, clock: c, local: local, log: mon.log, events: cfg.Events, origin: cfg.ID,
+		every: cfg.RepairAfter, margin: cfg.LeaseMargin, workerLease: cfg.WorkerLease}
 	mon.pauses = &pause.Watch{St: st, Local: local, Interval: pause.DefaultInterval, Log: mon.log}
 	mon.cas = s3store.CAS{Jitter: src.Float64, Sleep: func(ctx context.Context, d time.Duration) error {
 		if !clock.Sleep(local, d, ctx.Done()) {
@@ -548,38 +548,11 @@ func (m *Monitor) sweepDue(ctx context.Context) (TickStats, error) {
 		errs = errors.Join(errs, err)
 	}
 	if m.manifest.Direct() {
-		if err := m.recoverInboxes(ctx, &st); err != nil {
+		if err := m.inbox.step(ctx, m.manifest.DeleteHonoured(), &st); err != nil {
 			errs = errors.Join(errs, err)
 		}
 	}
 	return st, errs
-}
-
-// recoverInboxes moves, every RepairAfter, the inbox entries of workers
-// whose lease expired to the overflow (direct dispatch): a LIST of
-// workers/, and a GET of each lease not rewritten for WorkerLease.
-func (m *Monitor) recoverInboxes(ctx context.Context, st *TickStats) error {
-	now := m.local.Now()
-	if now.Before(m.recoverNext) {
-		return nil
-	}
-	m.recoverNext = now.Add(m.cfg.RepairAfter)
-	iv, err := m.clock.Now(ctx)
-	if err != nil {
-		return err
-	}
-	rec, err := direct.Recover(ctx, m.st, iv, m.cfg.LeaseMargin, m.cfg.WorkerLease, m.manifest.DeleteHonoured())
-	st.Recovered += rec.Moved
-	if rec.Moved > 0 {
-		m.log.Info("moved dead workers' inboxes to the overflow", "workers", rec.Dead, "entries", rec.Moved)
-		for _, id := range rec.Dead {
-			if m.cfg.Events != nil {
-				m.cfg.Events.Publish(events.Event{Time: m.local.Now(), Source: events.SourceMonitor, Origin: m.cfg.ID,
-					Kind: events.InboxRecovered, Shard: -1, Key: direct.Inbox(id)})
-			}
-		}
-	}
-	return err
 }
 
 // repairDeps settles, every RepairAfter, the dependents of tasks whose end
