@@ -186,9 +186,6 @@ type Monitor struct {
 	local    clock.Local
 	cas      s3store.CAS
 	manifest shards.Manifest
-	// depsNext is when (local time) the repair of dependencies lists the
-	// ended markers again, depsEvery its back-off.
-	depsNext time.Time
 	// orphansNext is when (local time) the result objects are next
 	// checked for orphans; orphansFrom the S3 time up to which objects
 	// were examined (zero: none yet).
@@ -198,11 +195,7 @@ type Monitor struct {
 	// examined again at each check, below the watermark too, until one
 	// decides.
 	orphansAgain map[string]bool
-	depsEvery    time.Duration
-	// slotsSeen: the ETag at which each slot object's holder was last
-	// found landed (deps.CheckHolders).
-	slotsSeen map[string]string
-	log       *slog.Logger
+	log          *slog.Logger
 	// rand (over cfg.Rand, shared with fleet) is drawn from in a tick only,
 	// under mu, so a seeded run draws in the tick's order.
 	rand *rnd.Source
@@ -232,7 +225,8 @@ type Monitor struct {
 	pauseMu sync.Mutex
 	pauses  *pause.Watch
 
-	inbox inboxRecovery // direct dispatch only
+	depRepair depRepair
+	inbox     inboxRecovery // direct dispatch only
 
 	// sched submits the schedules' ticks (nil: no scheduler); Run's
 	// goroutine alone steps it.
@@ -312,6 +306,7 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Monitor, error) {
 		mon.sched = &schedule.Scheduler{Store: st, Clock: c, Local: local, Submit: cfg.Submit, Refresh: cfg.ScheduleRefresh,
 			Log: mon.log.WithGroup("scheduler"), Fired: mon.publishScheduled}
 	}
+	mon.depRepair = depRepair{local: local, log: mon.log, repairAfter: cfg.RepairAfter, sweepMax: cfg.SweepMax}
 	mon.inbox = inboxRecovery{st: st, clock: c, local: local, log: mon.log, events: cfg.Events, origin: cfg.ID,
 		every: cfg.RepairAfter, margin: cfg.LeaseMargin, workerLease: cfg.WorkerLease}
 	mon.pauses = &pause.Watch{St: st, Local: local, Interval: pause.DefaultInterval, Log: mon.log}
@@ -541,7 +536,7 @@ func (m *Monitor) sweepDue(ctx context.Context) (TickStats, error) {
 			break
 		}
 	}
-	if err := m.repairDeps(ctx, &st); err != nil {
+	if err := m.depRepair.step(ctx, m.deps, m.asleep, &st); err != nil {
 		errs = errors.Join(errs, err)
 	}
 	if err := m.collectOrphans(ctx, iv, &st); err != nil {
@@ -553,46 +548,6 @@ func (m *Monitor) sweepDue(ctx context.Context) (TickStats, error) {
 		}
 	}
 	return st, errs
-}
-
-// repairDeps settles, every RepairAfter, the dependents of tasks whose end
-// a crash kept from them (internal/deps.Repair): one LIST of the ended
-// markers, which backs off to SweepMax while it finds none.
-func (m *Monitor) repairDeps(ctx context.Context, st *TickStats) error {
-	now := m.local.Now()
-	if m.depsNext.IsZero() {
-		// A crash's leftovers can wait a RepairAfter: the first tick
-		// has the shards to sweep.
-		m.depsNext = now.Add(m.cfg.RepairAfter)
-	}
-	if now.Before(m.depsNext) {
-		return nil
-	}
-	found, settled, err := m.deps().Repair(ctx)
-	if m.slotsSeen == nil {
-		m.slotsSeen = make(map[string]string)
-	}
-	if serr := m.deps().CheckHolders(ctx, m.slotsSeen); serr != nil {
-		err = errors.Join(err, serr)
-	}
-	st.Settled += settled
-	if settled > 0 {
-		m.log.Info("settled the dependents of tasks whose end a crash kept from them", "tasks", settled)
-	}
-	switch {
-	case found > 0 || err != nil:
-		m.depsEvery = m.cfg.RepairAfter
-	case m.depsEvery == 0:
-		m.depsEvery = m.cfg.RepairAfter
-	default:
-		ceiling := max(m.cfg.SweepMax, m.cfg.RepairAfter)
-		if m.asleep {
-			ceiling = max(ceiling, asleepSweepMax) // nothing ends while the fleet sleeps
-		}
-		m.depsEvery = min(2*m.depsEvery, ceiling)
-	}
-	m.depsNext = now.Add(m.depsEvery)
-	return err
 }
 
 // awakeSweep: while the fleet is awake, the shards receiving new tasks are
