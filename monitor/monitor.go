@@ -186,16 +186,7 @@ type Monitor struct {
 	local    clock.Local
 	cas      s3store.CAS
 	manifest shards.Manifest
-	// orphansNext is when (local time) the result objects are next
-	// checked for orphans; orphansFrom the S3 time up to which objects
-	// were examined (zero: none yet).
-	orphansNext, orphansFrom time.Time
-	// orphansAgain are the result objects a check left undecided (their
-	// task could not be read, or ran under the claim that wrote them):
-	// examined again at each check, below the watermark too, until one
-	// decides.
-	orphansAgain map[string]bool
-	log          *slog.Logger
+	log      *slog.Logger
 	// rand (over cfg.Rand, shared with fleet) is drawn from in a tick only,
 	// under mu, so a seeded run draws in the tick's order.
 	rand *rnd.Source
@@ -226,6 +217,7 @@ type Monitor struct {
 	pauses  *pause.Watch
 
 	depRepair depRepair
+	orphans   orphanCollector
 	inbox     inboxRecovery // direct dispatch only
 
 	// sched submits the schedules' ticks (nil: no scheduler); Run's
@@ -307,6 +299,7 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Monitor, error) {
 			Log: mon.log.WithGroup("scheduler"), Fired: mon.publishScheduled}
 	}
 	mon.depRepair = depRepair{local: local, log: mon.log, repairAfter: cfg.RepairAfter, sweepMax: cfg.SweepMax}
+	mon.orphans = newOrphanCollector(st, local, mon.log, cfg)
 	mon.inbox = inboxRecovery{st: st, clock: c, local: local, log: mon.log, events: cfg.Events, origin: cfg.ID,
 		every: cfg.RepairAfter, margin: cfg.LeaseMargin, workerLease: cfg.WorkerLease}
 	mon.pauses = &pause.Watch{St: st, Local: local, Interval: pause.DefaultInterval, Log: mon.log}
@@ -539,7 +532,7 @@ func (m *Monitor) sweepDue(ctx context.Context) (TickStats, error) {
 	if err := m.depRepair.step(ctx, m.deps, m.asleep, &st); err != nil {
 		errs = errors.Join(errs, err)
 	}
-	if err := m.collectOrphans(ctx, iv, &st); err != nil {
+	if err := m.orphans.step(ctx, iv, &st); err != nil {
 		errs = errors.Join(errs, err)
 	}
 	if m.manifest.Direct() {
