@@ -222,7 +222,7 @@ type Monitor struct {
 
 	// sched submits the schedules' ticks (nil: no scheduler); Run's
 	// goroutine alone steps it.
-	sched *schedule.Scheduler
+	sched *scheduler
 }
 
 // sweep is the monitor's walk of one shard. Keys sort by time, and the
@@ -295,8 +295,7 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Monitor, error) {
 		sweeps: make(map[int]*sweep), known: make(map[string]known), fleet: shards.NewFleetCache(st, cfg.LeaseMargin, local, src),
 		lease: lease.New(st, c, LeaseKey, cfg.ID, lease.Config{TTL: 6 * cfg.Interval, Margin: cfg.LeaseMargin})}
 	if cfg.Scheduler && !cfg.NoScheduler && cfg.Submit != nil {
-		mon.sched = &schedule.Scheduler{Store: st, Clock: c, Local: local, Submit: cfg.Submit, Refresh: cfg.ScheduleRefresh,
-			Log: mon.log.WithGroup("scheduler"), Fired: mon.publishScheduled}
+		mon.sched = newScheduler(st, c, local, mon.log, cfg)
 	}
 	mon.depRepair = depRepair{local: local, log: mon.log, repairAfter: cfg.RepairAfter, sweepMax: cfg.SweepMax}
 	mon.orphans = newOrphanCollector(st, local, mon.log, cfg)
@@ -386,20 +385,7 @@ func (m *Monitor) stepScheduler(ctx context.Context) (time.Duration, error) {
 		// The leader lease is taken at the sweeps' ticks.
 		return m.cfg.Interval, nil
 	}
-	wait, err := m.sched.Step(ctx)
-	if err != nil && ctx.Err() == nil {
-		m.log.Warn("scheduler", "err", err)
-	}
-	return wait, err
-}
-
-// publishScheduled publishes a scheduled event.
-func (m *Monitor) publishScheduled(name string, tick time.Time, id string, skipped int64) {
-	if m.cfg.Events == nil {
-		return
-	}
-	m.cfg.Events.Publish(events.Event{Time: m.local.Now(), Source: events.SourceMonitor, Origin: m.cfg.ID,
-		Kind: events.Scheduled, TaskID: id, Shard: -1, Key: schedule.Key(name)})
+	return m.sched.step(ctx)
 }
 
 // LeaseKey is the leader lease of monitors run with Config.Leader.
