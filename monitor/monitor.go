@@ -23,7 +23,6 @@ import (
 	"github.com/s3queue/s3queue/internal/deps"
 	"github.com/s3queue/s3queue/internal/events"
 	"github.com/s3queue/s3queue/internal/pause"
-	"github.com/s3queue/s3queue/internal/retention"
 	"github.com/s3queue/s3queue/internal/rnd"
 	"github.com/s3queue/s3queue/internal/schedule"
 	"github.com/s3queue/s3queue/internal/taskio"
@@ -184,7 +183,6 @@ type Monitor struct {
 	cfg      Config
 	clock    *clock.Authoritative
 	local    clock.Local
-	cas      s3store.CAS
 	manifest shards.Manifest
 	log      *slog.Logger
 	// rand (over cfg.Rand, shared with fleet) is drawn from in a tick only,
@@ -216,6 +214,7 @@ type Monitor struct {
 	pauseMu sync.Mutex
 	pauses  *pause.Watch
 
+	retention retentionExpiry
 	depRepair depRepair
 	orphans   orphanCollector
 	inbox     inboxRecovery // direct dispatch only
@@ -302,12 +301,15 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Monitor, error) {
 	mon.inbox = inboxRecovery{st: st, clock: c, local: local, log: mon.log, events: cfg.Events, origin: cfg.ID,
 		every: cfg.RepairAfter, margin: cfg.LeaseMargin, workerLease: cfg.WorkerLease}
 	mon.pauses = &pause.Watch{St: st, Local: local, Interval: pause.DefaultInterval, Log: mon.log}
-	mon.cas = s3store.CAS{Jitter: src.Float64, Sleep: func(ctx context.Context, d time.Duration) error {
+	cas := s3store.CAS{Jitter: src.Float64, Sleep: func(ctx context.Context, d time.Duration) error {
 		if !clock.Sleep(local, d, ctx.Done()) {
 			return ctx.Err()
 		}
 		return nil
 	}}
+	mon.retention = retentionExpiry{st: st, clock: c, local: local, log: mon.log, cas: cas, retention: cfg.Retention, resultTTL: cfg.ResultTTL,
+		deleteHonoured: func() bool { return mon.manifest.DeleteHonoured() }, known: mon.known,
+		publish: mon.publish, publishCorrupt: mon.publishCorrupt}
 	return mon, nil
 }
 
@@ -656,7 +658,7 @@ func (m *Monitor) sweepPage(ctx context.Context, shard int, sw *sweep) (TickStat
 		st.Listed++
 		live := m.live(o)
 		sw.sawLive = sw.sawLive || live
-		if live || o.Key >= ceiling || m.holdsResult(o) {
+		if live || o.Key >= ceiling || m.retention.holdsResult(o) {
 			sw.settling = false
 		}
 		if sw.settling {
@@ -762,7 +764,7 @@ func (m *Monitor) fullPage(ctx context.Context, shard int, sw *sweep) (TickStats
 			break
 		}
 		st.Listed++
-		if m.live(o) || m.holdsResult(o) {
+		if m.live(o) || m.retention.holdsResult(o) {
 			// Live below the floor: a requeued task. Lower the floor so
 			// the sweeps watch it from now on, at the pace of live work.
 			// (Or a result whose TTL the sweeps are to see pass.)
@@ -831,16 +833,7 @@ func (m *Monitor) inspect(ctx context.Context, o s3store.ObjectInfo, iv clock.In
 		return nil
 	}
 	if task.FinishedBySize(o.Size) {
-		// Finished (which way is read at retention): nothing to remember,
-		// so retained history costs the monitor no memory.
-		delete(m.known, o.Key)
-		if m.cfg.Retention > 0 && iv.After(o.LastModified.Add(m.cfg.Retention)) {
-			return m.expireRetention(ctx, o.Key, iv, st)
-		}
-		if m.holdsResult(o) && iv.After(o.LastModified.Add(m.cfg.ResultTTL)) {
-			return m.expireResult(ctx, o.Key, iv, st)
-		}
-		return nil
+		return m.retention.inspectFinished(ctx, o, iv, st)
 	}
 	if !ok || k.etag != o.ETag {
 		// New to us, or changed since: wait and see whether it settles.
@@ -935,8 +928,8 @@ func (m *Monitor) inspect(ctx context.Context, o s3store.ObjectInfo, iv clock.In
 		}
 		k.slotChecked = true
 		m.known[o.Key] = k
-	case k.status.Terminal() && m.cfg.Retention > 0 && iv.After(k.updated.Add(m.cfg.Retention)):
-		return m.expireRetention(ctx, o.Key, iv, st)
+	case k.status.Terminal() && m.retention.due(k.updated, iv):
+		return m.retention.expireRetention(ctx, o.Key, iv, st)
 	}
 	return nil
 }
@@ -1203,102 +1196,6 @@ func (m *Monitor) pausedType(ctx context.Context, typ string) bool {
 	defer m.pauseMu.Unlock()
 	m.pauses.Refresh(ctx)
 	return m.pauses.State().Paused(typ)
-}
-
-// expireRetention deletes a finished task and its idempotency record
-// through internal/retention, which `s3queue purge` shares: the task is
-// re-read first, and the decision is made on what it says (the listing
-// that sent us here may predate a requeue and a fresh completion), and a
-// task requeued meanwhile is never deleted (see package retention).
-func (m *Monitor) expireRetention(ctx context.Context, key string, iv clock.Interval, st *TickStats) error {
-	d := retention.Deleter{Store: m.st, Clock: m.clock, Local: m.local, DeleteHonoured: m.manifest.DeleteHonoured(), CAS: m.cas, Log: m.log}
-	out, err := d.Expire(ctx, key, m.cfg.Retention, iv)
-	st.Loaded++
-	if err != nil {
-		return err
-	}
-	switch out.Result {
-	case retention.Corrupt:
-		// An odd-sized object that is not a task read as finished until now.
-		st.Corrupt++
-		m.log.Error("corrupt task object; skipped", "key", key, "err", out.Err)
-		m.publishCorrupt(key, out.Err)
-		m.known[key] = known{etag: out.Read.ETag, corrupt: true, loaded: true}
-	case retention.Gone, retention.Changed:
-		// Gone, or changed since it was read (requeued, or retired by
-		// another monitor): the sweeps see what it is now.
-		delete(m.known, key)
-	case retention.Kept:
-		m.known[key] = remember(out.Read)
-	case retention.Waiting:
-		// Its record is on its way out through another monitor: a later
-		// sweep deletes the task.
-	case retention.Deleted:
-		delete(m.known, key)
-		st.Deleted++
-		m.publish(events.Deleted, out.Read.Task, nil)
-	}
-	return nil
-}
-
-// holdsResult reports whether o is a succeeded task that holds a result
-// by its size, with a result TTL on.
-func (m *Monitor) holdsResult(o s3store.ObjectInfo) bool {
-	return m.cfg.ResultTTL > 0 && !shards.IsPointer(o.Key) && task.HoldsResultBySize(o.Size)
-}
-
-// expireResult drops the result of the succeeded task at key if it
-// finished ResultTTL ago by S3 time: one GET, one PUT (If-Match), and for a
-// result stored apart one DELETE after the PUT landed. The task no longer
-// references the object when it goes; a crash between the two leaves it
-// unreferenced (docs/scheduling.md#results-ttl-and-large-results).
-func (m *Monitor) expireResult(ctx context.Context, key string, iv clock.Interval, st *TickStats) error {
-	v, err := taskio.Load(ctx, m.st, key)
-	st.Loaded++
-	switch {
-	case errors.Is(err, s3store.ErrNotFound), errors.Is(err, task.ErrCorrupt), errors.Is(err, task.ErrUnsupportedFormat):
-		return nil // gone; or corrupt, reported by retention when its time comes
-	case err != nil:
-		return err
-	}
-	t := v.Task
-	if t.Status != task.Succeeded || t.Retired || !iv.After(t.UpdatedAt.Add(m.cfg.ResultTTL)) {
-		return nil
-	}
-	if deps.NeedsPassOn(t) {
-		// Its end may still be being passed on (to its dependents, or
-		// its slot's next task) under the marker of this version, which
-		// the repair honours only while the task stays at it: the result
-		// waits for a later sweep until the marker is gone. (No marker of
-		// this version can appear after: it is written before the write.)
-		// One HEAD, for such tasks only.
-		_, err := m.st.Head(ctx, deps.EndedKey(t.ID, t.Shard, t.Version))
-		if err == nil {
-			return nil
-		}
-		if !errors.Is(err, s3store.ErrNotFound) {
-			return err
-		}
-	}
-	ref, held := t.ResultRef, t.HoldsResult()
-	if err := t.ExpireResult(iv.Mid()); err != nil {
-		return err
-	}
-	if _, err := taskio.Update(ctx, m.st, m.local, t, v.ETag); s3store.LostRace(err) || errors.Is(err, s3store.ErrNotFound) {
-		return nil // changed meanwhile (another monitor, retention): a later sweep sees it
-	} else if err != nil {
-		return err
-	}
-	if !held {
-		return nil // written before sizes told results apart; its size says so now
-	}
-	st.ResultsExpired++
-	if ref != nil {
-		if err := m.st.Delete(ctx, ref.Key, s3store.DeleteOptions{}); err != nil && !errors.Is(err, s3store.ErrNotFound) {
-			return fmt.Errorf("delete expired result object %s of task %s: %w", ref.Key, t.ID, err)
-		}
-	}
-	return nil
 }
 
 // errLeaseExpired is the error of the events of a task whose lease the
