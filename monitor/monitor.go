@@ -214,10 +214,11 @@ type Monitor struct {
 	pauseMu sync.Mutex
 	pauses  *pause.Watch
 
-	retention retentionExpiry
-	depRepair depRepair
-	orphans   orphanCollector
-	inbox     inboxRecovery // direct dispatch only
+	redispatcher redispatcher
+	retention    retentionExpiry
+	depRepair    depRepair
+	orphans      orphanCollector
+	inbox        inboxRecovery // direct dispatch only
 
 	// sched submits the schedules' ticks (nil: no scheduler); Run's
 	// goroutine alone steps it.
@@ -307,6 +308,8 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Monitor, error) {
 		}
 		return nil
 	}}
+	mon.redispatcher = redispatcher{st: st, clock: c, local: local, log: mon.log, rand: src, margin: cfg.LeaseMargin, known: mon.known,
+		deps: mon.deps, announce: mon.announce, publish: mon.publish}
 	mon.retention = retentionExpiry{st: st, clock: c, local: local, log: mon.log, cas: cas, retention: cfg.Retention, resultTTL: cfg.ResultTTL,
 		deleteHonoured: func() bool { return mon.manifest.DeleteHonoured() }, known: mon.known,
 		publish: mon.publish, publishCorrupt: mon.publishCorrupt}
@@ -877,8 +880,8 @@ func (m *Monitor) inspect(ctx context.Context, o s3store.ObjectInfo, iv clock.In
 	switch {
 	case !k.loaded && !k.status.Terminal():
 		return nil // not settled yet
-	case k.status == task.Running && lease.Expired(k.expires, iv, m.cfg.LeaseMargin):
-		return m.redispatch(ctx, o.Key, iv, st)
+	case m.redispatcher.due(k, iv):
+		return m.redispatcher.redispatch(ctx, o.Key, iv, st)
 	case k.status == task.Pending && iv.After(k.available.Add(m.cfg.RepairAfter)) &&
 		(k.announced.IsZero() || iv.After(k.announced.Add(m.cfg.RepairAfter))):
 		// Due for a while and still pending: perhaps its producer crashed
@@ -1083,70 +1086,6 @@ func remember(v taskio.Versioned) known {
 		k.expires = t.Claim.ExpiresAt
 	}
 	return k
-}
-
-// redispatch re-reads the task and, if its lease is still expired, moves it
-// back to pending (or dead) by CAS and announces it. The decision is made on
-// the object, never on a cached or index view.
-func (m *Monitor) redispatch(ctx context.Context, key string, iv clock.Interval, st *TickStats) error {
-	v, err := taskio.Load(ctx, m.st, key)
-	st.Loaded++
-	if err != nil {
-		return err
-	}
-	t := v.Task
-	if t.Status != task.Running || t.Claim == nil || !lease.Expired(t.Claim.ExpiresAt, iv, m.cfg.LeaseMargin) {
-		m.known[key] = remember(v)
-		return nil
-	}
-	worker := t.Claim.Worker
-	// Stamp with the time now, not the page's: inspecting a page can take a
-	// while, and a pointer stamped in the past would land behind the scans.
-	if iv, err = m.clock.Now(ctx); err != nil {
-		return err
-	}
-	if err := t.Expire(iv.Mid(), m.rand.Float64); err != nil {
-		return err
-	}
-	if deps.NeedsPassOn(t) {
-		// Its dependents or its slot are to learn its end: the marker
-		// first.
-		if err := m.deps().Ending(ctx, t); err != nil {
-			return err
-		}
-	}
-	nv, err := taskio.Update(ctx, m.st, m.local, t, v.ETag)
-	if s3store.LostRace(err) {
-		// Renewed, finished or handled by another monitor meanwhile.
-		delete(m.known, key)
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	m.known[key] = remember(nv)
-	if t.Status == task.Dead {
-		st.DeadLettered++
-		m.log.Info("lease expired with no attempts left; dead-lettered", "task_id", t.ID, "worker", worker)
-		m.publish(events.Dead, t, errLeaseExpired)
-		if deps.NeedsPassOn(t) {
-			if err := m.deps().PassOn(ctx, t); err != nil {
-				m.log.Warn("pass a dead task's end on to its dependents; the next repair will finish it", "task_id", t.ID, "err", err)
-			}
-		}
-		return nil
-	}
-	st.Redispatched++
-	m.log.Info("lease expired; re-dispatched", "task_id", t.ID, "worker", worker, "attempt", t.Attempt)
-	m.publish(events.Redispatched, t, errLeaseExpired)
-	at, err := m.announce(ctx, t)
-	if err != nil {
-		return err
-	}
-	k := m.known[key]
-	k.announced = at
-	m.known[key] = k
-	return nil
 }
 
 // deps is the monitor's view of the dependency edges.

@@ -9,8 +9,13 @@ import (
 
 	"github.com/s3queue/s3queue/clock"
 	"github.com/s3queue/s3queue/internal/deps"
+	"github.com/s3queue/s3queue/internal/events"
+	"github.com/s3queue/s3queue/internal/rnd"
+	"github.com/s3queue/s3queue/internal/taskio"
+	"github.com/s3queue/s3queue/producer"
 	"github.com/s3queue/s3queue/s3store"
 	"github.com/s3queue/s3queue/s3store/mem"
+	"github.com/s3queue/s3queue/task"
 )
 
 // The services below are stepped directly, without a Monitor: a local
@@ -80,5 +85,69 @@ func TestInboxRecoveryRunsEveryRepairAfter(t *testing.T) {
 	*now = now.Add(time.Second)
 	if !lists(t, st, step) {
 		t.Fatal("did not list again after RepairAfter")
+	}
+}
+
+func TestRedispatcherRequeuesAnExpiredLeaseAndAnnouncesIt(t *testing.T) {
+	ctx := context.Background()
+	st := mem.New()
+	server := time.Now()
+	st.SetNow(func() time.Time { return server })
+	local := clock.LocalFunc(func() time.Time { return server })
+	c := clock.New(st, clock.Config{Local: local})
+	p, err := producer.New(ctx, st, producer.Config{Shards: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := p.Submit(ctx, "t", nil, producer.Options{Timeout: 10 * time.Second, MaxAttempts: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := taskio.LoadID(ctx, st, id, []int{1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Task.ClaimBy("w", "claim-1", server); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := taskio.Update(ctx, st, local, v.Task, v.ETag); err != nil {
+		t.Fatal(err)
+	}
+	var announced []string
+	r := redispatcher{st: st, clock: c, local: local, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		rand: rnd.New(nil), margin: 2 * time.Second, known: make(map[string]known),
+		deps: func() deps.Env { return deps.Env{Store: st, Local: local, Now: c.Now, Counts: []int{1}} },
+		announce: func(_ context.Context, t *task.Task) (time.Time, error) {
+			announced = append(announced, t.ID)
+			return server, nil
+		},
+		publish: func(events.Kind, *task.Task, error) {}}
+	key := v.Task.Key()
+	for _, step := range []struct {
+		after time.Duration // past the claim's expiry
+		want  task.Status
+	}{{time.Second, task.Running}, {3 * time.Second, task.Pending}} {
+		server = v.Task.Claim.ExpiresAt.Add(step.after)
+		iv, err := c.Now(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ts TickStats
+		if err := r.redispatch(ctx, key, iv, &ts); err != nil {
+			t.Fatal(err)
+		}
+		got, err := taskio.Load(ctx, st, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Task.Status != step.want {
+			t.Fatalf("%v past the expiry: %s, want %s", step.after, got.Task.Status, step.want)
+		}
+		if want := step.want == task.Pending; (len(announced) == 1) != want || ts.Redispatched == 1 != want {
+			t.Fatalf("%v past the expiry: announced %v, %d redispatched", step.after, announced, ts.Redispatched)
+		}
+		if k := r.known[key]; k.etag != got.ETag {
+			t.Fatalf("the cache holds ETag %q, the task is at %q", k.etag, got.ETag)
+		}
 	}
 }
