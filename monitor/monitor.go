@@ -215,6 +215,7 @@ type Monitor struct {
 	pauses  *pause.Watch
 
 	redispatcher redispatcher
+	pointers     pointerRepair
 	retention    retentionExpiry
 	depRepair    depRepair
 	orphans      orphanCollector
@@ -310,6 +311,9 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Monitor, error) {
 	}}
 	mon.redispatcher = redispatcher{st: st, clock: c, local: local, log: mon.log, rand: src, margin: cfg.LeaseMargin, known: mon.known,
 		deps: mon.deps, announce: mon.announce, publish: mon.publish}
+	mon.pointers = pointerRepair{st: st, log: mon.log, repairAfter: cfg.RepairAfter, known: mon.known,
+		counts: func() []int { return mon.manifest.Counts() }, pausedType: mon.pausedType, announce: mon.announce,
+		cover: mon.cover, publish: mon.publish, publishCorrupt: mon.publishCorrupt}
 	mon.retention = retentionExpiry{st: st, clock: c, local: local, log: mon.log, cas: cas, retention: cfg.Retention, resultTTL: cfg.ResultTTL,
 		deleteHonoured: func() bool { return mon.manifest.DeleteHonoured() }, known: mon.known,
 		publish: mon.publish, publishCorrupt: mon.publishCorrupt}
@@ -829,7 +833,7 @@ func (m *Monitor) inspectLogged(ctx context.Context, o s3store.ObjectInfo, iv cl
 // inspect decides what, if anything, one task object needs.
 func (m *Monitor) inspect(ctx context.Context, o s3store.ObjectInfo, iv clock.Interval, st *TickStats) error {
 	if shards.IsPointer(o.Key) {
-		return m.inspectPointer(ctx, o, iv, st)
+		return m.pointers.inspect(ctx, o, iv, st)
 	}
 	k, ok := m.known[o.Key]
 	if ok && k.corrupt && k.etag == o.ETag {
@@ -882,34 +886,8 @@ func (m *Monitor) inspect(ctx context.Context, o s3store.ObjectInfo, iv clock.In
 		return nil // not settled yet
 	case m.redispatcher.due(k, iv):
 		return m.redispatcher.redispatch(ctx, o.Key, iv, st)
-	case k.status == task.Pending && iv.After(k.available.Add(m.cfg.RepairAfter)) &&
-		(k.announced.IsZero() || iv.After(k.announced.Add(m.cfg.RepairAfter))):
-		// Due for a while and still pending: perhaps its producer crashed
-		// before announcing it, or every scan passed it by. Announce it, and
-		// again each RepairAfter while it stays pending. A paused type's
-		// tasks are pending on purpose: they are not announced (nor read
-		// again, once their type is known) until their type is resumed,
-		// and then this repair finds what no worker announced itself.
-		if k.typ != "" && m.pausedType(ctx, k.typ) {
-			return nil
-		}
-		v, err := taskio.Load(ctx, m.st, o.Key)
-		st.Loaded++
-		if err != nil {
-			return err
-		}
-		if v.ETag != k.etag || v.Task.Status != task.Pending || m.pausedType(ctx, v.Task.Type) {
-			m.known[o.Key] = remember(v)
-			return nil
-		}
-		at, err := m.announce(ctx, v.Task)
-		if err != nil {
-			return err
-		}
-		k.announced = at
-		m.known[o.Key] = k
-		st.Repaired++
-		m.publish(events.Repaired, v.Task, nil)
+	case m.pointers.pendingDue(k, iv):
+		return m.pointers.repairPending(ctx, o.Key, k, iv, st)
 	case k.slot && !k.slotChecked && iv.Earliest.After(k.updated.Add(deps.Grace)):
 		// Blocked for its slot for a while: make sure its slot knows it
 		// (a submit may have died between the slot and the task).
@@ -955,106 +933,6 @@ func (m *Monitor) notDueYet(o s3store.ObjectInfo, iv clock.Interval) bool {
 	}
 	at, err := task.IDTime(id)
 	return err == nil && !at.After(o.LastModified.Add(time.Minute)) && !iv.After(at.Add(m.cfg.RepairAfter))
-}
-
-// inspectPointer deletes a ready pointer whose task is no longer pending
-// (workers delete the ones they use; this catches the rest). A pointer to a
-// live task is also how the monitor learns of a task that became live
-// below its shard's floor (a requeue, a late PUT, a task completed from an
-// old idempotency record): workers keep such pointers when they claim the
-// task, and the floor is lowered under it before the pointer goes.
-//
-// A pointer to a pending task of a paused type (or of a paused queue) is
-// left where it is until the resume, like the repair of pending tasks
-// writes none for them: replacing it every RepairAfter cost a PUT and a
-// DELETE each time, and put a new key ahead of every scan and sweep (seed
-// 390163). Left in place, it still leads to the task after the resume,
-// whatever the workers remembered; deleting it would leave that to the
-// workers' memory and the repair. Once the task's type is known paused,
-// the pointer is passed over without a read.
-func (m *Monitor) inspectPointer(ctx context.Context, o s3store.ObjectInfo, iv clock.Interval, st *TickStats) error {
-	p, err := shards.ParsePointerKey(o.Key)
-	if err != nil {
-		st.Corrupt++
-		m.log.Error("malformed ready pointer; skipped", "key", o.Key, "err", err)
-		m.publishCorrupt(o.Key, err)
-		return nil
-	}
-	if !iv.After(p.At.Add(max(m.cfg.RepairAfter, shards.PointerGrace))) {
-		return nil // workers have not had their chance yet
-	}
-	if p.Shard >= 0 {
-		// Last read pending, of a paused type: nothing to do until the
-		// resume. (A task that has changed since is read again once its
-		// shard's sweep lists the change; the cover keeps it listed.)
-		key := task.Key(p.Shard, p.ID)
-		if k, ok := m.known[key]; ok && k.loaded && k.status == task.Pending && k.typ != "" && m.pausedType(ctx, k.typ) {
-			m.cover(p.Shard, key, iv)
-			return nil
-		}
-	}
-	// Decide on the task object itself: a cached view may be from before
-	// the task went back to pending.
-	var v taskio.Versioned
-	if p.Shard >= 0 {
-		v, err = taskio.Load(ctx, m.st, task.Key(p.Shard, p.ID))
-	} else {
-		// A pointer from before pointers named their task's shard.
-		v, err = taskio.LoadID(ctx, m.st, p.ID, m.manifest.Counts())
-	}
-	st.Loaded++
-	switch {
-	case errors.Is(err, s3store.ErrNotFound), errors.Is(err, task.ErrCorrupt):
-	case err != nil:
-		return err
-	case v.Task.Status == task.Pending:
-		// Still pending this long after its pointer's time: the pointer
-		// was passed over (a scan read the task before the requeue that
-		// wrote the pointer first had landed, and settled it). Announce
-		// the task afresh; this pointer has done its part.
-		m.cover(v.Task.Shard, v.Task.Key(), iv)
-		if m.pausedType(ctx, v.Task.Type) {
-			// Paused: left for the resume (see above), and its type
-			// remembered so that the next look costs no read.
-			if k, ok := m.known[v.Task.Key()]; !ok {
-				m.known[v.Task.Key()] = remember(v)
-			} else if k.etag == v.ETag && !k.loaded {
-				m.known[v.Task.Key()] = remember(v)
-			}
-			return nil
-		}
-		if !v.Task.Due(iv.Earliest) {
-			return nil
-		}
-		// One announcement per repair_after, whichever repair makes it:
-		// the task's own (inspect) or one of its stale pointers'. A
-		// pointer whose task was announced afresh within it is one too
-		// many and goes. Without this a task that stays pending gained a
-		// pointer each repair_after (the task's repair added one, and each
-		// stale pointer was replaced by a fresh one): seed 127's backlog
-		// of 18 held 150, and two tasks went unclaimed for 20 minutes.
-		key := v.Task.Key()
-		k, ok := m.known[key]
-		if ok && k.etag == v.ETag && !k.announced.IsZero() && !iv.After(k.announced.Add(m.cfg.RepairAfter)) {
-			break
-		}
-		at, err := m.announce(ctx, v.Task)
-		if err != nil {
-			return err
-		}
-		if !ok || k.etag != v.ETag || !k.loaded {
-			k = remember(v)
-		}
-		k.announced = at
-		m.known[key] = k
-		st.Repaired++
-		m.publish(events.Repaired, v.Task, nil)
-	case v.Task.Status == task.Running, v.Task.Status == task.Blocked:
-		// Blocked: requeued to wait for its slot. Its grant's own
-		// announcement may be lost; the sweeps then find it pending.
-		m.cover(v.Task.Shard, v.Task.Key(), iv)
-	}
-	return m.st.Delete(ctx, o.Key, s3store.DeleteOptions{})
 }
 
 // cover makes the sweeps of shard cover key, a live task's, from now on:
