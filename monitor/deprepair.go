@@ -8,6 +8,10 @@ import (
 
 	"github.com/s3queue/s3queue/clock"
 	"github.com/s3queue/s3queue/internal/deps"
+	"github.com/s3queue/s3queue/internal/events"
+	"github.com/s3queue/s3queue/internal/taskio"
+	"github.com/s3queue/s3queue/s3store"
+	"github.com/s3queue/s3queue/task"
 )
 
 // depRepair settles, every RepairAfter, the dependents of tasks whose end
@@ -15,6 +19,7 @@ import (
 // holders landed (deps.CheckHolders): one LIST of the ended markers, which
 // backs off to SweepMax while it finds none.
 type depRepair struct {
+	st    s3store.Store
 	local clock.Local
 	log   *slog.Logger
 	// repairAfter is the pace while there is work, sweepMax the ceiling of
@@ -28,12 +33,18 @@ type depRepair struct {
 	// slotsSeen: the ETag at which each slot object's holder was last
 	// found landed (deps.CheckHolders).
 	slotsSeen map[string]string
+	// known is the monitor's cache of what task objects said (shared with
+	// the sweeps).
+	known map[string]known
+	// deps gives the monitor's view of the dependency edges (a fresh one
+	// per use); publish publishes the monitor's events.
+	deps    func() deps.Env
+	publish func(events.Kind, *task.Task, error)
 }
 
-// step repairs if a repair is due. env gives the monitor's view of the
-// dependency edges (a fresh one per use); asleep says the fleet sleeps
+// step repairs if a repair is due. asleep says the fleet sleeps
 // with no member, when nothing ends and the back-off may grow further.
-func (r *depRepair) step(ctx context.Context, env func() deps.Env, asleep bool, st *TickStats) error {
+func (r *depRepair) step(ctx context.Context, asleep bool, st *TickStats) error {
 	now := r.local.Now()
 	if r.next.IsZero() {
 		// A crash's leftovers can wait a RepairAfter: the first tick
@@ -43,11 +54,11 @@ func (r *depRepair) step(ctx context.Context, env func() deps.Env, asleep bool, 
 	if now.Before(r.next) {
 		return nil
 	}
-	found, settled, err := env().Repair(ctx)
+	found, settled, err := r.deps().Repair(ctx)
 	if r.slotsSeen == nil {
 		r.slotsSeen = make(map[string]string)
 	}
-	if serr := env().CheckHolders(ctx, r.slotsSeen); serr != nil {
+	if serr := r.deps().CheckHolders(ctx, r.slotsSeen); serr != nil {
 		err = errors.Join(err, serr)
 	}
 	st.Settled += settled
@@ -68,4 +79,47 @@ func (r *depRepair) step(ctx context.Context, env func() deps.Env, asleep bool, 
 	}
 	r.next = now.Add(r.every)
 	return err
+}
+
+// slotDue reports whether a task known by k has been blocked for its slot
+// for a while without its slot found to know it.
+func (r *depRepair) slotDue(k known, iv clock.Interval) bool {
+	return k.slot && !k.slotChecked && iv.Earliest.After(k.updated.Add(deps.Grace))
+}
+
+// checkSlot makes sure the slot of the task at key, known by k and blocked
+// for it a while, knows it (deps.CheckWaiting: a submit may have died
+// between the slot and the task), and cancels it if a replace took it out.
+func (r *depRepair) checkSlot(ctx context.Context, key string, k known, st *TickStats) error {
+	v, err := taskio.Load(ctx, r.st, key)
+	st.Loaded++
+	if err != nil {
+		return err
+	}
+	if v.ETag != k.etag {
+		r.known[key] = remember(v)
+		return nil
+	}
+	replaced, err := r.deps().CheckWaiting(ctx, v.Task)
+	if err != nil {
+		return err
+	}
+	if replaced {
+		return r.cancelReplaced(ctx, v)
+	}
+	k.slotChecked = true
+	r.known[key] = k
+	return nil
+}
+
+// cancelReplaced cancels a task that a replace took out of its slot, whose
+// own cancel was lost with its producer.
+func (r *depRepair) cancelReplaced(ctx context.Context, v taskio.Versioned) error {
+	t := v.Task
+	if err := r.deps().CancelReplaced(ctx, deps.Member{ID: t.ID, Shard: t.Shard, Turn: t.SlotTurn}, "a later submit"); err != nil {
+		return err
+	}
+	delete(r.known, t.Key())
+	r.publish(events.SlotReplaced, t, nil)
+	return nil
 }

@@ -298,7 +298,8 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Monitor, error) {
 	if cfg.Scheduler && !cfg.NoScheduler && cfg.Submit != nil {
 		mon.sched = newScheduler(st, c, local, mon.log, cfg)
 	}
-	mon.depRepair = depRepair{local: local, log: mon.log, repairAfter: cfg.RepairAfter, sweepMax: cfg.SweepMax}
+	mon.depRepair = depRepair{st: st, local: local, log: mon.log, repairAfter: cfg.RepairAfter, sweepMax: cfg.SweepMax,
+		known: mon.known, deps: mon.deps, publish: mon.publish}
 	mon.orphans = newOrphanCollector(st, local, mon.log, cfg)
 	mon.inbox = inboxRecovery{st: st, clock: c, local: local, log: mon.log, events: cfg.Events, origin: cfg.ID,
 		every: cfg.RepairAfter, margin: cfg.LeaseMargin, workerLease: cfg.WorkerLease}
@@ -524,7 +525,7 @@ func (m *Monitor) sweepDue(ctx context.Context) (TickStats, error) {
 			break
 		}
 	}
-	if err := m.depRepair.step(ctx, m.deps, m.asleep, &st); err != nil {
+	if err := m.depRepair.step(ctx, m.asleep, &st); err != nil {
 		errs = errors.Join(errs, err)
 	}
 	if err := m.orphans.step(ctx, iv, &st); err != nil {
@@ -888,27 +889,8 @@ func (m *Monitor) inspect(ctx context.Context, o s3store.ObjectInfo, iv clock.In
 		return m.redispatcher.redispatch(ctx, o.Key, iv, st)
 	case m.pointers.pendingDue(k, iv):
 		return m.pointers.repairPending(ctx, o.Key, k, iv, st)
-	case k.slot && !k.slotChecked && iv.Earliest.After(k.updated.Add(deps.Grace)):
-		// Blocked for its slot for a while: make sure its slot knows it
-		// (a submit may have died between the slot and the task).
-		v, err := taskio.Load(ctx, m.st, o.Key)
-		st.Loaded++
-		if err != nil {
-			return err
-		}
-		if v.ETag != k.etag {
-			m.known[o.Key] = remember(v)
-			return nil
-		}
-		replaced, err := m.deps().CheckWaiting(ctx, v.Task)
-		if err != nil {
-			return err
-		}
-		if replaced {
-			return m.cancelReplaced(ctx, v)
-		}
-		k.slotChecked = true
-		m.known[o.Key] = k
+	case m.depRepair.slotDue(k, iv):
+		return m.depRepair.checkSlot(ctx, o.Key, k, st)
 	case k.status.Terminal() && m.retention.due(k.updated, iv):
 		return m.retention.expireRetention(ctx, o.Key, iv, st)
 	}
@@ -974,18 +956,6 @@ func (m *Monitor) deps() deps.Env {
 		Ended: func(t *task.Task) {
 			m.publish(deps.EventOf(t), t, nil)
 		}}
-}
-
-// cancelReplaced cancels a task that a replace took out of its slot, whose
-// own cancel was lost with its producer.
-func (m *Monitor) cancelReplaced(ctx context.Context, v taskio.Versioned) error {
-	t := v.Task
-	if err := m.deps().CancelReplaced(ctx, deps.Member{ID: t.ID, Shard: t.Shard, Turn: t.SlotTurn}, "a later submit"); err != nil {
-		return err
-	}
-	delete(m.known, t.Key())
-	m.publish(events.SlotReplaced, t, nil)
-	return nil
 }
 
 // announce writes a ready pointer to t in a shard a member that runs its

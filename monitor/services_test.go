@@ -42,11 +42,11 @@ func lists(t *testing.T, st *s3store.Counter, step func() error) bool {
 func TestDepRepairBacksOffWhileItFindsNothing(t *testing.T) {
 	ctx := context.Background()
 	st, c, local, now := serviceSetup(t)
-	r := depRepair{local: local, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		repairAfter: time.Minute, sweepMax: 4 * time.Minute}
-	env := func() deps.Env { return deps.Env{Store: st, Local: local, Now: c.Now, Counts: []int{1}} }
+	r := depRepair{st: st, local: local, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		repairAfter: time.Minute, sweepMax: 4 * time.Minute,
+		deps: func() deps.Env { return deps.Env{Store: st, Local: local, Now: c.Now, Counts: []int{1}} }}
 	step := func(asleep bool) func() error {
-		return func() error { var ts TickStats; return r.step(ctx, env, asleep, &ts) }
+		return func() error { var ts TickStats; return r.step(ctx, asleep, &ts) }
 	}
 	if lists(t, st, step(false)) {
 		t.Fatal("the first tick repaired; a crash's leftovers wait a RepairAfter")
