@@ -15,6 +15,7 @@ import (
 	"github.com/s3queue/s3queue/producer"
 	"github.com/s3queue/s3queue/s3store"
 	"github.com/s3queue/s3queue/s3store/mem"
+	"github.com/s3queue/s3queue/shards"
 	"github.com/s3queue/s3queue/task"
 )
 
@@ -150,5 +151,74 @@ func TestRedispatcherRequeuesAnExpiredLeaseAndAnnouncesIt(t *testing.T) {
 		if k := r.known[key]; k.etag != got.ETag {
 			t.Fatalf("the cache holds ETag %q, the task is at %q", k.etag, got.ETag)
 		}
+	}
+}
+
+func TestPointerRepairDeletesAStalePointerToARunningTaskAndCoversIt(t *testing.T) {
+	ctx := context.Background()
+	st := mem.New()
+	server := time.Now()
+	st.SetNow(func() time.Time { return server })
+	local := clock.LocalFunc(func() time.Time { return server })
+	c := clock.New(st, clock.Config{Local: local})
+	p, err := producer.New(ctx, st, producer.Config{Shards: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := p.Submit(ctx, "t", nil, producer.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A pointer stamped at the submit, as a scan that read the task before
+	// it was claimed would leave it.
+	submitted := server
+	ptr := s3store.ObjectInfo{Key: shards.PointerKey(0, 0, id, submitted)}
+	if _, err := st.Put(ctx, ptr.Key, nil, s3store.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	v, err := taskio.LoadID(ctx, st, id, []int{1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	server = server.Add(2 * time.Second)
+	if err := v.Task.ClaimBy("w", "claim-1", server); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := taskio.Update(ctx, st, local, v.Task, v.ETag); err != nil {
+		t.Fatal(err)
+	}
+	var covered []string
+	r := pointerRepair{st: st, log: slog.New(slog.NewTextHandler(io.Discard, nil)), repairAfter: time.Minute,
+		known: make(map[string]known), counts: func() []int { return []int{1} },
+		pausedType: func(context.Context, string) bool { return false },
+		announce: func(context.Context, *task.Task) (time.Time, error) {
+			t.Fatal("announced a running task")
+			return time.Time{}, nil
+		},
+		cover:   func(_ int, key string, _ clock.Interval) { covered = append(covered, key) },
+		publish: func(events.Kind, *task.Task, error) {}, publishCorrupt: func(string, error) {}}
+	exists := func() bool {
+		_, err := st.Head(ctx, ptr.Key)
+		return err == nil
+	}
+	for _, step := range []struct {
+		after time.Duration
+		kept  bool
+	}{{30 * time.Second, true}, {max(time.Minute, shards.PointerGrace) + time.Second, false}} {
+		server = submitted.Add(step.after)
+		iv, err := c.Now(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ts TickStats
+		if err := r.inspect(ctx, ptr, iv, &ts); err != nil {
+			t.Fatal(err)
+		}
+		if exists() != step.kept {
+			t.Fatalf("%v after the submit: pointer kept %v, want %v", step.after, exists(), step.kept)
+		}
+	}
+	if len(covered) != 1 || covered[0] != v.Task.Key() {
+		t.Fatalf("covered %v, want the running task's key %s once", covered, v.Task.Key())
 	}
 }
