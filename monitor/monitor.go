@@ -208,12 +208,6 @@ type Monitor struct {
 	snap      State      // made at the end of the last tick
 	snapLocal time.Time  // local time snap.At was read
 
-	// pauses is the queue's pause object, read at most every
-	// pause.DefaultInterval and only when a repair is due: the repair
-	// skips paused types (pausedType).
-	pauseMu sync.Mutex
-	pauses  *pause.Watch
-
 	redispatcher redispatcher
 	pointers     pointerRepair
 	retention    retentionExpiry
@@ -303,7 +297,6 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Monitor, error) {
 	mon.orphans = newOrphanCollector(st, local, mon.log, cfg)
 	mon.inbox = inboxRecovery{st: st, clock: c, local: local, log: mon.log, events: cfg.Events, origin: cfg.ID,
 		every: cfg.RepairAfter, margin: cfg.LeaseMargin, workerLease: cfg.WorkerLease}
-	mon.pauses = &pause.Watch{St: st, Local: local, Interval: pause.DefaultInterval, Log: mon.log}
 	cas := s3store.CAS{Jitter: src.Float64, Sleep: func(ctx context.Context, d time.Duration) error {
 		if !clock.Sleep(local, d, ctx.Done()) {
 			return ctx.Err()
@@ -313,8 +306,9 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Monitor, error) {
 	mon.redispatcher = redispatcher{st: st, clock: c, local: local, log: mon.log, rand: src, margin: cfg.LeaseMargin, known: mon.known,
 		deps: mon.deps, announce: mon.announce, publish: mon.publish}
 	mon.pointers = pointerRepair{st: st, log: mon.log, repairAfter: cfg.RepairAfter, known: mon.known,
-		counts: func() []int { return mon.manifest.Counts() }, pausedType: mon.pausedType, announce: mon.announce,
-		cover: mon.cover, publish: mon.publish, publishCorrupt: mon.publishCorrupt}
+		counts: func() []int { return mon.manifest.Counts() }, announce: mon.announce,
+		pauses: &pause.Watch{St: st, Local: local, Interval: pause.DefaultInterval, Log: mon.log},
+		cover:  mon.cover, publish: mon.publish, publishCorrupt: mon.publishCorrupt}
 	mon.retention = retentionExpiry{st: st, clock: c, local: local, log: mon.log, cas: cas, retention: cfg.Retention, resultTTL: cfg.ResultTTL,
 		deleteHonoured: func() bool { return mon.manifest.DeleteHonoured() }, known: mon.known,
 		publish: mon.publish, publishCorrupt: mon.publishCorrupt}
@@ -974,15 +968,6 @@ func (m *Monitor) announce(ctx context.Context, t *task.Task) (time.Time, error)
 		m.log.Warn("ring the doorbell", "task_id", t.ID, "err", err)
 	}
 	return iv.Latest, nil
-}
-
-// pausedType reports whether the queue's pause object, read at most every
-// pause.DefaultInterval, pauses typ.
-func (m *Monitor) pausedType(ctx context.Context, typ string) bool {
-	m.pauseMu.Lock()
-	defer m.pauseMu.Unlock()
-	m.pauses.Refresh(ctx)
-	return m.pauses.State().Paused(typ)
 }
 
 // errLeaseExpired is the error of the events of a task whose lease the

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/s3queue/s3queue/clock"
 	"github.com/s3queue/s3queue/internal/events"
+	"github.com/s3queue/s3queue/internal/pause"
 	"github.com/s3queue/s3queue/internal/taskio"
 	"github.com/s3queue/s3queue/s3store"
 	"github.com/s3queue/s3queue/shards"
@@ -29,9 +31,13 @@ type pointerRepair struct {
 	// counts gives the manifest's shard counts, as the monitor knows them
 	// now.
 	counts func() []int
-	// pausedType, announce, cover and the publishers are the monitor's:
-	// cover makes the sweeps of a shard watch a live task's key.
-	pausedType     func(ctx context.Context, typ string) bool
+	// pauses is the queue's pause object, read at most every
+	// pause.DefaultInterval and only when a repair is due: the repair
+	// skips paused types (pausedType).
+	pauseMu sync.Mutex
+	pauses  *pause.Watch
+	// announce, cover and the publishers are the monitor's: cover makes
+	// the sweeps of a shard watch a live task's key.
 	announce       func(context.Context, *task.Task) (time.Time, error)
 	cover          func(shard int, key string, iv clock.Interval)
 	publish        func(events.Kind, *task.Task, error)
@@ -174,4 +180,13 @@ func (r *pointerRepair) inspect(ctx context.Context, o s3store.ObjectInfo, iv cl
 		r.cover(v.Task.Shard, v.Task.Key(), iv)
 	}
 	return r.st.Delete(ctx, o.Key, s3store.DeleteOptions{})
+}
+
+// pausedType reports whether the queue's pause object, read at most every
+// pause.DefaultInterval, pauses typ.
+func (r *pointerRepair) pausedType(ctx context.Context, typ string) bool {
+	r.pauseMu.Lock()
+	defer r.pauseMu.Unlock()
+	r.pauses.Refresh(ctx)
+	return r.pauses.State().Paused(typ)
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/s3queue/s3queue/clock"
 	"github.com/s3queue/s3queue/internal/deps"
 	"github.com/s3queue/s3queue/internal/events"
+	"github.com/s3queue/s3queue/internal/pause"
 	"github.com/s3queue/s3queue/internal/rnd"
 	"github.com/s3queue/s3queue/internal/taskio"
 	"github.com/s3queue/s3queue/producer"
@@ -190,7 +191,7 @@ func TestPointerRepairDeletesAStalePointerToARunningTaskAndCoversIt(t *testing.T
 	var covered []string
 	r := pointerRepair{st: st, log: slog.New(slog.NewTextHandler(io.Discard, nil)), repairAfter: time.Minute,
 		known: make(map[string]known), counts: func() []int { return []int{1} },
-		pausedType: func(context.Context, string) bool { return false },
+		pauses: &pause.Watch{St: st, Local: local, Interval: pause.DefaultInterval, Log: slog.New(slog.NewTextHandler(io.Discard, nil))},
 		announce: func(context.Context, *task.Task) (time.Time, error) {
 			t.Fatal("announced a running task")
 			return time.Time{}, nil
