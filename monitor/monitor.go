@@ -177,7 +177,14 @@ func (s *TickStats) add(o TickStats) {
 	s.Recovered += o.Recovered
 }
 
-// Monitor sweeps the queue.
+// Monitor sweeps the queue. It owns the sweeps (their listing, cursors
+// and floors), the leader lease, the fleet view and the config, and hands
+// each listed object, or each tick, to its maintenance services: the
+// redispatcher (expired leases), pointerRepair (pending tasks and their
+// ready pointers), retentionExpiry (retention and result TTL), depRepair
+// (dependents and slots a crash left), orphanCollector (unreferenced
+// results), inboxRecovery (direct dispatch) and, stepped by Run, the
+// scheduler.
 type Monitor struct {
 	st       s3store.Store
 	cfg      Config
