@@ -21,10 +21,8 @@ import (
 
 	"github.com/s3queue/s3queue/clock"
 	"github.com/s3queue/s3queue/internal/deps"
-	"github.com/s3queue/s3queue/internal/direct"
 	"github.com/s3queue/s3queue/internal/events"
 	"github.com/s3queue/s3queue/internal/pause"
-	"github.com/s3queue/s3queue/internal/retention"
 	"github.com/s3queue/s3queue/internal/rnd"
 	"github.com/s3queue/s3queue/internal/schedule"
 	"github.com/s3queue/s3queue/internal/taskio"
@@ -179,34 +177,21 @@ func (s *TickStats) add(o TickStats) {
 	s.Recovered += o.Recovered
 }
 
-// Monitor sweeps the queue.
+// Monitor sweeps the queue. It owns the sweeps (their listing, cursors
+// and floors), the leader lease, the fleet view and the config, and hands
+// each listed object, or each tick, to its maintenance services: the
+// redispatcher (expired leases), pointerRepair (pending tasks and their
+// ready pointers), retentionExpiry (retention and result TTL), depRepair
+// (dependents and slots a crash left), orphanCollector (unreferenced
+// results), inboxRecovery (direct dispatch) and, stepped by Run, the
+// scheduler.
 type Monitor struct {
 	st       s3store.Store
 	cfg      Config
 	clock    *clock.Authoritative
 	local    clock.Local
-	cas      s3store.CAS
 	manifest shards.Manifest
-	// depsNext is when (local time) the repair of dependencies lists the
-	// ended markers again, depsEvery its back-off.
-	depsNext time.Time
-	// orphansNext is when (local time) the result objects are next
-	// checked for orphans; orphansFrom the S3 time up to which objects
-	// were examined (zero: none yet).
-	orphansNext, orphansFrom time.Time
-	// orphansAgain are the result objects a check left undecided (their
-	// task could not be read, or ran under the claim that wrote them):
-	// examined again at each check, below the watermark too, until one
-	// decides.
-	orphansAgain map[string]bool
-	// recoverNext is when (local time) the next recovery of dead workers'
-	// inboxes is due (direct dispatch).
-	recoverNext time.Time
-	depsEvery   time.Duration
-	// slotsSeen: the ETag at which each slot object's holder was last
-	// found landed (deps.CheckHolders).
-	slotsSeen map[string]string
-	log       *slog.Logger
+	log      *slog.Logger
 	// rand (over cfg.Rand, shared with fleet) is drawn from in a tick only,
 	// under mu, so a seeded run draws in the tick's order.
 	rand *rnd.Source
@@ -230,15 +215,16 @@ type Monitor struct {
 	snap      State      // made at the end of the last tick
 	snapLocal time.Time  // local time snap.At was read
 
-	// pauses is the queue's pause object, read at most every
-	// pause.DefaultInterval and only when a repair is due: the repair
-	// skips paused types (pausedType).
-	pauseMu sync.Mutex
-	pauses  *pause.Watch
+	redispatcher redispatcher
+	pointers     pointerRepair
+	retention    retentionExpiry
+	depRepair    depRepair
+	orphans      orphanCollector
+	inbox        inboxRecovery // direct dispatch only
 
 	// sched submits the schedules' ticks (nil: no scheduler); Run's
 	// goroutine alone steps it.
-	sched *schedule.Scheduler
+	sched *scheduler
 }
 
 // sweep is the monitor's walk of one shard. Keys sort by time, and the
@@ -311,16 +297,28 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Monitor, error) {
 		sweeps: make(map[int]*sweep), known: make(map[string]known), fleet: shards.NewFleetCache(st, cfg.LeaseMargin, local, src),
 		lease: lease.New(st, c, LeaseKey, cfg.ID, lease.Config{TTL: 6 * cfg.Interval, Margin: cfg.LeaseMargin})}
 	if cfg.Scheduler && !cfg.NoScheduler && cfg.Submit != nil {
-		mon.sched = &schedule.Scheduler{Store: st, Clock: c, Local: local, Submit: cfg.Submit, Refresh: cfg.ScheduleRefresh,
-			Log: mon.log.WithGroup("scheduler"), Fired: mon.publishScheduled}
+		mon.sched = newScheduler(st, c, local, mon.log, cfg)
 	}
-	mon.pauses = &pause.Watch{St: st, Local: local, Interval: pause.DefaultInterval, Log: mon.log}
-	mon.cas = s3store.CAS{Jitter: src.Float64, Sleep: func(ctx context.Context, d time.Duration) error {
+	mon.depRepair = depRepair{st: st, local: local, log: mon.log, repairAfter: cfg.RepairAfter, sweepMax: cfg.SweepMax,
+		known: mon.known, deps: mon.deps, publish: mon.publish}
+	mon.orphans = newOrphanCollector(st, local, mon.log, cfg)
+	mon.inbox = inboxRecovery{st: st, clock: c, local: local, log: mon.log, events: cfg.Events, origin: cfg.ID,
+		every: cfg.RepairAfter, margin: cfg.LeaseMargin, workerLease: cfg.WorkerLease}
+	cas := s3store.CAS{Jitter: src.Float64, Sleep: func(ctx context.Context, d time.Duration) error {
 		if !clock.Sleep(local, d, ctx.Done()) {
 			return ctx.Err()
 		}
 		return nil
 	}}
+	mon.redispatcher = redispatcher{st: st, clock: c, local: local, log: mon.log, rand: src, margin: cfg.LeaseMargin, known: mon.known,
+		deps: mon.deps, announce: mon.announce, publish: mon.publish}
+	mon.pointers = pointerRepair{st: st, log: mon.log, repairAfter: cfg.RepairAfter, known: mon.known,
+		counts: func() []int { return mon.manifest.Counts() }, announce: mon.announce,
+		pauses: &pause.Watch{St: st, Local: local, Interval: pause.DefaultInterval, Log: mon.log},
+		cover:  mon.cover, publish: mon.publish, publishCorrupt: mon.publishCorrupt}
+	mon.retention = retentionExpiry{st: st, clock: c, local: local, log: mon.log, cas: cas, retention: cfg.Retention, resultTTL: cfg.ResultTTL,
+		deleteHonoured: func() bool { return mon.manifest.DeleteHonoured() }, known: mon.known,
+		publish: mon.publish, publishCorrupt: mon.publishCorrupt}
 	return mon, nil
 }
 
@@ -398,20 +396,7 @@ func (m *Monitor) stepScheduler(ctx context.Context) (time.Duration, error) {
 		// The leader lease is taken at the sweeps' ticks.
 		return m.cfg.Interval, nil
 	}
-	wait, err := m.sched.Step(ctx)
-	if err != nil && ctx.Err() == nil {
-		m.log.Warn("scheduler", "err", err)
-	}
-	return wait, err
-}
-
-// publishScheduled publishes a scheduled event.
-func (m *Monitor) publishScheduled(name string, tick time.Time, id string, skipped int64) {
-	if m.cfg.Events == nil {
-		return
-	}
-	m.cfg.Events.Publish(events.Event{Time: m.local.Now(), Source: events.SourceMonitor, Origin: m.cfg.ID,
-		Kind: events.Scheduled, TaskID: id, Shard: -1, Key: schedule.Key(name)})
+	return m.sched.step(ctx)
 }
 
 // LeaseKey is the leader lease of monitors run with Config.Leader.
@@ -541,85 +526,18 @@ func (m *Monitor) sweepDue(ctx context.Context) (TickStats, error) {
 			break
 		}
 	}
-	if err := m.repairDeps(ctx, &st); err != nil {
+	if err := m.depRepair.step(ctx, m.asleep, &st); err != nil {
 		errs = errors.Join(errs, err)
 	}
-	if err := m.collectOrphans(ctx, iv, &st); err != nil {
+	if err := m.orphans.step(ctx, iv, &st); err != nil {
 		errs = errors.Join(errs, err)
 	}
 	if m.manifest.Direct() {
-		if err := m.recoverInboxes(ctx, &st); err != nil {
+		if err := m.inbox.step(ctx, m.manifest.DeleteHonoured(), &st); err != nil {
 			errs = errors.Join(errs, err)
 		}
 	}
 	return st, errs
-}
-
-// recoverInboxes moves, every RepairAfter, the inbox entries of workers
-// whose lease expired to the overflow (direct dispatch): a LIST of
-// workers/, and a GET of each lease not rewritten for WorkerLease.
-func (m *Monitor) recoverInboxes(ctx context.Context, st *TickStats) error {
-	now := m.local.Now()
-	if now.Before(m.recoverNext) {
-		return nil
-	}
-	m.recoverNext = now.Add(m.cfg.RepairAfter)
-	iv, err := m.clock.Now(ctx)
-	if err != nil {
-		return err
-	}
-	rec, err := direct.Recover(ctx, m.st, iv, m.cfg.LeaseMargin, m.cfg.WorkerLease, m.manifest.DeleteHonoured())
-	st.Recovered += rec.Moved
-	if rec.Moved > 0 {
-		m.log.Info("moved dead workers' inboxes to the overflow", "workers", rec.Dead, "entries", rec.Moved)
-		for _, id := range rec.Dead {
-			if m.cfg.Events != nil {
-				m.cfg.Events.Publish(events.Event{Time: m.local.Now(), Source: events.SourceMonitor, Origin: m.cfg.ID,
-					Kind: events.InboxRecovered, Shard: -1, Key: direct.Inbox(id)})
-			}
-		}
-	}
-	return err
-}
-
-// repairDeps settles, every RepairAfter, the dependents of tasks whose end
-// a crash kept from them (internal/deps.Repair): one LIST of the ended
-// markers, which backs off to SweepMax while it finds none.
-func (m *Monitor) repairDeps(ctx context.Context, st *TickStats) error {
-	now := m.local.Now()
-	if m.depsNext.IsZero() {
-		// A crash's leftovers can wait a RepairAfter: the first tick
-		// has the shards to sweep.
-		m.depsNext = now.Add(m.cfg.RepairAfter)
-	}
-	if now.Before(m.depsNext) {
-		return nil
-	}
-	found, settled, err := m.deps().Repair(ctx)
-	if m.slotsSeen == nil {
-		m.slotsSeen = make(map[string]string)
-	}
-	if serr := m.deps().CheckHolders(ctx, m.slotsSeen); serr != nil {
-		err = errors.Join(err, serr)
-	}
-	st.Settled += settled
-	if settled > 0 {
-		m.log.Info("settled the dependents of tasks whose end a crash kept from them", "tasks", settled)
-	}
-	switch {
-	case found > 0 || err != nil:
-		m.depsEvery = m.cfg.RepairAfter
-	case m.depsEvery == 0:
-		m.depsEvery = m.cfg.RepairAfter
-	default:
-		ceiling := max(m.cfg.SweepMax, m.cfg.RepairAfter)
-		if m.asleep {
-			ceiling = max(ceiling, asleepSweepMax) // nothing ends while the fleet sleeps
-		}
-		m.depsEvery = min(2*m.depsEvery, ceiling)
-	}
-	m.depsNext = now.Add(m.depsEvery)
-	return err
 }
 
 // awakeSweep: while the fleet is awake, the shards receiving new tasks are
@@ -749,7 +667,7 @@ func (m *Monitor) sweepPage(ctx context.Context, shard int, sw *sweep) (TickStat
 		st.Listed++
 		live := m.live(o)
 		sw.sawLive = sw.sawLive || live
-		if live || o.Key >= ceiling || m.holdsResult(o) {
+		if live || o.Key >= ceiling || m.retention.holdsResult(o) {
 			sw.settling = false
 		}
 		if sw.settling {
@@ -855,7 +773,7 @@ func (m *Monitor) fullPage(ctx context.Context, shard int, sw *sweep) (TickStats
 			break
 		}
 		st.Listed++
-		if m.live(o) || m.holdsResult(o) {
+		if m.live(o) || m.retention.holdsResult(o) {
 			// Live below the floor: a requeued task. Lower the floor so
 			// the sweeps watch it from now on, at the pace of live work.
 			// (Or a result whose TTL the sweeps are to see pass.)
@@ -917,23 +835,14 @@ func (m *Monitor) inspectLogged(ctx context.Context, o s3store.ObjectInfo, iv cl
 // inspect decides what, if anything, one task object needs.
 func (m *Monitor) inspect(ctx context.Context, o s3store.ObjectInfo, iv clock.Interval, st *TickStats) error {
 	if shards.IsPointer(o.Key) {
-		return m.inspectPointer(ctx, o, iv, st)
+		return m.pointers.inspect(ctx, o, iv, st)
 	}
 	k, ok := m.known[o.Key]
 	if ok && k.corrupt && k.etag == o.ETag {
 		return nil
 	}
 	if task.FinishedBySize(o.Size) {
-		// Finished (which way is read at retention): nothing to remember,
-		// so retained history costs the monitor no memory.
-		delete(m.known, o.Key)
-		if m.cfg.Retention > 0 && iv.After(o.LastModified.Add(m.cfg.Retention)) {
-			return m.expireRetention(ctx, o.Key, iv, st)
-		}
-		if m.holdsResult(o) && iv.After(o.LastModified.Add(m.cfg.ResultTTL)) {
-			return m.expireResult(ctx, o.Key, iv, st)
-		}
-		return nil
+		return m.retention.inspectFinished(ctx, o, iv, st)
 	}
 	if !ok || k.etag != o.ETag {
 		// New to us, or changed since: wait and see whether it settles.
@@ -977,59 +886,14 @@ func (m *Monitor) inspect(ctx context.Context, o s3store.ObjectInfo, iv clock.In
 	switch {
 	case !k.loaded && !k.status.Terminal():
 		return nil // not settled yet
-	case k.status == task.Running && lease.Expired(k.expires, iv, m.cfg.LeaseMargin):
-		return m.redispatch(ctx, o.Key, iv, st)
-	case k.status == task.Pending && iv.After(k.available.Add(m.cfg.RepairAfter)) &&
-		(k.announced.IsZero() || iv.After(k.announced.Add(m.cfg.RepairAfter))):
-		// Due for a while and still pending: perhaps its producer crashed
-		// before announcing it, or every scan passed it by. Announce it, and
-		// again each RepairAfter while it stays pending. A paused type's
-		// tasks are pending on purpose: they are not announced (nor read
-		// again, once their type is known) until their type is resumed,
-		// and then this repair finds what no worker announced itself.
-		if k.typ != "" && m.pausedType(ctx, k.typ) {
-			return nil
-		}
-		v, err := taskio.Load(ctx, m.st, o.Key)
-		st.Loaded++
-		if err != nil {
-			return err
-		}
-		if v.ETag != k.etag || v.Task.Status != task.Pending || m.pausedType(ctx, v.Task.Type) {
-			m.known[o.Key] = remember(v)
-			return nil
-		}
-		at, err := m.announce(ctx, v.Task)
-		if err != nil {
-			return err
-		}
-		k.announced = at
-		m.known[o.Key] = k
-		st.Repaired++
-		m.publish(events.Repaired, v.Task, nil)
-	case k.slot && !k.slotChecked && iv.Earliest.After(k.updated.Add(deps.Grace)):
-		// Blocked for its slot for a while: make sure its slot knows it
-		// (a submit may have died between the slot and the task).
-		v, err := taskio.Load(ctx, m.st, o.Key)
-		st.Loaded++
-		if err != nil {
-			return err
-		}
-		if v.ETag != k.etag {
-			m.known[o.Key] = remember(v)
-			return nil
-		}
-		replaced, err := m.deps().CheckWaiting(ctx, v.Task)
-		if err != nil {
-			return err
-		}
-		if replaced {
-			return m.cancelReplaced(ctx, v)
-		}
-		k.slotChecked = true
-		m.known[o.Key] = k
-	case k.status.Terminal() && m.cfg.Retention > 0 && iv.After(k.updated.Add(m.cfg.Retention)):
-		return m.expireRetention(ctx, o.Key, iv, st)
+	case m.redispatcher.due(k, iv):
+		return m.redispatcher.redispatch(ctx, o.Key, iv, st)
+	case m.pointers.pendingDue(k, iv):
+		return m.pointers.repairPending(ctx, o.Key, k, iv, st)
+	case m.depRepair.slotDue(k, iv):
+		return m.depRepair.checkSlot(ctx, o.Key, k, st)
+	case k.status.Terminal() && m.retention.due(k.updated, iv):
+		return m.retention.expireRetention(ctx, o.Key, iv, st)
 	}
 	return nil
 }
@@ -1052,106 +916,6 @@ func (m *Monitor) notDueYet(o s3store.ObjectInfo, iv clock.Interval) bool {
 	}
 	at, err := task.IDTime(id)
 	return err == nil && !at.After(o.LastModified.Add(time.Minute)) && !iv.After(at.Add(m.cfg.RepairAfter))
-}
-
-// inspectPointer deletes a ready pointer whose task is no longer pending
-// (workers delete the ones they use; this catches the rest). A pointer to a
-// live task is also how the monitor learns of a task that became live
-// below its shard's floor (a requeue, a late PUT, a task completed from an
-// old idempotency record): workers keep such pointers when they claim the
-// task, and the floor is lowered under it before the pointer goes.
-//
-// A pointer to a pending task of a paused type (or of a paused queue) is
-// left where it is until the resume, like the repair of pending tasks
-// writes none for them: replacing it every RepairAfter cost a PUT and a
-// DELETE each time, and put a new key ahead of every scan and sweep (seed
-// 390163). Left in place, it still leads to the task after the resume,
-// whatever the workers remembered; deleting it would leave that to the
-// workers' memory and the repair. Once the task's type is known paused,
-// the pointer is passed over without a read.
-func (m *Monitor) inspectPointer(ctx context.Context, o s3store.ObjectInfo, iv clock.Interval, st *TickStats) error {
-	p, err := shards.ParsePointerKey(o.Key)
-	if err != nil {
-		st.Corrupt++
-		m.log.Error("malformed ready pointer; skipped", "key", o.Key, "err", err)
-		m.publishCorrupt(o.Key, err)
-		return nil
-	}
-	if !iv.After(p.At.Add(max(m.cfg.RepairAfter, shards.PointerGrace))) {
-		return nil // workers have not had their chance yet
-	}
-	if p.Shard >= 0 {
-		// Last read pending, of a paused type: nothing to do until the
-		// resume. (A task that has changed since is read again once its
-		// shard's sweep lists the change; the cover keeps it listed.)
-		key := task.Key(p.Shard, p.ID)
-		if k, ok := m.known[key]; ok && k.loaded && k.status == task.Pending && k.typ != "" && m.pausedType(ctx, k.typ) {
-			m.cover(p.Shard, key, iv)
-			return nil
-		}
-	}
-	// Decide on the task object itself: a cached view may be from before
-	// the task went back to pending.
-	var v taskio.Versioned
-	if p.Shard >= 0 {
-		v, err = taskio.Load(ctx, m.st, task.Key(p.Shard, p.ID))
-	} else {
-		// A pointer from before pointers named their task's shard.
-		v, err = taskio.LoadID(ctx, m.st, p.ID, m.manifest.Counts())
-	}
-	st.Loaded++
-	switch {
-	case errors.Is(err, s3store.ErrNotFound), errors.Is(err, task.ErrCorrupt):
-	case err != nil:
-		return err
-	case v.Task.Status == task.Pending:
-		// Still pending this long after its pointer's time: the pointer
-		// was passed over (a scan read the task before the requeue that
-		// wrote the pointer first had landed, and settled it). Announce
-		// the task afresh; this pointer has done its part.
-		m.cover(v.Task.Shard, v.Task.Key(), iv)
-		if m.pausedType(ctx, v.Task.Type) {
-			// Paused: left for the resume (see above), and its type
-			// remembered so that the next look costs no read.
-			if k, ok := m.known[v.Task.Key()]; !ok {
-				m.known[v.Task.Key()] = remember(v)
-			} else if k.etag == v.ETag && !k.loaded {
-				m.known[v.Task.Key()] = remember(v)
-			}
-			return nil
-		}
-		if !v.Task.Due(iv.Earliest) {
-			return nil
-		}
-		// One announcement per repair_after, whichever repair makes it:
-		// the task's own (inspect) or one of its stale pointers'. A
-		// pointer whose task was announced afresh within it is one too
-		// many and goes. Without this a task that stays pending gained a
-		// pointer each repair_after (the task's repair added one, and each
-		// stale pointer was replaced by a fresh one): seed 127's backlog
-		// of 18 held 150, and two tasks went unclaimed for 20 minutes.
-		key := v.Task.Key()
-		k, ok := m.known[key]
-		if ok && k.etag == v.ETag && !k.announced.IsZero() && !iv.After(k.announced.Add(m.cfg.RepairAfter)) {
-			break
-		}
-		at, err := m.announce(ctx, v.Task)
-		if err != nil {
-			return err
-		}
-		if !ok || k.etag != v.ETag || !k.loaded {
-			k = remember(v)
-		}
-		k.announced = at
-		m.known[key] = k
-		st.Repaired++
-		m.publish(events.Repaired, v.Task, nil)
-	case v.Task.Status == task.Running, v.Task.Status == task.Blocked:
-		// Blocked: requeued to wait for its slot. Its grant's own
-		// announcement may be lost; the sweeps then find it pending.
-		m.cover(v.Task.Shard, v.Task.Key(), iv)
-	}
-	return m.st.Delete(ctx, o.Key, s3store.DeleteOptions{})
 }
 
 // cover makes the sweeps of shard cover key, a live task's, from now on:
@@ -1185,70 +949,6 @@ func remember(v taskio.Versioned) known {
 	return k
 }
 
-// redispatch re-reads the task and, if its lease is still expired, moves it
-// back to pending (or dead) by CAS and announces it. The decision is made on
-// the object, never on a cached or index view.
-func (m *Monitor) redispatch(ctx context.Context, key string, iv clock.Interval, st *TickStats) error {
-	v, err := taskio.Load(ctx, m.st, key)
-	st.Loaded++
-	if err != nil {
-		return err
-	}
-	t := v.Task
-	if t.Status != task.Running || t.Claim == nil || !lease.Expired(t.Claim.ExpiresAt, iv, m.cfg.LeaseMargin) {
-		m.known[key] = remember(v)
-		return nil
-	}
-	worker := t.Claim.Worker
-	// Stamp with the time now, not the page's: inspecting a page can take a
-	// while, and a pointer stamped in the past would land behind the scans.
-	if iv, err = m.clock.Now(ctx); err != nil {
-		return err
-	}
-	if err := t.Expire(iv.Mid(), m.rand.Float64); err != nil {
-		return err
-	}
-	if deps.NeedsPassOn(t) {
-		// Its dependents or its slot are to learn its end: the marker
-		// first.
-		if err := m.deps().Ending(ctx, t); err != nil {
-			return err
-		}
-	}
-	nv, err := taskio.Update(ctx, m.st, m.local, t, v.ETag)
-	if s3store.LostRace(err) {
-		// Renewed, finished or handled by another monitor meanwhile.
-		delete(m.known, key)
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	m.known[key] = remember(nv)
-	if t.Status == task.Dead {
-		st.DeadLettered++
-		m.log.Info("lease expired with no attempts left; dead-lettered", "task_id", t.ID, "worker", worker)
-		m.publish(events.Dead, t, errLeaseExpired)
-		if deps.NeedsPassOn(t) {
-			if err := m.deps().PassOn(ctx, t); err != nil {
-				m.log.Warn("pass a dead task's end on to its dependents; the next repair will finish it", "task_id", t.ID, "err", err)
-			}
-		}
-		return nil
-	}
-	st.Redispatched++
-	m.log.Info("lease expired; re-dispatched", "task_id", t.ID, "worker", worker, "attempt", t.Attempt)
-	m.publish(events.Redispatched, t, errLeaseExpired)
-	at, err := m.announce(ctx, t)
-	if err != nil {
-		return err
-	}
-	k := m.known[key]
-	k.announced = at
-	m.known[key] = k
-	return nil
-}
-
 // deps is the monitor's view of the dependency edges.
 func (m *Monitor) deps() deps.Env {
 	return deps.Env{Jitter: rnd.Locked(rnd.Keyed(m.cfg.ID + "/deps")),
@@ -1257,18 +957,6 @@ func (m *Monitor) deps() deps.Env {
 		Ended: func(t *task.Task) {
 			m.publish(deps.EventOf(t), t, nil)
 		}}
-}
-
-// cancelReplaced cancels a task that a replace took out of its slot, whose
-// own cancel was lost with its producer.
-func (m *Monitor) cancelReplaced(ctx context.Context, v taskio.Versioned) error {
-	t := v.Task
-	if err := m.deps().CancelReplaced(ctx, deps.Member{ID: t.ID, Shard: t.Shard, Turn: t.SlotTurn}, "a later submit"); err != nil {
-		return err
-	}
-	delete(m.known, t.Key())
-	m.publish(events.SlotReplaced, t, nil)
-	return nil
 }
 
 // announce writes a ready pointer to t in a shard a member that runs its
@@ -1287,111 +975,6 @@ func (m *Monitor) announce(ctx context.Context, t *task.Task) (time.Time, error)
 		m.log.Warn("ring the doorbell", "task_id", t.ID, "err", err)
 	}
 	return iv.Latest, nil
-}
-
-// pausedType reports whether the queue's pause object, read at most every
-// pause.DefaultInterval, pauses typ.
-func (m *Monitor) pausedType(ctx context.Context, typ string) bool {
-	m.pauseMu.Lock()
-	defer m.pauseMu.Unlock()
-	m.pauses.Refresh(ctx)
-	return m.pauses.State().Paused(typ)
-}
-
-// expireRetention deletes a finished task and its idempotency record
-// through internal/retention, which `s3queue purge` shares: the task is
-// re-read first, and the decision is made on what it says (the listing
-// that sent us here may predate a requeue and a fresh completion), and a
-// task requeued meanwhile is never deleted (see package retention).
-func (m *Monitor) expireRetention(ctx context.Context, key string, iv clock.Interval, st *TickStats) error {
-	d := retention.Deleter{Store: m.st, Clock: m.clock, Local: m.local, DeleteHonoured: m.manifest.DeleteHonoured(), CAS: m.cas, Log: m.log}
-	out, err := d.Expire(ctx, key, m.cfg.Retention, iv)
-	st.Loaded++
-	if err != nil {
-		return err
-	}
-	switch out.Result {
-	case retention.Corrupt:
-		// An odd-sized object that is not a task read as finished until now.
-		st.Corrupt++
-		m.log.Error("corrupt task object; skipped", "key", key, "err", out.Err)
-		m.publishCorrupt(key, out.Err)
-		m.known[key] = known{etag: out.Read.ETag, corrupt: true, loaded: true}
-	case retention.Gone, retention.Changed:
-		// Gone, or changed since it was read (requeued, or retired by
-		// another monitor): the sweeps see what it is now.
-		delete(m.known, key)
-	case retention.Kept:
-		m.known[key] = remember(out.Read)
-	case retention.Waiting:
-		// Its record is on its way out through another monitor: a later
-		// sweep deletes the task.
-	case retention.Deleted:
-		delete(m.known, key)
-		st.Deleted++
-		m.publish(events.Deleted, out.Read.Task, nil)
-	}
-	return nil
-}
-
-// holdsResult reports whether o is a succeeded task that holds a result
-// by its size, with a result TTL on.
-func (m *Monitor) holdsResult(o s3store.ObjectInfo) bool {
-	return m.cfg.ResultTTL > 0 && !shards.IsPointer(o.Key) && task.HoldsResultBySize(o.Size)
-}
-
-// expireResult drops the result of the succeeded task at key if it
-// finished ResultTTL ago by S3 time: one GET, one PUT (If-Match), and for a
-// result stored apart one DELETE after the PUT landed. The task no longer
-// references the object when it goes; a crash between the two leaves it
-// unreferenced (docs/scheduling.md#results-ttl-and-large-results).
-func (m *Monitor) expireResult(ctx context.Context, key string, iv clock.Interval, st *TickStats) error {
-	v, err := taskio.Load(ctx, m.st, key)
-	st.Loaded++
-	switch {
-	case errors.Is(err, s3store.ErrNotFound), errors.Is(err, task.ErrCorrupt), errors.Is(err, task.ErrUnsupportedFormat):
-		return nil // gone; or corrupt, reported by retention when its time comes
-	case err != nil:
-		return err
-	}
-	t := v.Task
-	if t.Status != task.Succeeded || t.Retired || !iv.After(t.UpdatedAt.Add(m.cfg.ResultTTL)) {
-		return nil
-	}
-	if deps.NeedsPassOn(t) {
-		// Its end may still be being passed on (to its dependents, or
-		// its slot's next task) under the marker of this version, which
-		// the repair honours only while the task stays at it: the result
-		// waits for a later sweep until the marker is gone. (No marker of
-		// this version can appear after: it is written before the write.)
-		// One HEAD, for such tasks only.
-		_, err := m.st.Head(ctx, deps.EndedKey(t.ID, t.Shard, t.Version))
-		if err == nil {
-			return nil
-		}
-		if !errors.Is(err, s3store.ErrNotFound) {
-			return err
-		}
-	}
-	ref, held := t.ResultRef, t.HoldsResult()
-	if err := t.ExpireResult(iv.Mid()); err != nil {
-		return err
-	}
-	if _, err := taskio.Update(ctx, m.st, m.local, t, v.ETag); s3store.LostRace(err) || errors.Is(err, s3store.ErrNotFound) {
-		return nil // changed meanwhile (another monitor, retention): a later sweep sees it
-	} else if err != nil {
-		return err
-	}
-	if !held {
-		return nil // written before sizes told results apart; its size says so now
-	}
-	st.ResultsExpired++
-	if ref != nil {
-		if err := m.st.Delete(ctx, ref.Key, s3store.DeleteOptions{}); err != nil && !errors.Is(err, s3store.ErrNotFound) {
-			return fmt.Errorf("delete expired result object %s of task %s: %w", ref.Key, t.ID, err)
-		}
-	}
-	return nil
 }
 
 // errLeaseExpired is the error of the events of a task whose lease the

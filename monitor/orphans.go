@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/s3queue/s3queue/clock"
@@ -15,7 +16,7 @@ import (
 // Defaults of Config.OrphanCheck (FullSweep) and Config.OrphanAge.
 const defaultOrphanAge = time.Hour
 
-// collectOrphans deletes, every OrphanCheck (the first time OrphanAge
+// orphanCollector deletes, every OrphanCheck (the first time OrphanAge
 // after the monitor started), the result objects nothing
 // references: left by a worker that crashed (or could not learn its
 // commit's fate) between its result PUT and the commit, or by a monitor
@@ -28,52 +29,76 @@ const defaultOrphanAge = time.Hour
 // commit under {claim} may reference it, and that claim is over), and is
 // deleted. One whose task still runs under its claim, or could not be
 // read, is left undecided and examined again at each check until one
-// decides (orphansAgain): the watermark passed it for good, and an orphan
+// decides (again): the watermark passed it for good, and an orphan
 // whose task GET failed once was kept until the monitor restarted.
-func (m *Monitor) collectOrphans(ctx context.Context, iv clock.Interval, st *TickStats) error {
-	now := m.local.Now()
-	every := m.cfg.OrphanCheck
+type orphanCollector struct {
+	st    s3store.Store
+	local clock.Local
+	log   *slog.Logger
+	// every is OrphanCheck (FullSweep if 0), age OrphanAge (an hour if 0).
+	every, age time.Duration
+
+	// next is when (local time) the result objects are next checked for
+	// orphans; from the S3 time up to which objects were examined (zero:
+	// none yet).
+	next, from time.Time
+	// again are the result objects a check left undecided (their task
+	// could not be read, or ran under the claim that wrote them):
+	// examined again at each check, below the watermark too, until one
+	// decides.
+	again map[string]bool
+}
+
+func newOrphanCollector(st s3store.Store, local clock.Local, log *slog.Logger, cfg Config) orphanCollector {
+	every := cfg.OrphanCheck
 	if every <= 0 {
-		every = m.cfg.FullSweep
+		every = cfg.FullSweep
 	}
-	age := m.cfg.OrphanAge
+	age := cfg.OrphanAge
 	if age <= 0 {
 		age = defaultOrphanAge
 	}
-	if m.orphansNext.IsZero() {
+	return orphanCollector{st: st, local: local, log: log, every: every, age: age}
+}
+
+// step runs a check if one is due; iv is the tick's S3 time.
+func (c *orphanCollector) step(ctx context.Context, iv clock.Interval, st *TickStats) error {
+	now := c.local.Now()
+	every, age := c.every, c.age
+	if c.next.IsZero() {
 		// The first check comes OrphanAge after the monitor started.
-		m.orphansNext = now.Add(min(age, every))
+		c.next = now.Add(min(age, every))
 	}
-	if now.Before(m.orphansNext) {
+	if now.Before(c.next) {
 		return nil
 	}
-	m.orphansNext = now.Add(every)
+	c.next = now.Add(every)
 	upTo := iv.Earliest.Add(-age) // S3 time: written no later than this
-	from := m.orphansFrom
-	if m.orphansAgain == nil {
-		m.orphansAgain = make(map[string]bool)
+	from := c.from
+	if c.again == nil {
+		c.again = make(map[string]bool)
 	}
-	listed := make(map[string]bool, len(m.orphansAgain))
+	listed := make(map[string]bool, len(c.again))
 	after := ""
 	for {
-		page, err := m.st.List(ctx, task.ResultsPrefix, s3store.ListOptions{StartAfter: after})
+		page, err := c.st.List(ctx, task.ResultsPrefix, s3store.ListOptions{StartAfter: after})
 		if err != nil {
 			return fmt.Errorf("collect orphaned results: %w", err)
 		}
 		for _, o := range page.Objects {
-			again := m.orphansAgain[o.Key]
+			again := c.again[o.Key]
 			listed[o.Key] = again
 			if o.LastModified.After(upTo) || !again && !from.IsZero() && !o.LastModified.After(from) {
 				continue
 			}
-			decided, err := m.collectOrphan(ctx, o.Key, st)
+			decided, err := c.collectOrphan(ctx, o.Key, st)
 			if err != nil {
 				return err
 			}
 			if decided {
-				delete(m.orphansAgain, o.Key)
+				delete(c.again, o.Key)
 			} else {
-				m.orphansAgain[o.Key] = true
+				c.again[o.Key] = true
 			}
 		}
 		if !page.Truncated || len(page.Objects) == 0 {
@@ -81,12 +106,12 @@ func (m *Monitor) collectOrphans(ctx context.Context, iv clock.Interval, st *Tic
 		}
 		after = page.Objects[len(page.Objects)-1].Key
 	}
-	for key := range m.orphansAgain {
+	for key := range c.again {
 		if _, ok := listed[key]; !ok {
-			delete(m.orphansAgain, key) // gone
+			delete(c.again, key) // gone
 		}
 	}
-	m.orphansFrom = upTo
+	c.from = upTo
 	return nil
 }
 
@@ -94,13 +119,13 @@ func (m *Monitor) collectOrphans(ctx context.Context, iv clock.Interval, st *Tic
 // reference it and is not running under the claim that wrote it, and
 // reports whether that is decided for good (false: the task could not be
 // read, or runs under that claim; the next check looks again).
-func (m *Monitor) collectOrphan(ctx context.Context, key string, st *TickStats) (decided bool, err error) {
+func (c *orphanCollector) collectOrphan(ctx context.Context, key string, st *TickStats) (decided bool, err error) {
 	shard, id, claim, err := task.ParseResultKey(key)
 	if err != nil {
-		m.log.Warn("foreign object under results/; left alone", "key", key)
+		c.log.Warn("foreign object under results/; left alone", "key", key)
 		return true, nil
 	}
-	v, err := taskio.Load(ctx, m.st, task.Key(shard, id))
+	v, err := taskio.Load(ctx, c.st, task.Key(shard, id))
 	st.Loaded++
 	switch {
 	case errors.Is(err, s3store.ErrNotFound):
@@ -114,7 +139,7 @@ func (m *Monitor) collectOrphan(ctx context.Context, key string, st *TickStats) 
 	case v.Task.Status == task.Running && v.Task.Claim != nil && v.Task.Claim.ID == claim:
 		return false, nil // its commit may still land
 	}
-	if err := m.st.Delete(ctx, key, s3store.DeleteOptions{}); err != nil {
+	if err := c.st.Delete(ctx, key, s3store.DeleteOptions{}); err != nil {
 		return false, fmt.Errorf("delete orphaned result %s: %w", key, err)
 	}
 	st.OrphansDeleted++
