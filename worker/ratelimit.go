@@ -43,11 +43,23 @@ import (
 //     pending tasks (after repair_after), as a paused task is.
 
 // RateLimit is at most N starts per Interval (Config.RateLimits).
-type RateLimit = ratelimit.Limit
+type RateLimit struct {
+	N        int
+	Interval time.Duration
+}
+
+// String formats l as ParseRateLimit reads it ("100/1m0s").
+func (l RateLimit) String() string { return ratelimit.Limit(l).String() }
+
+// Check reports a limit that cannot be kept.
+func (l RateLimit) Check() error { return ratelimit.Limit(l).Check() }
 
 // ParseRateLimit reads a rate limit written "N/INTERVAL": "100/1m",
 // "5/s", "3/2s". N is at least 1 and INTERVAL at least one second.
-func ParseRateLimit(s string) (RateLimit, error) { return ratelimit.Parse(s) }
+func ParseRateLimit(s string) (RateLimit, error) {
+	l, err := ratelimit.Parse(s)
+	return RateLimit(l), err
+}
 
 // CheckRateLimits reports the first invalid entry of limits, by type.
 func CheckRateLimits(limits map[string]RateLimit) error {
@@ -187,7 +199,7 @@ func (w *Worker) reserve(ctx context.Context, l *limiter, n int, iv clock.Interv
 		l.openAt = end
 		return
 	}
-	g, err := ratelimit.Reserve(ctx, w.st, w.fleetCAS(), l.typ, l.limit, start, n, w.cfg.ID)
+	g, err := ratelimit.Reserve(ctx, w.st, w.fleetCAS(), l.typ, ratelimit.Limit(l.limit), start, n, w.cfg.ID)
 	if err != nil {
 		w.log.Warn("reserve rate limited starts; will try again", "type", l.typ, "err", err)
 		l.retryAt = w.now().Add(w.cfg.PollMin)

@@ -44,7 +44,6 @@ var knownLeaks = map[string]bool{
 	"worker.Event (alias): internal/events.Event":                      true,
 	"worker.Kind (alias): internal/events.Kind":                        true,
 	"worker.PoolKeys (value): internal/settings.Section":               true,
-	"worker.RateLimit (alias): internal/ratelimit.Limit":               true,
 }
 
 // publicDirs returns the module-relative directories of the public packages:
