@@ -189,12 +189,16 @@ func NextTick(s Schedule, now time.Time) time.Time {
 	return spec.Next(after).In(spec.Location())
 }
 
-// SubmitTick is the schedule.SubmitFunc NewMonitor gives its monitors
-// (for a monitor made with monitor.New, give it as its Config.Submit):
-// the queue's producer's Submit with the tick's idempotency key. The key already taken by another type
+func init() {
+	schedule.SubmitVia = func(q any) schedule.SubmitFunc { return q.(*Queue).submitTick }
+}
+
+// submitTick is the schedule.SubmitFunc NewMonitor gives its monitors
+// (for a monitor made with monitor.New, schedule.SubmitVia(q) gives it, to
+// set as its Config.Submit): the queue's producer's Submit with the tick's idempotency key. The key already taken by another type
 // or input (the definition changed between two submits of one tick) is
 // the task it names.
-func (q *Queue) SubmitTick(ctx context.Context, s schedule.Submission) (string, error) {
+func (q *Queue) submitTick(ctx context.Context, s schedule.Submission) (string, error) {
 	var input any
 	if len(s.Input) > 0 {
 		input = json.RawMessage(s.Input)

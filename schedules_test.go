@@ -67,12 +67,12 @@ func TestSchedulesFromGo(t *testing.T) {
 	// (the definition changed between the two) is still that task.
 	sub := schedule.Submission{Schedule: "report", Tick: time.Unix(3600, 0), Type: "report", Input: json.RawMessage(`{"a":1}`),
 		IdempotencyKey: schedule.IdempotencyKey("report", time.Unix(3600, 0))}
-	id1, err := q.SubmitTick(ctx, sub)
+	id1, err := schedule.SubmitVia(q)(ctx, sub)
 	if err != nil {
 		t.Fatal(err)
 	}
 	sub.Input = json.RawMessage(`{"a":2}`)
-	if id2, err := q.SubmitTick(ctx, sub); err != nil || id2 != id1 {
+	if id2, err := schedule.SubmitVia(q)(ctx, sub); err != nil || id2 != id1 {
 		t.Errorf("second submit of one tick: %s %v, want %s", id2, err, id1)
 	}
 }

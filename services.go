@@ -297,7 +297,7 @@ func (q *Queue) NewMonitor(ctx context.Context) (*Monitor, error) {
 		c.WorkerLease = q.cfg.Worker.LeaseDuration
 	}
 	if c.Submit == nil {
-		c.Submit = q.SubmitTick
+		c.Submit = q.submitTick
 	}
 	m, err := monitor.New(ctx, q.store, c)
 	if err != nil {

@@ -34,7 +34,6 @@ var knownLeaks = map[string]bool{
 	"s3queue.Event (alias): internal/events.Event":                     true,
 	"s3queue.EventKind (alias): internal/events.Kind":                  true,
 	"s3queue.PauseState (alias): internal/pause.State":                 true,
-	"s3queue.Queue.SubmitTick: internal/schedule.Submission":           true,
 	"s3queue.Schedule (alias): internal/schedule.Schedule":             true,
 	"s3queue.ScheduleDefinition (alias): internal/schedule.Definition": true,
 	"s3queue.Subscription (alias): internal/events.Subscription":       true,

@@ -31,6 +31,12 @@ type Submission struct {
 // idempotency key names if it exists already.
 type SubmitFunc func(ctx context.Context, s Submission) (string, error)
 
+// SubmitVia returns the SubmitFunc of q, an *s3queue.Queue: the one its
+// NewMonitor gives its monitors, for a monitor made with monitor.New
+// (cmd/s3queue). Package s3queue sets it, so that the Queue's method
+// that takes a Submission stays out of its public API.
+var SubmitVia func(q any) SubmitFunc
+
 // Fired is told of each tick a scheduler handled: the task submitted (id,
 // or "" when catch_up skipped the ticks), and the ticks skipped.
 type Fired func(name string, tick time.Time, id string, skipped int64)
