@@ -11,14 +11,14 @@ import (
 	"github.com/s3queue/s3queue/shards"
 )
 
-// ConfigKeys declares the keys of queue.toml's [monitor] table, each once:
+// configKeys declares the keys of queue.toml's [monitor] table, each once:
 // the Config field it sets, its default (which New gives a field that is
 // zero or negative), its economy profile value, its check (which New
 // applies) and its doc line.
 //
 // It is read-only: read it (go doc) for every key and its default; the
 // services and internal/config derive from it, and nothing may change it.
-var ConfigKeys = &settings.Section[Config]{
+var configKeys = &settings.Section[Config]{
 	Name:          "monitor",
 	NegativeUnset: true,
 	Keys: []settings.Key[Config]{
@@ -70,16 +70,20 @@ var ConfigKeys = &settings.Section[Config]{
 // ShardsPerTick's 0 (all shards) is read at each tick as the manifest's
 // count, which a reshard raises.
 func (c *Config) fill() error {
-	ConfigKeys.Fill(c)
+	configKeys.Fill(c)
 	if c.ID == "" {
 		host, _ := os.Hostname()
 		c.ID = fmt.Sprintf("%s-%d", host, os.Getpid())
 	}
-	if err := ConfigKeys.Validate(c); err != nil {
+	if err := configKeys.Validate(c); err != nil {
 		return err
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
 	return nil
+}
+
+func init() {
+	settings.Publish(configKeys)
 }

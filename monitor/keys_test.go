@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/s3queue/s3queue/internal/settings"
 	"github.com/s3queue/s3queue/monitor"
 	"github.com/s3queue/s3queue/s3store/mem"
 )
@@ -18,23 +19,23 @@ func TestUnsetFieldsTakeTheDefaults(t *testing.T) {
 		RepairAfter: time.Minute, Retention: 7 * 24 * time.Hour, StaleAfter: 10 * time.Second,
 		SweepMax: 10 * time.Minute, FullSweep: 6 * time.Hour, Scheduler: true, ScheduleRefresh: time.Minute}
 	var zero monitor.Config
-	monitor.ConfigKeys.Fill(&zero)
+	settings.Of[monitor.Config]().Fill(&zero)
 	if !reflect.DeepEqual(zero, want) {
 		t.Errorf("filled zero Config:\n got %+v\nwant %+v", zero, want)
 	}
 	neg := monitor.Config{Interval: -1, PageSize: -1, ShardsPerTick: -1, LeaseMargin: -1, RepairAfter: -1,
 		StaleAfter: -1, SweepMax: -1, FullSweep: -1, ScheduleRefresh: -1}
-	monitor.ConfigKeys.Fill(&neg)
+	settings.Of[monitor.Config]().Fill(&neg)
 	if !reflect.DeepEqual(neg, want) {
 		t.Errorf("filled negative Config:\n got %+v\nwant %+v", neg, want)
 	}
 	off := monitor.Config{NoScheduler: true}
-	monitor.ConfigKeys.Fill(&off)
+	settings.Of[monitor.Config]().Fill(&off)
 	if off.Scheduler {
 		t.Errorf("NoScheduler: scheduler filled with true")
 	}
 	keep := monitor.Config{KeepForever: true}
-	monitor.ConfigKeys.Fill(&keep)
+	settings.Of[monitor.Config]().Fill(&keep)
 	if keep.Retention != 0 {
 		t.Errorf("KeepForever: retention filled with %v", keep.Retention)
 	}

@@ -33,7 +33,7 @@ import (
 )
 
 // Config configures a Monitor. Zero (or negative) fields take their
-// defaults, and every field is checked, as ConfigKeys declares them, once
+// defaults, and every field is checked, as configKeys declares them, once
 // per field: a key's name is its field's in snake_case (page_size for
 // PageSize), and queue.toml.example lists every key with its default. The
 // comments below say what the fields mean.

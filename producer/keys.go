@@ -8,13 +8,13 @@ import (
 	"github.com/s3queue/s3queue/task"
 )
 
-// ConfigKeys declares the keys of queue.toml's [producer] table, each
+// configKeys declares the keys of queue.toml's [producer] table, each
 // once: the Config field it sets, its default (which New gives a zero
 // field), its check (which New applies) and its doc line.
 //
 // It is read-only: read it (go doc) for every key and its default; the
 // services and internal/config derive from it, and nothing may change it.
-var ConfigKeys = &settings.Section[Config]{
+var configKeys = &settings.Section[Config]{
 	Name: "producer",
 	Keys: []settings.Key[Config]{
 		settings.Int("batch_parallelism", func(c *Config) *int { return &c.BatchParallelism }, 8,
@@ -29,7 +29,7 @@ var ConfigKeys = &settings.Section[Config]{
 	},
 }
 
-// SubmitKeys declares the keys of queue.toml's [submit] table, the
+// submitKeys declares the keys of queue.toml's [submit] table, the
 // per-task defaults of `s3queue submit`, each once: the Options field it
 // sets (the retry keys set Options.Retry, allocating it), its default and
 // check (those of the task package, which applies them to a zero field)
@@ -37,7 +37,7 @@ var ConfigKeys = &settings.Section[Config]{
 //
 // It is read-only: read it (go doc) for every key and its default; the
 // services and internal/config derive from it, and nothing may change it.
-var SubmitKeys = &settings.Section[Options]{
+var submitKeys = &settings.Section[Options]{
 	Name: "submit",
 	Keys: []settings.Key[Options]{
 		settings.Int("max_attempts", func(o *Options) *int { return &o.MaxAttempts }, task.DefaultMaxAttempts,
@@ -75,4 +75,9 @@ func retry(o *Options) *task.RetryPolicy {
 		o.Retry = &task.RetryPolicy{}
 	}
 	return o.Retry
+}
+
+func init() {
+	settings.Publish(configKeys)
+	settings.Publish(submitKeys)
 }

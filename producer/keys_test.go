@@ -5,20 +5,21 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/s3queue/s3queue/internal/settings"
 	"github.com/s3queue/s3queue/producer"
 )
 
 // The defaults a zero field takes: New and queue.toml must keep them.
 func TestZeroFieldsTakeTheDefaults(t *testing.T) {
 	var c producer.Config
-	producer.ConfigKeys.Fill(&c)
+	settings.Of[producer.Config]().Fill(&c)
 	want := producer.Config{BatchParallelism: 8, MaxQueueDepth: 0, QueuePolicy: producer.Block}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("filled zero Config:\n got %+v\nwant %+v", c, want)
 	}
 	// A negative parallelism took the default before it was a key.
 	c = producer.Config{BatchParallelism: -3, MaxQueueDepth: producer.Unbounded, QueuePolicy: producer.Reject}
-	producer.ConfigKeys.Fill(&c)
+	settings.Of[producer.Config]().Fill(&c)
 	if c.BatchParallelism != 8 || c.MaxQueueDepth != producer.Unbounded || c.QueuePolicy != producer.Reject {
 		t.Errorf("Fill changed set fields or kept a negative parallelism: %+v", c)
 	}
@@ -34,8 +35,8 @@ func TestValidateNamesTheKey(t *testing.T) {
 		{producer.Config{QueuePolicy: "fifo"}, `producer.queue_policy: invalid queue policy "fifo"`},
 	} {
 		c := tc.cfg
-		producer.ConfigKeys.Fill(&c)
-		if err := producer.ConfigKeys.Validate(&c); err == nil || !strings.Contains(err.Error(), tc.want) {
+		settings.Of[producer.Config]().Fill(&c)
+		if err := settings.Of[producer.Config]().Validate(&c); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: error %v, want %q", tc.cfg, err, tc.want)
 		}
 	}

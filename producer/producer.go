@@ -150,8 +150,8 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Producer, error) {
 	if cfg.LateAfter <= 0 {
 		cfg.LateAfter = 2 * time.Second
 	}
-	ConfigKeys.Fill(&cfg)
-	if err := ConfigKeys.Validate(&cfg); err != nil {
+	configKeys.Fill(&cfg)
+	if err := configKeys.Validate(&cfg); err != nil {
 		return nil, fmt.Errorf("producer: %w", err)
 	}
 	if cfg.Logger == nil {

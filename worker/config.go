@@ -22,7 +22,7 @@ import (
 const DefaultDiscoveryTTL = 30 * time.Second
 
 // Config configures a Worker. Zero fields take their defaults, and every
-// field is checked, as ConfigKeys declares them, once per field: a key's
+// field is checked, as configKeys declares them, once per field: a key's
 // name is its field's in snake_case (poll_min for PollMin), and
 // queue.toml.example lists every key with its default. The comments below
 // say what the fields mean.
@@ -236,7 +236,7 @@ func (c *Config) fill(src *rnd.Source) error {
 		host, _ := os.Hostname()
 		c.ID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), src.Hex(3))
 	}
-	ConfigKeys.Fill(c)
+	configKeys.Fill(c)
 	if c.DispatchMode == "" {
 		c.DispatchMode = shards.DispatchShared
 	}
@@ -259,7 +259,7 @@ func (c *Config) fill(src *rnd.Source) error {
 }
 
 func (c *Config) validate() error {
-	if err := ConfigKeys.Validate(c); err != nil {
+	if err := configKeys.Validate(c); err != nil {
 		return err
 	}
 	switch c.DispatchMode {

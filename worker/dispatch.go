@@ -812,7 +812,7 @@ func checkPools(c *Config) error {
 // CheckPools checks the pools of c as New does: names and types given
 // once each, limits in range, known policies.
 func CheckPools(c Config) error {
-	ConfigKeys.Fill(&c)
+	configKeys.Fill(&c)
 	c.Pools = slices.Clone(c.Pools)
 	return checkPools(&c)
 }

@@ -10,14 +10,14 @@ import (
 	"github.com/s3queue/s3queue/task"
 )
 
-// ConfigKeys declares the keys of queue.toml's [worker] table, each once:
+// configKeys declares the keys of queue.toml's [worker] table, each once:
 // the Config field it sets, its default (which New gives a zero field),
 // its economy profile value, its check (which New applies) and its doc
 // line.
 //
 // It is read-only: read it (go doc) for every key and its default; the
 // services and internal/config derive from it, and nothing may change it.
-var ConfigKeys = &settings.Section[Config]{
+var configKeys = &settings.Section[Config]{
 	Name: "worker",
 	Keys: []settings.Key[Config]{
 		settings.String("id", func(c *Config) *string { return &c.ID }, "",
@@ -146,10 +146,10 @@ var ConfigKeys = &settings.Section[Config]{
 	},
 }
 
-// PoolKeys declares the keys of a [pools.NAME] table of queue.toml, each
+// poolKeys declares the keys of a [pools.NAME] table of queue.toml, each
 // pool's own limits (Pool). Its types key, a list of task types, is read
 // apart: the pool's name when left out.
-var PoolKeys = &settings.Section[Pool]{
+var poolKeys = &settings.Section[Pool]{
 	Name: "pools.NAME",
 	Keys: []settings.Key[Pool]{
 		settings.Limit("max_in_flight", func(p *Pool) *int { return &p.MaxInFlight }, Unbounded,
@@ -204,4 +204,9 @@ func checkAwakeGrace(d time.Duration) error {
 		return fmt.Errorf("duration %v must be more than %v, the producers' fleet cache TTL: a member going to sleep keeps scanning this long, until no producer can still see it awake and skip ringing the doorbell", d, shards.FleetCacheTTL)
 	}
 	return nil
+}
+
+func init() {
+	settings.Publish(configKeys)
+	settings.Publish(poolKeys)
 }

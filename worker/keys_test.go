@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/s3queue/s3queue/internal/settings"
 	"github.com/s3queue/s3queue/task"
 	"github.com/s3queue/s3queue/worker"
 )
@@ -14,7 +15,7 @@ import (
 // in ConfigKeys: New and queue.toml must keep them.
 func TestZeroFieldsTakeTheDefaults(t *testing.T) {
 	var c worker.Config
-	worker.ConfigKeys.Fill(&c)
+	settings.Of[worker.Config]().Fill(&c)
 	want := worker.Config{
 		Concurrency: 4, QueuePolicy: worker.Block, CrashPolicy: worker.CrashFail, PollMin: 200 * time.Millisecond, PollMax: 5 * time.Second, PollMultiplier: 2, PollPace: 1800 * time.Millisecond, PollBatch: 10,
 		ScanLag: 5 * time.Second, ScanLookback: time.Hour, LeaseMargin: 2 * time.Second, ShutdownGrace: 30 * time.Second,
@@ -31,7 +32,7 @@ func TestZeroFieldsTakeTheDefaults(t *testing.T) {
 	// Set fields stay; an empty OwnShards that is not nil pins the worker
 	// to no shard, so it is kept.
 	set := worker.Config{Concurrency: 9, PollMax: time.Minute, OwnShards: []int{}}
-	worker.ConfigKeys.Fill(&set)
+	settings.Of[worker.Config]().Fill(&set)
 	if set.Concurrency != 9 || set.PollMax != time.Minute || set.OwnShards == nil {
 		t.Errorf("Fill changed set fields: %+v", set)
 	}
@@ -49,8 +50,8 @@ func TestValidateNamesTheKey(t *testing.T) {
 		{worker.Config{MemberTTL: 5 * time.Second}, "worker.member_ttl (5s) is less than 3 × worker.lease_margin"},
 	} {
 		c := tc.cfg
-		worker.ConfigKeys.Fill(&c)
-		if err := worker.ConfigKeys.Validate(&c); err == nil || !strings.Contains(err.Error(), tc.want) {
+		settings.Of[worker.Config]().Fill(&c)
+		if err := settings.Of[worker.Config]().Validate(&c); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: error %v, want %q", tc.cfg, err, tc.want)
 		}
 	}

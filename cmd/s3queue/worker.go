@@ -239,7 +239,7 @@ func describeRateLimits(limits map[string]worker.RateLimit) string {
 }
 
 // parsePoolFlag parses --pool NAME=N[:TYPE,...]. N is read as queue.toml's
-// pools.NAME.max_in_flight is (worker.PoolKeys), so it means the same in
+// pools.NAME.max_in_flight is (settings.Of[worker.Pool]()), so it means the same in
 // the flag and the file: a positive bound, 0 or "unbounded" for none, or
 // "auto" for worker.concurrency.
 func parsePoolFlag(v string) (worker.Pool, error) {
@@ -250,8 +250,8 @@ func parsePoolFlag(v string) (worker.Pool, error) {
 	}
 	n, types, _ := strings.Cut(rest, ":")
 	p := worker.Pool{Name: name}
-	bound := worker.PoolKeys.Bind(&p)
-	i := slices.IndexFunc(bound.Keys, func(b settings.Bound) bool { return b.Name == worker.PoolKeys.Name+".max_in_flight" })
+	bound := settings.Of[worker.Pool]().Bind(&p)
+	i := slices.IndexFunc(bound.Keys, func(b settings.Bound) bool { return b.Name == settings.Of[worker.Pool]().Name+".max_in_flight" })
 	if err := bound.Keys[i].SetText(n); err != nil {
 		return worker.Pool{}, fmt.Errorf("pool %s: %w", name, err)
 	}

@@ -23,12 +23,9 @@ const modulePath = "github.com/s3queue/s3queue"
 var knownLeaks = map[string]bool{
 	"monitor.Config.Events: internal/events.Bus":                       true,
 	"monitor.Config.Submit: internal/schedule.SubmitFunc":              true,
-	"monitor.ConfigKeys (value): internal/settings.Section":            true,
 	"producer.Admission (alias): internal/deps.Admission":              true,
 	"producer.Config.Events: internal/events.Bus":                      true,
 	"producer.Config.Selection: internal/direct.Selection":             true,
-	"producer.ConfigKeys (value): internal/settings.Section":           true,
-	"producer.SubmitKeys (value): internal/settings.Section":           true,
 	"s3queue.Bus (alias): internal/events.Bus":                         true,
 	"s3queue.BusOption (alias): internal/events.Option":                true,
 	"s3queue.Event (alias): internal/events.Event":                     true,
@@ -39,10 +36,8 @@ var knownLeaks = map[string]bool{
 	"s3queue.Subscription (alias): internal/events.Subscription":       true,
 	"shards.NewFleetCache: internal/rnd.Source":                        true,
 	"worker.Config.Events: internal/events.Bus":                        true,
-	"worker.ConfigKeys (value): internal/settings.Section":             true,
 	"worker.Event (alias): internal/events.Event":                      true,
 	"worker.Kind (alias): internal/events.Kind":                        true,
-	"worker.PoolKeys (value): internal/settings.Section":               true,
 }
 
 // publicDirs returns the module-relative directories of the public packages:

@@ -4,8 +4,8 @@
 //
 // TOML is parsed here and nowhere else (services take Go structs). Every
 // key is declared once, next to the struct it sets: [worker] in
-// worker.ConfigKeys, [monitor] in monitor.ConfigKeys, [producer] in
-// producer.ConfigKeys, [submit] in producer.SubmitKeys, the top-level keys
+// settings.Of[worker.Config](), [monitor] in settings.Of[monitor.Config](), [producer] in
+// settings.Of[producer.Config](), [submit] in settings.Of[producer.Options](), the top-level keys
 // and [log] in this package. The
 // declaration gives the key's name, type, default, economy profile value,
 // check and doc line; file decoding, the environment overrides, the
@@ -109,10 +109,10 @@ func (c *Config) tables() []settings.Table {
 		topKeys.Bind(c),
 		queueKeys.Bind(&c.QueueSection),
 		directKeys.Bind(&c.DirectSection),
-		worker.ConfigKeys.Bind(&c.WorkerSection),
-		monitor.ConfigKeys.Bind(&c.MonitorSection),
-		producer.ConfigKeys.Bind(&c.ProducerSection),
-		producer.SubmitKeys.Bind(&c.SubmitSection),
+		settings.Of[worker.Config]().Bind(&c.WorkerSection),
+		settings.Of[monitor.Config]().Bind(&c.MonitorSection),
+		settings.Of[producer.Config]().Bind(&c.ProducerSection),
+		settings.Of[producer.Options]().Bind(&c.SubmitSection),
 		logKeys.Bind(&c.LogSection),
 		httpKeys.Bind(&c.HTTPSection),
 	}

@@ -88,7 +88,7 @@ func (c *Config) decodeFile(path, text string, tables []settings.Table, src map[
 }
 
 // decodePools reads the [pools.NAME] tables, in name order, each with
-// worker.PoolKeys and its list of types.
+// settings.Of[worker.Pool]() and its list of types.
 func (c *Config) decodePools(path string, table map[string]any) error {
 	names := slices.Sorted(maps.Keys(table))
 	c.WorkerSection.Pools = nil
@@ -99,7 +99,7 @@ func (c *Config) decodePools(path string, table map[string]any) error {
 			return fmt.Errorf("%s: %s: want a table [%s], got %s", path, where, where, settings.Describe(table[name]))
 		}
 		p := worker.Pool{Name: name}
-		bound := worker.PoolKeys.Bind(&p)
+		bound := settings.Of[worker.Pool]().Bind(&p)
 		for k, raw := range keys {
 			if k == "types" {
 				list, ok := raw.([]any)
@@ -118,7 +118,7 @@ func (c *Config) decodePools(path string, table map[string]any) error {
 				}
 				continue
 			}
-			i := slices.IndexFunc(bound.Keys, func(b settings.Bound) bool { return b.Name == worker.PoolKeys.Name+"."+k })
+			i := slices.IndexFunc(bound.Keys, func(b settings.Bound) bool { return b.Name == settings.Of[worker.Pool]().Name+"."+k })
 			if i < 0 {
 				return fmt.Errorf("%s: %s.%s: unknown key: a pool has types, max_in_flight, max_queue_depth and queue_policy", path, where, k)
 			}

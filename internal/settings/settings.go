@@ -13,9 +13,11 @@ package settings
 import (
 	"fmt"
 	"math"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -621,4 +623,22 @@ func Describe(v any) string {
 		return "a table"
 	}
 	return fmt.Sprintf("%T", v)
+}
+
+// published holds the sections the public packages keep unexported (their
+// queue.toml key tables), by the type of the struct they bind, for
+// internal/config and cmd/s3queue.
+var published sync.Map // reflect.Type -> *Section[T]
+
+// Publish registers s as the section of T: a package calls it from init
+// for each of its unexported key tables.
+func Publish[T any](s *Section[T]) { published.Store(reflect.TypeFor[T](), s) }
+
+// Of returns the section Published for T; it panics if none was.
+func Of[T any]() *Section[T] {
+	s, ok := published.Load(reflect.TypeFor[T]())
+	if !ok {
+		panic(fmt.Sprintf("settings: no section published for %v", reflect.TypeFor[T]()))
+	}
+	return s.(*Section[T])
 }
