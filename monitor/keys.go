@@ -16,7 +16,7 @@ import (
 // zero or negative), its economy profile value, its check (which New
 // applies) and its doc line.
 //
-// It is read-only: read it (go doc) for every key and its default; the
+// It is read-only: read it (go doc -u) for every key and its default; the
 // services and internal/config derive from it, and nothing may change it.
 var configKeys = &settings.Section[Config]{
 	Name:          "monitor",

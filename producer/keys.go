@@ -12,7 +12,7 @@ import (
 // once: the Config field it sets, its default (which New gives a zero
 // field), its check (which New applies) and its doc line.
 //
-// It is read-only: read it (go doc) for every key and its default; the
+// It is read-only: read it (go doc -u) for every key and its default; the
 // services and internal/config derive from it, and nothing may change it.
 var configKeys = &settings.Section[Config]{
 	Name: "producer",
@@ -35,7 +35,7 @@ var configKeys = &settings.Section[Config]{
 // check (those of the task package, which applies them to a zero field)
 // and its doc line.
 //
-// It is read-only: read it (go doc) for every key and its default; the
+// It is read-only: read it (go doc -u) for every key and its default; the
 // services and internal/config derive from it, and nothing may change it.
 var submitKeys = &settings.Section[Options]{
 	Name: "submit",

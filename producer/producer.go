@@ -242,22 +242,25 @@ func (p *Producer) learn(ctx context.Context) bool {
 // AdmitQueue ("" too), AdmitReplace or AdmitDropIfRunning, the strings
 // "queue", "replace" and "drop-if-running" of the CLI and batch lines.
 // ParseAdmission checks one.
-type Admission = deps.Admission
+type Admission string
 
 // The admissions of a submit (docs/slots.md).
 const (
 	// AdmitQueue: the task waits its turn behind the slot's holder.
-	AdmitQueue = deps.AdmitQueue
+	AdmitQueue = Admission(deps.AdmitQueue)
 	// AdmitReplace: latest wins: the task replaces the one waiting next
 	// (canceled), and the holder is asked to stop.
-	AdmitReplace = deps.AdmitReplace
+	AdmitReplace = Admission(deps.AdmitReplace)
 	// AdmitDropIfRunning: refused with ErrSlotBusy while the slot has a
 	// holder or a task waiting; nothing is created.
-	AdmitDropIfRunning = deps.AdmitDropIfRunning
+	AdmitDropIfRunning = Admission(deps.AdmitDropIfRunning)
 )
 
 // ParseAdmission parses an admission's name ("" is AdmitQueue).
-func ParseAdmission(s string) (Admission, error) { return deps.ParseAdmission(s) }
+func ParseAdmission(s string) (Admission, error) {
+	a, err := deps.ParseAdmission(s)
+	return Admission(a), err
+}
 
 // Options are the per-task settings of Submit.
 type Options struct {

@@ -15,7 +15,7 @@ import (
 // its economy profile value, its check (which New applies) and its doc
 // line.
 //
-// It is read-only: read it (go doc) for every key and its default; the
+// It is read-only: read it (go doc -u) for every key and its default; the
 // services and internal/config derive from it, and nothing may change it.
 var configKeys = &settings.Section[Config]{
 	Name: "worker",
