@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/s3queue/s3queue/internal/schedule"
+	"github.com/s3queue/s3queue/monitor"
 )
 
 // ScheduleDefinition is what a schedule is: its name, when it ticks (Cron
@@ -190,7 +191,12 @@ func NextTick(s Schedule, now time.Time) time.Time {
 }
 
 func init() {
-	schedule.SubmitVia = func(q any) schedule.SubmitFunc { return q.(*Queue).submitTick }
+	schedule.SubmitVia = func(q any) schedule.SubmitFunc {
+		qq := q.(*Queue)
+		return func(ctx context.Context, s schedule.Submission) (string, error) {
+			return qq.submitTick(ctx, monitor.Submission(s))
+		}
+	}
 }
 
 // submitTick is the schedule.SubmitFunc NewMonitor gives its monitors
@@ -198,7 +204,7 @@ func init() {
 // set as its Config.Submit): the queue's producer's Submit with the tick's idempotency key. The key already taken by another type
 // or input (the definition changed between two submits of one tick) is
 // the task it names.
-func (q *Queue) submitTick(ctx context.Context, s schedule.Submission) (string, error) {
+func (q *Queue) submitTick(ctx context.Context, s monitor.Submission) (string, error) {
 	var input any
 	if len(s.Input) > 0 {
 		input = json.RawMessage(s.Input)

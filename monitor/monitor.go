@@ -24,7 +24,6 @@ import (
 	"github.com/s3queue/s3queue/internal/events"
 	"github.com/s3queue/s3queue/internal/pause"
 	"github.com/s3queue/s3queue/internal/rnd"
-	"github.com/s3queue/s3queue/internal/schedule"
 	"github.com/s3queue/s3queue/internal/taskio"
 	"github.com/s3queue/s3queue/lease"
 	"github.com/s3queue/s3queue/s3store"
@@ -136,7 +135,7 @@ type Config struct {
 	ScheduleRefresh time.Duration
 	// Submit submits a tick's task with its idempotency key (a producer's
 	// Submit).
-	Submit schedule.SubmitFunc
+	Submit SubmitFunc
 	// Rand is the source of every random draw: jitter (of retries, and of
 	// the CAS pauses after a lost race) and shard choice; nil means
 	// crypto/rand.Reader. Reads are serialised, so it need not be safe for

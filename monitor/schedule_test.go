@@ -27,8 +27,8 @@ func TestMonitorsSubmitOneTaskPerTick(t *testing.T) {
 			byKey := map[string]string{}
 			submitters := map[string]bool{}
 			late := time.Duration(0)
-			submit := func(id string) schedule.SubmitFunc {
-				return func(_ context.Context, s schedule.Submission) (string, error) {
+			submit := func(id string) monitor.SubmitFunc {
+				return func(_ context.Context, s monitor.Submission) (string, error) {
 					mu.Lock()
 					defer mu.Unlock()
 					submitters[id] = true

@@ -379,7 +379,9 @@ var monitorCommand = &command{
 			// The scheduler submits through the queue's producer, opened
 			// once the monitor has made sure the queue exists.
 			var q *s3queue.Queue
-			mcfg.Submit = func(ctx context.Context, s schedule.Submission) (string, error) { return schedule.SubmitVia(q)(ctx, s) }
+			mcfg.Submit = func(ctx context.Context, s monitor.Submission) (string, error) {
+				return schedule.SubmitVia(q)(ctx, schedule.Submission(s))
+			}
 			m, err := monitor.New(ctx, st, mcfg)
 			if err != nil {
 				return unsupported(url, err)

@@ -22,7 +22,6 @@ const modulePath = "github.com/s3queue/s3queue"
 // when a new leak appears and when an entry here is no longer a leak.
 var knownLeaks = map[string]bool{
 	"monitor.Config.Events: internal/events.Bus":                       true,
-	"monitor.Config.Submit: internal/schedule.SubmitFunc":              true,
 	"producer.Config.Events: internal/events.Bus":                      true,
 	"producer.Config.Selection: internal/direct.Selection":             true,
 	"s3queue.Bus (alias): internal/events.Bus":                         true,

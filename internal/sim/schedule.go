@@ -13,6 +13,7 @@ import (
 
 	"github.com/s3queue/s3queue/clock"
 	"github.com/s3queue/s3queue/internal/schedule"
+	"github.com/s3queue/s3queue/monitor"
 	"github.com/s3queue/s3queue/producer"
 	"github.com/s3queue/s3queue/shards"
 	"github.com/s3queue/s3queue/task"
@@ -72,10 +73,10 @@ func (w *world) writeSchedules() {
 
 // scheduleSubmit is a scheduling monitor's SubmitFunc: a producer of its
 // own on the monitor's handle, opened at the first tick, sharing its clock.
-func (w *world) scheduleSubmit(p *proc, clk *clock.Authoritative) schedule.SubmitFunc {
+func (w *world) scheduleSubmit(p *proc, clk *clock.Authoritative) monitor.SubmitFunc {
 	var mu sync.Mutex
 	var prod *producer.Producer
-	return func(ctx context.Context, s schedule.Submission) (string, error) {
+	return func(ctx context.Context, s monitor.Submission) (string, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		if prod == nil {
