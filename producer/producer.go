@@ -59,6 +59,12 @@ var ErrOutcomeUnknown = errors.New("the outcome is unknown: the task may exist")
 // the first one, pausing from half a second to 8 s between tries.
 const outcomeWait = time.Minute
 
+// Selection is how a producer under direct dispatch picks among the live
+// workers that run a task's type (Config.Selection): "round_robin" (each
+// in turn, the default, "" too), "hash" (by the task id: a task's worker is
+// stable) or "random", the values of queue.toml's worker_selection.
+type Selection string
+
 // Config configures a Producer.
 type Config struct {
 	// Shards must match the queue's manifest; 0 accepts the queue's count.
@@ -73,7 +79,7 @@ type Config struct {
 	// on the shared path (docs/direct-dispatch.md).
 	DispatchMode shards.DispatchMode
 	DiscoveryTTL time.Duration
-	Selection    direct.Selection
+	Selection    Selection
 	// LateAfter: a task whose PUT completes this long after its id's time
 	// is also announced in the ready index, since shard scans may have
 	// passed it (default 2s, half the workers' default scan lag).
@@ -173,7 +179,7 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Producer, error) {
 		cfg.DiscoveryTTL = 30 * time.Second
 	}
 	if cfg.Selection == "" {
-		cfg.Selection = direct.RoundRobin
+		cfg.Selection = Selection(direct.RoundRobin)
 	}
 	if _, err := direct.ParseSelection(string(cfg.Selection)); err != nil {
 		return nil, fmt.Errorf("producer: %w", err)
@@ -188,7 +194,7 @@ func New(ctx context.Context, st s3store.Store, cfg Config) (*Producer, error) {
 	p.cas = s3store.CAS{Jitter: src.Float64, Sleep: p.sleep}
 	if m.Direct() {
 		p.dir = &direct.Directory{St: st, Local: local, TTL: cfg.DiscoveryTTL, Margin: cfg.LeaseMargin,
-			Selection: cfg.Selection, IntN: src.IntN}
+			Selection: direct.Selection(cfg.Selection), IntN: src.IntN}
 	}
 	return p, nil
 }

@@ -23,7 +23,6 @@ const modulePath = "github.com/s3queue/s3queue"
 var knownLeaks = map[string]bool{
 	"monitor.Config.Events: internal/events.Bus":                       true,
 	"producer.Config.Events: internal/events.Bus":                      true,
-	"producer.Config.Selection: internal/direct.Selection":             true,
 	"s3queue.Bus (alias): internal/events.Bus":                         true,
 	"s3queue.BusOption (alias): internal/events.Option":                true,
 	"s3queue.Event (alias): internal/events.Event":                     true,

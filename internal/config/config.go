@@ -305,7 +305,7 @@ func (c Config) Monitor() monitor.Config {
 func (c Config) Producer() producer.Config {
 	p := c.ProducerSection
 	p.Shards, p.LeaseMargin = c.Shards, c.WorkerSection.LeaseMargin
-	p.DispatchMode, p.DiscoveryTTL, p.Selection = c.QueueSection.Mode(), c.DirectSection.DiscoveryTTL, c.DirectSection.Selection
+	p.DispatchMode, p.DiscoveryTTL, p.Selection = c.QueueSection.Mode(), c.DirectSection.DiscoveryTTL, producer.Selection(c.DirectSection.Selection)
 	return p
 }
 

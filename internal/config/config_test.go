@@ -59,7 +59,7 @@ func TestDefaultsMatchTheServices(t *testing.T) {
 		t.Errorf("Worker() = %+v\nwant %+v", got, wantWorker)
 	}
 	wantProducer := producer.Config{LeaseMargin: 2 * time.Second, BatchParallelism: 8, QueuePolicy: producer.Block,
-		DispatchMode: shards.DispatchShared, DiscoveryTTL: 30 * time.Second, Selection: direct.RoundRobin}
+		DispatchMode: shards.DispatchShared, DiscoveryTTL: 30 * time.Second, Selection: producer.Selection(direct.RoundRobin)}
 	if got := c.Producer(); !reflect.DeepEqual(got, wantProducer) {
 		t.Errorf("Producer() = %+v\nwant %+v", got, wantProducer)
 	}
@@ -100,7 +100,7 @@ var keyCases = []keyCase{
 		// The producers cache by it; a sleeping worker keeps listing that long.
 		return c.Producer().DiscoveryTTL == 45*time.Second && c.Worker().DiscoveryTTL == 45*time.Second
 	}},
-	{"queue.direct_dispatch.worker_selection", `"hash"`, "hash", func(c Config) bool { return c.Producer().Selection == direct.Hash }},
+	{"queue.direct_dispatch.worker_selection", `"hash"`, "hash", func(c Config) bool { return c.Producer().Selection == producer.Selection(direct.Hash) }},
 	{"worker.lease_duration_secs", `90`, "90", func(c Config) bool {
 		// The monitor reads only the leases not rewritten for it.
 		return c.Worker().LeaseDuration == 90*time.Second && c.Monitor().WorkerLease == 90*time.Second
