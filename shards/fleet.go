@@ -334,7 +334,7 @@ const FleetCacheTTL = 2 * time.Second
 // FleetCacheTTL. It is safe for concurrent use.
 type FleetCache struct {
 	st     s3store.Store
-	rand   *rnd.Source
+	rand   Rand
 	margin time.Duration
 	local  clock.Local
 	cas    s3store.CAS
@@ -362,12 +362,21 @@ type routes struct {
 	byType map[string][]int
 }
 
+// Rand is a source of random draws, safe for concurrent use: a
+// FleetCache's ShardFor choice and its CAS pauses' jitter.
+type Rand interface {
+	// IntN returns a number in [0, n).
+	IntN(n int) int
+	// Float64 returns a number in [0, 1).
+	Float64() float64
+}
+
 // NewFleetCache returns an empty cache; margin is the members' lease
 // margin, local times the cache's age and its CAS pauses, and src is the
 // source of ShardFor's random choice and of the pauses' jitter, shared with
 // the service that owns the cache (nil local means clock.System(), nil src
 // one over crypto/rand).
-func NewFleetCache(st s3store.Store, margin time.Duration, local clock.Local, src *rnd.Source) *FleetCache {
+func NewFleetCache(st s3store.Store, margin time.Duration, local clock.Local, src Rand) *FleetCache {
 	if local == nil {
 		local = clock.System()
 	}

@@ -31,7 +31,6 @@ var knownLeaks = map[string]bool{
 	"s3queue.Schedule (alias): internal/schedule.Schedule":             true,
 	"s3queue.ScheduleDefinition (alias): internal/schedule.Definition": true,
 	"s3queue.Subscription (alias): internal/events.Subscription":       true,
-	"shards.NewFleetCache: internal/rnd.Source":                        true,
 	"worker.Config.Events: internal/events.Bus":                        true,
 	"worker.Event (alias): internal/events.Event":                      true,
 	"worker.Kind (alias): internal/events.Kind":                        true,
